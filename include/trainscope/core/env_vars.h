@@ -1,0 +1,34 @@
+// Every environment variable trainscope reads, in one place, each with what it means (c10d's
+// style). Modules refer to these constants rather than spelling names inline.
+#ifndef TRAINSCOPE_CORE_ENV_VARS_H_
+#define TRAINSCOPE_CORE_ENV_VARS_H_
+
+namespace trainscope::envvar {
+
+// --- Rendezvous, torchrun conventions (set by `trainscope launch`, read by comm) ---
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";          // host of the rank-0 store
+inline constexpr char kMasterPort[] = "MASTER_PORT";          // TCP port of the store
+inline constexpr char kRank[] = "RANK";                       // global rank
+inline constexpr char kWorldSize[] = "WORLD_SIZE";            // number of ranks in the job
+inline constexpr char kLocalRank[] = "LOCAL_RANK";            // rank within this node
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";  // ranks on this node
+inline constexpr char kGroupRank[] = "GROUP_RANK";            // node rank (torchrun)
+// --- mpirun conventions (OpenMPI), used when the RANK family is absent ---
+inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";
+inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";
+inline constexpr char kOmpiLocalRank[] = "OMPI_COMM_WORLD_LOCAL_RANK";
+inline constexpr char kOmpiLocalSize[] = "OMPI_COMM_WORLD_LOCAL_SIZE";
+// --- Device pinning (set per rank by launch) ---
+inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+inline constexpr char kAscendVisibleDevices[] = "ASCEND_RT_VISIBLE_DEVICES";
+// --- Threads ---
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+// --- trainscope's own ---
+inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";        // run directory of a launch
+inline constexpr char kCommTimeoutS[] = "TRAINSCOPE_COMM_TIMEOUT_S";  // op timeout override
+inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";  // "1": no progress lines
+inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions
+
+}  // namespace trainscope::envvar
+
+#endif  // TRAINSCOPE_CORE_ENV_VARS_H_

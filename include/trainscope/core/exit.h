@@ -1,0 +1,28 @@
+// Exit codes of every trainscope command, and the one place that maps a Status to one.
+//   0  ok
+//   1  the check ran and found problems (a failed self-test, an error-level finding,
+//      a version difference)
+//   2  bad usage or unreadable / malformed input
+#ifndef TRAINSCOPE_CORE_EXIT_H_
+#define TRAINSCOPE_CORE_EXIT_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace trainscope {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitProblems = 1;
+inline constexpr int kExitUsage = 2;
+
+// Prints "trainscope <verb>: error: <message>" (one line) to stderr, plus a hint line when
+// one is known for the status code, and returns the exit code for `status`:
+// ok -> 0, FailedPrecondition/Aborted/DeadlineExceeded/Unavailable/Internal -> 1
+// (the check could not pass), everything else (InvalidArgument, NotFound, DataLoss,
+// OutOfRange, ...) -> 2.
+int ReportAndExitCode(std::string_view verb, const absl::Status& status);
+
+}  // namespace trainscope
+
+#endif  // TRAINSCOPE_CORE_EXIT_H_

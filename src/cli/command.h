@@ -1,0 +1,31 @@
+// The CLI is thin: main.cc builds the CLI11 tree and each <verb>_command.cc adds its
+// subcommand. A command's callback does the work through its module's library and stores
+// the exit code (core/exit.h) in the context; main() returns it.
+#ifndef TRAINSCOPE_CLI_COMMAND_H_
+#define TRAINSCOPE_CLI_COMMAND_H_
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace trainscope::cli {
+
+struct CommandContext {
+  int exit_code = 0;
+  std::string argv0;  // path of this executable, for commands that start themselves
+};
+
+void RegisterEnvCommand(CLI::App& root, CommandContext& ctx);     // env_command.cc
+void RegisterLaunchCommand(CLI::App& root, CommandContext& ctx);  // launch_command.cc
+void RegisterTrainCommand(CLI::App& root, CommandContext& ctx);   // train_command.cc
+void RegisterDoctorCommand(CLI::App& root, CommandContext& ctx);  // doctor_command.cc
+void RegisterDataCommand(CLI::App& root, CommandContext& ctx);    // data_command.cc
+void RegisterTraceCommand(CLI::App& root, CommandContext& ctx);   // trace_command.cc
+// `trainscope selftest <part>`: `selftest` is the parent app created by main.cc.
+void RegisterSelftestDeviceCommand(CLI::App& selftest, CommandContext& ctx);
+void RegisterSelftestCommCommand(CLI::App& selftest, CommandContext& ctx);
+void RegisterSelftestTrainCommand(CLI::App& selftest, CommandContext& ctx);
+
+}  // namespace trainscope::cli
+
+#endif  // TRAINSCOPE_CLI_COMMAND_H_

@@ -1,0 +1,17 @@
+// Placeholder registered until the module's issue lands; replaced by the real command.
+#include "cli/command.h"
+
+#include <cstdio>
+
+namespace trainscope::cli {
+
+void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
+  CLI::App* cmd = parent.add_subcommand("comm", "collective correctness and bandwidth");
+  cmd->allow_extras();
+  cmd->callback([&ctx] {
+    std::fprintf(stderr, "trainscope comm: not built yet\n");
+    ctx.exit_code = 2;
+  });
+}
+
+}  // namespace trainscope::cli

@@ -1,0 +1,31 @@
+#include "trainscope/core/exit.h"
+
+#include <cstdio>
+#include <string>
+
+namespace trainscope {
+
+int ReportAndExitCode(std::string_view verb, const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  std::string msg(status.message());
+  std::fprintf(stderr, "trainscope %.*s: error: %s\n", static_cast<int>(verb.size()), verb.data(),
+               msg.c_str());
+  switch (status.code()) {
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kInternal:
+      return kExitProblems;
+    case absl::StatusCode::kNotFound:
+      std::fprintf(stderr, "hint: check the path; `trainscope %.*s --help` lists the options\n",
+                   static_cast<int>(verb.size()), verb.data());
+      return kExitUsage;
+    default:
+      std::fprintf(stderr, "hint: `trainscope %.*s --help` lists the options\n",
+                   static_cast<int>(verb.size()), verb.data());
+      return kExitUsage;
+  }
+}
+
+}  // namespace trainscope
