@@ -28,6 +28,8 @@ inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";        // run directory 
 inline constexpr char kCommTimeoutS[] = "TRAINSCOPE_COMM_TIMEOUT_S";  // op timeout override
 inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";  // "1": no progress lines
 inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions
+// --- tokenizer / data ---
+inline constexpr char kSpmLibrary[] = "TRAINSCOPE_SPM_LIBRARY";  // path of libts_spm.so (SentencePiece wrapper)
 
 }  // namespace trainscope::envvar
 
