@@ -1,0 +1,328 @@
+// comm tests: ranks as threads on loopback (each with its own Communicator), short
+// timeouts, integer-valued inputs so every result is exact.
+#include "trainscope/comm/comm.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "comm/half.h"
+#include "comm/store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainscope::comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A port that is free right now (bind to 0, read it back, close).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+CommOptions Opts(const std::string& backend, int rank, int world, int port, int timeout_ms = 5000) {
+  CommOptions o;
+  o.backend = backend;
+  o.rank = rank;
+  o.world_size = world;
+  o.master_addr = "127.0.0.1";
+  o.master_port = port;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+// Runs fn(comm) on `world` threads, one communicator each; returns per-rank statuses.
+std::vector<absl::Status> RunRanks(int world, const std::function<absl::Status(Communicator&)>& fn,
+                                   const std::string& backend = "gloo") {
+  int port = FreePort();
+  std::vector<absl::Status> out(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = Communicator::Create(Opts(backend, r, world, port));
+      if (!comm.ok()) {
+        out[r] = comm.status();
+        return;
+      }
+      out[r] = fn(**comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+void ExpectAllOk(const std::vector<absl::Status>& st) {
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+}
+
+// Element i of rank r's input: small integers, exact in every dtype.
+double Input(int rank, size_t i) { return static_cast<double>((rank + 1) * ((i % 7) + 1)); }
+
+void Fill(void* p, DType dt, size_t n, const std::function<double(size_t)>& v) {
+  for (size_t i = 0; i < n; ++i) {
+    double x = v(i);
+    switch (dt) {
+      case DType::kFloat32:
+        static_cast<float*>(p)[i] = static_cast<float>(x);
+        break;
+      case DType::kBFloat16:
+        static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(x));
+        break;
+      case DType::kFloat16:
+        static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(x));
+        break;
+      case DType::kInt32:
+        static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x);
+        break;
+      case DType::kInt64:
+        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(x);
+        break;
+    }
+  }
+}
+
+double Get(const void* p, DType dt, size_t i) {
+  switch (dt) {
+    case DType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+TEST(HalfTest, RoundTripsAndRounds) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 1024.0f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
+  }
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);               // rounds to infinity
+  EXPECT_EQ(FloatToHalf(2049.0f), FloatToHalf(2048.0f));  // tie to even
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(3.0f)), 3.0f);
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(257.0f)), 256.0f);  // tie to even
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(NAN))));
+}
+
+TEST(TypesTest, ParseNames) {
+  EXPECT_EQ(*ParseDType("bf16"), DType::kBFloat16);
+  EXPECT_EQ(*ParseOp("allreduce"), OpType::kAllReduce);
+  EXPECT_EQ(*ParseOp("reduce_scatter"), OpType::kReduceScatter);
+  EXPECT_FALSE(ParseOp("allsum").ok());
+  EXPECT_FALSE(ParseDType("fp8").ok());
+  EXPECT_STREQ(OpName(OpType::kAllToAll), "all_to_all");
+}
+
+TEST(TypesTest, OptionsFromEnvironment) {
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("MASTER_PORT", "1234", 1);
+  setenv("TRAINSCOPE_COMM_TIMEOUT_S", "2.5", 1);
+  auto o = OptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rank, 1);
+  EXPECT_EQ(o->world_size, 4);
+  EXPECT_EQ(o->master_port, 1234);
+  EXPECT_EQ(o->timeout.count(), 2500);
+  setenv("RANK", "7", 1);
+  EXPECT_THAT(std::string(OptionsFromEnvironment().status().message()), HasSubstr("RANK=7"));
+  setenv("RANK", "x", 1);
+  EXPECT_FALSE(OptionsFromEnvironment().ok());
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_PORT", "TRAINSCOPE_COMM_TIMEOUT_S"})
+    unsetenv(v);
+  o = OptionsFromEnvironment();
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->world_size, 1);
+}
+
+TEST(StoreTest, SetGetAddDead) {
+  auto server = TcpStoreServer::Start(0, 2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  int port = (*server)->port();
+  auto a = TcpStoreClient::Connect("127.0.0.1", port, std::chrono::seconds(2));
+  auto b = TcpStoreClient::Connect("127.0.0.1", port, std::chrono::seconds(2));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Hello(0, 2).ok());
+  EXPECT_THAT(std::string((*b)->Hello(0, 2).message()), HasSubstr("two processes claim rank 0"));
+  EXPECT_THAT(std::string((*b)->Hello(1, 3).message()), HasSubstr("world sizes disagree"));
+  ASSERT_TRUE((*b)->Hello(1, 2).ok());
+  ASSERT_TRUE((*a)->Set("k", {'v'}).ok());
+  auto v = (*b)->Get("k", std::chrono::seconds(1));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::string(v->begin(), v->end()), "v");
+  EXPECT_EQ((*a)->Add("n", 5).value(), 5);
+  EXPECT_EQ((*b)->Add("n", -2).value(), 3);
+  auto st = (*a)->Wait({"never"}, std::chrono::milliseconds(50));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+  b->reset();  // closes without Bye: rank 1 is dead
+  std::vector<int> dead;
+  for (int i = 0; i < 200 && dead.empty(); ++i) {
+    dead = (*a)->DeadRanks().value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(dead, std::vector<int>{1});
+}
+
+TEST(StoreTest, PortInUseNamesThePort) {
+  auto first = TcpStoreServer::Start(0, 1);
+  ASSERT_TRUE(first.ok());
+  auto second = TcpStoreServer::Start((*first)->port(), 1);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("port " + std::to_string((*first)->port()) + " is already in use"));
+}
+
+class CollectiveTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveTest, EveryOpEveryDTypeExact) {
+  const int world = GetParam();
+  auto st = RunRanks(world, [world](Communicator& c) -> absl::Status {
+    const int r = c.rank();
+    for (DType dt :
+         {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32, DType::kInt64}) {
+      for (size_t n : {size_t{1}, size_t{5}, size_t{1000}}) {
+        size_t es = DTypeSize(dt);
+        std::vector<char> a(n * es * world), b(n * es * world);
+        // all_reduce sum: sum over ranks of (rank+1)*k = k * world*(world+1)/2
+        Fill(a.data(), dt, n, [&](size_t i) { return Input(r, i); });
+        if (auto s = c.AllReduce(a.data(), n, dt); !s.ok()) return s;
+        for (size_t i = 0; i < n; ++i) {
+          double want = ((i % 7) + 1) * world * (world + 1) / 2.0;
+          if (Get(a.data(), dt, i) != want) return absl::InternalError("all_reduce wrong");
+        }
+        Fill(a.data(), dt, n, [&](size_t i) { return Input(r, i); });
+        if (auto s = c.AllReduce(a.data(), n, dt, ReduceOp::kMax); !s.ok()) return s;
+        if (Get(a.data(), dt, 0) != world) return absl::InternalError("all_reduce max wrong");
+        // all_gather: block j holds rank j's input
+        Fill(a.data(), dt, n, [&](size_t i) { return Input(r, i); });
+        if (auto s = c.AllGather(a.data(), b.data(), n, dt); !s.ok()) return s;
+        for (int j = 0; j < world; ++j)
+          for (size_t i = 0; i < n; ++i)
+            if (Get(b.data(), dt, j * n + i) != Input(j, i))
+              return absl::InternalError("all_gather wrong");
+        // reduce_scatter: block r of the elementwise sum
+        Fill(a.data(), dt, n * world, [&](size_t i) { return Input(r, i); });
+        if (auto s = c.ReduceScatter(a.data(), b.data(), n, dt); !s.ok()) return s;
+        for (size_t i = 0; i < n; ++i) {
+          double want = ((r * n + i) % 7 + 1) * world * (world + 1) / 2.0;
+          if (Get(b.data(), dt, i) != want) return absl::InternalError("reduce_scatter wrong");
+        }
+        // broadcast from the last rank
+        Fill(a.data(), dt, n, [&](size_t i) { return Input(r, i); });
+        if (auto s = c.Broadcast(a.data(), n, dt, world - 1); !s.ok()) return s;
+        for (size_t i = 0; i < n; ++i)
+          if (Get(a.data(), dt, i) != Input(world - 1, i))
+            return absl::InternalError("broadcast wrong");
+        // all_to_all: block j of rank r's send is r*16+j; rank r receives j*16+r from j
+        Fill(a.data(), dt, n * world, [&](size_t i) { return r * 16 + i / n; });
+        if (auto s = c.AllToAll(a.data(), b.data(), n, dt); !s.ok()) return s;
+        for (int j = 0; j < world; ++j)
+          for (size_t i = 0; i < n; ++i)
+            if (Get(b.data(), dt, j * n + i) != j * 16 + r)
+              return absl::InternalError("all_to_all wrong");
+      }
+    }
+    if (world == 1) return c.Barrier();
+    // send/recv ring shift
+    std::vector<int32_t> s(100, c.rank()), rv(100, -1);
+    int next = (c.rank() + 1) % c.world_size(),
+        prev = (c.rank() + c.world_size() - 1) % c.world_size();
+    if (c.rank() % 2 == 0) {
+      if (auto x = c.Send(s.data(), 100, DType::kInt32, next, 3); !x.ok()) return x;
+      if (auto x = c.Recv(rv.data(), 100, DType::kInt32, prev, 3); !x.ok()) return x;
+    } else {
+      if (auto x = c.Recv(rv.data(), 100, DType::kInt32, prev, 3); !x.ok()) return x;
+      if (auto x = c.Send(s.data(), 100, DType::kInt32, next, 3); !x.ok()) return x;
+    }
+    if (rv[99] != prev) return absl::InternalError("send/recv wrong");
+    return c.Barrier();
+  });
+  ExpectAllOk(st);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, CollectiveTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(CommunicatorTest, AsyncAllReduceOverlapsAndKeepsOrder) {
+  struct Counter : OpObserver {
+    std::vector<int64_t> seqs;
+    void OnStart(const OpRecord&) override {}
+    void OnEnd(const OpRecord& r) override { seqs.push_back(r.seq); }
+  };
+  auto st = RunRanks(2, [](Communicator& c) -> absl::Status {
+    Counter obs;
+    c.set_observer(&obs);
+    std::vector<std::vector<float>> bufs(8, std::vector<float>(4096));
+    std::vector<std::unique_ptr<Work>> works;
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      std::fill(bufs[k].begin(), bufs[k].end(), static_cast<float>(k + c.rank()));
+      works.push_back(c.AllReduceAsync(bufs[k].data(), bufs[k].size(), DType::kFloat32));
+    }
+    // A sync op in between must wait for the queue, not interleave.
+    int32_t x = 1;
+    if (auto s = c.AllReduce(&x, 1, DType::kInt32); !s.ok()) return s;
+    for (size_t k = 0; k < works.size(); ++k) {
+      if (auto s = works[k]->Wait(); !s.ok()) return s;
+      if (!works[k]->Done()) return absl::InternalError("not done after wait");
+      if (bufs[k][100] != 2.0f * k + 1) return absl::InternalError("async result wrong");
+    }
+    if (x != 2) return absl::InternalError("sync result wrong");
+    for (size_t i = 0; i < obs.seqs.size(); ++i)
+      if (obs.seqs[i] != static_cast<int64_t>(i)) return absl::InternalError("seq out of order");
+    return absl::OkStatus();
+  });
+  ExpectAllOk(st);
+}
+
+TEST(CommunicatorTest, BadArgumentsAreInvalidArgument) {
+  auto st = RunRanks(2, [](Communicator& c) -> absl::Status {
+    float f = 0;
+    auto s = c.Broadcast(&f, 1, DType::kFloat32, 5);
+    if (s.code() != absl::StatusCode::kInvalidArgument) return absl::InternalError("root");
+    s = c.Send(&f, 1, DType::kFloat32, c.rank(), 0);
+    if (s.code() != absl::StatusCode::kInvalidArgument) return absl::InternalError("self");
+    return c.Barrier();  // still usable afterwards
+  });
+  ExpectAllOk(st);
+}
+
+TEST(CommunicatorTest, WorldSizesThatDisagreeAreAnError) {
+  int port = FreePort();
+  absl::Status s0, s1;
+  std::thread t0([&] { s0 = Communicator::Create(Opts("gloo", 0, 2, port, 1000)).status(); });
+  std::thread t1([&] { s1 = Communicator::Create(Opts("gloo", 1, 3, port, 1000)).status(); });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(s1.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s1.message()), HasSubstr("world sizes disagree"));
+  EXPECT_FALSE(s0.ok());  // rank 0 never meets its peer
+}
+
+TEST(CommunicatorTest, UnknownBackend) {
+  auto c = Communicator::Create(Opts("carrier-pigeon", 0, 1, 0));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace trainscope::comm
