@@ -42,7 +42,9 @@ class Backend {
   // After an op failed: which ranks the backend knows to be gone, as text for the error
   // ("rank 1 exited (its store connection closed)"), waiting at most `wait` for the news.
   // Empty when unknown.
-  virtual std::string DescribeMissingRanks(std::chrono::milliseconds wait) { return ""; }
+  virtual std::string DescribeMissingRanks(int64_t seq, std::chrono::milliseconds wait) {
+    return "";
+  }
 };
 
 // Factories of the optional backend targets (defined only when the target is built).

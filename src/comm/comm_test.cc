@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -322,6 +323,91 @@ TEST(CommunicatorTest, WorldSizesThatDisagreeAreAnError) {
 TEST(CommunicatorTest, UnknownBackend) {
   auto c = Communicator::Create(Opts("carrier-pigeon", 0, 1, 0));
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Fault tests: the peer is a forked process that is killed (SIGKILL) or stopped (SIGSTOP)
+// while this process sits in a collective; the op must fail within the timeout and name
+// the missing rank when the engine can know it.
+struct FaultResult {
+  absl::Status status;
+  double seconds = 0;
+};
+
+FaultResult RunWithDoomedPeer(int self_rank, int signal_to_send, int timeout_ms) {
+  const int port = FreePort();
+  const int peer_rank = 1 - self_rank;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto comm = Communicator::Create(Opts("gloo", peer_rank, 2, port, 20000));
+    if (!comm.ok()) ::_exit(3);
+    std::vector<float> buf(1 << 18, 1.0f);
+    while (true) (void)(*comm)->AllReduce(buf.data(), buf.size(), DType::kFloat32);
+  }
+  FaultResult out;
+  auto comm = Communicator::Create(Opts("gloo", self_rank, 2, port, timeout_ms));
+  if (!comm.ok()) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    out.status = comm.status();
+    return out;
+  }
+  std::vector<float> buf(1 << 18, 1.0f);
+  for (int i = 0; i < 3; ++i) (void)(*comm)->AllReduce(buf.data(), buf.size(), DType::kFloat32);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::kill(pid, signal_to_send);
+  });
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100000 && out.status.ok(); ++i) {
+    out.status = (*comm)->AllReduce(buf.data(), buf.size(), DType::kFloat32);
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  killer.join();
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  // Later ops fail at once, naming the op that broke the communicator.
+  float f = 0;
+  auto again = (*comm)->AllReduce(&f, 1, DType::kFloat32);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.message()), HasSubstr("broken since all_reduce"));
+  return out;
+}
+
+TEST(FaultTest, KilledRankIsNamedWithinTimeout) {
+  FaultResult r = RunWithDoomedPeer(/*self_rank=*/0, SIGKILL, /*timeout_ms=*/3000);
+  std::printf("%s\n", r.status.ToString().c_str());
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_LT(r.seconds, 3.0 + 1.5);
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("all_reduce #"));
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("rank 1 is gone"));
+}
+
+TEST(FaultTest, KilledStoreHostIsNamed) {
+  FaultResult r = RunWithDoomedPeer(/*self_rank=*/1, SIGKILL, /*timeout_ms=*/3000);
+  std::printf("%s\n", r.status.ToString().c_str());
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_LT(r.seconds, 3.0 + 1.5);
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("rank 0 is gone"));
+}
+
+TEST(FaultTest, StoppedRankTimesOut) {
+  FaultResult r = RunWithDoomedPeer(/*self_rank=*/0, SIGSTOP, /*timeout_ms=*/1500);
+  std::printf("%s\n", r.status.ToString().c_str());
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded) << r.status;
+  EXPECT_LT(r.seconds, 1.5 + 1.5);
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("did not finish within 1.5 s"));
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("rank 1 is alive but unresponsive"));
+}
+
+TEST(FaultTest, PortInUseNamesThePort) {
+  auto holder = TcpStoreServer::Start(0, 1);
+  ASSERT_TRUE(holder.ok());
+  auto c = Communicator::Create(Opts("gloo", 0, 2, (*holder)->port(), 1000));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("port " + std::to_string((*holder)->port()) + " is already in use"));
 }
 
 }  // namespace

@@ -189,7 +189,7 @@ absl::Status Communicator::Dispatch(OpRecord record, const std::function<absl::S
   if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument) {
     std::string op = describe();
     auto wait = std::min(std::chrono::milliseconds(1000), options_.timeout / 4);
-    std::string missing = backend_->DescribeMissingRanks(wait);
+    std::string missing = backend_->DescribeMissingRanks(record.seq, wait);
     std::string prefix =
         st.code() == absl::StatusCode::kDeadlineExceeded
             ? absl::StrCat(op, " did not finish within ", options_.timeout.count() / 1000.0, " s")

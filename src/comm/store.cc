@@ -510,23 +510,40 @@ StoreSession::~StoreSession() {
   }
 }
 
-std::string StoreSession::DescribeMissingRanks(std::chrono::milliseconds wait) {
+std::string StoreSession::DescribeMissingRanks(int64_t seq, int rank, int world_size,
+                                               std::chrono::milliseconds wait) {
   auto deadline = std::chrono::steady_clock::now() + wait;
+  const std::string prefix = absl::StrCat("failed/", seq, "/");
+  bool posted = false;
   while (true) {
     auto dead = client->DeadRanks();
     if (!dead.ok()) {
       return "rank 0 is gone (the rendezvous store it hosts at " + client->endpoint() + " closed)";
     }
     if (!dead->empty()) {
-      std::string ranks;
-      for (int r : *dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      return (dead->size() == 1 ? "rank " : "ranks ") + ranks +
-             (dead->size() == 1 ? " is" : " are") +
-             " gone (its store connection closed: the process exited or was killed)";
+      return absl::StrCat(dead->size() == 1 ? "rank " : "ranks ", absl::StrJoin(*dead, ", "),
+                          dead->size() == 1 ? " is" : " are",
+                          " gone (store connection closed: the process exited or was killed)");
     }
-    if (std::chrono::steady_clock::now() >= deadline) return "";
+    if (!posted) {
+      (void)client->Set(prefix + std::to_string(rank), {'1'});
+      posted = true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // Nobody died: name the ranks that did not fail this op like we did.
+  std::vector<int> absent;
+  for (int r = 0; r < world_size; ++r) {
+    if (r == rank) continue;
+    auto v = client->Check(prefix + std::to_string(r));
+    if (v.ok() && !v->has_value()) absent.push_back(r);
+  }
+  if (absent.empty()) return "";
+  return absl::StrCat(absent.size() == 1 ? "rank " : "ranks ", absl::StrJoin(absent, ", "),
+                      absent.size() == 1 ? " is" : " are",
+                      " alive but unresponsive: it did not fail this op like us (stopped, hung, or "
+                      "stuck in other work)");
 }
 
 }  // namespace trainscope::comm

@@ -109,9 +109,12 @@ struct StoreSession {
   // Says Bye; on rank 0 also waits (bounded) for the other ranks to leave before the
   // server closes, so that late ranks do not lose the store.
   ~StoreSession();
-  // After a failed op: "rank 2 is gone (...)" when the store knows of dead ranks, waiting
-  // at most `wait` for the news to arrive. Empty when every rank seems alive.
-  std::string DescribeMissingRanks(std::chrono::milliseconds wait);
+  // After op `seq` failed on `rank`: "rank 2 is gone (...)" when the store knows of dead
+  // ranks; otherwise every failing rank posts "failed/<seq>/<rank>" and the ranks that do not
+  // post within `wait` are named as the ones that never reached the op (stopped, stuck in
+  // an earlier op). Empty when nothing can be said.
+  std::string DescribeMissingRanks(int64_t seq, int rank, int world_size,
+                                   std::chrono::milliseconds wait);
 };
 
 // Starts the server on rank 0 (at master_port), connects and greets. Errors: Unavailable

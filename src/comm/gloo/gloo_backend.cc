@@ -255,8 +255,8 @@ class GlooBackend : public Backend {
     });
   }
 
-  std::string DescribeMissingRanks(std::chrono::milliseconds wait) override {
-    return store_->DescribeMissingRanks(wait);
+  std::string DescribeMissingRanks(int64_t seq, std::chrono::milliseconds wait) override {
+    return store_->DescribeMissingRanks(seq, options_.rank, options_.world_size, wait);
   }
 
  private:
@@ -289,7 +289,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(const CommOptions& op
     return std::unique_ptr<Backend>(
         new GlooBackend(options, std::move(*store), std::move(context), std::move(device)));
   } catch (const std::exception& e) {
-    std::string missing = (*store)->DescribeMissingRanks(std::chrono::milliseconds(200));
+    std::string missing = (*store)->DescribeMissingRanks(-1, options.rank, options.world_size,
+                                                         std::chrono::milliseconds(200));
     return absl::UnavailableError(absl::StrCat("gloo rendezvous failed on rank ", options.rank,
                                                ": ", e.what(),
                                                missing.empty() ? "" : "; " + missing));
