@@ -1,0 +1,137 @@
+// Device self-test: the health and speed of every device of this machine, measured
+// against the device's own limits (`trainscope selftest device`).
+//
+// Telemetry (this header, libtorch-free parsers in src/device/telemetry.cc):
+//   NVIDIA  `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`
+//   Ascend  `npu-smi info` (two table lines per NPU)
+//   CPU     /proc/cpuinfo, /proc/stat, /proc/meminfo, /proc/loadavg, /sys cpufreq,
+//           thermal zones, hwmon, thermal_throttle counters and the cgroup cpu.stat.
+// Micro-benchmarks (src/device/selftest.cc): matmul through libtorch in fp32 and bf16 as a
+// fraction of the estimated nominal peak; a STREAM triad as a fraction of memcpy measured
+// in the same run; per-core clock and matmul, each pinned to its core, to find a core far
+// below its siblings.
+// Thread-safety: free functions, no shared state.
+#ifndef TRAINSCOPE_DEVICE_DEVICE_H_
+#define TRAINSCOPE_DEVICE_DEVICE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/core/os.h"
+
+namespace trainscope::device {
+
+// One device as its management tool (or /proc) reports it. Unknown numbers are < 0.
+struct DeviceStatus {
+  std::string kind;  // "cpu", "nvidia", "ascend"
+  int index = 0;
+  std::string name;
+  std::string bus_id;
+  bool online = true;
+  std::string health = "OK";  // "OK" or what is wrong
+  double temperature_c = -1;
+  double temperature_limit_c = -1;  // slowdown / critical point when known
+  int64_t memory_total_bytes = -1;
+  int64_t memory_used_bytes = -1;
+  double utilization_pct = -1;
+  double clock_mhz = -1;
+  double max_clock_mhz = -1;
+  double power_w = -1;
+  double power_limit_w = -1;
+  bool throttled = false;
+  std::vector<std::string> throttle_reasons;  // why clocks are held down
+  int64_t ecc_uncorrected = -1;
+};
+
+// What /proc and /sys say about the CPUs this process may run on.
+struct CpuInfo {
+  std::string model;
+  std::string vendor;  // "GenuineIntel", "AuthenticAMD", ...
+  int family = 0;
+  int logical_cpus = 0;           // online CPUs of the machine
+  std::vector<int> allowed_cpus;  // sched_getaffinity (filled by the caller)
+  int physical_cores = 0;         // distinct (package, core) among allowed CPUs; 0 unknown
+  bool fma = false, avx = false, avx2 = false, avx512f = false, avx512_bf16 = false,
+       amx_bf16 = false, neon = false;
+  double nominal_mhz = -1;              // cpufreq max, else the largest "cpu MHz" in /proc/cpuinfo
+  std::vector<double> cur_mhz;          // per logical CPU (index = cpu id), -1 unknown
+  std::vector<double> max_mhz;          // per logical CPU, -1 unknown
+  std::vector<int64_t> throttle_count;  // thermal_throttle/core_throttle_count, -1 unknown
+  double temperature_c = -1;            // hottest thermal zone / hwmon sensor
+  double temperature_crit_c = -1;       // lowest critical trip point
+  int64_t mem_total_bytes = -1, mem_available_bytes = -1;
+  double loadavg_1m = -1;
+  int64_t cgroup_nr_throttled = -1;  // cgroup cpu.stat nr_throttled (v1 or v2)
+  double cgroup_cpu_limit = -1;      // CPUs allowed by the cgroup quota, -1 none
+  int64_t l3_bytes = -1;
+};
+
+// Parses `nvidia-smi --query-gpu=<kNvidiaSmiQuery> --format=csv,noheader,nounits`.
+// InvalidArgument naming the line when a row has the wrong number of fields.
+inline constexpr char kNvidiaSmiQuery[] =
+    "index,name,pci.bus_id,temperature.gpu,utilization.gpu,memory.total,memory.used,"
+    "clocks.sm,clocks.max.sm,power.draw,power.limit,clocks_throttle_reasons.active,"
+    "ecc.errors.uncorrected.volatile.total,temperature.gpu.tlimit";
+absl::StatusOr<std::vector<DeviceStatus>> ParseNvidiaSmiCsv(absl::string_view csv);
+
+// Parses the device table of `npu-smi info` (910B and A3 layouts). InvalidArgument when
+// the text has no device rows.
+absl::StatusOr<std::vector<DeviceStatus>> ParseNpuSmiInfo(absl::string_view text);
+
+// Reads the CPU picture through `os` (every file is optional; missing ones leave -1).
+CpuInfo ReadCpuInfo(Os& os);
+
+// Busy and total jiffies of the whole machine from /proc/stat text ("cpu " line).
+struct CpuTimes {
+  int64_t busy = 0, total = 0;
+};
+CpuTimes ParseProcStat(absl::string_view text);
+
+// Estimated nominal peak in GFLOP/s of `cores` physical cores at `ghz`, for "fp32" or
+// "bf16", from the instruction-set flags (formula in docs/metrics.md). 0 when unknown.
+// `flops_per_cycle` receives the per-core figure used.
+double EstimateCpuPeakGflops(const CpuInfo& cpu, absl::string_view dtype, int cores, double ghz,
+                             double* flops_per_cycle = nullptr);
+
+struct SelftestOptions {
+  bool quick = false;        // smaller sizes, shorter timings (about 5 s on 2 cores)
+  bool cpu = true;           // benchmark the CPU
+  bool per_core = true;      // per-core pinned clock + matmul
+  double min_bench_s = 0.5;  // timing window per measurement (quick: 0.2)
+  int64_t triad_bytes = 0;   // bytes per triad array; 0: max(4 x L3, 64 MiB)
+  std::chrono::milliseconds tool_timeout{10000};  // nvidia-smi / npu-smi
+  // Thresholds (documented in docs/metrics.md).
+  double slow_sibling_ratio = 0.7;   // below this x median of siblings: flagged
+  double low_matmul_fraction = 0.3;  // below this fraction of peak: warning
+  double low_triad_fraction = 0.5;   // triad below this x memcpy: warning
+  double hot_margin_c = 5;           // within this of the limit: hot
+};
+
+// One entry of the summary: the same shape doctor reports.
+struct Check {
+  std::string name;
+  std::string verdict;  // "pass", "warn", "fail", "skip"
+  std::string value;
+  std::string expected;
+  std::string advice;
+};
+
+// Runs the whole self-test on this machine. Errors only for failures of the test itself
+// (it cannot allocate, libtorch throws); device faults are checks with verdict "fail".
+// Blocks for about 10 s (quick: 3-5 s) plus the tool timeouts.
+absl::StatusOr<nlohmann::json> RunDeviceSelftest(Os& os, const SelftestOptions& options);
+
+// The summary checks of a report produced by RunDeviceSelftest (its "checks" array).
+std::vector<Check> ChecksFromReport(const nlohmann::json& report);
+
+// Text rendering of a report: the device table, the benchmark table, the checks.
+std::string RenderDeviceReport(const nlohmann::json& report);
+
+}  // namespace trainscope::device
+
+#endif  // TRAINSCOPE_DEVICE_DEVICE_H_

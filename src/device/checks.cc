@@ -1,0 +1,351 @@
+// Device verdicts and the text rendering of a device report. Thresholds come from
+// SelftestOptions and are documented in docs/metrics.md ("Device self-test").
+#include "device/checks.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "trainscope/core/table.h"
+
+namespace trainscope::device {
+namespace {
+
+using nlohmann::json;
+
+double Num(const json& j, const char* key, double fallback = -1) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return fallback;
+  return it->get<double>();
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::string Pct(double fraction) { return absl::StrCat(FormatDouble(100 * fraction, 0), "%"); }
+
+Check Make(std::string name, std::string verdict, std::string value, std::string expected,
+           std::string advice = "") {
+  return Check{std::move(name), std::move(verdict), std::move(value), std::move(expected),
+               std::move(advice)};
+}
+
+// Health of one accelerator from its telemetry row.
+Check AcceleratorCheck(const json& d, const SelftestOptions& opt) {
+  std::string kind = Str(d, "kind");
+  std::string name = absl::StrCat("device.", kind, static_cast<int>(Num(d, "index", 0)));
+  double temp = Num(d, "temperature_c");
+  double limit = Num(d, "temperature_limit_c");
+  if (limit < 0) limit = kind == "nvidia" ? 87 : 85;  // common slowdown points
+  std::vector<std::string> parts = {Str(d, "name")};
+  if (temp >= 0) parts.push_back(absl::StrCat(FormatDouble(temp, 0), " C"));
+  if (Num(d, "utilization_pct") >= 0) {
+    parts.push_back(absl::StrCat(FormatDouble(Num(d, "utilization_pct"), 0), "% busy"));
+  }
+  if (Num(d, "memory_total_bytes") > 0) {
+    parts.push_back(absl::StrCat(FormatBytes(std::max(0.0, Num(d, "memory_used_bytes"))), " / ",
+                                 FormatBytes(Num(d, "memory_total_bytes"))));
+  }
+  if (Num(d, "clock_mhz") >= 0) {
+    parts.push_back(absl::StrCat(FormatDouble(Num(d, "clock_mhz"), 0), "/",
+                                 FormatDouble(Num(d, "max_clock_mhz"), 0), " MHz"));
+  }
+  std::string value = absl::StrJoin(parts, ", ");
+  std::string expected =
+      absl::StrCat("online, health OK, < ", FormatDouble(limit, 0), " C, not throttled");
+  std::string tool = kind == "nvidia" ? "nvidia-smi -q" : "npu-smi info -t health -i N";
+  if (!d.value("online", true) || Str(d, "health") != "OK") {
+    return Make(name, "fail", absl::StrCat(value, "; health: ", Str(d, "health")), expected,
+                absl::StrCat("take this device out of the job and check it with `", tool,
+                             "`; a reset or a replacement is usually needed"));
+  }
+  if (temp >= 0 && temp >= limit - opt.hot_margin_c) {
+    return Make(name, "warn", value, expected,
+                "running hot: check airflow and fans; a hot device slows the whole job");
+  }
+  if (d.value("throttled", false)) {
+    std::string reasons =
+        absl::StrJoin(d.value("throttle_reasons", std::vector<std::string>{}), ", ");
+    return Make(name, "warn", absl::StrCat(value, "; throttled: ", reasons), expected,
+                "clocks are held down (thermal or power); one slow card makes the whole job "
+                "slow: check cooling and power limits");
+  }
+  return Make(name, "pass", value, expected);
+}
+
+// BLAS advice: the reference BLAS (netlib libblas.so.3) is 10-50x slower than OpenBLAS.
+std::string MatmulAdvice(const json& cpu, const std::string& dtype) {
+  std::string libs = Str(cpu, "math_libraries");
+  bool reference_blas = absl::StrContains(libs, "libblas.so") &&
+                        !absl::StrContains(libs, "openblas") && !absl::StrContains(libs, "mkl") &&
+                        !absl::StrContains(libs, "blis");
+  if (dtype == "fp32" && reference_blas) {
+    return "libtorch runs fp32 matmul on the reference BLAS (libblas.so.3): install an "
+           "optimised one (Debian: apt-get install libopenblas0-pthread; update-alternatives "
+           "picks it for libblas.so.3)";
+  }
+  if (dtype == "bf16" && !cpu["flags"].value("avx512_bf16", false) &&
+      !cpu["flags"].value("amx_bf16", false)) {
+    return "this CPU has no bf16 instructions (avx512_bf16 / amx_bf16): train in fp32 here";
+  }
+  return "other processes may be using the cores (see device.cpu.load); rerun on an idle "
+         "machine, and check that libtorch uses all allowed cores (OMP_NUM_THREADS)";
+}
+
+}  // namespace
+
+std::string FormatGhz(double ghz) { return FormatDouble(ghz, 2); }
+
+std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOptions& opt) {
+  std::vector<Check> out;
+  const json& cpu = report.contains("cpu") ? report["cpu"] : json::object();
+
+  // Accelerators.
+  int accelerators = 0;
+  for (const json& d : report.value("devices", json::array())) {
+    if (Str(d, "kind") == "cpu") continue;
+    ++accelerators;
+    out.push_back(AcceleratorCheck(d, opt));
+  }
+  if (accelerators == 0) {
+    std::vector<std::string> why;
+    const json tools = report.value("tools", json::object());
+    for (const auto& [kind, tool] : tools.items()) {
+      std::string status = Str(tool, "status");
+      if (status == "missing_tool" || status == "timed_out" || status == "failed" ||
+          status == "unparsed") {
+        out.push_back(Make(absl::StrCat("device.", kind), "fail",
+                           absl::StrCat(status, ": ", Str(tool, "detail")),
+                           "the management tool answers",
+                           status == "missing_tool"
+                               ? "the device node exists but its tool is missing: install the "
+                                 "driver utilities (nvidia-smi / npu-smi)"
+                               : "the driver does not answer: check `dmesg` for Xid / device "
+                                 "errors, then reload the driver or reboot"));
+      }
+      why.push_back(absl::StrCat(kind, ": ", status));
+    }
+    out.push_back(Make("device.accelerators", "skip",
+                       absl::StrCat("none found (", absl::StrJoin(why, ", "), ")"),
+                       "NVIDIA or Ascend devices", "CPU-only machine: the CPU checks below apply"));
+  } else {
+    // Siblings: the same model should run at the same clock; a card far below the median
+    // of its siblings drags every synchronous step.
+    std::vector<double> clocks;
+    for (const json& d : report["devices"])
+      if (Str(d, "kind") != "cpu" && Num(d, "clock_mhz") > 0) clocks.push_back(Num(d, "clock_mhz"));
+    if (clocks.size() >= 2) {
+      std::vector<double> sorted = clocks;
+      std::sort(sorted.begin(), sorted.end());
+      double median = sorted[sorted.size() / 2];
+      std::vector<std::string> slow;
+      for (const json& d : report["devices"]) {
+        if (Str(d, "kind") == "cpu") continue;
+        double c = Num(d, "clock_mhz");
+        if (c > 0 && c < opt.slow_sibling_ratio * median) {
+          slow.push_back(absl::StrCat(Str(d, "kind"), static_cast<int>(Num(d, "index", 0))));
+        }
+      }
+      out.push_back(Make(
+          "device.siblings", slow.empty() ? "pass" : "warn",
+          absl::StrCat("SM clock ", FormatDouble(sorted.front(), 0), "-",
+                       FormatDouble(sorted.back(), 0), " MHz",
+                       slow.empty() ? "" : "; slow: " + absl::StrJoin(slow, ", ")),
+          absl::StrCat(">= ", FormatDouble(opt.slow_sibling_ratio, 1), " x median of siblings"),
+          slow.empty() ? ""
+                       : "one slow card makes the whole job slow: check its "
+                         "cooling and clocks, or leave it out"));
+    }
+  }
+
+  // CPU.
+  double busy = Num(cpu, "busy_pct_before");
+  if (busy >= 0) {
+    out.push_back(Make("device.cpu.load", busy > 50 ? "warn" : "pass",
+                       absl::StrCat(FormatDouble(busy, 0), "% busy before the test, load ",
+                                    FormatDouble(Num(cpu, "loadavg_1m", 0), 2)),
+                       "< 50% busy",
+                       busy > 50 ? "other processes share these cores: the figures below read "
+                                   "low; rerun on an idle machine"
+                                 : ""));
+  }
+  double allowed = cpu.value("allowed_cpus", json::array()).size();
+  double limit = Num(cpu, "cgroup_cpu_limit");
+  if (limit > 0 && limit + 0.5 < allowed) {
+    out.push_back(Make(
+        "device.cpu.quota", "warn",
+        absl::StrCat("cgroup quota ", FormatDouble(limit, 1), " CPUs, ", allowed, " CPUs visible"),
+        "quota >= visible CPUs",
+        absl::StrCat("set OMP_NUM_THREADS (and data-loader workers) to ", static_cast<int>(limit),
+                     " or raise the container's CPU "
+                     "limit: more threads than quota get throttled")));
+  }
+  const json& devs = report.value("devices", json::array());
+  for (const json& d : devs) {
+    if (Str(d, "kind") != "cpu") continue;
+    double temp = Num(d, "temperature_c");
+    double crit = Num(d, "temperature_limit_c");
+    if (temp < 0) {
+      out.push_back(Make("device.cpu.temperature", "skip", "no sensor visible", "< critical - 5 C",
+                         "virtual machines and containers often hide sensors"));
+    } else {
+      double lim = crit > 0 ? crit : 95;
+      bool hot = temp >= lim - opt.hot_margin_c;
+      out.push_back(Make("device.cpu.temperature", hot ? "warn" : "pass",
+                         absl::StrCat(FormatDouble(temp, 0), " C"),
+                         absl::StrCat("< ", FormatDouble(lim - opt.hot_margin_c, 0), " C"),
+                         hot ? "CPU near its critical temperature: check cooling" : ""));
+    }
+    double total = Num(d, "memory_total_bytes"), used = Num(d, "memory_used_bytes");
+    if (total > 0 && used >= 0) {
+      double avail = total - used;
+      bool low = avail < 0.1 * total;
+      out.push_back(Make("device.cpu.memory", low ? "warn" : "pass",
+                         absl::StrCat(FormatBytes(avail), " available of ", FormatBytes(total)),
+                         ">= 10% available",
+                         low ? "little host memory left: data loaders and pinned buffers will "
+                               "swap or be killed; stop other jobs"
+                             : ""));
+    }
+    double ghz = Num(cpu, "effective_ghz");
+    double nominal = Num(cpu, "nominal_mhz") / 1000;
+    std::vector<std::string> reasons = d.value("throttle_reasons", std::vector<std::string>{});
+    std::string value =
+        ghz > 0 ? absl::StrCat("clock ", FormatGhz(ghz), " GHz measured") : "clock not measured";
+    if (nominal > 0) absl::StrAppend(&value, ", ", FormatGhz(nominal), " GHz nominal");
+    if (!reasons.empty()) absl::StrAppend(&value, "; throttled: ", absl::StrJoin(reasons, ", "));
+    // A measured clock far below the nominal one is a throttled (or power-capped) core.
+    bool slow_clock = ghz > 0 && nominal > 0 && ghz < 0.8 * nominal;
+    std::string advice;
+    if (std::find(reasons.begin(), reasons.end(), "cgroup_quota") != reasons.end()) {
+      advice =
+          "the container's CPU quota throttled the test: use fewer threads or raise the "
+          "limit";
+    } else if (!reasons.empty()) {
+      advice = "thermal throttling during the test: check cooling";
+    } else if (slow_clock) {
+      advice =
+          "cores run far below their nominal clock: check the power profile "
+          "(cpupower frequency-set -g performance) and cooling";
+    }
+    out.push_back(Make("device.cpu.throttling", (!reasons.empty() || slow_clock) ? "warn" : "pass",
+                       value, ">= 0.8 x nominal clock, no throttle events", advice));
+  }
+  for (const json& b : report.value("benchmarks", json::array())) {
+    std::string bname = Str(b, "name");
+    double v = Num(b, "value");
+    double frac = Num(b, "fraction");
+    std::string name = absl::StrCat("device.", Str(b, "device"), ".", bname);
+    if (v < 0) {
+      out.push_back(Make(name, "fail", absl::StrCat("error: ", Str(b, "error")), "runs",
+                         "the benchmark itself failed: see the error"));
+      continue;
+    }
+    if (absl::StartsWith(bname, "matmul_")) {
+      std::string dtype = bname.substr(7);
+      double peak = Num(b, "peak");
+      std::string value = absl::StrCat(FormatDouble(v, 1), " GFLOP/s");
+      if (peak > 0) {
+        absl::StrAppend(&value, " = ", Pct(frac), " of est. peak ", FormatDouble(peak, 0));
+      }
+      bool low = frac >= 0 && frac < opt.low_matmul_fraction;
+      out.push_back(Make(name, low ? "warn" : (peak > 0 ? "pass" : "skip"), value,
+                         peak > 0
+                             ? absl::StrCat(">= ", Pct(opt.low_matmul_fraction), " of est. peak")
+                             : "peak unknown for this CPU",
+                         low ? MatmulAdvice(cpu, dtype) : ""));
+    } else if (bname == "triad") {
+      bool low = frac >= 0 && frac < opt.low_triad_fraction;
+      out.push_back(
+          Make(name, low ? "warn" : "pass",
+               absl::StrCat(FormatDouble(v, 1), " GB/s = ", FormatDouble(frac, 2), " x memcpy ",
+                            FormatDouble(Num(b, "reference_value"), 1), " GB/s"),
+               absl::StrCat(">= ", FormatDouble(opt.low_triad_fraction, 1), " x memcpy"),
+               low ? "arithmetic streams reach far less than a plain copy: check that the threads "
+                     "are spread over all memory channels (NUMA binding, numactl -H)"
+                   : ""));
+    }
+  }
+  // Cores against their siblings: clock and single-core matmul.
+  const json& cores = report.value("cores", json::array());
+  if (cores.size() >= 2) {
+    for (const char* key : {"clock_ghz", "matmul_fp32_gflops"}) {
+      std::vector<double> vals;
+      for (const json& c : cores)
+        if (Num(c, key) > 0) vals.push_back(Num(c, key));
+      if (vals.size() < 2) continue;
+      std::vector<double> sorted = vals;
+      std::sort(sorted.begin(), sorted.end());
+      double median = sorted[sorted.size() / 2];
+      if (sorted.size() % 2 == 0) median = (sorted[sorted.size() / 2 - 1] + median) / 2;
+      std::vector<std::string> slow;
+      for (const json& c : cores) {
+        double v = Num(c, key);
+        if (v > 0 && v < opt.slow_sibling_ratio * median) {
+          slow.push_back(absl::StrCat("cpu", static_cast<int>(Num(c, "cpu", 0))));
+        }
+      }
+      bool is_clock = std::string(key) == "clock_ghz";
+      std::string unit = is_clock ? " GHz" : " GFLOP/s";
+      out.push_back(
+          Make(is_clock ? "device.cpu.cores_clock" : "device.cpu.cores_matmul",
+               slow.empty() ? "pass" : "warn",
+               absl::StrCat(vals.size(), " cores: ", FormatDouble(sorted.front(), 2), "-",
+                            FormatDouble(sorted.back(), 2), unit,
+                            slow.empty() ? "" : "; slow: " + absl::StrJoin(slow, ", ")),
+               absl::StrCat("each >= ", FormatDouble(opt.slow_sibling_ratio, 1), " x median"),
+               slow.empty() ? ""
+                            : "a core far below its siblings: another process is pinned there, or "
+                              "it is throttled; one slow rank makes the whole job slow"));
+    }
+  }
+  return out;
+}
+
+std::vector<Check> ChecksFromReport(const json& report) {
+  std::vector<Check> out;
+  for (const json& c : report.value("checks", json::array())) {
+    out.push_back(Make(Str(c, "name"), Str(c, "verdict"), Str(c, "value"), Str(c, "expected"),
+                       Str(c, "advice")));
+  }
+  return out;
+}
+
+std::string RenderDeviceReport(const json& report) {
+  std::string out;
+  Table devices({"device", "name", "online", "health", "temp C", "busy %", "memory used",
+                 "clock MHz", "throttled"});
+  for (const json& d : report.value("devices", json::array())) {
+    auto num = [&](const char* k, int p) {
+      double v = Num(d, k);
+      return v < 0 ? std::string("-") : FormatDouble(v, p);
+    };
+    std::string mem = Num(d, "memory_total_bytes") > 0
+                          ? absl::StrCat(FormatBytes(std::max(0.0, Num(d, "memory_used_bytes"))),
+                                         " / ", FormatBytes(Num(d, "memory_total_bytes")))
+                          : "-";
+    devices.AddRow({absl::StrCat(Str(d, "kind"), static_cast<int>(Num(d, "index", 0))),
+                    Str(d, "name"), d.value("online", true) ? "yes" : "NO", Str(d, "health"),
+                    num("temperature_c", 0), num("utilization_pct", 0), mem,
+                    absl::StrCat(num("clock_mhz", 0), " / ", num("max_clock_mhz", 0)),
+                    d.value("throttled", false) ? "YES" : "no"});
+  }
+  out += devices.Render();
+  out += "\n";
+  Table checks({"check", "verdict", "value", "expected", "advice"});
+  for (const Check& c : ChecksFromReport(report)) {
+    checks.AddRow({c.name, c.verdict, c.value, c.expected, c.advice});
+  }
+  out += checks.Render(90);
+  out += absl::StrCat("\nselftest device: ", report.value("passed", false) ? "PASSED" : "FAILED",
+                      report.value("reason", std::string()).empty()
+                          ? ""
+                          : " (" + report.value("reason", std::string()) + ")",
+                      "\n");
+  return out;
+}
+
+}  // namespace trainscope::device

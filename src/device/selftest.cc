@@ -1,0 +1,314 @@
+// RunDeviceSelftest: telemetry of every device, then the CPU micro-benchmarks, then the
+// verdicts (checks.cc). The report is JSON ("trainscope.selftest.device", version 1,
+// docs/formats.md) so that doctor can read it from a child process.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "device/checks.h"
+#include "device/cpu_bench.h"
+#include "device/matmul_torch.h"
+#include "trainscope/core/status.h"
+#include "trainscope/device/device.h"
+
+namespace trainscope::device {
+namespace {
+
+using nlohmann::json;
+
+json NumOrNull(double v) { return v < 0 ? json(nullptr) : json(v); }
+json IntOrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
+
+json DeviceToJson(const DeviceStatus& d) {
+  return json{{"kind", d.kind},
+              {"index", d.index},
+              {"name", d.name},
+              {"bus_id", d.bus_id},
+              {"online", d.online},
+              {"health", d.health},
+              {"temperature_c", NumOrNull(d.temperature_c)},
+              {"temperature_limit_c", NumOrNull(d.temperature_limit_c)},
+              {"memory_total_bytes", IntOrNull(d.memory_total_bytes)},
+              {"memory_used_bytes", IntOrNull(d.memory_used_bytes)},
+              {"utilization_pct", NumOrNull(d.utilization_pct)},
+              {"clock_mhz", NumOrNull(d.clock_mhz)},
+              {"max_clock_mhz", NumOrNull(d.max_clock_mhz)},
+              {"power_w", NumOrNull(d.power_w)},
+              {"power_limit_w", NumOrNull(d.power_limit_w)},
+              {"throttled", d.throttled},
+              {"throttle_reasons", d.throttle_reasons},
+              {"ecc_uncorrected", IntOrNull(d.ecc_uncorrected)}};
+}
+
+// Runs a vendor tool; returns its devices, or records why there are none in `tool`.
+void ProbeTool(Os& os, const std::string& kind, const std::vector<std::string>& argv,
+               const std::string& device_node, std::chrono::milliseconds timeout,
+               std::vector<DeviceStatus>* devices, json* tool) {
+  RunOptions ro;
+  ro.timeout = timeout;
+  (*tool)["command"] = argv;
+  absl::StatusOr<RunResult> r = os.Run(argv, ro);
+  if (!r.ok()) {
+    (*tool)["status"] = "absent";
+    (*tool)["detail"] = std::string(r.status().message());
+    // A device node without its tool: the devices exist but cannot be inspected.
+    if (!device_node.empty() && os.FileExists(device_node)) {
+      (*tool)["status"] = "missing_tool";
+    }
+    return;
+  }
+  if (r->timed_out) {
+    (*tool)["status"] = "timed_out";
+    (*tool)["detail"] =
+        absl::StrCat(argv[0], " did not answer within ", timeout.count() / 1000.0, " s");
+    return;
+  }
+  if (!r->ok()) {
+    (*tool)["status"] = "failed";
+    std::string msg = r->err.empty() ? r->out : r->err;
+    msg = std::string(absl::StripAsciiWhitespace(msg.substr(0, msg.find('\n'))));
+    (*tool)["detail"] = absl::StrCat(argv[0], " exited ", r->exit_code, ": ", msg);
+    return;
+  }
+  auto parsed = kind == "nvidia" ? ParseNvidiaSmiCsv(r->out) : ParseNpuSmiInfo(r->out);
+  if (!parsed.ok()) {
+    (*tool)["status"] = "unparsed";
+    (*tool)["detail"] = std::string(parsed.status().message());
+    return;
+  }
+  (*tool)["status"] = "ok";
+  for (auto& d : *parsed) devices->push_back(std::move(d));
+}
+
+// Physical cores among `cpus`: distinct (package, core_id) pairs from sysfs topology.
+int CountPhysicalCores(Os& os, const std::vector<int>& cpus) {
+  std::set<std::pair<std::string, std::string>> cores;
+  for (int c : cpus) {
+    std::string base = absl::StrCat("/sys/devices/system/cpu/cpu", c, "/topology/");
+    auto pkg = os.ReadFile(base + "physical_package_id");
+    auto core = os.ReadFile(base + "core_id");
+    if (!pkg.ok() || !core.ok()) return static_cast<int>(cpus.size());
+    cores.insert({std::string(absl::StripAsciiWhitespace(*pkg)),
+                  std::string(absl::StripAsciiWhitespace(*core))});
+  }
+  return static_cast<int>(cores.size());
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+}  // namespace
+
+absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
+  json report;
+  report["format"] = "trainscope.selftest.device";
+  report["version"] = 1;
+  report["quick"] = opt.quick;
+
+  // 1. Accelerators through their management tools.
+  std::vector<DeviceStatus> devices;
+  json tools = json::object();
+  ProbeTool(os, "nvidia",
+            {"nvidia-smi", absl::StrCat("--query-gpu=", kNvidiaSmiQuery),
+             "--format=csv,noheader,nounits"},
+            "/dev/nvidia0", opt.tool_timeout, &devices, &tools["nvidia"]);
+  ProbeTool(os, "ascend", {"npu-smi", "info"}, "/dev/davinci0", opt.tool_timeout, &devices,
+            &tools["ascend"]);
+  report["tools"] = tools;
+
+  // 2. The CPU picture, and how busy the machine is before we load it (200 ms sample).
+  CpuInfo cpu = ReadCpuInfo(os);
+  cpu.allowed_cpus = AllowedCpus();
+  cpu.physical_cores = CountPhysicalCores(os, cpu.allowed_cpus);
+  CpuTimes t0 = ParseProcStat(os.ReadFile("/proc/stat").value_or(""));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CpuTimes t1 = ParseProcStat(os.ReadFile("/proc/stat").value_or(""));
+  double busy_pct = t1.total > t0.total
+                        ? 100.0 * (t1.busy - t0.busy) / static_cast<double>(t1.total - t0.total)
+                        : -1;
+  DeviceStatus cpu_dev;
+  cpu_dev.kind = "cpu";
+  cpu_dev.name = cpu.model;
+  cpu_dev.temperature_c = cpu.temperature_c;
+  cpu_dev.temperature_limit_c = cpu.temperature_crit_c;
+  cpu_dev.memory_total_bytes = cpu.mem_total_bytes;
+  if (cpu.mem_total_bytes >= 0 && cpu.mem_available_bytes >= 0) {
+    cpu_dev.memory_used_bytes = cpu.mem_total_bytes - cpu.mem_available_bytes;
+  }
+  cpu_dev.utilization_pct = busy_pct;
+  cpu_dev.max_clock_mhz = cpu.nominal_mhz;
+  devices.insert(devices.begin(), cpu_dev);
+
+  json cpu_json{{"model", cpu.model},
+                {"vendor", cpu.vendor},
+                {"family", cpu.family},
+                {"logical_cpus", cpu.logical_cpus},
+                {"allowed_cpus", cpu.allowed_cpus},
+                {"physical_cores", cpu.physical_cores},
+                {"flags",
+                 {{"fma", cpu.fma},
+                  {"avx2", cpu.avx2},
+                  {"avx512f", cpu.avx512f},
+                  {"avx512_bf16", cpu.avx512_bf16},
+                  {"amx_bf16", cpu.amx_bf16},
+                  {"neon", cpu.neon}}},
+                {"nominal_mhz", NumOrNull(cpu.nominal_mhz)},
+                {"busy_pct_before", NumOrNull(busy_pct)},
+                {"loadavg_1m", NumOrNull(cpu.loadavg_1m)},
+                {"cgroup_cpu_limit", NumOrNull(cpu.cgroup_cpu_limit)},
+                {"l3_bytes", IntOrNull(cpu.l3_bytes)}};
+
+  // 3. CPU micro-benchmarks.
+  json bench = json::array();
+  json cores = json::array();
+  if (opt.cpu) {
+    const double window = opt.quick ? std::min(opt.min_bench_s, 0.2) : opt.min_bench_s;
+    std::vector<int64_t> throttle_before = cpu.throttle_count;
+    int64_t cg_before = cpu.cgroup_nr_throttled;
+
+    // Per core: clock and a single-threaded matmul, one core at a time, pinned. A cap
+    // keeps many-core machines within the time budget.
+    std::vector<double> core_clock, core_mm;
+    if (opt.per_core) {
+      size_t max_cores = opt.quick ? 16 : 64;
+      double per = std::max(0.05, std::min(window / 2, 4.0 / cpu.allowed_cpus.size()));
+      for (size_t i = 0; i < cpu.allowed_cpus.size() && i < max_cores; ++i) {
+        int c = cpu.allowed_cpus[i];
+        double ghz = 0;
+        absl::StatusOr<MatmulResult> mm = absl::UnknownError("not run");
+        std::thread th([&] {
+          if (!PinCurrentThread(c)) return;
+          ghz = MeasureClockGhz(per);
+          mm = TorchMatmul("fp32", 256, 1, per);
+        });
+        th.join();
+        json core{{"cpu", c},
+                  {"clock_ghz", ghz > 0 ? json(ghz) : json(nullptr)},
+                  {"matmul_fp32_gflops", mm.ok() ? json(mm->gflops) : json(nullptr)},
+                  {"cur_mhz", c < static_cast<int>(cpu.cur_mhz.size()) ? NumOrNull(cpu.cur_mhz[c])
+                                                                       : json(nullptr)},
+                  {"max_mhz", c < static_cast<int>(cpu.max_mhz.size()) ? NumOrNull(cpu.max_mhz[c])
+                                                                       : json(nullptr)}};
+        cores.push_back(core);
+        if (ghz > 0) core_clock.push_back(ghz);
+        if (mm.ok()) core_mm.push_back(mm->gflops);
+      }
+    }
+    double clock_ghz = Median(core_clock);
+    cpu_json["effective_ghz"] = clock_ghz > 0 ? json(clock_ghz) : json(nullptr);
+    cpu_dev.clock_mhz = clock_ghz > 0 ? clock_ghz * 1000 : -1;
+    devices.front().clock_mhz = cpu_dev.clock_mhz;
+
+    // Whole-CPU matmul in fp32 and bf16 against the estimated peak. The clock used is the
+    // measured one when known (turbo included), else the nominal one.
+    const int threads = static_cast<int>(cpu.allowed_cpus.size());
+    const int cores_for_peak = cpu.physical_cores > 0 ? cpu.physical_cores : threads;
+    const double peak_ghz = clock_ghz > 0 ? clock_ghz : cpu.nominal_mhz / 1000;
+    const int n = opt.quick ? 512 : 1024;
+    for (const char* dtype : {"fp32", "bf16"}) {
+      json b{{"name", absl::StrCat("matmul_", dtype)}, {"device", "cpu"}, {"unit", "GFLOP/s"}};
+      double fpc = 0;
+      double peak = EstimateCpuPeakGflops(cpu, dtype, cores_for_peak, peak_ghz, &fpc);
+      b["peak"] = peak > 0 ? json(peak) : json(nullptr);
+      b["peak_estimated"] = true;
+      b["peak_formula"] = absl::StrCat(cores_for_peak, " cores x ", FormatGhz(peak_ghz), " GHz x ",
+                                       fpc, " FLOP/cycle");
+      b["size"] = absl::StrCat(n, "x", n, "x", n);
+      b["threads"] = threads;
+      absl::StatusOr<MatmulResult> mm = TorchMatmul(dtype, n, threads, window);
+      if (mm.ok()) {
+        b["value"] = mm->gflops;
+        b["fraction"] = peak > 0 ? json(mm->gflops / peak) : json(nullptr);
+      } else {
+        b["value"] = nullptr;
+        b["fraction"] = nullptr;
+        b["error"] = std::string(mm.status().message());
+      }
+      bench.push_back(b);
+    }
+    cpu_json["math_libraries"] = LoadedMathLibraries();
+    cpu_json["torch_version"] = TorchVersion();
+
+    // Memory bandwidth: triad against memcpy, same arrays, same threads, same run.
+    int64_t array_bytes = opt.triad_bytes;
+    if (array_bytes <= 0) {
+      array_bytes = std::max<int64_t>(4 * std::max<int64_t>(cpu.l3_bytes, 0),
+                                      opt.quick ? (32 << 20) : (64 << 20));
+      array_bytes = std::min<int64_t>(array_bytes, int64_t{256} << 20);
+      if (cpu.mem_available_bytes > 0) {
+        array_bytes = std::min<int64_t>(array_bytes, cpu.mem_available_bytes / 8);
+      }
+    }
+    json bw{{"name", "triad"}, {"device", "cpu"}, {"unit", "GB/s"}, {"reference", "memcpy"}};
+    absl::StatusOr<BandwidthResult> r = MeasureBandwidth(cpu.allowed_cpus, array_bytes, window);
+    if (r.ok()) {
+      bw["value"] = r->triad_gbps;
+      bw["reference_value"] = r->memcpy_gbps;
+      bw["fraction"] = r->memcpy_gbps > 0 ? json(r->triad_gbps / r->memcpy_gbps) : json(nullptr);
+      bw["array_bytes"] = r->array_bytes;
+      bw["threads"] = r->threads;
+    } else {
+      bw["value"] = nullptr;
+      bw["fraction"] = nullptr;
+      bw["error"] = std::string(r.status().message());
+    }
+    bench.push_back(bw);
+
+    // Throttling seen while we ran: thermal counters and the cgroup quota.
+    CpuInfo after = ReadCpuInfo(os);
+    int64_t thermal_events = 0;
+    for (size_t i = 0; i < after.throttle_count.size() && i < throttle_before.size(); ++i) {
+      if (after.throttle_count[i] >= 0 && throttle_before[i] >= 0) {
+        thermal_events += after.throttle_count[i] - throttle_before[i];
+      }
+    }
+    cpu_json["thermal_throttle_events"] = thermal_events;
+    cpu_json["cgroup_throttled_periods"] = (cg_before >= 0 && after.cgroup_nr_throttled >= 0)
+                                               ? json(after.cgroup_nr_throttled - cg_before)
+                                               : json(nullptr);
+    cpu_json["temperature_after_c"] = NumOrNull(after.temperature_c);
+    devices.front().temperature_c = std::max(cpu.temperature_c, after.temperature_c);
+    devices.front().throttled =
+        thermal_events > 0 || (cg_before >= 0 && after.cgroup_nr_throttled > cg_before);
+    if (thermal_events > 0) devices.front().throttle_reasons.push_back("thermal");
+    if (cg_before >= 0 && after.cgroup_nr_throttled > cg_before) {
+      devices.front().throttle_reasons.push_back("cgroup_quota");
+    }
+  }
+  json devs = json::array();
+  for (const DeviceStatus& d : devices) devs.push_back(DeviceToJson(d));
+  report["devices"] = devs;
+  report["cpu"] = cpu_json;
+  report["benchmarks"] = bench;
+  report["cores"] = cores;
+
+  std::vector<Check> checks = EvaluateDeviceReport(report, opt);
+  json cj = json::array();
+  bool passed = true;
+  std::string reason;
+  for (const Check& c : checks) {
+    cj.push_back({{"name", c.name},
+                  {"verdict", c.verdict},
+                  {"value", c.value},
+                  {"expected", c.expected},
+                  {"advice", c.advice}});
+    if (c.verdict == "fail") {
+      if (passed) reason = absl::StrCat(c.name, ": ", c.value);
+      passed = false;
+    }
+  }
+  report["checks"] = cj;
+  report["passed"] = passed;
+  report["reason"] = reason;
+  return report;
+}
+
+}  // namespace trainscope::device
