@@ -1,0 +1,115 @@
+// trainscope::launch — start one process per local device (or N on CPU) with the torchrun
+// environment, watch them, and stop the job as soon as one rank fails.
+//
+// Contract:
+//  - argv is exec'd directly (no shell), once per local rank, each in its own process
+//    group, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+//    MASTER_PORT, TRAINSCOPE_RUN_DIR set, device pinning (CUDA_VISIBLE_DEVICES /
+//    ASCEND_RT_VISIBLE_DEVICES) when devices exist, and CPU affinity per rank (NUMA-aware
+//    when /sys/devices/system/node is present).
+//  - Each rank's stdout and stderr go to <run_dir>/rank<R>/{stdout,stderr}.log and, live,
+//    to the launcher's stdout/stderr with a "[rank R] " prefix.
+//  - When a rank exits non-zero or dies by a signal, every other rank gets SIGTERM and, after
+//    `stop_grace`, SIGKILL (whole process groups): the launch ends within a bounded time.
+//    SIGINT/SIGTERM/SIGHUP sent to the launcher are forwarded the same way. Ranks get
+//    PR_SET_PDEATHSIG, so a killed launcher leaves no strays.
+//  - <run_dir>/launch.json records the job (format "trainscope.launch", version 1).
+// Launch() is not thread-safe (it installs signal handlers for its duration) and must be
+// called from a single-threaded process state (it forks).
+#ifndef TRAINSCOPE_LAUNCH_LAUNCH_H_
+#define TRAINSCOPE_LAUNCH_LAUNCH_H_
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainscope::launch {
+
+struct LaunchOptions {
+  std::vector<std::string> argv;  // the program and its arguments, passed as is
+  int nproc_per_node = 0;         // 0: one per local device (GPU / NPU), else 1
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;                         // 0: a free port (single node only)
+  std::string run_dir;                         // empty: ./trainscope-runs/launch-<UTC time>-<pid>
+  std::chrono::milliseconds stop_grace{5000};  // SIGTERM -> SIGKILL
+  bool bind_cpus = true;                       // sched_setaffinity per rank
+  bool live_output = true;                     // echo rank output with a prefix
+  FILE* live_stdout = stdout;                  // where rank stdout is echoed
+  FILE* live_stderr = stderr;
+  int tail_lines = 20;                     // log lines kept for the failure report
+  std::string sysfs_root = "/sys";         // topology source (tests use a fake tree)
+  std::string dev_root = "/dev";           // device nodes (nvidia*, davinci*)
+  std::map<std::string, std::string> env;  // extra variables for every rank
+};
+
+struct RankStatus {
+  int rank = 0;
+  int local_rank = 0;
+  int pid = -1;
+  bool exited = false;  // exited normally (exit_code valid)
+  int exit_code = -1;
+  int term_signal = 0;         // non-zero when killed by a signal
+  bool stopped_by_us = false;  // got SIGTERM/SIGKILL from the launcher
+  double start_s = 0;          // seconds since launch start: exec'd
+  double end_s = 0;            // seconds since launch start: reaped
+  std::vector<int> cpus;       // affinity given (empty: not bound)
+  std::string device;          // visible device given ("" when none)
+  std::string stdout_log;
+  std::string stderr_log;
+  std::vector<std::string> tail;  // last lines of output (stdout and stderr, in order)
+  bool failed() const { return !(exited && exit_code == 0); }
+};
+
+struct LaunchResult {
+  std::string run_dir;
+  std::string master_addr;
+  int master_port = 0;
+  int world_size = 0;
+  int nproc_per_node = 0;
+  double all_running_s = 0;  // launch start -> every rank exec'd
+  double total_s = 0;
+  int first_failed_rank = -1;  // -1: none failed on their own
+  std::string failure;         // one sentence on the first failure ("" when none)
+  int interrupted_by = 0;      // signal that interrupted the launcher (0: none)
+  std::vector<RankStatus> ranks;
+  bool ok() const { return first_failed_rank < 0 && interrupted_by == 0; }
+};
+
+// Runs the job to completion. Errors (nothing started, or every rank stopped): InvalidArgument
+// (bad options), NotFound (program cannot be executed, naming it), Internal (fork/pipe).
+// A rank failing is not an error: see LaunchResult::first_failed_rank / failure.
+absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
+
+// The launch summary as JSON (what launch.json holds).
+std::string LaunchResultJson(const LaunchResult& result, const LaunchOptions& options);
+
+// A TCP port that is free now on this host (bind to port 0 and read it back).
+absl::StatusOr<int> PickFreePort();
+
+// --- CPU placement (exposed for tests) ---
+// "0-3,8,10-11" -> {0,1,2,3,8,10,11}. InvalidArgument on malformed text.
+absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
+// CPUs of each NUMA node under <sysfs_root>/devices/system/node, restricted to `allowed`;
+// one node holding `allowed` when the topology is not known.
+std::vector<std::vector<int>> ReadNumaNodes(const std::string& sysfs_root,
+                                            const std::vector<int>& allowed);
+// Splits the CPUs among `nranks` ranks: ranks are spread over NUMA nodes in order
+// (rank i on node i * nodes / nranks) and share their node's CPUs evenly, so a rank never
+// straddles nodes. With more ranks than CPUs on a node, ranks share CPUs.
+std::vector<std::vector<int>> PlanAffinity(const std::vector<std::vector<int>>& nodes, int nranks);
+// Local devices: count of /dev/nvidia<N> or /dev/davinci<N>, and the variable that pins them.
+struct LocalDevices {
+  int count = 0;
+  std::string visible_var;  // "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES" or ""
+};
+LocalDevices DetectLocalDevices(const std::string& dev_root);
+
+}  // namespace trainscope::launch
+
+#endif  // TRAINSCOPE_LAUNCH_LAUNCH_H_

@@ -1,0 +1,211 @@
+// launch tests: real fork/exec of /bin/sh ranks, failures, signals, placement.
+#include "trainscope/launch/launch.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainscope::launch {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "ts_launch_XXXXXX").string();
+  return ::mkdtemp(tmpl.data());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+LaunchOptions Sh(const std::string& script, int n) {
+  LaunchOptions o;
+  o.argv = {"/bin/sh", "-c", script};
+  o.nproc_per_node = n;
+  o.run_dir = TempDir();
+  o.live_output = false;
+  o.stop_grace = std::chrono::milliseconds(1000);
+  o.dev_root = o.run_dir;  // no devices
+  return o;
+}
+
+TEST(PlacementTest, ParseCpuList) {
+  EXPECT_EQ(ParseCpuList("0-3,8,10-11").value(), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(ParseCpuList("5\n").value(), (std::vector<int>{5}));
+  EXPECT_FALSE(ParseCpuList("3-1").ok());
+  EXPECT_FALSE(ParseCpuList("a").ok());
+}
+
+TEST(PlacementTest, PlanKeepsRanksInsideNumaNodes) {
+  std::vector<std::vector<int>> nodes{{0, 1, 2, 3}, {4, 5, 6, 7}};
+  auto p = PlanAffinity(nodes, 4);
+  EXPECT_EQ(p[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(p[1], (std::vector<int>{2, 3}));
+  EXPECT_EQ(p[2], (std::vector<int>{4, 5}));
+  EXPECT_EQ(p[3], (std::vector<int>{6, 7}));
+  p = PlanAffinity(nodes, 1);
+  EXPECT_EQ(p[0], (std::vector<int>{0, 1, 2, 3}));
+  p = PlanAffinity({{0, 1}}, 3);  // more ranks than CPUs: share
+  EXPECT_EQ(p[0], (std::vector<int>{0}));
+  EXPECT_EQ(p[1], (std::vector<int>{1}));
+  EXPECT_EQ(p[2], (std::vector<int>{0}));
+  p = PlanAffinity({{0, 1, 2}}, 2);  // uneven split
+  EXPECT_EQ(p[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(p[1], (std::vector<int>{2}));
+}
+
+TEST(PlacementTest, ReadsNumaNodesAndDevicesFromFakeTrees) {
+  std::string root = TempDir();
+  for (auto [node, list] : {std::pair{"node0", "0-1"}, std::pair{"node1", "2-3"}}) {
+    std::filesystem::create_directories(root + "/devices/system/node/" + node);
+    std::ofstream(root + "/devices/system/node/" + node + "/cpulist") << list << "\n";
+  }
+  auto nodes = ReadNumaNodes(root, {0, 1, 2, 3, 9});
+  ASSERT_EQ(nodes.size(), 3u);  // cpu 9 in no node: its own group
+  EXPECT_EQ(nodes[1], (std::vector<int>{2, 3}));
+  EXPECT_EQ(nodes[2], (std::vector<int>{9}));
+  EXPECT_EQ(ReadNumaNodes("/nonexistent", {0, 1}).size(), 1u);
+
+  std::string dev = TempDir();
+  for (const char* f : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"})
+    std::ofstream(dev + "/" + f);
+  LocalDevices d = DetectLocalDevices(dev);
+  EXPECT_EQ(d.count, 2);
+  EXPECT_EQ(d.visible_var, "CUDA_VISIBLE_DEVICES");
+  std::string npu = TempDir();
+  std::ofstream(npu + "/davinci0");
+  std::ofstream(npu + "/davinci_manager");
+  EXPECT_EQ(DetectLocalDevices(npu).visible_var, "ASCEND_RT_VISIBLE_DEVICES");
+  EXPECT_EQ(DetectLocalDevices(root).count, 0);
+}
+
+TEST(LaunchTest, FourRanksGetTheTorchrunEnvironment) {
+  LaunchOptions o =
+      Sh("echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE "
+         "addr=$MASTER_ADDR port=$MASTER_PORT dir=$TRAINSCOPE_RUN_DIR; "
+         "grep Cpus_allowed_list /proc/self/status; echo oops >&2",
+         4);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok());
+  EXPECT_EQ(r->world_size, 4);
+  EXPECT_GT(r->master_port, 0);
+  ASSERT_EQ(r->ranks.size(), 4u);
+  const std::string abs_dir = std::filesystem::absolute(o.run_dir).string();
+  for (int i = 0; i < 4; ++i) {
+    const RankStatus& s = r->ranks[i];
+    EXPECT_EQ(s.exit_code, 0);
+    std::string out = ReadAll(s.stdout_log);
+    EXPECT_THAT(out, HasSubstr("rank=" + std::to_string(i) + " world=4 local=" + std::to_string(i) +
+                               " lws=4 addr=127.0.0.1 port=" + std::to_string(r->master_port) +
+                               " dir=" + abs_dir));
+    EXPECT_EQ(ReadAll(s.stderr_log), "oops\n");
+    ASSERT_FALSE(s.cpus.empty());
+    EXPECT_THAT(out, HasSubstr("Cpus_allowed_list:\t" + std::to_string(s.cpus.front())));
+  }
+  std::string json = ReadAll(o.run_dir + "/launch.json");
+  EXPECT_THAT(json, HasSubstr("\"format\": \"trainscope.launch\""));
+  EXPECT_LT(r->all_running_s, 1.0);
+}
+
+TEST(LaunchTest, FailingRankStopsTheOthersAndIsNamed) {
+  LaunchOptions o = Sh("if [ $RANK = 2 ]; then echo dying >&2; exit 3; fi; exec sleep 30", 4);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok());
+  EXPECT_EQ(r->first_failed_rank, 2);
+  EXPECT_THAT(r->failure, HasSubstr("rank 2"));
+  EXPECT_THAT(r->failure, HasSubstr("exited with code 3"));
+  EXPECT_LT(r->total_s, 5.0);
+  EXPECT_EQ(r->ranks[2].tail, std::vector<std::string>{"dying"});
+  for (int i : {0, 1, 3}) {
+    EXPECT_TRUE(r->ranks[i].stopped_by_us);
+    EXPECT_EQ(r->ranks[i].term_signal, SIGTERM);
+  }
+}
+
+TEST(LaunchTest, RankIgnoringSigtermIsKilledAfterGrace) {
+  LaunchOptions o = Sh("if [ $RANK = 0 ]; then sleep 0.2; exit 1; fi; trap '' TERM; sleep 30", 2);
+  o.stop_grace = std::chrono::milliseconds(500);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first_failed_rank, 0);
+  EXPECT_EQ(r->ranks[1].term_signal, SIGKILL);
+  EXPECT_LT(r->total_s, 3.0);
+}
+
+TEST(LaunchTest, RankKilledBySignalAndItsChildrenAreReaped) {
+  std::string pidfile = TempDir() + "/grandchild.pid";
+  LaunchOptions o = Sh("if [ $RANK = 1 ]; then sleep 60 & echo $! > " + pidfile +
+                           "; sleep 0.2; kill -9 $$; fi; exec sleep 30",
+                       2);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first_failed_rank, 1);
+  EXPECT_THAT(r->failure, HasSubstr("killed by SIGKILL"));
+  int gc = std::stoi(ReadAll(pidfile));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // No stray: the grandchild (same process group) is gone or a zombie being reaped by init.
+  std::string stat = ReadAll("/proc/" + std::to_string(gc) + "/stat");
+  EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos) << stat;
+}
+
+TEST(LaunchTest, SignalsAreForwarded) {
+  LaunchOptions o = Sh("trap 'echo got TERM; exit 7' TERM; sleep 30 & wait", 2);
+  std::thread sender([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(::getpid(), SIGTERM);
+  });
+  auto r = Launch(o);
+  sender.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->interrupted_by, SIGTERM);
+  EXPECT_FALSE(r->ok());
+  for (const auto& s : r->ranks) {
+    EXPECT_EQ(s.exit_code, 7);
+    EXPECT_EQ(s.tail, std::vector<std::string>{"got TERM"});
+  }
+}
+
+TEST(LaunchTest, MissingProgramIsNotFound) {
+  LaunchOptions o = Sh("", 2);
+  o.argv = {"/no/such/program", "x"};
+  auto r = Launch(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("/no/such/program"));
+}
+
+TEST(LaunchTest, BadOptions) {
+  LaunchOptions o = Sh("true", 1);
+  o.nnodes = 2;
+  EXPECT_THAT(std::string(Launch(o).status().message()), HasSubstr("--master-port is required"));
+  o.master_port = 29500;
+  o.node_rank = 2;
+  EXPECT_EQ(Launch(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LaunchTest, DevicePinningFollowsTheVisibleList) {
+  LaunchOptions o = Sh("echo dev=$CUDA_VISIBLE_DEVICES", 2);
+  o.dev_root = TempDir();
+  for (const char* f : {"nvidia0", "nvidia1", "nvidia2"}) std::ofstream(o.dev_root + "/" + f);
+  o.env["CUDA_VISIBLE_DEVICES"] = "2,0";
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ranks[0].tail, std::vector<std::string>{"dev=2"});
+  EXPECT_EQ(r->ranks[1].tail, std::vector<std::string>{"dev=0"});
+}
+
+}  // namespace
+}  // namespace trainscope::launch
