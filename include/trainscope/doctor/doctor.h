@@ -1,0 +1,110 @@
+// Doctor: every check a machine needs before it is trusted with a training job, in one
+// command and one report (`trainscope doctor`).
+//
+// Each part (env fingerprint, env check, device, comm, baseline training) runs as a CHILD
+// PROCESS of the trainscope binary with --json and a time budget, so that a crash or a
+// hang in one part cannot take doctor down, and no part is linked into doctor. A part's
+// JSON output is turned into one or more checks (name, verdict, value, expected, advice).
+// A part that cannot run (verb not built, no device, time-out) is a "skip" with the
+// reason; a part that ran and found a problem is a "fail" with what to do.
+//
+// Thread-safety: RunDoctor is meant to be called from one thread; the interrupt handling
+// (interrupt.h) is process-wide.
+#ifndef TRAINSCOPE_DOCTOR_DOCTOR_H_
+#define TRAINSCOPE_DOCTOR_DOCTOR_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace trainscope::doctor {
+
+// One part: the command line of a child process and its time budget.
+struct Part {
+  std::string name;               // "fingerprint", "env", "device", "comm", "train"
+  std::vector<std::string> argv;  // argv[0] is a path or a name looked up in PATH
+  double budget_s = 30;
+};
+
+struct Options {
+  std::string self_exe;  // the trainscope binary the default parts run
+  std::string run_dir;   // where report.md, report.json and parts/ go (created)
+  bool quick = false;    // the quick budgets (< 1 min in all on 2 cores)
+  // Parts to run, in order; empty: DefaultParts(self_exe, quick).
+  std::vector<Part> parts;
+  // Extra arguments appended to a part's argv, by part name (e.g. comm: --inject-error).
+  std::map<std::string, std::vector<std::string>> extra_args;
+  std::vector<std::string> skip;  // part names not to run (reported as skip)
+  // The whole run's budget; a part gets min(its budget, what is left). 0: 280 s, quick 55 s.
+  double total_budget_s = 0;
+  // Called before and after each part (progress lines); may be empty.
+  std::function<void(const std::string& line)> on_progress;
+};
+
+// The default parts and budgets (seconds):
+//                 fingerprint  env  device  comm  train   (total)
+//   full               30      60     60     60    150     280
+//   quick              10      15     15     15     25      55
+std::vector<Part> DefaultParts(const std::string& self_exe, bool quick);
+
+// One line of the summary table, and of `doctor --json`.
+struct Check {
+  std::string name;
+  std::string verdict;  // "pass", "warn", "fail", "skip"
+  std::string value;
+  std::string expected;
+  std::string advice;
+  std::string part;  // which part produced it
+};
+
+// How a part's child process ended.
+struct PartOutcome {
+  std::string name;
+  std::vector<std::string> argv;
+  bool started = false;  // false: skipped or not found
+  int exit_code = -1;    // valid when exited
+  int term_signal = 0;
+  bool timed_out = false;
+  double budget_s = 0;
+  double wall_s = 0;
+  std::string out, err;  // captured stdout / stderr
+  std::string skip_reason;
+};
+
+// Turns one part's outcome into checks. Pure: no I/O (tested with canned outcomes).
+// Rules: not started -> skip; time-out -> skip "timed out after N s"; exit 2 or "not
+// built yet" -> skip with the part's own message; killed by a signal -> fail; stdout not
+// JSON -> fail (exit != 0) or skip; otherwise the part's JSON is read (see doctor.cc).
+std::vector<Check> EvaluatePart(const PartOutcome& outcome);
+
+struct Report {
+  std::vector<Check> checks;
+  std::vector<PartOutcome> parts;
+  std::string run_dir;
+  bool interrupted = false;
+  double wall_s = 0;
+  int failures = 0, warnings = 0, skips = 0, passes = 0;
+  int exit_code() const;  // 1 if any fail (or interrupted), else 0
+};
+
+// Runs every part in order, within the budgets, writes the run directory (report.json,
+// report.md, parts/<name>.stdout|.stderr) and returns the report. Returns an error only
+// when the run directory cannot be written. Stops early (remaining parts skipped,
+// interrupted = true) when the process got SIGINT/SIGTERM (interrupt.h).
+absl::StatusOr<Report> RunDoctor(const Options& options);
+
+// report.json ("trainscope.doctor", version 1), the summary table, and report.md.
+nlohmann::json ReportToJson(const Report& report);
+std::string RenderTable(const Report& report);
+std::string RenderMarkdown(const Report& report);
+
+// runs/doctor-YYYYmmdd-HHMMSS under the current directory.
+std::string DefaultRunDir();
+
+}  // namespace trainscope::doctor
+
+#endif  // TRAINSCOPE_DOCTOR_DOCTOR_H_

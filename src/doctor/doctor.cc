@@ -1,0 +1,190 @@
+// RunDoctor: the parts in order, each a child process with a time budget; then the
+// report files. Reports (JSON, table, markdown) are in report.cc.
+#include "trainscope/doctor/doctor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "trainscope/core/env_vars.h"
+#include "trainscope/core/os.h"
+#include "trainscope/core/status.h"
+#include "trainscope/core/subprocess.h"
+#include "trainscope/core/table.h"
+#include "trainscope/doctor/interrupt.h"
+
+namespace trainscope::doctor {
+namespace {
+
+double NowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// NVIDIA devices listed by the device part: comm then runs one rank per GPU over NCCL.
+int NvidiaDevices(const PartOutcome& device) {
+  nlohmann::json j = nlohmann::json::parse(device.out, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return 0;
+  int n = 0;
+  for (const auto& d : j.value("devices", nlohmann::json::array()))
+    if (d.value("kind", "") == "nvidia" && d.value("online", false)) ++n;
+  return n;
+}
+
+}  // namespace
+
+std::vector<Part> DefaultParts(const std::string& self, bool quick) {
+  std::vector<Part> parts;
+  parts.push_back({"fingerprint", {self, "env", "fingerprint", "--json"}, quick ? 10.0 : 30.0});
+  parts.push_back({"env", {self, "env", "check", "--json"}, quick ? 15.0 : 60.0});
+  Part device{"device", {self, "selftest", "device", "--json"}, quick ? 15.0 : 60.0};
+  if (quick) device.argv.push_back("--quick");
+  parts.push_back(device);
+  Part comm{"comm",
+            {self, "selftest", "comm", "-n", "2", "--backend", "gloo", "--json"},
+            quick ? 15.0 : 60.0};
+  comm.argv.insert(comm.argv.end(), {"--max-bytes", quick ? "1048576" : "16777216"});
+  parts.push_back(comm);
+  Part train{"train", {self, "selftest", "train", "--json"}, quick ? 25.0 : 150.0};
+  if (quick) train.argv.push_back("--quick");
+  // The trainer stops itself before doctor's budget would kill it.
+  train.argv.insert(train.argv.end(), {"--max-seconds", FormatDouble(train.budget_s * 0.8, 0)});
+  parts.push_back(train);
+  return parts;
+}
+
+std::string DefaultRunDir() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "runs/doctor-%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+int Report::exit_code() const {
+  if (interrupted) return 130;
+  return failures > 0 ? 1 : 0;
+}
+
+absl::StatusOr<Report> RunDoctor(const Options& options) {
+  const double start = NowS();
+  Report report;
+  report.run_dir = options.run_dir.empty() ? DefaultRunDir() : options.run_dir;
+  if (absl::Status s = MakeDirs(report.run_dir + "/parts"); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create run directory ", report.run_dir, ": ", s.message()));
+  }
+  const bool defaults = options.parts.empty();
+  std::vector<Part> parts =
+      defaults ? DefaultParts(options.self_exe, options.quick) : options.parts;
+  const double total =
+      options.total_budget_s > 0 ? options.total_budget_s : (options.quick ? 55.0 : 280.0);
+  const double deadline = start + total;
+  auto progress = [&](const std::string& line) {
+    if (options.on_progress) options.on_progress(line);
+  };
+
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Part part = parts[i];
+    auto extra = options.extra_args.find(part.name);
+    if (extra != options.extra_args.end()) {
+      part.argv.insert(part.argv.end(), extra->second.begin(), extra->second.end());
+    }
+    // On GPUs, comm runs one rank per NVIDIA device over NCCL (defaults only).
+    if (defaults && part.name == "comm") {
+      for (const PartOutcome& o : report.parts) {
+        int gpus = o.name == "device" ? NvidiaDevices(o) : 0;
+        if (gpus >= 1) {
+          for (size_t k = 0; k + 1 < part.argv.size(); ++k) {
+            if (part.argv[k] == "-n") part.argv[k + 1] = std::to_string(std::max(gpus, 2));
+            if (part.argv[k] == "--backend") part.argv[k + 1] = gpus >= 2 ? "nccl" : "gloo";
+          }
+        }
+      }
+    }
+    PartOutcome o;
+    o.name = part.name;
+    o.argv = part.argv;
+    o.budget_s = part.budget_s;
+    const double left = deadline - NowS();
+    const std::string tag = absl::StrCat("[", i + 1, "/", parts.size(), "] ", part.name);
+    if (std::find(options.skip.begin(), options.skip.end(), part.name) != options.skip.end()) {
+      o.skip_reason = "skipped by --skip";
+    } else if (Interrupted()) {
+      o.skip_reason = "not run: interrupted";
+    } else if (left < 2) {
+      o.skip_reason =
+          absl::StrCat("not run: the doctor budget of ", FormatDouble(total, 0), " s was used up");
+    } else {
+      o.budget_s = std::min(part.budget_s, left);
+      progress(absl::StrCat(tag, ": running (budget ", FormatDouble(o.budget_s, 0), " s)"));
+      RunOptions ro;
+      ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.budget_s * 1000));
+      ro.kill_grace = std::chrono::milliseconds(2000);
+      ro.env[envvar::kNoProgress] = "1";
+      absl::StatusOr<RunResult> r = RunProcess(part.argv, ro);
+      if (!r.ok()) {
+        o.skip_reason = absl::StrCat("cannot start: ", r.status().message());
+      } else {
+        o.started = true;
+        o.exit_code = r->exit_code;
+        o.term_signal = r->term_signal;
+        o.timed_out = r->timed_out;
+        o.wall_s = r->wall_s;
+        o.out = std::move(r->out);
+        o.err = std::move(r->err);
+      }
+      // Anything the part left behind (ranks in their own process groups) goes now.
+      KillDescendants(std::chrono::milliseconds(500));
+      ReapExitedChildren();
+    }
+    if (o.started && Interrupted()) {
+      o.started = false;
+      o.skip_reason = "interrupted while running";
+    }
+    WriteFileAtomic(absl::StrCat(report.run_dir, "/parts/", part.name, ".stdout"), o.out)
+        .IgnoreError();
+    WriteFileAtomic(absl::StrCat(report.run_dir, "/parts/", part.name, ".stderr"), o.err)
+        .IgnoreError();
+    std::vector<Check> checks = EvaluatePart(o);
+    if (part.name == "fingerprint" && o.started && o.exit_code == 0) {
+      WriteFileAtomic(report.run_dir + "/fingerprint.json", o.out).IgnoreError();
+    }
+    std::string worst = "pass";
+    for (const Check& c : checks) {
+      if (c.verdict == "fail")
+        worst = "fail";
+      else if (c.verdict == "warn" && worst != "fail")
+        worst = "warn";
+      else if (c.verdict == "skip" && worst == "pass")
+        worst = "skip";
+    }
+    if (o.started || !o.skip_reason.empty()) {
+      progress(absl::StrCat(tag, ": ", worst,
+                            o.started ? absl::StrCat(" (", FormatDouble(o.wall_s, 1), " s)")
+                                      : absl::StrCat(" (", o.skip_reason, ")")));
+    }
+    report.checks.insert(report.checks.end(), checks.begin(), checks.end());
+    report.parts.push_back(std::move(o));
+  }
+  report.interrupted = Interrupted();
+  for (const Check& c : report.checks) {
+    if (c.verdict == "fail")
+      ++report.failures;
+    else if (c.verdict == "warn")
+      ++report.warnings;
+    else if (c.verdict == "skip")
+      ++report.skips;
+    else
+      ++report.passes;
+  }
+  report.wall_s = NowS() - start;
+  TS_RETURN_IF_ERROR(
+      WriteFileAtomic(report.run_dir + "/report.json", ReportToJson(report).dump(2) + "\n"));
+  TS_RETURN_IF_ERROR(WriteFileAtomic(report.run_dir + "/report.md", RenderMarkdown(report)));
+  return report;
+}
+
+}  // namespace trainscope::doctor

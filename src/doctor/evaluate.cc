@@ -1,0 +1,225 @@
+// EvaluatePart: from a part's exit status and --json output to summary checks. Each
+// part's schema is the one its verb documents (docs/formats.md); fields that are absent
+// are left out of the value rather than guessed.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "trainscope/core/table.h"
+#include "trainscope/doctor/doctor.h"
+
+namespace trainscope::doctor {
+namespace {
+
+using nlohmann::json;
+
+Check Make(const PartOutcome& o, std::string name, std::string verdict, std::string value,
+           std::string expected, std::string advice = "") {
+  return Check{std::move(name),     std::move(verdict), std::move(value),
+               std::move(expected), std::move(advice),  o.name};
+}
+
+// The last non-empty line of a stream, for "why" messages.
+std::string LastLine(const std::string& text) {
+  std::string t(absl::StripTrailingAsciiWhitespace(text));
+  size_t nl = t.rfind('\n');
+  std::string line = nl == std::string::npos ? t : t.substr(nl + 1);
+  line = std::string(absl::StripAsciiWhitespace(line));
+  if (line.size() > 200) line = line.substr(0, 197) + "...";
+  return line;
+}
+
+// Parses stdout as JSON; tolerates text before the document (a stray log line).
+bool ParseJson(const std::string& out, json* j) {
+  *j = json::parse(out, nullptr, false);
+  if (!j->is_discarded() && j->is_object()) return true;
+  size_t brace = out.find("\n{");
+  if (brace == std::string::npos) return false;
+  *j = json::parse(out.substr(brace + 1), nullptr, false);
+  return !j->is_discarded() && j->is_object();
+}
+
+double Num(const json& j, const char* key, double fallback = NAN) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::vector<Check> Fingerprint(const PartOutcome& o, const json& j) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items())
+    if (v.is_object() || v.is_array()) keys.push_back(k);
+  std::string value = absl::StrCat("captured: ", keys.size(), " sections");
+  if (!keys.empty()) absl::StrAppend(&value, " (", absl::StrJoin(keys, ", "), ")");
+  return {Make(o, "env.fingerprint", "pass", value, "a fingerprint document",
+               "saved as fingerprint.json in the run dir; compare two machines with "
+               "`trainscope env diff A.json B.json`")};
+}
+
+// env check: one summary check plus one check per error or warning finding.
+std::vector<Check> EnvCheck(const PartOutcome& o, const json& j) {
+  std::vector<Check> out;
+  const json findings = j.value("findings", json::array());
+  int errors = 0, warnings = 0, infos = 0;
+  std::vector<Check> per;
+  for (const json& f : findings) {
+    std::string sev = Str(f, "severity");
+    if (sev == "error")
+      ++errors;
+    else if (sev == "warning")
+      ++warnings;
+    else
+      ++infos;
+    if (sev != "error" && sev != "warning") continue;
+    std::string value = Str(f, "what");
+    if (!Str(f, "evidence").empty()) absl::StrAppend(&value, " (", Str(f, "evidence"), ")");
+    per.push_back(Make(o, absl::StrCat("env.", Str(f, "id")), sev == "error" ? "fail" : "warn",
+                       value, "no finding", Str(f, "fix")));
+  }
+  errors = static_cast<int>(Num(j, "errors", errors));
+  warnings = static_cast<int>(Num(j, "warnings", warnings));
+  bool passed = j.value("passed", errors == 0);
+  std::string verdict = (!passed || errors > 0) ? "fail" : (warnings > 0 ? "warn" : "pass");
+  std::string advice;
+  for (const Check& c : per) {
+    if (!c.advice.empty()) {
+      advice = absl::StrCat(c.name, ": ", c.advice);
+      break;
+    }
+  }
+  out.push_back(Make(o, "env.check", verdict,
+                     absl::StrCat(errors, " errors, ", warnings, " warnings, ", infos, " notes"),
+                     "0 errors", advice));
+  out.insert(out.end(), per.begin(), per.end());
+  return out;
+}
+
+// selftest device publishes its own checks; doctor takes them as they are.
+std::vector<Check> Device(const PartOutcome& o, const json& j) {
+  std::vector<Check> out;
+  for (const json& c : j.value("checks", json::array())) {
+    out.push_back(Make(o, Str(c, "name"), Str(c, "verdict"), Str(c, "value"), Str(c, "expected"),
+                       Str(c, "advice")));
+  }
+  if (out.empty()) {
+    bool passed = j.value("passed", o.exit_code == 0);
+    out.push_back(Make(o, "device", passed ? "pass" : "fail", Str(j, "reason"), "passed",
+                       passed ? "" : "run `trainscope selftest device` for details"));
+  }
+  return out;
+}
+
+std::vector<Check> Comm(const PartOutcome& o, const json& j) {
+  const json results = j.value("results", json::array());
+  int wrong = 0;
+  const json* largest = nullptr;
+  for (const json& r : results) {
+    if (!r.value("correct", true)) ++wrong;
+    if (Str(r, "op") == "allreduce" || Str(r, "op") == "all_reduce" || largest == nullptr) {
+      if (!largest || Num(r, "bytes", 0) >= Num(*largest, "bytes", 0)) largest = &r;
+    }
+  }
+  std::string value = absl::StrCat(Str(j, "backend"), " x ", j.value("world_size", 0), " ranks");
+  if (largest != nullptr) {
+    absl::StrAppend(&value, ", ", Str(*largest, "op"), " ", FormatBytes(Num(*largest, "bytes", 0)),
+                    ": busbw ", FormatDouble(Num(*largest, "busbw_gbps", 0), 2), " GB/s");
+  }
+  absl::StrAppend(&value, ", ", results.size() - wrong, "/", results.size(), " correct");
+  bool passed = j.value("passed", o.exit_code == 0 && wrong == 0) && wrong == 0;
+  std::string advice;
+  if (!passed) {
+    std::string reason = Str(j, "reason");
+    advice = wrong > 0 ? "collectives return wrong results: do not train on this machine; rerun "
+                         "`trainscope selftest comm` per backend and check the interconnect and "
+                         "library versions (env check)"
+                       : "the collective test did not pass: rerun `trainscope selftest comm` and "
+                         "check the rendezvous (MASTER_ADDR/PORT, firewall) and timeouts";
+    if (!reason.empty()) advice = absl::StrCat(reason, ". ", advice);
+  }
+  return {Make(o, "comm", passed ? "pass" : "fail", value, "every size correct", advice)};
+}
+
+std::vector<Check> Train(const PartOutcome& o, const json& j) {
+  std::vector<std::string> parts;
+  double l0 = Num(j, "loss_start"), l1 = Num(j, "loss_end");
+  if (!std::isnan(l0) && !std::isnan(l1)) {
+    parts.push_back(absl::StrCat("loss ", FormatDouble(l0, 3), " -> ", FormatDouble(l1, 3)));
+  }
+  if (!std::isnan(Num(j, "steps"))) parts.push_back(absl::StrCat(Num(j, "steps"), " steps"));
+  if (!std::isnan(Num(j, "tokens_per_s"))) {
+    parts.push_back(
+        absl::StrCat(FormatCount(static_cast<long long>(Num(j, "tokens_per_s"))), " tokens/s"));
+  }
+  if (!std::isnan(Num(j, "mfu"))) {
+    parts.push_back(absl::StrCat("MFU ", FormatDouble(100 * Num(j, "mfu"), 1), "%"));
+  }
+  bool passed = j.value("passed", o.exit_code == 0);
+  std::string advice;
+  if (!passed) {
+    std::string reason = Str(j, "reason");
+    advice =
+        "the baseline run did not converge as expected: rerun `trainscope selftest train` "
+        "and check the learning rate, data and numerics (NaN, loss scale) before real "
+        "training";
+    if (!reason.empty()) advice = absl::StrCat(reason, ". ", advice);
+  }
+  return {Make(o, "train", passed ? "pass" : "fail", absl::StrJoin(parts, ", "),
+               "loss falls, run completes", advice)};
+}
+
+}  // namespace
+
+std::vector<Check> EvaluatePart(const PartOutcome& o) {
+  const std::string name = o.name == "env"           ? "env.check"
+                           : o.name == "fingerprint" ? "env.fingerprint"
+                                                     : o.name;
+  if (!o.started) {
+    return {Make(o, name, "skip", o.skip_reason, "runs", "")};
+  }
+  if (o.timed_out) {
+    return {Make(
+        o, name, "skip",
+        absl::StrCat("timed out after ", FormatDouble(o.budget_s, 0), " s (its budget)"),
+        "finishes within the budget",
+        absl::StrCat("run `",
+                     absl::StrJoin(o.argv.begin() + (o.argv.empty() ? 0 : 1), o.argv.end(), " "),
+                     "` alone to see where it hangs"))};
+  }
+  if (o.term_signal != 0) {
+    return {Make(o, name, "fail", absl::StrCat("crashed with signal ", o.term_signal),
+                 "exits normally",
+                 absl::StrCat("the part crashed: rerun it alone; stderr: ", LastLine(o.err)))};
+  }
+  json j;
+  bool has_json = ParseJson(o.out, &j);
+  if (!has_json) {
+    std::string why = LastLine(o.err.empty() ? o.out : o.err);
+    // Exit 2: the verb could not run here (not built, bad usage, missing input).
+    if (o.exit_code == 2 || absl::StrContains(o.err, "not built yet")) {
+      return {Make(o, name, "skip", absl::StrCat("cannot run: ", why), "runs", "")};
+    }
+    if (o.exit_code == 0) {
+      return {Make(o, name, "skip", "ran but printed no JSON report", "a --json report", why)};
+    }
+    return {Make(o, name, "fail", absl::StrCat("exit ", o.exit_code, ": ", why), "exit 0",
+                 "rerun the part alone for details")};
+  }
+  if (o.name == "fingerprint") return Fingerprint(o, j);
+  if (o.name == "env") return EnvCheck(o, j);
+  if (o.name == "device") return Device(o, j);
+  if (o.name == "comm") return Comm(o, j);
+  if (o.name == "train") return Train(o, j);
+  // Unknown part: its "passed" field, or its exit status.
+  bool passed = j.value("passed", o.exit_code == 0);
+  return {Make(o, name, passed ? "pass" : "fail", Str(j, "reason"), "passed",
+               passed ? "" : "rerun the part alone for details")};
+}
+
+}  // namespace trainscope::doctor

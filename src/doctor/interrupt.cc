@@ -1,0 +1,169 @@
+#include "trainscope/doctor/interrupt.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace trainscope::doctor {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};
+int g_pipe[2] = {-1, -1};
+std::once_flag g_once;
+
+void OnSignal(int sig) {
+  g_interrupted.store(true);
+  g_signal.store(sig);
+  char c = 1;
+  ssize_t ignored = write(g_pipe[1], &c, 1);  // async-signal-safe
+  (void)ignored;
+}
+
+struct ProcStat {
+  pid_t ppid = 0;
+  pid_t pgrp = 0;
+  char state = '?';
+};
+
+// /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and ')'.
+bool ReadStat(pid_t pid, ProcStat* st) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  char* close = std::strrchr(buf, ')');
+  if (!close) return false;
+  int ppid = 0, pgrp = 0;
+  char state = '?';
+  if (std::sscanf(close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return false;
+  st->ppid = ppid;
+  st->pgrp = pgrp;
+  st->state = state;
+  return true;
+}
+
+std::map<pid_t, ProcStat> AllProcesses() {
+  std::map<pid_t, ProcStat> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (!end || *end || pid <= 0) continue;
+    ProcStat st;
+    if (ReadStat(static_cast<pid_t>(pid), &st)) out[static_cast<pid_t>(pid)] = st;
+  }
+  closedir(d);
+  return out;
+}
+
+std::vector<pid_t> DescendantsOf(pid_t root, const std::map<pid_t, ProcStat>& procs,
+                                 bool include_zombies) {
+  std::multimap<pid_t, pid_t> children;
+  for (const auto& [pid, st] : procs) children.emplace(st.ppid, pid);
+  std::vector<pid_t> out, stack = {root};
+  while (!stack.empty()) {
+    pid_t p = stack.back();
+    stack.pop_back();
+    auto range = children.equal_range(p);
+    for (auto it = range.first; it != range.second; ++it) {
+      stack.push_back(it->second);
+      if (include_zombies || procs.at(it->second).state != 'Z') out.push_back(it->second);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void InstallInterruptHandler(std::chrono::milliseconds grace) {
+  std::call_once(g_once, [grace] {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (pipe2(g_pipe, O_CLOEXEC) != 0) return;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);
+    std::thread([grace] {
+      char c;
+      while (true) {
+        ssize_t r = read(g_pipe[0], &c, 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return;
+        KillDescendants(grace);
+      }
+    }).detach();
+  });
+}
+
+bool Interrupted() { return g_interrupted.load(); }
+int InterruptSignal() { return g_signal.load(); }
+
+std::vector<pid_t> Descendants(pid_t root) { return DescendantsOf(root, AllProcesses(), false); }
+
+// Kill loop: SIGTERM to each live descendant and to its process group (unless it is our
+// own group), then poll every 20 ms; after `grace`, SIGKILL. Orphans re-parented to us
+// (we are a subreaper) show up as new direct children and are reaped here; the direct
+// children we had at the start belong to a RunProcess call, which reaps them itself.
+int KillDescendants(std::chrono::milliseconds grace) {
+  const pid_t self = getpid();
+  const pid_t self_pgrp = getpgrp();
+  std::set<pid_t> original_children;
+  std::set<pid_t> signalled;
+  {
+    auto procs = AllProcesses();
+    for (const auto& [pid, st] : procs)
+      if (st.ppid == self) original_children.insert(pid);
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto hard_end = start + grace + std::chrono::seconds(1);
+  bool killing = false;
+  while (std::chrono::steady_clock::now() < hard_end) {
+    auto procs = AllProcesses();
+    for (const auto& [pid, st] : procs) {
+      if (st.ppid == self && st.state == 'Z' && !original_children.count(pid)) {
+        waitpid(pid, nullptr, WNOHANG);
+      }
+    }
+    std::vector<pid_t> live = DescendantsOf(self, procs, false);
+    if (live.empty()) break;
+    if (!killing && std::chrono::steady_clock::now() - start >= grace) killing = true;
+    const int sig = killing ? SIGKILL : SIGTERM;
+    for (pid_t pid : live) {
+      const ProcStat& st = procs.at(pid);
+      if (st.pgrp > 0 && st.pgrp != self_pgrp) kill(-st.pgrp, sig);
+      kill(pid, sig);
+      signalled.insert(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return static_cast<int>(signalled.size());
+}
+
+void ReapExitedChildren() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+}  // namespace trainscope::doctor

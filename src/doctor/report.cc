@@ -1,0 +1,101 @@
+// Doctor's outputs: report.json ("trainscope.doctor" v1, docs/formats.md "Doctor report"),
+// the summary table printed to the terminal, and report.md.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "trainscope/core/table.h"
+#include "trainscope/doctor/doctor.h"
+
+namespace trainscope::doctor {
+
+nlohmann::json ReportToJson(const Report& r) {
+  using nlohmann::json;
+  json checks = json::array();
+  for (const Check& c : r.checks) {
+    checks.push_back({{"name", c.name},
+                      {"verdict", c.verdict},
+                      {"value", c.value},
+                      {"expected", c.expected},
+                      {"advice", c.advice},
+                      {"part", c.part}});
+  }
+  json parts = json::array();
+  for (const PartOutcome& o : r.parts) {
+    json p{{"name", o.name},
+           {"argv", o.argv},
+           {"started", o.started},
+           {"budget_s", o.budget_s},
+           {"wall_s", o.wall_s},
+           {"timed_out", o.timed_out},
+           {"stdout_file", absl::StrCat("parts/", o.name, ".stdout")},
+           {"stderr_file", absl::StrCat("parts/", o.name, ".stderr")}};
+    p["exit_code"] = o.started && o.term_signal == 0 ? json(o.exit_code) : json(nullptr);
+    p["signal"] = o.term_signal ? json(o.term_signal) : json(nullptr);
+    p["skip_reason"] = o.skip_reason;
+    parts.push_back(p);
+  }
+  return json{{"format", "trainscope.doctor"},
+              {"version", 1},
+              {"passed", r.failures == 0 && !r.interrupted},
+              {"interrupted", r.interrupted},
+              {"run_dir", r.run_dir},
+              {"wall_s", r.wall_s},
+              {"summary",
+               {{"pass", r.passes}, {"warn", r.warnings}, {"fail", r.failures}, {"skip", r.skips}}},
+              {"checks", checks},
+              {"parts", parts}};
+}
+
+namespace {
+
+std::string Verdict(const std::string& v) {
+  if (v == "fail") return "FAIL";
+  if (v == "warn") return "warn";
+  return v;
+}
+
+std::string Summary(const Report& r) {
+  std::string s = absl::StrCat(r.passes, " pass, ", r.warnings, " warn, ", r.failures, " fail, ",
+                               r.skips, " skip in ", FormatDouble(r.wall_s, 1), " s");
+  if (r.interrupted) return absl::StrCat("doctor: INTERRUPTED (", s, ")");
+  return absl::StrCat("doctor: ", r.failures ? "FAILED" : "PASSED", " (", s, ")");
+}
+
+}  // namespace
+
+std::string RenderTable(const Report& r) {
+  Table t({"check", "verdict", "value", "expected", "advice"});
+  for (const Check& c : r.checks)
+    t.AddRow({c.name, Verdict(c.verdict), c.value, c.expected, c.advice});
+  return absl::StrCat(t.Render(70), "\n", Summary(r), "\nreport: ", r.run_dir, "/report.md\n");
+}
+
+std::string RenderMarkdown(const Report& r) {
+  auto cell = [](const std::string& s) {
+    return absl::StrReplaceAll(s, {{"|", "\\|"}, {"\n", " "}});
+  };
+  std::string md = "# trainscope doctor report\n\n";
+  absl::StrAppend(&md, Summary(r), "\n\n");
+  md += "| check | verdict | value | expected | advice |\n|---|---|---|---|---|\n";
+  for (const Check& c : r.checks) {
+    absl::StrAppend(&md, "| ", cell(c.name), " | ", Verdict(c.verdict), " | ", cell(c.value), " | ",
+                    cell(c.expected), " | ", cell(c.advice), " |\n");
+  }
+  md +=
+      "\n## Parts\n\n| part | command | exit | time | budget | note |\n|---|---|---|---|---|---|\n";
+  for (const PartOutcome& o : r.parts) {
+    std::string exit = !o.started      ? "-"
+                       : o.term_signal ? absl::StrCat("signal ", o.term_signal)
+                       : o.timed_out   ? "timed out"
+                                       : absl::StrCat(o.exit_code);
+    absl::StrAppend(&md, "| ", o.name, " | `", cell(absl::StrJoin(o.argv, " ")), "` | ", exit,
+                    " | ", FormatDouble(o.wall_s, 1), " s | ", FormatDouble(o.budget_s, 0), " s | ",
+                    cell(o.skip_reason), " |\n");
+  }
+  md +=
+      "\nEach part's output is in `parts/<part>.stdout` and `parts/<part>.stderr`; the "
+      "machine's fingerprint in `fingerprint.json`.\n";
+  return md;
+}
+
+}  // namespace trainscope::doctor
