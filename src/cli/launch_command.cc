@@ -1,16 +1,155 @@
-// Placeholder registered until the module's issue lands; replaced by the real command.
-#include "cli/command.h"
-
+// `trainscope launch [-n N] [--nnodes K --node-rank R --master-addr A --master-port P]
+//                    [--run-dir DIR] -- CMD ARGS...`
+// One process per local device (or N on CPU) with the torchrun environment; see
+// include/trainscope/launch/launch.h for the contract.
 #include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "trainscope/core/exit.h"
+#include "trainscope/launch/launch.h"
 
 namespace trainscope::cli {
+namespace {
+
+struct LaunchFlags {
+  int nproc = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string run_dir;
+  double stop_grace_s = 5;
+  bool no_bind = false;
+  bool quiet = false;
+  bool json = false;
+  int tail_lines = 20;
+};
+
+// CLI11 splits the program's words between the `command` positional (plain words, and
+// everything after `--`) and remaining() (dash words), losing their order. Every word from
+// the program's first word to the end of the command line is one or the other, so the
+// program is the last (positional + remaining) words of /proc/self/cmdline, in order.
+std::vector<std::string> ProgramArgv(const std::vector<std::string>& positional,
+                                     const std::vector<std::string>& remaining) {
+  std::vector<std::string> cmdline;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string word;
+  while (std::getline(in, word, '\0')) cmdline.push_back(word);
+  size_t n = positional.size() + remaining.size();
+  if (n == 0 || n > cmdline.size()) {
+    std::vector<std::string> out = positional;
+    out.insert(out.end(), remaining.begin(), remaining.end());
+    return out;
+  }
+  return std::vector<std::string>(cmdline.end() - static_cast<long>(n), cmdline.end());
+}
+
+int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
+  if (!argv.empty() && argv.front() == "--") {
+    argv.erase(argv.begin());
+  } else if (!argv.empty() && argv.front().size() > 1 && argv.front()[0] == '-') {
+    std::fprintf(stderr,
+                 "trainscope launch: error: unknown option %s\n"
+                 "usage: trainscope launch [-n N] [options] -- CMD ARGS... (see --help)\n",
+                 argv.front().c_str());
+    return kExitUsage;
+  }
+  if (argv.empty()) {
+    std::fprintf(stderr,
+                 "trainscope launch: error: no program given\n"
+                 "usage: trainscope launch [-n N] [options] -- CMD ARGS...\n");
+    return kExitUsage;
+  }
+  if (f.stop_grace_s < 0) {
+    std::fprintf(stderr, "trainscope launch: error: --stop-grace-s must be >= 0\n");
+    return kExitUsage;
+  }
+  launch::LaunchOptions o;
+  o.argv = std::move(argv);
+  o.nproc_per_node = f.nproc;
+  o.nnodes = f.nnodes;
+  o.node_rank = f.node_rank;
+  o.master_addr = f.master_addr;
+  o.master_port = f.master_port;
+  o.run_dir = f.run_dir;
+  o.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(f.stop_grace_s * 1000));
+  o.bind_cpus = !f.no_bind;
+  o.live_output = !f.quiet;
+  o.live_stdout = f.json ? stderr : stdout;  // --json keeps stdout for the summary
+  o.tail_lines = f.tail_lines;
+  auto r = launch::Launch(o);
+  if (!r.ok()) return ReportAndExitCode("launch", r.status());
+  if (f.json) std::printf("%s\n", launch::LaunchResultJson(*r, o).c_str());
+  if (r->interrupted_by != 0) {
+    std::fprintf(stderr,
+                 "trainscope launch: interrupted by signal %d; stopped %d ranks (logs: %s)\n",
+                 r->interrupted_by, r->world_size, r->run_dir.c_str());
+    return 128 + r->interrupted_by;
+  }
+  if (r->first_failed_rank >= 0) {
+    const launch::RankStatus* bad = nullptr;
+    int stopped = 0;
+    for (const auto& s : r->ranks) {
+      if (s.rank == r->first_failed_rank) bad = &s;
+      if (s.stopped_by_us) ++stopped;
+    }
+    std::fprintf(stderr, "trainscope launch: error: %s; stopped the other %d rank%s\n",
+                 r->failure.c_str(), stopped, stopped == 1 ? "" : "s");
+    if (bad != nullptr) {
+      std::fprintf(stderr, "last %zu lines of rank %d (%s, %s):\n", bad->tail.size(), bad->rank,
+                   bad->stdout_log.c_str(), bad->stderr_log.c_str());
+      for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
+    }
+    std::fprintf(stderr,
+                 "hint: read the failing rank's log above; the others were stopped by "
+                 "the launcher, not by their own error\n");
+    return kExitProblems;
+  }
+  if (!f.quiet) {
+    std::fprintf(stderr, "trainscope launch: %d rank%s finished OK in %.2f s (logs: %s)\n",
+                 r->world_size / std::max(f.nnodes, 1), r->nproc_per_node == 1 ? "" : "s",
+                 r->total_s, r->run_dir.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 void RegisterLaunchCommand(CLI::App& parent, CommandContext& ctx) {
-  CLI::App* cmd = parent.add_subcommand("launch", "one process per device");
+  auto flags = std::make_shared<LaunchFlags>();
+  CLI::App* cmd = parent.add_subcommand(
+      "launch", "run CMD as one process per local device (or -n N on CPU), torchrun-style");
+  cmd->add_option("-n,--nproc-per-node", flags->nproc,
+                  "processes on this node (default: one per GPU/NPU, else 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nnodes", flags->nnodes, "number of nodes")->check(CLI::PositiveNumber);
+  cmd->add_option("--node-rank", flags->node_rank, "this node's rank (0..nnodes-1)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--master-addr", flags->master_addr, "host of rank 0's rendezvous store");
+  cmd->add_option("--master-port", flags->master_port,
+                  "rendezvous port (default: a free one; required with --nnodes > 1)")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--run-dir", flags->run_dir,
+                  "run directory for rank<R>/ logs and launch.json (default runs/launch-...)");
+  cmd->add_option("--stop-grace-s", flags->stop_grace_s,
+                  "seconds between SIGTERM and SIGKILL when stopping ranks");
+  cmd->add_option("--tail", flags->tail_lines, "log lines shown for a failed rank")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-bind-cpus", flags->no_bind, "do not set CPU affinity per rank");
+  cmd->add_flag("-q,--quiet", flags->quiet, "do not echo rank output (logs are still written)");
+  cmd->add_flag("--json", flags->json, "print the launch summary as JSON on stdout");
+  cmd->prefix_command();
+  cmd->footer(
+      "Everything after the first non-option argument (or after --) is the program "
+      "and its arguments, passed as is (no shell).");
+  auto positional = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("command", *positional, "the program and its arguments");
   cmd->allow_extras();
-  cmd->callback([&ctx] {
-    std::fprintf(stderr, "trainscope launch: not built yet\n");
-    ctx.exit_code = 2;
+  cmd->callback([cmd, flags, positional, &ctx] {
+    ctx.exit_code = RunLaunch(*flags, ProgramArgv(*positional, cmd->remaining()));
   });
 }
 

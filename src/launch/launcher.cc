@@ -154,7 +154,7 @@ std::string DefaultRunDir() {
   ::gmtime_r(&now, &utc);
   char buf[64];
   std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &utc);
-  return absl::StrCat("trainscope-runs/launch-", buf, "-", ::getpid());
+  return absl::StrCat("runs/launch-", buf, "-", ::getpid());
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ struct LaunchOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;                         // 0: a free port (single node only)
-  std::string run_dir;                         // empty: ./trainscope-runs/launch-<UTC time>-<pid>
+  std::string run_dir;                         // empty: ./runs/launch-<UTC time>-<pid>
   std::chrono::milliseconds stop_grace{5000};  // SIGTERM -> SIGKILL
   bool bind_cpus = true;                       // sched_setaffinity per rank
   bool live_output = true;                     // echo rank output with a prefix
