@@ -1,17 +1,101 @@
-// Placeholder registered until the module's issue lands; replaced by the real command.
-#include "cli/command.h"
-
+// `trainscope trace analyze PATH... [--json] [--export FILE]`: per-rank and per-step breakdown of
+// profiler traces, stragglers across ranks, and findings (src/trace).
 #include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "trainscope/core/exit.h"
+#include "trainscope/core/os.h"
+#include "trainscope/trace/analysis.h"
+#include "trainscope/trace/trace.h"
 
 namespace trainscope::cli {
+namespace {
+
+struct TraceArgs {
+  std::vector<std::string> paths;
+  bool json = false;
+  std::string export_path;
+  trace::AnalyzeOptions analyze;
+  bool strict = false;
+};
+
+int RunAnalyze(const TraceArgs& a) {
+  auto paths = trace::ExpandTracePaths(a.paths);
+  if (!paths.ok()) return ReportAndExitCode("trace analyze", paths.status());
+  std::vector<trace::RankTrace> traces;
+  for (const std::string& p : *paths) {
+    auto t = trace::ReadRankTrace(p);
+    if (!t.ok()) return ReportAndExitCode("trace analyze", t.status());
+    const auto& s = t->stats;
+    if (s.truncated || s.malformed || s.missing_fields || s.unknown_category || s.out_of_order ||
+        s.ids_above_2p53) {
+      std::fprintf(
+          stderr,
+          "trainscope trace analyze: warning: %s: %lld malformed, %lld missing fields, "
+          "%lld unknown category, %lld out of order, %lld ids above 2^53%s\n",
+          p.c_str(), static_cast<long long>(s.malformed), static_cast<long long>(s.missing_fields),
+          static_cast<long long>(s.unknown_category), static_cast<long long>(s.out_of_order),
+          static_cast<long long>(s.ids_above_2p53),
+          s.truncated ? (", truncated at byte " + std::to_string(s.truncated_at_byte)).c_str()
+                      : "");
+      for (const std::string& w : s.warnings)
+        std::fprintf(stderr, "trainscope trace analyze: warning: %s: %s\n", p.c_str(), w.c_str());
+      if (a.strict) {
+        std::fprintf(stderr, "trainscope trace analyze: error: %s: bad records (--strict)\n",
+                     p.c_str());
+        return kExitUsage;
+      }
+    }
+    if (t->events.empty() && t->ascend_steps.empty() && t->phase_steps.empty()) {
+      return ReportAndExitCode("trace analyze",
+                               absl::InvalidArgumentError(p + ": no usable events in the trace"));
+    }
+    traces.push_back(std::move(*t));
+  }
+  trace::Report rep = trace::AnalyzeRanks(&traces, a.analyze);
+  if (!a.export_path.empty()) {
+    absl::Status s = WriteFileAtomic(a.export_path, trace::ExportChromeTrace(rep).dump() + "\n");
+    if (!s.ok()) return ReportAndExitCode("trace analyze", s);
+  }
+  if (a.json) {
+    std::cout << trace::ReportToJson(rep).dump(2) << "\n";
+  } else {
+    std::cout << trace::ReportToText(rep);
+    if (!a.export_path.empty())
+      std::cout << "\nexported the per-step summary to " << a.export_path
+                << " (open it in https://ui.perfetto.dev)\n";
+  }
+  for (const auto& f : rep.findings)
+    if (f.severity == "error") return kExitProblems;
+  for (const auto& r : rep.ranks)
+    for (const auto& f : r.findings)
+      if (f.severity == "error") return kExitProblems;
+  return kExitOk;
+}
+
+}  // namespace
 
 void RegisterTraceCommand(CLI::App& parent, CommandContext& ctx) {
   CLI::App* cmd = parent.add_subcommand("trace", "profiler trace analysis");
-  cmd->allow_extras();
-  cmd->callback([&ctx] {
-    std::fprintf(stderr, "trainscope trace: not built yet\n");
-    ctx.exit_code = 2;
-  });
+  cmd->require_subcommand(1);
+  auto args = std::make_shared<TraceArgs>();
+  CLI::App* an = cmd->add_subcommand(
+      "analyze",
+      "per-rank, per-step time breakdown, iteration gap, top operators, stragglers and findings "
+      "from PyTorch/Kineto Chrome traces (.json, .json.gz), torch_npu output, or trainscope "
+      "phase logs (.jsonl); one file or directory per rank");
+  an->add_option("paths", args->paths, "trace files or directories (one per rank)")->required();
+  an->add_flag("--json", args->json, "print the analysis as JSON");
+  an->add_option("--export", args->export_path,
+                 "write a Chrome trace of the per-step summary (opens in Perfetto)");
+  an->add_option("--gap-threshold", args->analyze.iteration_gap_threshold_pct,
+                 "flag steps whose iteration gap exceeds this percentage (default 20)");
+  an->add_option("--top", args->analyze.top_k, "rows in the top operator/kernel tables (10)");
+  an->add_flag("--strict", args->strict, "bad records in a trace are an error (exit 2)");
+  an->callback([&ctx, args] { ctx.exit_code = RunAnalyze(*args); });
 }
 
 }  // namespace trainscope::cli

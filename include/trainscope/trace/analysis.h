@@ -1,0 +1,113 @@
+// Analyses of per-rank traces (trace.h), and the report of `trainscope trace analyze`.
+//
+// Definitions (docs/metrics.md "Trace breakdown"):
+//   - temporal breakdown (HTA): over device kernels, kernel_time = last end - first start,
+//     idle = kernel_time - union(all kernels), compute = union(compute kernels),
+//     non_compute = kernel_time - compute - idle. Without device activity the same three
+//     shares are taken over the main thread's step time (basis "host"): compute = forward +
+//     backward + optimizer, non_compute = communication and waits for it, idle = the rest
+//     (data loading, host gaps). torch_npu data uses step_trace_time.csv (Computing,
+//     Communication(Not Overlapped), Free).
+//   - comm_comp_overlap_pct (HTA) = |union(comm) n union(compute)| / |union(comm)|.
+//   - iteration gap of a step = step time not covered by device work (by compute on the host
+//     for host-only traces), flagged above AnalyzeOptions::iteration_gap_threshold_pct.
+//   - straggler: per step, the rank that waits least in collectives (msprof-analyze's slow
+//     rank rule) when the spread exceeds straggler_spread of the mean step time.
+// Thread-safety: pure functions over their arguments.
+#ifndef TRAINSCOPE_TRACE_ANALYSIS_H_
+#define TRAINSCOPE_TRACE_ANALYSIS_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "trainscope/trace/trace.h"
+
+namespace trainscope::trace {
+
+struct AnalyzeOptions {
+  double iteration_gap_threshold_pct = 20;  // the rule of thumb
+  int top_k = 10;
+  int64_t short_kernel_ns = 10'000;           // fragmentation: shorter kernels/ops are "tiny"
+  int64_t launch_runtime_cutoff_ns = 50'000;  // HTA get_cuda_kernel_launch_stats
+  int64_t launch_delay_cutoff_ns = 100'000;   // HTA get_cuda_kernel_launch_stats
+  int shape_churn_min_shapes = 8;             // distinct input shapes of one operator
+  double dataloader_ms_per_step = 10;         // msprof-analyze advisor "slow dataloader"
+  double straggler_spread = 0.05;             // msprof-analyze advisor slow-rank ratio
+  int fusion_min_count = 5;                   // occurrences of an operator sequence
+  int64_t aicpu_min_task_ns = 20'000;         // msprof-analyze AICPU rule
+};
+
+struct Finding {
+  std::string severity;  // "error", "warning", "info"
+  std::string code;      // stable id: "iteration_gap", "slow_dataloader", "straggler", ...
+  int rank = -1;         // -1: across ranks
+  std::string what, evidence, fix;
+};
+
+// One step (ProfilerStep#N, a step_trace_time.csv row, or a phase-log line).
+struct StepResult {
+  int64_t step = -1;    // the ProfilerStep number; -1 for a trace without steps
+  double start_us = 0;  // relative to the rank's first step
+  double step_us = 0;
+  double gap_us = 0, gap_pct = 0;
+  bool gap_flagged = false;
+  double device_busy_us = 0;  // union of device work in the step (0 on host-only traces)
+  double comm_us = 0;         // collective time in the step (device comm kernels or host comm ops)
+  // Host phases of the main thread (us): data_loading, forward, backward, optimizer,
+  // communication, comm_wait, host_idle, other; or a phase log's phases.
+  std::map<std::string, double> host_us;
+};
+
+struct RankResult {
+  int rank = -1;
+  std::string path, format, rank_source;
+  std::string basis;  // "device", "host", "ascend" or "phase-log"
+  std::vector<StepResult> steps;
+  // Temporal breakdown, us and % (of kernel_time_us).
+  double kernel_time_us = 0, idle_us = 0, compute_us = 0, non_compute_us = 0;
+  double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;
+  std::optional<double> comm_comp_overlap_pct;  // none without communication
+  nlohmann::json details;  // top_operators, top_kernels, kernel_types, fragmentation, ...
+  nlohmann::json parse;    // ParseStats
+  std::vector<Finding> findings;
+  double MeanStepUs() const;
+  double MeanHostUs(const std::string& phase) const;
+  double MeanCommUs() const;
+};
+
+struct Straggler {
+  int rank = -1;
+  int votes = 0;  // steps in which it waited least in collectives
+  int steps_compared = 0;
+  double comm_us = 0, others_comm_us = 0;  // mean per step
+  double step_us = 0;
+  std::string cause;  // "data_loading", "forward", "compute", ... (largest excess)
+  double cause_us = 0, others_cause_us = 0;
+};
+
+struct Report {
+  std::vector<RankResult> ranks;
+  std::vector<Straggler> stragglers;
+  std::vector<Finding> findings;  // across ranks
+};
+
+// Analyses one rank. Sorts trace->events by time (the table is otherwise left as read).
+RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& options = {});
+
+// Per-rank analyses plus stragglers and cross-rank findings. Ranks sorted by rank.
+Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& options = {});
+
+// The --json document (format "trainscope.trace.analysis", version 1; docs/formats.md).
+nlohmann::json ReportToJson(const Report& report);
+// The readable report: side-by-side breakdown, per-step table, top operators, findings.
+std::string ReportToText(const Report& report);
+// A Chrome trace (opens in Perfetto / chrome://tracing) of the per-step summary: one process
+// per rank, a track of steps with their gap and breakdown, a track of host phases.
+nlohmann::json ExportChromeTrace(const Report& report);
+
+}  // namespace trainscope::trace
+
+#endif  // TRAINSCOPE_TRACE_ANALYSIS_H_

@@ -1,0 +1,170 @@
+// Profiler traces, read into compact per-rank event tables.
+//
+// Readers (one file or profiler directory per rank):
+//   - PyTorch profiler / Kineto Chrome traces: {"traceEvents": [...], "distributedInfo": ...}
+//     or the older bare-list form [...] (torch <= 1.13 CPU), plain or gzip (.json.gz);
+//   - torch_npu (Ascend) profiler output: ASCEND_PROFILER_OUTPUT/trace_view.json (a bare list
+//     with string timestamps), step_trace_time.csv and kernel_details.csv (columns by name);
+//   - trainscope's own per-rank phase logs (JSONL, one step per line).
+// The Chrome reader streams: it parses the traceEvents array chunk by chunk with simdjson
+// (ondemand) and keeps one small Event per trace event (interned strings, int64 ns times),
+// never a JSON tree; peak memory is the chunk buffer plus the event table.
+// Bad records (truncation, missing fields, unknown categories, out-of-order timestamps,
+// ids above 2^53) are counted in ParseStats with byte offsets, never fatal.
+// Thread-safety: the functions are reentrant; a RankTrace is not synchronised.
+#ifndef TRAINSCOPE_TRACE_TRACE_H_
+#define TRAINSCOPE_TRACE_TRACE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace trainscope::trace {
+
+// Event category (Chrome trace "cat", or derived for files without one).
+enum class Category : uint8_t {
+  kNone,            // no "cat" (legacy torch traces, Ascend trace_view)
+  kCpuOp,           // cpu_op
+  kUserAnnotation,  // user_annotation, ProfilerStep#N
+  kGpuUserAnnotation,
+  kRuntime,  // cuda_runtime, cuda_driver, *_runtime (launches, syncs)
+  kKernel,   // kernel
+  kGpuMemcpy,
+  kGpuMemset,
+  kCudaSync,        // cuda_sync
+  kPythonFunction,  // python_function (skipped by default)
+  kGc,              // gc
+  kOther,           // a known but unused category (Trace, enqueue, ...)
+  kUnknown,         // a category this reader does not know (counted)
+};
+
+// What a device event does (HTA's kernel classes).
+enum class DeviceKind : uint8_t { kNone, kCompute, kComm, kMemory };
+
+// Event flags.
+inline constexpr uint8_t kFlagFloat64 = 1;     // an input or kernel of type double
+inline constexpr uint8_t kFlagCollective = 2;  // carries a "Collective name" argument
+inline constexpr uint8_t kFlagDevice = 4;      // runs on the device (kernel, memcpy, NPU task)
+inline constexpr uint8_t kFlagFromCsv = 8;     // from kernel_details.csv (not on the timeline)
+inline constexpr uint8_t kFlagAiCpu = 16;      // an Ascend task that ran on the AI CPU
+
+// One complete ("X") trace event, 56 bytes. Strings are ids into RankTrace::strings.
+struct Event {
+  int64_t ts_ns = 0;
+  int64_t dur_ns = 0;
+  uint64_t correlation = 0;  // CPU launch <-> device kernel; 0 = none
+  uint64_t external_id = 0;  // cpu_op <-> runtime <-> kernel; 0 = none
+  uint32_t name = 0;
+  uint32_t input_dims = 0;  // interned "Input Dims"/"Input Shapes" text; 0 = none
+  uint32_t pid = 0;         // interned pid text
+  uint32_t tid = 0;         // interned tid text
+  int32_t stream = -1;      // device stream, -1 on the host
+  Category cat = Category::kNone;
+  DeviceKind kind = DeviceKind::kNone;
+  uint8_t flags = 0;
+  int64_t end_ns() const { return ts_ns + dur_ns; }
+};
+
+// Interned strings; id 0 is "".
+class StringTable {
+ public:
+  StringTable() { Intern(""); }
+  uint32_t Intern(std::string_view s);
+  const std::string& Get(uint32_t id) const { return strings_[id]; }
+  size_t size() const { return strings_.size(); }
+
+ private:
+  std::vector<std::string> strings_;
+  absl::flat_hash_map<std::string, uint32_t> ids_;
+};
+
+// Counts of what was skipped or repaired while reading, each under a stable name.
+struct ParseStats {
+  int64_t bytes = 0;        // bytes read (uncompressed)
+  int64_t events_seen = 0;  // array elements parsed
+  int64_t events_kept = 0;  // complete events stored
+  int64_t flow_events = 0;  // s/f/t (not needed by the analyses)
+  int64_t metadata_events = 0;
+  int64_t python_functions_skipped = 0;
+  int64_t other_phases = 0;    // i, C, B/E, ... (not analysed)
+  int64_t malformed = 0;       // elements that are not valid JSON objects
+  int64_t missing_fields = 0;  // X events without name, ts or dur
+  int64_t unknown_category = 0;
+  int64_t out_of_order = 0;          // ts earlier than the previous event of the same thread
+  int64_t ids_above_2p53 = 0;        // ids a double-based tool would corrupt (kept exact here)
+  int64_t negative_or_huge_dur = 0;  // dur < 0 or > 7 days (CUPTI overflow): dropped
+  bool truncated = false;            // the file ended inside the event array
+  int64_t truncated_at_byte = -1;
+  std::map<std::string, int64_t> unknown_categories;  // name -> count
+  std::vector<std::string> warnings;                  // first few, each with a byte offset
+};
+
+// step_trace_time.csv row (torch_npu definitions, all in us).
+struct AscendStepRow {
+  int64_t step = -1;
+  double computing_us = 0, comm_not_overlapped_us = 0, overlapped_us = 0, comm_us = 0;
+  double free_us = 0, stage_us = 0, bubble_us = 0, preparing_us = 0;
+};
+
+// One step of a trainscope phase log: phase name (without unit suffix) -> milliseconds.
+struct PhaseStep {
+  int64_t step = -1;
+  std::map<std::string, double> phases_ms;
+};
+
+// Everything read for one rank.
+struct RankTrace {
+  std::string path;
+  std::string format;  // "kineto", "chrome-list", "ascend", "phase-log"
+  int rank = -1;
+  std::string rank_source;  // "distributedInfo", "file name", "profiler_info", "order"
+  int world_size = 0;       // from distributedInfo; 0 unknown
+  StringTable strings;
+  std::vector<Event> events;                      // complete events, in file order
+  std::map<uint32_t, std::string> process_names;  // pid id -> process_name/labels
+  std::map<std::pair<uint32_t, uint32_t>, std::string> thread_names;
+  std::vector<AscendStepRow> ascend_steps;
+  std::vector<PhaseStep> phase_steps;
+  ParseStats stats;
+};
+
+struct ReadOptions {
+  size_t chunk_bytes = 32 << 20;       // streaming window of the Chrome reader
+  bool keep_python_functions = false;  // python_function events are skipped by default
+  size_t max_warnings = 20;
+  bool progress = true;  // core/progress.h line for big files (when enabled by env/tty)
+};
+
+// Reads one rank's data. `path` is a Chrome trace (.json/.json.gz), a phase log (.jsonl),
+// a torch_npu output directory (*_ascend_pt or ASCEND_PROFILER_OUTPUT), or a
+// step_trace_time.csv / kernel_details.csv. Errors: NotFound (no such file),
+// InvalidArgument "<path>: byte N: ..." when nothing usable can be read. Blocking file I/O.
+absl::StatusOr<RankTrace> ReadRankTrace(const std::string& path, const ReadOptions& options = {});
+
+// Chrome trace from memory (tests, and the reader above for small inputs).
+absl::StatusOr<RankTrace> ParseChromeTrace(std::string_view data, const std::string& name,
+                                           const ReadOptions& options = {});
+
+// Expands the command line: directories of per-rank traces become their trace files (or stay
+// one entry when they are torch_npu output). Sorted, de-duplicated. NotFound for a missing path.
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths);
+
+// Rank from a file or directory name ("rank3", "rank-3", "rank_3", "worker3"); -1 if none.
+int RankFromFileName(std::string_view path);
+
+// Microseconds as text ("12", "12.345", "1704161511422904.204", "-3") to int64 ns, exactly
+// (no double rounding). False when not a number.
+bool ParseUsToNs(std::string_view text, int64_t* ns);
+
+// HTA's kernel classification plus Ascend names: nccl*/hccl*/hcom*/collectives -> kComm,
+// Memcpy/Memset/dma -> kMemory, else kCompute.
+DeviceKind ClassifyDeviceName(std::string_view name);
+
+}  // namespace trainscope::trace
+
+#endif  // TRAINSCOPE_TRACE_TRACE_H_

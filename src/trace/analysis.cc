@@ -1,0 +1,510 @@
+// Per-rank timeline analysis: steps, HTA temporal breakdown, comm/compute overlap, iteration
+// gap, host phases. Operator-level sections are in operators.cc, findings in findings.cc.
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "trace/analysis_internal.h"
+
+namespace trainscope::trace {
+namespace internal {
+
+std::vector<Interval> Union(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (i.second <= i.first) continue;
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+int64_t Length(const std::vector<Interval>& m) {
+  int64_t s = 0;
+  for (const auto& i : m) s += i.second - i.first;
+  return s;
+}
+
+int64_t IntersectLength(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  size_t i = 0, j = 0;
+  int64_t s = 0;
+  while (i < a.size() && j < b.size()) {
+    int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) s += hi - lo;
+    if (a[i].second < b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return s;
+}
+
+int64_t LengthIn(const std::vector<Interval>& m, int64_t lo, int64_t hi) {
+  auto it =
+      std::lower_bound(m.begin(), m.end(), Interval{lo, lo},
+                       [](const Interval& a, const Interval& b) { return a.second < b.first; });
+  int64_t s = 0;
+  for (; it != m.end() && it->first < hi; ++it) {
+    int64_t a = std::max(it->first, lo), b = std::min(it->second, hi);
+    if (b > a) s += b - a;
+  }
+  return s;
+}
+
+std::vector<Interval> Complement(const std::vector<Interval>& m, int64_t lo, int64_t hi) {
+  std::vector<Interval> out;
+  int64_t cur = lo;
+  for (const auto& i : m) {
+    if (i.second <= cur) continue;
+    if (i.first >= hi) break;
+    if (i.first > cur) out.push_back({cur, std::min(i.first, hi)});
+    cur = std::max(cur, i.second);
+    if (cur >= hi) break;
+  }
+  if (cur < hi) out.push_back({cur, hi});
+  return out;
+}
+
+namespace {
+bool Has(std::string_view s, std::string_view sub) { return s.find(sub) != std::string_view::npos; }
+bool Starts(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+std::string Lower(std::string_view s) {
+  std::string o(s);
+  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return o;
+}
+}  // namespace
+
+Phase PhaseOfName(std::string_view name) {
+  std::string l = Lower(name);
+  if (Has(l, "dataloader") || Has(l, "data_loader") || Has(l, "data_wait")) return Phase::kData;
+  if (Starts(name, "Optimizer.") || Has(l, "optimizer")) return Phase::kOptimizer;
+  if (Starts(l, "gloo:") || Starts(l, "nccl:") || Starts(l, "c10d::") || Starts(l, "hccl") ||
+      Starts(l, "hcom") || Starts(l, "record_param_comms") || Has(l, "allreduce") ||
+      Has(l, "all_reduce") || Has(l, "allgather") || Has(l, "all_gather") ||
+      Has(l, "reduce_scatter") || Has(l, "reducescatter") || Has(l, "alltoall") ||
+      Has(l, "broadcast") || Has(l, "ddp.reducer") || Has(l, "barrier"))
+    return Phase::kComm;
+  if (Has(l, "backward") || Starts(l, "autograd::engine")) return Phase::kBackward;
+  if (Has(l, ".forward") || Has(l, "## forward") || Starts(l, "nn.module")) return Phase::kForward;
+  return Phase::kUnknown;
+}
+
+const char* PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kData:
+      return "data_loading";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kComm:
+      return "communication";
+    default:
+      return "other";
+  }
+}
+
+bool IsSyncName(std::string_view n) {
+  return Has(n, "Synchronize") || n == "aten::item" || n == "aten::_local_scalar_dense" ||
+         n == "Stream Sync" || n == "Device Sync" || n == "Event Sync" ||
+         Has(n, "aclrtSynchronize");
+}
+
+bool IsLaunchName(std::string_view n) {
+  return Has(n, "LaunchKernel") || Has(n, "LaunchCooperativeKernel") || Has(n, "cuLaunch") ||
+         Has(n, "MemcpyAsync") || Has(n, "MemsetAsync");
+}
+
+HostView PrepareHost(const RankTrace& t) {
+  HostView hv;
+  const size_t n = t.events.size();
+  hv.parent.assign(n, -1);
+  hv.timeline.assign(n, true);
+  std::vector<uint32_t> summary_pids;
+  for (const auto& [pid, name] : t.process_names)
+    if (name == "Overlap Analysis") summary_pids.push_back(pid);
+  bool csv_only = true;
+  for (size_t i = 0; i < n; ++i) {
+    const Event& e = t.events[i];
+    if (e.flags & kFlagFromCsv) hv.timeline[i] = false;
+    if (!summary_pids.empty() &&
+        std::find(summary_pids.begin(), summary_pids.end(), e.pid) != summary_pids.end())
+      hv.timeline[i] = false;
+    if ((e.flags & kFlagDevice) && hv.timeline[i]) {
+      hv.has_device = true;
+      if (!(e.flags & kFlagFromCsv)) csv_only = false;
+    }
+    if (!(e.flags & kFlagDevice) && hv.timeline[i]) hv.order.push_back(static_cast<uint32_t>(i));
+  }
+  (void)csv_only;
+  const auto& ev = t.events;
+  std::sort(hv.order.begin(), hv.order.end(), [&](uint32_t a, uint32_t b) {
+    uint64_t ka = ThreadKey(ev[a]), kb = ThreadKey(ev[b]);
+    if (ka != kb) return ka < kb;
+    if (ev[a].ts_ns != ev[b].ts_ns) return ev[a].ts_ns < ev[b].ts_ns;
+    if (ev[a].dur_ns != ev[b].dur_ns) return ev[a].dur_ns > ev[b].dur_ns;
+    return a < b;
+  });
+  // Nesting per thread with a stack: an event is the child of the innermost open event that
+  // contains it; partial overlaps (bad nesting) are treated as siblings.
+  std::vector<uint32_t> stack;
+  uint64_t cur = ~uint64_t{0};
+  for (uint32_t i : hv.order) {
+    const Event& e = ev[i];
+    if (ThreadKey(e) != cur) {
+      stack.clear();
+      cur = ThreadKey(e);
+    }
+    while (!stack.empty() &&
+           (ev[stack.back()].end_ns() <= e.ts_ns || ev[stack.back()].end_ns() < e.end_ns()))
+      stack.pop_back();
+    if (!stack.empty()) hv.parent[i] = static_cast<int32_t>(stack.back());
+    stack.push_back(i);
+  }
+  // Steps: ProfilerStep#N (HTA's regex ProfilerStep\s*#\s*(\d+)).
+  absl::flat_hash_map<uint64_t, int> step_threads;
+  for (uint32_t i : hv.order) {
+    const std::string& name = t.strings.Get(ev[i].name);
+    if (name.rfind("ProfilerStep", 0) != 0) continue;
+    size_t h = name.find('#');
+    int64_t num = 0;
+    if (h == std::string::npos) continue;
+    std::string digits;
+    for (size_t k = h + 1; k < name.size(); ++k)
+      if (std::isdigit(static_cast<unsigned char>(name[k]))) digits += name[k];
+    if (digits.empty() || !absl::SimpleAtoi(digits, &num)) continue;
+    hv.steps.push_back(i);
+    ++step_threads[ThreadKey(ev[i])];
+  }
+  int best = 0;
+  for (const auto& [k, c] : step_threads)
+    if (c > best) {
+      best = c;
+      hv.main_thread = k;
+    }
+  hv.steps.erase(std::remove_if(hv.steps.begin(), hv.steps.end(),
+                                [&](uint32_t i) { return ThreadKey(ev[i]) != hv.main_thread; }),
+                 hv.steps.end());
+  std::sort(hv.steps.begin(), hv.steps.end(),
+            [&](uint32_t a, uint32_t b) { return ev[a].ts_ns < ev[b].ts_ns; });
+  for (uint32_t i : hv.steps) {
+    const std::string& name = t.strings.Get(ev[i].name);
+    std::string digits;
+    for (size_t k = name.find('#') + 1; k < name.size(); ++k)
+      if (std::isdigit(static_cast<unsigned char>(name[k]))) digits += name[k];
+    int64_t num = 0;
+    (void)absl::SimpleAtoi(digits, &num);
+    hv.step_numbers.push_back(num);
+  }
+  return hv;
+}
+
+namespace {
+
+// Host phases of one step on the main thread: its direct children classified by name, then
+// by position (before the first backward op: forward; until the optimizer: backward); the
+// gaps between children split into waiting for communication (overlapping collective work
+// on other threads) and plain host idle time.
+void HostPhases(const RankTrace& t, const HostView& hv, uint32_t step_idx,
+                const std::vector<std::vector<uint32_t>>& children,
+                const std::vector<Interval>& comm_union, StepResult* s) {
+  const Event& st = t.events[step_idx];
+  std::vector<Interval> busy;
+  bool seen_backward = false, seen_optimizer_after_backward = false;
+  for (uint32_t c : children[step_idx]) {
+    const Event& e = t.events[c];
+    Phase p = PhaseOfName(t.strings.Get(e.name));
+    if (p == Phase::kBackward) seen_backward = true;
+    if (p == Phase::kOptimizer && seen_backward) seen_optimizer_after_backward = true;
+    if (p == Phase::kUnknown) {
+      p = !seen_backward ? Phase::kForward
+                         : (seen_optimizer_after_backward ? Phase::kUnknown : Phase::kBackward);
+    }
+    s->host_us[PhaseName(p)] += e.dur_ns / 1e3;
+    busy.push_back({e.ts_ns, e.end_ns()});
+  }
+  std::vector<Interval> gaps = Complement(Union(std::move(busy)), st.ts_ns, st.end_ns());
+  int64_t wait = IntersectLength(gaps, comm_union);
+  s->host_us["comm_wait"] += wait / 1e3;
+  s->host_us["host_idle"] += (Length(gaps) - wait) / 1e3;
+  (void)hv;
+}
+
+double Pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
+
+void FromAscendSteps(const RankTrace& t, RankResult* r) {
+  double e2e_total = 0, comp = 0, cno = 0, fr = 0, ov = 0, comm = 0;
+  double start = 0;
+  for (const AscendStepRow& a : t.ascend_steps) {
+    StepResult s;
+    s.step = a.step;
+    s.step_us = a.computing_us + a.comm_not_overlapped_us + a.free_us;
+    s.start_us = start;
+    start += s.step_us;
+    s.gap_us = a.free_us;
+    s.gap_pct = Pct(a.free_us, s.step_us);
+    s.device_busy_us = a.computing_us + a.comm_not_overlapped_us;
+    s.comm_us = a.comm_us;
+    s.host_us["computing"] = a.computing_us;
+    s.host_us["communication_not_overlapped"] = a.comm_not_overlapped_us;
+    s.host_us["overlapped"] = a.overlapped_us;
+    s.host_us["free"] = a.free_us;
+    s.host_us["bubble"] = a.bubble_us;
+    s.host_us["preparing"] = a.preparing_us;
+    r->steps.push_back(s);
+    e2e_total += s.step_us;
+    comp += a.computing_us;
+    cno += a.comm_not_overlapped_us;
+    fr += a.free_us;
+    ov += a.overlapped_us;
+    comm += a.comm_us;
+  }
+  r->basis = "ascend";
+  r->kernel_time_us = e2e_total;
+  r->compute_us = comp;
+  r->non_compute_us = cno;
+  r->idle_us = fr;
+  if (comm > 0) r->comm_comp_overlap_pct = Pct(ov, comm);
+}
+
+void FromPhaseLog(const RankTrace& t, RankResult* r) {
+  double start = 0, total = 0, comp = 0, comm = 0;
+  for (const PhaseStep& p : t.phase_steps) {
+    StepResult s;
+    s.step = p.step;
+    double sum = 0, step_total = -1;
+    for (const auto& [k, ms] : p.phases_ms) {
+      if (k == "step" || k == "total" || k == "step_time" || k == "iteration") {
+        step_total = ms * 1e3;
+        continue;
+      }
+      std::string key = k == "data_wait" ? "data_loading" : k;
+      s.host_us[key] += ms * 1e3;
+      sum += ms * 1e3;
+    }
+    s.step_us = step_total > 0 ? step_total : sum;
+    s.start_us = start;
+    start += s.step_us;
+    double c = s.host_us["forward"] + s.host_us["backward"] + s.host_us["optimizer"];
+    double w = s.host_us["comm_wait"] + s.host_us["communication"];
+    s.comm_us = w;
+    s.device_busy_us = c;
+    s.gap_us = std::max(0.0, s.step_us - c);
+    s.gap_pct = Pct(s.gap_us, s.step_us);
+    r->steps.push_back(s);
+    total += s.step_us;
+    comp += c;
+    comm += w;
+  }
+  r->basis = "phase-log";
+  r->kernel_time_us = total;
+  r->compute_us = comp;
+  r->non_compute_us = comm;
+  r->idle_us = std::max(0.0, total - comp - comm);
+}
+
+nlohmann::json StatsJson(const ParseStats& s) {
+  nlohmann::json j = {{"bytes", s.bytes},
+                      {"events_seen", s.events_seen},
+                      {"events_kept", s.events_kept},
+                      {"flow_events", s.flow_events},
+                      {"metadata_events", s.metadata_events},
+                      {"python_functions_skipped", s.python_functions_skipped},
+                      {"other_phases", s.other_phases},
+                      {"malformed", s.malformed},
+                      {"missing_fields", s.missing_fields},
+                      {"unknown_category", s.unknown_category},
+                      {"out_of_order", s.out_of_order},
+                      {"ids_above_2p53", s.ids_above_2p53},
+                      {"negative_or_huge_dur", s.negative_or_huge_dur},
+                      {"truncated", s.truncated},
+                      {"truncated_at_byte", s.truncated_at_byte},
+                      {"unknown_categories", s.unknown_categories},
+                      {"warnings", s.warnings}};
+  return j;
+}
+
+}  // namespace
+}  // namespace internal
+
+using namespace internal;  // NOLINT: this file implements them
+
+double RankResult::MeanStepUs() const {
+  double s = 0;
+  for (const auto& x : steps) s += x.step_us;
+  return steps.empty() ? 0 : s / steps.size();
+}
+double RankResult::MeanHostUs(const std::string& phase) const {
+  double s = 0;
+  for (const auto& x : steps) {
+    auto it = x.host_us.find(phase);
+    if (it != x.host_us.end()) s += it->second;
+  }
+  return steps.empty() ? 0 : s / steps.size();
+}
+double RankResult::MeanCommUs() const {
+  double s = 0;
+  for (const auto& x : steps) s += x.comm_us;
+  return steps.empty() ? 0 : s / steps.size();
+}
+
+RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
+  RankTrace& t = *trace;
+  RankResult r;
+  r.rank = t.rank;
+  r.path = t.path;
+  r.format = t.format;
+  r.rank_source = t.rank_source;
+  r.parse = StatsJson(t.stats);
+  if (!std::is_sorted(t.events.begin(), t.events.end(),
+                      [](const Event& a, const Event& b) { return a.ts_ns < b.ts_ns; })) {
+    std::stable_sort(t.events.begin(), t.events.end(),
+                     [](const Event& a, const Event& b) { return a.ts_ns < b.ts_ns; });
+  }
+  HostView hv = PrepareHost(t);
+  const auto& ev = t.events;
+
+  // Device intervals (HTA temporal breakdown and overlap).
+  std::vector<Interval> all, comp, comm;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const Event& e = ev[i];
+    if (!(e.flags & kFlagDevice) || !hv.timeline[i]) continue;
+    Interval iv{e.ts_ns, e.end_ns()};
+    all.push_back(iv);
+    if (e.kind == DeviceKind::kCompute) comp.push_back(iv);
+    if (e.kind == DeviceKind::kComm) comm.push_back(iv);
+  }
+  all = Union(std::move(all));
+  comp = Union(std::move(comp));
+  comm = Union(std::move(comm));
+
+  // Host collective work on any thread (gloo/c10d ops), for host-only traces.
+  std::vector<Interval> host_comm;
+  std::vector<std::vector<uint32_t>> children(ev.size());
+  for (uint32_t i : hv.order) {
+    if (hv.parent[i] >= 0) children[hv.parent[i]].push_back(i);
+    if (PhaseOfName(t.strings.Get(ev[i].name)) == Phase::kComm)
+      host_comm.push_back({ev[i].ts_ns, ev[i].end_ns()});
+  }
+  host_comm = Union(std::move(host_comm));
+
+  if (!t.ascend_steps.empty() && hv.steps.empty()) {
+    FromAscendSteps(t, &r);
+  } else if (!t.phase_steps.empty()) {
+    FromPhaseLog(t, &r);
+  } else {
+    r.basis = hv.has_device ? "device" : "host";
+    std::vector<std::pair<int64_t, Interval>> windows;
+    for (size_t k = 0; k < hv.steps.size(); ++k) {
+      const Event& s = ev[hv.steps[k]];
+      windows.push_back({hv.step_numbers[k], {s.ts_ns, s.end_ns()}});
+    }
+    if (windows.empty()) {
+      int64_t lo = INT64_MAX, hi = INT64_MIN;
+      for (size_t i = 0; i < ev.size(); ++i) {
+        if (!hv.timeline[i]) continue;
+        lo = std::min(lo, ev[i].ts_ns);
+        hi = std::max(hi, ev[i].end_ns());
+      }
+      if (lo < hi) windows.push_back({-1, {lo, hi}});
+    }
+    int64_t t0 = windows.empty() ? 0 : windows[0].second.first;
+    double host_compute_total = 0, host_comm_total = 0, host_total = 0;
+    for (size_t k = 0; k < windows.size(); ++k) {
+      StepResult s;
+      s.step = windows[k].first;
+      auto [lo, hi] = windows[k].second;
+      s.start_us = (lo - t0) / 1e3;
+      s.step_us = (hi - lo) / 1e3;
+      if (k < hv.steps.size()) HostPhases(t, hv, hv.steps[k], children, host_comm, &s);
+      double host_compute = s.host_us["forward"] + s.host_us["backward"] + s.host_us["optimizer"];
+      if (hv.has_device) {
+        s.device_busy_us = LengthIn(all, lo, hi) / 1e3;
+        s.comm_us = LengthIn(comm, lo, hi) / 1e3;
+        s.gap_us = s.step_us - s.device_busy_us;
+      } else {
+        s.comm_us = LengthIn(host_comm, lo, hi) / 1e3;
+        s.gap_us = std::max(0.0, s.step_us - host_compute);
+      }
+      s.gap_pct = Pct(s.gap_us, s.step_us);
+      host_compute_total += host_compute;
+      host_comm_total += s.host_us["communication"] + s.host_us["comm_wait"];
+      host_total += s.step_us;
+      r.steps.push_back(std::move(s));
+    }
+    if (hv.has_device) {
+      if (!all.empty()) {
+        int64_t kt = all.back().second - all.front().first;
+        int64_t idle = kt - Length(all);
+        int64_t c = Length(comp);
+        r.kernel_time_us = kt / 1e3;
+        r.idle_us = idle / 1e3;
+        r.compute_us = c / 1e3;
+        r.non_compute_us = (kt - c - idle) / 1e3;
+      }
+      if (!comm.empty()) r.comm_comp_overlap_pct = Pct(IntersectLength(comm, comp), Length(comm));
+    } else {
+      r.kernel_time_us = host_total;
+      r.compute_us = std::min(host_compute_total, host_total);
+      r.non_compute_us = std::min(host_comm_total, host_total - r.compute_us);
+      r.idle_us = std::max(0.0, host_total - r.compute_us - r.non_compute_us);
+      // Overlap on the host: collective time on other threads while the main thread computes.
+      if (!host_comm.empty() && hv.main_thread) {
+        std::vector<Interval> main_compute;
+        std::vector<bool> is_step(ev.size(), false);
+        for (uint32_t i : hv.steps) is_step[i] = true;
+        for (uint32_t i : hv.order) {
+          if (ThreadKey(ev[i]) != hv.main_thread || hv.parent[i] < 0) continue;
+          if (!is_step[hv.parent[i]]) continue;
+          Phase ph = PhaseOfName(t.strings.Get(ev[i].name));
+          if (ph == Phase::kForward || ph == Phase::kBackward || ph == Phase::kOptimizer)
+            main_compute.push_back({ev[i].ts_ns, ev[i].end_ns()});
+        }
+        main_compute = Union(std::move(main_compute));
+        r.comm_comp_overlap_pct = Pct(IntersectLength(host_comm, main_compute), Length(host_comm));
+      }
+    }
+  }
+  for (StepResult& s : r.steps) s.gap_flagged = s.gap_pct > opt.iteration_gap_threshold_pct;
+  r.idle_pct = Pct(r.idle_us, r.kernel_time_us);
+  r.compute_pct = Pct(r.compute_us, r.kernel_time_us);
+  r.non_compute_pct = Pct(r.non_compute_us, r.kernel_time_us);
+  AnalyzeOperators(t, hv, opt, &r);
+  RankFindings(opt, &r);
+  return r;
+}
+
+Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& opt) {
+  Report rep;
+  // Ranks without one get the next free number, in path order.
+  std::vector<bool> used;
+  for (auto& t : *traces)
+    if (t.rank >= 0) {
+      if (used.size() <= static_cast<size_t>(t.rank)) used.resize(t.rank + 1);
+      used[t.rank] = true;
+    }
+  int next = 0;
+  for (auto& t : *traces) {
+    if (t.rank >= 0) continue;
+    while (next < static_cast<int>(used.size()) && used[next]) ++next;
+    t.rank = next++;
+    t.rank_source = "order";
+  }
+  for (auto& t : *traces) rep.ranks.push_back(AnalyzeRank(&t, opt));
+  std::stable_sort(rep.ranks.begin(), rep.ranks.end(),
+                   [](const RankResult& a, const RankResult& b) { return a.rank < b.rank; });
+  CrossRankFindings(opt, &rep);
+  return rep;
+}
+
+}  // namespace trainscope::trace

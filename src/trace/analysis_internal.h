@@ -1,0 +1,59 @@
+// Private helpers shared by the analysis files: intervals, host-thread nesting, name rules.
+#ifndef TRAINSCOPE_SRC_TRACE_ANALYSIS_INTERNAL_H_
+#define TRAINSCOPE_SRC_TRACE_ANALYSIS_INTERNAL_H_
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trainscope/trace/analysis.h"
+#include "trainscope/trace/trace.h"
+
+namespace trainscope::trace::internal {
+
+using Interval = std::pair<int64_t, int64_t>;  // [begin, end) in ns
+
+// Sorts and merges overlapping intervals (in place); returns the merged list.
+std::vector<Interval> Union(std::vector<Interval> v);
+int64_t Length(const std::vector<Interval>& merged);
+// |a n b| of two merged lists.
+int64_t IntersectLength(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// |merged n [lo, hi)|.
+int64_t LengthIn(const std::vector<Interval>& merged, int64_t lo, int64_t hi);
+// [lo, hi) minus merged, as a merged list.
+std::vector<Interval> Complement(const std::vector<Interval>& merged, int64_t lo, int64_t hi);
+
+// Host phase of an operator or annotation, from its name.
+enum class Phase : uint8_t { kUnknown, kData, kForward, kBackward, kOptimizer, kComm };
+Phase PhaseOfName(std::string_view name);
+const char* PhaseName(Phase p);
+
+// The host side of one rank, prepared once: events in nesting order per thread.
+struct HostView {
+  std::vector<uint32_t> order;  // host event indices sorted by (thread, ts, -dur)
+  std::vector<int32_t> parent;  // per event index: enclosing host event, -1 none
+  std::vector<uint32_t> steps;  // ProfilerStep#N events, by time
+  std::vector<int64_t> step_numbers;
+  uint64_t main_thread = 0;    // (pid << 32 | tid) of the steps
+  bool has_device = false;     // device events on the timeline
+  std::vector<bool> timeline;  // per event: on the analysed timeline (not CSV-only, not
+                               // torch_npu "Overlap Analysis" summary tracks)
+};
+inline uint64_t ThreadKey(const Event& e) { return (uint64_t{e.pid} << 32) | e.tid; }
+HostView PrepareHost(const RankTrace& t);
+
+// Operator- and kernel-level sections of RankResult::details (operators.cc).
+void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                      RankResult* out);
+// Findings for one rank from its result (findings.cc).
+void RankFindings(const AnalyzeOptions& opt, RankResult* r);
+// Stragglers and cross-rank findings (findings.cc).
+void CrossRankFindings(const AnalyzeOptions& opt, Report* report);
+
+bool IsSyncName(std::string_view name);
+bool IsLaunchName(std::string_view name);
+
+}  // namespace trainscope::trace::internal
+
+#endif  // TRAINSCOPE_SRC_TRACE_ANALYSIS_INTERNAL_H_

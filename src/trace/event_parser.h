@@ -1,0 +1,33 @@
+// Private: turns one Chrome-trace event object (simdjson ondemand) into a compact Event.
+#ifndef TRAINSCOPE_SRC_TRACE_EVENT_PARSER_H_
+#define TRAINSCOPE_SRC_TRACE_EVENT_PARSER_H_
+
+#include <cstdint>
+
+#include "absl/container/flat_hash_map.h"
+#include "simdjson.h"
+#include "trainscope/trace/trace.h"
+
+namespace trainscope::trace::internal {
+
+class EventParser {
+ public:
+  EventParser(RankTrace* out, const ReadOptions& options) : out_(out), opt_(options) {}
+
+  // Parses one event. Returns a simdjson error when the object is not valid JSON (nothing is
+  // stored then); semantic problems (missing fields, unknown category, ...) are counted in
+  // out->stats and return SUCCESS. `offset`: byte offset of the object, for warnings.
+  simdjson::error_code Parse(simdjson::ondemand::object obj, int64_t offset);
+
+ private:
+  void Warn(int64_t offset, const char* what);
+
+  RankTrace* out_;
+  const ReadOptions& opt_;
+  absl::flat_hash_map<uint64_t, int64_t> last_ts_;  // (pid, tid) -> last ts_ns
+  absl::flat_hash_map<std::string, int> warned_;    // warning kind -> times
+};
+
+}  // namespace trainscope::trace::internal
+
+#endif  // TRAINSCOPE_SRC_TRACE_EVENT_PARSER_H_

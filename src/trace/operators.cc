@@ -1,0 +1,384 @@
+// Operator- and kernel-level sections of a rank's analysis: top operators and kernels, kernel
+// time by type, fragmentation and launch overhead, shape churn, suspects, fusion candidates.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "trace/analysis_internal.h"
+#include "trainscope/core/stats.h"
+
+namespace trainscope::trace::internal {
+namespace {
+
+bool Has(std::string_view s, std::string_view sub) { return s.find(sub) != std::string_view::npos; }
+
+struct Agg {
+  int64_t count = 0;
+  int64_t total_ns = 0;
+  int64_t self_ns = 0;
+};
+
+double Us(int64_t ns) { return std::round(ns / 10.0) / 100.0; }  // us, 2 decimals
+double R2(double v) { return std::round(v * 100.0) / 100.0; }
+
+// Top `k` names by total and by self time, with count, mean and p95 (second pass).
+nlohmann::json TopTable(const RankTrace& t, const absl::flat_hash_map<uint32_t, Agg>& agg,
+                        const std::vector<uint32_t>& members, bool with_self, int k) {
+  std::vector<std::pair<uint32_t, Agg>> v(agg.begin(), agg.end());
+  auto pick = [&](auto key) {
+    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
+      if (key(a.second) != key(b.second)) return key(a.second) > key(b.second);
+      return t.strings.Get(a.first) < t.strings.Get(b.first);
+    });
+    std::vector<uint32_t> names;
+    for (int i = 0; i < k && i < static_cast<int>(v.size()); ++i) names.push_back(v[i].first);
+    return names;
+  };
+  std::vector<uint32_t> by_total = pick([](const Agg& a) { return a.total_ns; });
+  std::vector<uint32_t> by_self;
+  if (with_self) by_self = pick([](const Agg& a) { return a.self_ns; });
+  absl::flat_hash_map<uint32_t, std::vector<double>> durs;
+  for (uint32_t n : by_total) durs[n];
+  for (uint32_t n : by_self) durs[n];
+  for (uint32_t i : members) {
+    auto it = durs.find(t.events[i].name);
+    if (it != durs.end()) it->second.push_back(t.events[i].dur_ns / 1e3);
+  }
+  auto row = [&](uint32_t n) {
+    const Agg& a = agg.at(n);
+    std::vector<double>& d = durs[n];
+    std::sort(d.begin(), d.end());
+    nlohmann::json j = {{"name", t.strings.Get(n)},
+                        {"count", a.count},
+                        {"total_us", Us(a.total_ns)},
+                        {"mean_us", R2(a.count ? a.total_ns / 1e3 / a.count : 0)},
+                        {"p95_us", R2(PercentileSorted(d, 95))}};
+    if (with_self) j["self_us"] = Us(a.self_ns);
+    return j;
+  };
+  nlohmann::json out = nlohmann::json::object();
+  out["by_total"] = nlohmann::json::array();
+  for (uint32_t n : by_total) out["by_total"].push_back(row(n));
+  if (with_self) {
+    out["by_self"] = nlohmann::json::array();
+    for (uint32_t n : by_self) out["by_self"].push_back(row(n));
+  }
+  return out;
+}
+
+bool IsHostOp(const Event& e) {
+  return e.cat == Category::kCpuOp || e.cat == Category::kNone || e.cat == Category::kUnknown;
+}
+
+bool IsHeavyComputeOp(std::string_view n) {
+  for (const char* k : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                        "aten::linear", "aten::conv", "aten::convolution", "aten::_convolution",
+                        "aten::_softmax", "aten::native_layer_norm", "aten::scaled_dot_product"})
+    if (n.rfind(k, 0) == 0) return true;
+  return false;
+}
+
+bool IsGatherScatter(std::string_view n) {
+  return Has(n, "gather") || Has(n, "scatter") || Has(n, "index_select") || Has(n, "index_add") ||
+         Has(n, "index_put") || Has(n, "embedding_dense_backward") || Has(n, "Gather") ||
+         Has(n, "Scatter") || Has(n, "IndexPut");
+}
+
+bool IsFusible(std::string_view n) {
+  for (const char* k :
+       {"add",     "mul",         "sub",     "div",        "gelu",       "relu",       "silu",
+        "sigmoid", "tanh",        "dropout", "layer_norm", "batch_norm", "group_norm", "rms_norm",
+        "softmax", "conv",        "linear",  "bias",       "exp",        "pow",        "clamp",
+        "where",   "masked_fill", "Add",     "Mul",        "Gelu",       "Relu",       "Norm"})
+    if (Has(n, k)) return true;
+  return false;
+}
+
+std::string KnownPattern(const std::vector<std::string>& names) {
+  auto any = [&](std::initializer_list<const char*> keys) {
+    for (const auto& n : names)
+      for (const char* k : keys)
+        if (Has(n, k)) return true;
+    return false;
+  };
+  if (any({"layer_norm", "rms_norm"}) && any({"add"}) && any({"gelu", "relu", "silu"}))
+    return "LayerNorm+Add+activation";
+  if (any({"conv"}) && any({"batch_norm"}) && any({"relu"})) return "Conv+BN+ReLU";
+  if (any({"linear", "addmm"}) && any({"gelu", "relu", "silu"})) return "Linear+activation";
+  if (any({"layer_norm", "rms_norm"}) && any({"add"})) return "Add+LayerNorm";
+  return "";
+}
+
+}  // namespace
+
+void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                      RankResult* out) {
+  const auto& ev = t.events;
+  nlohmann::json& d = out->details;
+  const double steps = std::max<size_t>(1, out->steps.size());
+
+  // --- Top host operators (total and self time). ---
+  std::vector<bool> is_step(ev.size(), false);
+  for (uint32_t i : hv.steps) is_step[i] = true;
+  absl::flat_hash_map<uint32_t, Agg> ops;
+  std::vector<uint32_t> op_members;
+  std::vector<int64_t> child_ns(ev.size(), 0);
+  for (uint32_t i : hv.order)
+    if (hv.parent[i] >= 0) child_ns[hv.parent[i]] += ev[i].dur_ns;
+  int64_t host_self_total = 0, gather_self = 0;
+  absl::flat_hash_map<uint32_t, int64_t> gather_by_name;
+  for (uint32_t i : hv.order) {
+    const Event& e = ev[i];
+    if (!IsHostOp(e) || is_step[i]) continue;
+    Agg& a = ops[e.name];
+    ++a.count;
+    a.total_ns += e.dur_ns;
+    int64_t self = std::max<int64_t>(0, e.dur_ns - child_ns[i]);
+    a.self_ns += self;
+    op_members.push_back(i);
+    host_self_total += self;
+    if (IsGatherScatter(t.strings.Get(e.name))) {
+      gather_self += self;
+      gather_by_name[e.name] += self;
+    }
+  }
+  d["top_operators"] = TopTable(t, ops, op_members, true, opt.top_k);
+
+  // --- Device kernels. ---
+  absl::flat_hash_map<uint32_t, Agg> kernels;
+  std::vector<uint32_t> k_members;
+  int64_t by_kind[4] = {0, 0, 0, 0};
+  int64_t n_short = 0, short_ns = 0, k_total = 0, gather_kernel_ns = 0;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const Event& e = ev[i];
+    if (!(e.flags & kFlagDevice) || (!hv.timeline[i] && hv.has_device)) continue;
+    Agg& a = kernels[e.name];
+    ++a.count;
+    a.total_ns += e.dur_ns;
+    k_members.push_back(static_cast<uint32_t>(i));
+    by_kind[static_cast<int>(e.kind)] += e.dur_ns;
+    k_total += e.dur_ns;
+    if (e.dur_ns < opt.short_kernel_ns) {
+      ++n_short;
+      short_ns += e.dur_ns;
+    }
+    if (IsGatherScatter(t.strings.Get(e.name))) gather_kernel_ns += e.dur_ns;
+  }
+  if (!k_members.empty()) {
+    d["top_kernels"] = TopTable(t, kernels, k_members, false, opt.top_k)["by_total"];
+    auto pct = [&](int64_t x) { return R2(k_total ? 100.0 * x / k_total : 0); };
+    d["kernel_types"] = {
+        {"compute_us", Us(by_kind[1])},       {"compute_pct", pct(by_kind[1])},
+        {"communication_us", Us(by_kind[2])}, {"communication_pct", pct(by_kind[2])},
+        {"memory_us", Us(by_kind[3])},        {"memory_pct", pct(by_kind[3])}};
+  }
+
+  // --- Fragmentation: tiny kernels, or tiny first-level operators on host-only traces. ---
+  nlohmann::json frag = {{"short_threshold_us", opt.short_kernel_ns / 1e3}};
+  if (!k_members.empty()) {
+    frag["kernels"] = static_cast<int64_t>(k_members.size());
+    frag["kernels_per_step"] = R2(k_members.size() / steps);
+    frag["short_kernels"] = n_short;
+    frag["short_kernels_pct"] = R2(100.0 * n_short / k_members.size());
+    frag["short_kernels_time_pct"] = R2(k_total ? 100.0 * short_ns / k_total : 0);
+  }
+  // First-level aten operators: aten ops without an aten ancestor (what the framework
+  // dispatches; their children are its decomposition).
+  std::vector<uint32_t> first_level;
+  for (uint32_t i : hv.order) {
+    const std::string& n = t.strings.Get(ev[i].name);
+    if (n.rfind("aten::", 0) != 0) continue;
+    bool nested = false;
+    for (int32_t p = hv.parent[i]; p >= 0; p = hv.parent[p])
+      if (t.strings.Get(ev[p].name).rfind("aten::", 0) == 0) {
+        nested = true;
+        break;
+      }
+    if (!nested) first_level.push_back(i);
+  }
+  int64_t short_ops = 0;
+  for (uint32_t i : first_level)
+    if (ev[i].dur_ns < opt.short_kernel_ns) ++short_ops;
+  frag["operators"] = static_cast<int64_t>(first_level.size());
+  frag["operators_per_step"] = R2(first_level.size() / steps);
+  frag["short_operators"] = short_ops;
+  frag["short_operators_pct"] =
+      R2(first_level.empty() ? 0 : 100.0 * short_ops / first_level.size());
+
+  // --- Launch overhead (HTA cuda kernel launch stats): runtime launch <-> kernel by
+  // correlation; launch delay = kernel start - launch end. ---
+  absl::flat_hash_map<uint64_t, uint32_t> launches;
+  for (uint32_t i : hv.order)
+    if (ev[i].correlation && IsLaunchName(t.strings.Get(ev[i].name)))
+      launches[ev[i].correlation] = i;
+  if (!launches.empty()) {
+    std::vector<double> cpu, gpu, delay;
+    int64_t short_k = 0, runtime_out = 0, delay_out = 0;
+    for (uint32_t i : k_members) {
+      const Event& k = ev[i];
+      if (!k.correlation) continue;
+      auto it = launches.find(k.correlation);
+      if (it == launches.end()) continue;
+      const Event& l = ev[it->second];
+      cpu.push_back(l.dur_ns / 1e3);
+      gpu.push_back(k.dur_ns / 1e3);
+      int64_t dl = k.ts_ns - l.end_ns();
+      delay.push_back(dl / 1e3);
+      if (k.dur_ns < l.dur_ns && l.dur_ns <= opt.launch_runtime_cutoff_ns) ++short_k;
+      if (l.dur_ns > opt.launch_runtime_cutoff_ns) ++runtime_out;
+      if (dl > opt.launch_delay_cutoff_ns) ++delay_out;
+    }
+    if (!cpu.empty()) {
+      Summary sc = Summarize(cpu), sg = Summarize(gpu), sd = Summarize(delay);
+      frag["launch"] = {{"launches", static_cast<int64_t>(cpu.size())},
+                        {"cpu_launch_mean_us", R2(sc.mean)},
+                        {"kernel_mean_us", R2(sg.mean)},
+                        {"kernels_shorter_than_launch", short_k},
+                        {"kernels_shorter_than_launch_pct", R2(100.0 * short_k / cpu.size())},
+                        {"launch_runtime_outliers", runtime_out},
+                        {"launch_delay_p50_us", R2(sd.p50)},
+                        {"launch_delay_p95_us", R2(sd.p95)},
+                        {"launch_delay_outliers", delay_out}};
+    }
+  }
+  d["fragmentation"] = frag;
+
+  // --- Shape churn: distinct input shapes per operator. ---
+  absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint32_t>> shapes;
+  absl::flat_hash_map<uint32_t, int64_t> shape_calls;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    if (!ev[i].input_dims) continue;
+    shapes[ev[i].name].insert(ev[i].input_dims);
+    ++shape_calls[ev[i].name];
+  }
+  std::vector<std::pair<size_t, uint32_t>> churn;
+  for (const auto& [n, s] : shapes)
+    if (static_cast<int>(s.size()) >= opt.shape_churn_min_shapes) churn.push_back({s.size(), n});
+  std::sort(churn.begin(), churn.end(), [&](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first
+                              : t.strings.Get(a.second) < t.strings.Get(b.second);
+  });
+  d["shape_churn"] = nlohmann::json::array();
+  for (size_t i = 0; i < churn.size() && static_cast<int>(i) < opt.top_k; ++i)
+    d["shape_churn"].push_back({{"name", t.strings.Get(churn[i].second)},
+                                {"distinct_shapes", churn[i].first},
+                                {"calls", shape_calls[churn[i].second]}});
+
+  // --- Suspects. ---
+  nlohmann::json sus = nlohmann::json::object();
+  absl::flat_hash_map<uint32_t, Agg> f64, syncs, aicpu;
+  std::vector<bool> launched(ev.size(), false);
+  for (uint32_t i : hv.order) {
+    if (!IsLaunchName(t.strings.Get(ev[i].name))) continue;
+    for (int32_t p = hv.parent[i]; p >= 0 && !launched[p]; p = hv.parent[p]) launched[p] = true;
+  }
+  absl::flat_hash_map<uint32_t, Agg> on_cpu;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const Event& e = ev[i];
+    if (e.flags & kFlagFloat64) {
+      ++f64[e.name].count;
+      f64[e.name].total_ns += e.dur_ns;
+    }
+    if (e.flags & kFlagAiCpu && e.dur_ns >= opt.aicpu_min_task_ns) {
+      ++aicpu[e.name].count;
+      aicpu[e.name].total_ns += e.dur_ns;
+    }
+    if (e.flags & kFlagDevice) continue;
+    // aten::item and friends only synchronise with a device when there is one.
+    if (e.cat == Category::kCudaSync ||
+        (IsSyncName(t.strings.Get(e.name)) &&
+         (hv.has_device || t.strings.Get(e.name).rfind("aten::", 0) != 0))) {
+      ++syncs[e.name].count;
+      syncs[e.name].total_ns += e.dur_ns;
+    }
+    if (hv.has_device && hv.timeline[i] && !launched[i] && e.dur_ns >= 100'000 &&
+        IsHeavyComputeOp(t.strings.Get(e.name))) {
+      ++on_cpu[e.name].count;
+      on_cpu[e.name].total_ns += e.dur_ns;
+    }
+  }
+  auto list = [&](const absl::flat_hash_map<uint32_t, Agg>& m) {
+    std::vector<std::pair<int64_t, uint32_t>> v;
+    for (const auto& [n, a] : m) v.push_back({a.total_ns, n});
+    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first
+                                : t.strings.Get(a.second) < t.strings.Get(b.second);
+    });
+    nlohmann::json j = nlohmann::json::array();
+    for (size_t i = 0; i < v.size() && static_cast<int>(i) < opt.top_k; ++i)
+      j.push_back({{"name", t.strings.Get(v[i].second)},
+                   {"count", m.at(v[i].second).count},
+                   {"total_us", Us(v[i].first)}});
+    return j;
+  };
+  sus["float64"] = list(f64);
+  sus["cpu_ops_on_device_run"] = list(on_cpu);
+  sus["ai_cpu_tasks"] = list(aicpu);
+  sus["host_device_syncs"] = list(syncs);
+  int64_t sync_count = 0;
+  for (const auto& [n, a] : syncs) sync_count += a.count;
+  sus["host_device_syncs_per_step"] = R2(sync_count / steps);
+  double gather_pct = k_total && hv.has_device
+                          ? 100.0 * gather_kernel_ns / k_total
+                          : (host_self_total ? 100.0 * gather_self / host_self_total : 0);
+  sus["gather_scatter_pct"] = R2(gather_pct);
+  d["suspects"] = sus;
+
+  // --- Fusion candidates: frequent sequences of 2-3 consecutive first-level operators on one
+  // thread, all fusible (elementwise, norm, activation, conv, linear). ---
+  struct Seq {
+    int64_t count = 0;
+    int64_t total_ns = 0;
+  };
+  absl::flat_hash_map<std::array<uint32_t, 3>, Seq> seqs;
+  for (size_t i = 0; i < first_level.size(); ++i) {
+    for (int len = 2; len <= 3; ++len) {
+      if (i + len > first_level.size()) break;
+      std::array<uint32_t, 3> key = {0, 0, 0};
+      int64_t total = 0;
+      bool ok = true;
+      absl::flat_hash_set<uint32_t> distinct;
+      for (int k = 0; k < len; ++k) {
+        const Event& e = ev[first_level[i + k]];
+        if (ThreadKey(e) != ThreadKey(ev[first_level[i]]) || !IsFusible(t.strings.Get(e.name))) {
+          ok = false;
+          break;
+        }
+        key[k] = e.name;
+        total += e.dur_ns;
+        distinct.insert(e.name);
+      }
+      if (!ok || distinct.size() < 2) continue;
+      Seq& s = seqs[key];
+      ++s.count;
+      s.total_ns += total;
+    }
+  }
+  std::vector<std::pair<std::array<uint32_t, 3>, Seq>> sv;
+  for (const auto& kv : seqs)
+    if (kv.second.count >= opt.fusion_min_count) sv.push_back(kv);
+  std::sort(sv.begin(), sv.end(), [&](const auto& a, const auto& b) {
+    if (a.second.total_ns != b.second.total_ns) return a.second.total_ns > b.second.total_ns;
+    return a.first < b.first;
+  });
+  d["fusion_candidates"] = nlohmann::json::array();
+  for (size_t i = 0; i < sv.size() && i < 5; ++i) {
+    std::vector<std::string> names;
+    std::string joined;
+    for (uint32_t n : sv[i].first) {
+      if (!n) continue;
+      names.push_back(t.strings.Get(n));
+      joined += (joined.empty() ? "" : " > ") + t.strings.Get(n);
+    }
+    d["fusion_candidates"].push_back({{"sequence", joined},
+                                      {"pattern", KnownPattern(names)},
+                                      {"count", sv[i].second.count},
+                                      {"total_us", Us(sv[i].second.total_ns)}});
+  }
+  (void)gather_by_name;
+}
+
+}  // namespace trainscope::trace::internal

@@ -1,0 +1,423 @@
+// Input dispatch (Chrome trace, torch_npu directory or CSVs, phase logs) and the small readers.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "trace/chrome_reader.h"
+#include "trainscope/core/status.h"
+#include "trainscope/trace/trace.h"
+
+namespace trainscope::trace {
+namespace {
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool IsFile(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+std::vector<std::string> List(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(n);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+std::string Base(std::string_view p) {
+  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+  size_t s = p.rfind('/');
+  return std::string(s == std::string_view::npos ? p : p.substr(s + 1));
+}
+
+bool IsTraceFileName(const std::string& n) {
+  return absl::EndsWith(n, ".json") || absl::EndsWith(n, ".json.gz") || absl::EndsWith(n, ".jsonl");
+}
+// torch_npu output: *_ascend_pt, or a folder holding ASCEND_PROFILER_OUTPUT / its files.
+std::string AscendOutputDir(const std::string& dir) {
+  if (IsDir(dir + "/ASCEND_PROFILER_OUTPUT")) return dir + "/ASCEND_PROFILER_OUTPUT";
+  if (IsFile(dir + "/trace_view.json") || IsFile(dir + "/step_trace_time.csv") ||
+      IsFile(dir + "/kernel_details.csv"))
+    return dir;
+  return "";
+}
+
+// CSV with quotes ("" escapes) and cells trimmed of spaces/tabs (torch_npu writes
+// "1736413971558972.912\t").
+std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> row;
+  std::string cell;
+  bool q = false;
+  auto end_cell = [&] {
+    row.push_back(std::string(absl::StripAsciiWhitespace(cell)));
+    cell.clear();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (q) {
+      if (c == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '"') {
+          cell += '"';
+          ++i;
+        } else {
+          q = false;
+        }
+      } else {
+        cell += c;
+      }
+    } else if (c == '"') {
+      q = true;
+    } else if (c == ',') {
+      end_cell();
+    } else if (c == '\n') {
+      end_cell();
+      rows.push_back(std::move(row));
+      row.clear();
+    } else if (c != '\r') {
+      cell += c;
+    }
+  }
+  if (!cell.empty() || !row.empty()) {
+    end_cell();
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+absl::StatusOr<std::string> Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int Col(const std::vector<std::string>& header, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i] == n) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+double Num(const std::vector<std::string>& row, int col, bool* ok) {
+  double v = 0;
+  if (col < 0 || col >= static_cast<int>(row.size()) || row[col] == "N/A" || row[col].empty() ||
+      !absl::SimpleAtod(row[col], &v)) {
+    *ok = false;
+    return 0;
+  }
+  return v;
+}
+
+absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(std::string text, Slurp(path));
+  auto rows = ParseCsv(text);
+  if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
+  const auto& h = rows[0];
+  int c_step = Col(h, {"Step"}), c_comp = Col(h, {"Computing"}),
+      c_cno = Col(h, {"Communication(Not Overlapped)"}), c_ov = Col(h, {"Overlapped"}),
+      c_comm = Col(h, {"Communication"}), c_free = Col(h, {"Free"}), c_stage = Col(h, {"Stage"}),
+      c_bub = Col(h, {"Bubble"}), c_prep = Col(h, {"Preparing"});
+  if (c_comp < 0 || c_free < 0 || c_cno < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": line 1: not a step_trace_time.csv (needs Computing, "
+                     "Communication(Not Overlapped), Free columns)"));
+  }
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    if (r.size() <= 1 && (r.empty() || r[0].empty())) continue;
+    bool ok = true;
+    AscendStepRow s;
+    bool step_ok = true;
+    s.step = static_cast<int64_t>(Num(r, c_step, &step_ok));
+    if (!step_ok) s.step = -1;
+    s.computing_us = Num(r, c_comp, &ok);
+    s.comm_not_overlapped_us = Num(r, c_cno, &ok);
+    s.free_us = Num(r, c_free, &ok);
+    bool opt = true;
+    s.overlapped_us = Num(r, c_ov, &opt);
+    s.comm_us = Num(r, c_comm, &opt);
+    s.stage_us = Num(r, c_stage, &opt);
+    s.bubble_us = Num(r, c_bub, &opt);
+    s.preparing_us = Num(r, c_prep, &opt);
+    if (!ok) {
+      ++t->stats.malformed;
+      if (t->stats.warnings.size() < 20)
+        t->stats.warnings.push_back(absl::StrCat(Base(path), ": line ", i + 1, ": bad row"));
+      continue;
+    }
+    t->ascend_steps.push_back(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_device, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(std::string text, Slurp(path));
+  auto rows = ParseCsv(text);
+  if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
+  const auto& h = rows[0];
+  int c_name = Col(h, {"Name"}), c_type = Col(h, {"Type"}),
+      c_core = Col(h, {"Accelerator Core", "Task Type"}), c_start = Col(h, {"Start Time(us)"}),
+      c_dur = Col(h, {"Duration(us)"}), c_shapes = Col(h, {"Input Shapes"}),
+      c_types = Col(h, {"Input Data Types"}), c_stream = Col(h, {"Stream ID"});
+  if (c_name < 0 || c_start < 0 || c_dur < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": line 1: not a kernel_details.csv (needs Name, Start Time(us), Duration(us))"));
+  }
+  uint32_t pid = t->strings.Intern("kernel_details.csv");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    if (r.size() <= 1) continue;
+    int64_t ts = 0, dur = 0;
+    if (static_cast<int>(r.size()) <= std::max(c_start, c_dur) || !ParseUsToNs(r[c_start], &ts) ||
+        !ParseUsToNs(r[c_dur], &dur)) {
+      ++t->stats.missing_fields;
+      if (t->stats.warnings.size() < 20)
+        t->stats.warnings.push_back(
+            absl::StrCat(Base(path), ": line ", i + 1, ": row without start or duration"));
+      continue;
+    }
+    auto cell = [&](int c) -> std::string {
+      return (c >= 0 && c < static_cast<int>(r.size())) ? r[c] : std::string();
+    };
+    Event e;
+    e.ts_ns = ts;
+    e.dur_ns = dur;
+    e.name = t->strings.Intern(cell(c_name));
+    e.pid = pid;
+    std::string stream = cell(c_stream);
+    int s = -1;
+    e.stream = absl::SimpleAtoi(stream, &s) ? s : 0;
+    e.tid = t->strings.Intern(stream);
+    e.cat = Category::kKernel;
+    e.flags = kFlagDevice;
+    if (timeline_has_device) e.flags |= kFlagFromCsv;
+    std::string shapes = cell(c_shapes);
+    if (!shapes.empty() && shapes != "N/A") e.input_dims = t->strings.Intern(shapes);
+    if (absl::StrContains(cell(c_types), "DOUBLE")) e.flags |= kFlagFloat64;
+    std::string core = cell(c_core), type = cell(c_type);
+    if (core == "AI_CPU") e.flags |= kFlagAiCpu;
+    if (core == "HCCL" || core == "COMMUNICATION" || absl::StartsWithIgnoreCase(type, "hcom"))
+      e.kind = DeviceKind::kComm;
+    else if (absl::StrContains(type, "MEMCPY") || absl::StrContains(core, "SDMA"))
+      e.kind = DeviceKind::kMemory;
+    else
+      e.kind = ClassifyDeviceName(cell(c_name));
+    t->events.push_back(e);
+    ++t->stats.events_kept;
+  }
+  return absl::OkStatus();
+}
+
+// trainscope phase log: one JSON object per line, {"step": N, "phases": {"data_wait_ms": ..}}
+// or the phases flat on the line ({"step": N, "forward_ms": ..}); "rank" when present.
+absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(std::string text, Slurp(path));
+  t->format = "phase-log";
+  int64_t line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      ++t->stats.malformed;
+      if (t->stats.warnings.size() < 20)
+        t->stats.warnings.push_back(absl::StrCat("line ", line_no, ": not a JSON object"));
+      continue;
+    }
+    if (j.contains("rank") && j["rank"].is_number_integer() && t->rank < 0) {
+      t->rank = j["rank"].get<int>();
+      t->rank_source = "phase log";
+    }
+    if (!j.contains("step") || !j["step"].is_number()) continue;  // other records (config, eval)
+    const nlohmann::json& src = (j.contains("phases") && j["phases"].is_object()) ? j["phases"] : j;
+    PhaseStep ps;
+    ps.step = j["step"].get<int64_t>();
+    for (auto it = src.begin(); it != src.end(); ++it) {
+      if (!it.value().is_number()) continue;
+      std::string k = it.key();
+      double scale = 0;
+      if (absl::EndsWith(k, "_ms")) {
+        scale = 1;
+        k.resize(k.size() - 3);
+      } else if (absl::EndsWith(k, "_us")) {
+        scale = 1e-3;
+        k.resize(k.size() - 3);
+      } else if (absl::EndsWith(k, "_s") && &src != &j) {
+        scale = 1e3;
+        k.resize(k.size() - 2);
+      } else if (&src != &j) {
+        scale = 1;  // bare numbers inside "phases" are ms
+      }
+      if (scale == 0 || k == "step" || k == "rank") continue;
+      ps.phases_ms[k] = it.value().get<double>() * scale;
+    }
+    if (ps.phases_ms.empty()) {
+      ++t->stats.missing_fields;
+      continue;
+    }
+    t->phase_steps.push_back(std::move(ps));
+    ++t->stats.events_kept;
+  }
+  t->stats.bytes = static_cast<int64_t>(text.size());
+  if (t->phase_steps.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": line 1: no step records with phase times (\"step\", \"phases\")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadChromeFile(const std::string& path, const ReadOptions& opt, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(auto src, internal::OpenByteSource(path));
+  return internal::ReadChromeTrace(src.get(), path, opt, t);
+}
+
+absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
+                           const ReadOptions& opt, RankTrace* t) {
+  t->format = "ascend";
+  bool any = false;
+  if (IsFile(out_dir + "/trace_view.json")) {
+    TS_RETURN_IF_ERROR(ReadChromeFile(out_dir + "/trace_view.json", opt, t));
+    any = true;
+  }
+  t->format = "ascend";
+  bool has_device = std::any_of(t->events.begin(), t->events.end(),
+                                [](const Event& e) { return e.flags & kFlagDevice; });
+  if (IsFile(out_dir + "/kernel_details.csv")) {
+    TS_RETURN_IF_ERROR(ReadKernelDetailsCsv(out_dir + "/kernel_details.csv", has_device, t));
+    any = true;
+  }
+  if (IsFile(out_dir + "/step_trace_time.csv")) {
+    TS_RETURN_IF_ERROR(ReadStepTraceCsv(out_dir + "/step_trace_time.csv", t));
+    any = true;
+  }
+  if (!any) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": no trace_view.json, kernel_details.csv or step_trace_time.csv in ", out_dir));
+  }
+  if (t->rank < 0) {
+    // profiler_info_{Rank}.json beside ASCEND_PROFILER_OUTPUT.
+    std::string parent = out_dir == dir ? dir + "/.." : dir;
+    for (const std::string& n : List(parent)) {
+      int r = -1;
+      if (absl::StartsWith(n, "profiler_info_") && absl::EndsWith(n, ".json") &&
+          absl::SimpleAtoi(n.substr(14, n.size() - 19), &r)) {
+        t->rank = r;
+        t->rank_source = "profiler_info";
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RankFromFileName(std::string_view path) {
+  std::string b = absl::AsciiStrToLower(Base(path));
+  for (const char* key : {"rank", "worker"}) {
+    size_t at = b.rfind(key);
+    if (at == std::string::npos) continue;
+    size_t i = at + strlen(key);
+    while (i < b.size() && (b[i] == '-' || b[i] == '_' || b[i] == '=')) ++i;
+    size_t j = i;
+    while (j < b.size() && isdigit(static_cast<unsigned char>(b[j]))) ++j;
+    int r = 0;
+    if (j > i && absl::SimpleAtoi(b.substr(i, j - i), &r)) return r;
+  }
+  return -1;
+}
+
+absl::StatusOr<RankTrace> ParseChromeTrace(std::string_view data, const std::string& name,
+                                           const ReadOptions& options) {
+  RankTrace t;
+  t.path = name;
+  auto src = internal::MemoryByteSource(data);
+  TS_RETURN_IF_ERROR(internal::ReadChromeTrace(src.get(), name, options, &t));
+  if (t.rank < 0) {
+    t.rank = RankFromFileName(name);
+    if (t.rank >= 0) t.rank_source = "file name";
+  }
+  return t;
+}
+
+absl::StatusOr<RankTrace> ReadRankTrace(const std::string& path, const ReadOptions& options) {
+  RankTrace t;
+  t.path = path;
+  if (IsDir(path)) {
+    std::string out_dir = AscendOutputDir(path);
+    if (out_dir.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a directory without torch_npu profiler output"));
+    }
+    TS_RETURN_IF_ERROR(ReadAscendDir(path, out_dir, options, &t));
+  } else if (!IsFile(path)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  } else if (absl::EndsWith(path, ".jsonl")) {
+    TS_RETURN_IF_ERROR(ReadPhaseLog(path, &t));
+  } else if (absl::EndsWith(path, "step_trace_time.csv")) {
+    t.format = "ascend";
+    TS_RETURN_IF_ERROR(ReadStepTraceCsv(path, &t));
+  } else if (absl::EndsWith(path, "kernel_details.csv")) {
+    t.format = "ascend";
+    TS_RETURN_IF_ERROR(ReadKernelDetailsCsv(path, false, &t));
+  } else {
+    TS_RETURN_IF_ERROR(ReadChromeFile(path, options, &t));
+  }
+  if (t.rank < 0) {
+    t.rank = RankFromFileName(path);
+    if (t.rank >= 0) t.rank_source = "file name";
+  }
+  return t;
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths) {
+  std::set<std::string> out;
+  for (const std::string& p : paths) {
+    if (IsDir(p)) {
+      if (!AscendOutputDir(p).empty()) {
+        out.insert(p);
+        continue;
+      }
+      size_t before = out.size();
+      for (const std::string& n : List(p)) {
+        std::string full = p + "/" + n;
+        if (IsDir(full) && !AscendOutputDir(full).empty()) {
+          out.insert(full);
+        } else if (IsFile(full) && IsTraceFileName(n)) {
+          out.insert(full);
+        }
+      }
+      if (out.size() == before) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(p, ": no traces (*.json, *.json.gz, *.jsonl, torch_npu output) in it"));
+      }
+    } else if (IsFile(p)) {
+      out.insert(p);
+    } else {
+      return absl::NotFoundError(absl::StrCat(p, ": no such file or directory"));
+    }
+  }
+  return std::vector<std::string>(out.begin(), out.end());
+}
+
+}  // namespace trainscope::trace
