@@ -1,0 +1,110 @@
+// Corpus readers: JSONL, plain text (a document per line or per blank-line block), each
+// optionally .zst or .gz compressed, and Megatron .bin/.idx token datasets; from files,
+// directories (recursive) and globs. Streaming: documents come out in batches of a few MB,
+// so memory is bounded by the batch size whatever the corpus size.
+//
+// Bad records (invalid JSON, missing text field, invalid UTF-8 in JSON, records over
+// max_doc_bytes, empty files, truncated or corrupt compressed streams) are counted in
+// BadRecords with the file and line of the first examples; the read goes on.
+#ifndef TRAINSCOPE_DATA_READER_H_
+#define TRAINSCOPE_DATA_READER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace trainscope::tokenizer {
+class Tokenizer;
+}
+
+namespace trainscope::data {
+
+enum class InputFormat { kAuto, kJsonl, kText, kMegatron };
+
+struct ReaderOptions {
+  InputFormat format = InputFormat::kAuto;  // kAuto: by file extension
+  std::string text_field = "text";          // JSONL field holding the document
+  std::string id_field = "id";              // JSONL field holding the id (optional)
+  bool text_blocks = false;                 // plain text: blank-line blocks, not lines
+  size_t max_doc_bytes = 64u << 20;         // longer records are skipped and counted
+  size_t batch_bytes = 4u << 20;            // text per batch handed to workers
+  // Decodes Megatron token datasets to text (not owned; byte-level when null).
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+};
+
+// One input after expansion of directories and globs.
+struct InputFile {
+  std::string path;  // for .bin/.idx datasets: the prefix path + ".idx"
+  InputFormat format = InputFormat::kText;
+  enum Compression { kNone, kZstd, kGzip } compression = kNone;
+  uint64_t size_bytes = 0;  // on disk
+};
+
+// Expands files, directories (recursively, sorted, hidden files skipped) and glob
+// patterns into inputs. InvalidArgument / NotFound naming the argument when nothing
+// matches or a path is unreadable.
+absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::string>& args,
+                                                    InputFormat format);
+
+// A document inside a batch: views into the batch's buffers.
+struct DocRef {
+  uint32_t text_off = 0, text_len = 0;
+  uint32_t id_off = 0, id_len = 0;  // id_len == 0: no id field, use file:line
+  uint32_t file = 0;                // index into the input list
+  uint64_t line = 0;                // 1-based line (document index for Megatron)
+  int64_t tokens = -1;              // token count when known from the input (Megatron)
+};
+
+struct DocBatch {
+  uint64_t seq = 0;  // 0, 1, 2, ... in corpus order
+  std::string text;  // texts, back to back
+  std::string ids;
+  std::vector<DocRef> docs;
+  uint64_t input_bytes = 0;  // bytes of input consumed for this batch (progress)
+  std::string_view Text(const DocRef& d) const { return {text.data() + d.text_off, d.text_len}; }
+  std::string_view Id(const DocRef& d) const { return {ids.data() + d.id_off, d.id_len}; }
+};
+
+// Counts of bad records by kind, with the first few locations.
+class BadRecords {
+ public:
+  static constexpr size_t kMaxExamples = 20;
+  void Add(std::string_view kind, std::string_view file, uint64_t line, std::string_view what);
+  void Merge(const BadRecords& other);
+  uint64_t total() const;
+  const std::map<std::string, uint64_t>& counts() const { return counts_; }
+  const std::vector<std::string>& examples() const { return examples_; }  // "file:line: kind: what"
+  nlohmann::json ToJson() const;
+
+ private:
+  std::map<std::string, uint64_t> counts_;
+  std::vector<std::string> examples_;
+};
+
+// Reads every input in order and hands batches to `sink` (on the calling thread). Stops
+// early when `sink` returns false. Per-record problems go to `bad`; only an unreadable
+// input is an error (NotFound / PermissionDenied / DataLoss naming the file).
+absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
+                        const std::function<bool(DocBatch&&)>& sink, BadRecords* bad);
+
+// Calls `on_line(line, line_no)` for every line of a line-oriented input (decompressed;
+// "\r\n" endings trimmed; the last line may lack "\n"). Lines over max_doc_bytes are
+// skipped without being buffered and counted in `bad`, as are truncated or corrupt
+// compressed streams and empty files. `on_input_bytes` (optional) gets input progress.
+absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* bad,
+                         const std::function<void(std::string_view, uint64_t)>& on_line,
+                         const std::function<void(uint64_t)>& on_input_bytes = nullptr);
+
+// The location of a document as users see it: "<file>:<line>".
+std::string DocLocation(const std::vector<InputFile>& inputs, const DocRef& doc);
+
+}  // namespace trainscope::data
+
+#endif  // TRAINSCOPE_DATA_READER_H_

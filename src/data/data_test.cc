@@ -1,0 +1,345 @@
+// Unit tests of the data module: readers, analysis rules, scan, clean, pack, stats.
+#include <zlib.h>
+#include <zstd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/doc_analysis.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/data/clean.h"
+#include "trainscope/data/megatron.h"
+#include "trainscope/data/reader.h"
+#include "trainscope/data/scan.h"
+
+namespace trainscope::data {
+namespace {
+
+std::string Tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Zstd(const std::string& s) {
+  std::string out(ZSTD_compressBound(s.size()), '\0');
+  out.resize(ZSTD_compress(out.data(), out.size(), s.data(), s.size(), 3));
+  return out;
+}
+
+struct Collected {
+  std::vector<std::string> texts, ids;
+  std::vector<uint64_t> lines;
+  BadRecords bad;
+};
+
+Collected Read(const std::vector<std::string>& paths, ReaderOptions o = {}) {
+  Collected c;
+  auto inputs = ExpandInputs(paths, o.format);
+  EXPECT_TRUE(inputs.ok()) << inputs.status();
+  if (!inputs.ok()) return c;
+  auto st = ReadCorpus(
+      *inputs, o,
+      [&](DocBatch&& b) {
+        for (const auto& d : b.docs) {
+          c.texts.emplace_back(b.Text(d));
+          c.ids.emplace_back(b.Id(d));
+          c.lines.push_back(d.line);
+        }
+        return true;
+      },
+      &c.bad);
+  EXPECT_TRUE(st.ok()) << st;
+  return c;
+}
+
+// A paragraph of real-looking English prose with distinct words per seed.
+std::string Prose(int seed, int sentences = 12) {
+  static const char* w[] = {"model",   "training", "data",     "loss",      "curve",     "batch",
+                            "token",   "sequence", "gradient", "optimizer", "learning",  "rate",
+                            "corpus",  "document", "length",   "padding",   "duplicate", "language",
+                            "quality", "filter",   "memory",   "speed"};
+  std::string s;
+  uint64_t x = seed * 2654435761u + 17;
+  for (int i = 0; i < sentences; ++i) {
+    s += "The ";
+    for (int k = 0; k < 9; ++k) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      s += w[(x >> 33) % 22];
+      s += k == 3 ? " and the " : " ";
+    }
+    s += "with care.";
+    s += i % 4 == 3 ? "\n" : " ";
+  }
+  return s;
+}
+
+TEST(Reader, JsonlCountsBadRecordsWithLines) {
+  const std::string p = Tmp("bad.jsonl");
+  WriteFile(p,
+            "{\"text\": \"hello world\", \"id\": \"a\"}\n"
+            "{not json\n"
+            "\n"
+            "{\"body\": \"no text field\"}\n"
+            "{\"text\": 5}\n"
+            "{\"id\": 7, \"text\": \"second\\nline\"}\r\n"
+            "{\"text\": \"bad \xff utf8\"}\n"
+            "{\"text\": \"last without newline\"}");
+  Collected c = Read({p});
+  ASSERT_EQ(c.texts.size(), 3u);
+  EXPECT_EQ(c.texts[1], "second\nline");
+  EXPECT_EQ(c.ids[0], "a");
+  EXPECT_EQ(c.ids[1], "7");
+  EXPECT_EQ(c.lines[1], 6u);
+  EXPECT_EQ(c.lines[2], 8u);
+  EXPECT_EQ(c.bad.counts().at("invalid_json"), 1u);
+  EXPECT_EQ(c.bad.counts().at("missing_text_field"), 1u);
+  EXPECT_EQ(c.bad.counts().at("text_not_string"), 1u);
+  EXPECT_EQ(c.bad.counts().at("invalid_utf8"), 1u);
+  EXPECT_EQ(c.bad.examples()[0].rfind(p + ":2: invalid_json: ", 0), 0u) << c.bad.examples()[0];
+}
+
+TEST(Reader, TextLinesBlocksCompressionAndEmptyFiles) {
+  const std::string lines = "one\ntwo\n\nthree\n";
+  WriteFile(Tmp("t.txt"), lines);
+  WriteFile(Tmp("t2.txt.zst"), Zstd(lines));
+  WriteFile(Tmp("empty.txt"), "");
+  {
+    gzFile gz = gzopen(Tmp("t3.txt.gz").c_str(), "wb");
+    gzwrite(gz, lines.data(), lines.size());
+    gzclose(gz);
+  }
+  Collected c = Read({Tmp("t.txt"), Tmp("t2.txt.zst"), Tmp("t3.txt.gz"), Tmp("empty.txt")});
+  EXPECT_EQ(c.texts, (std::vector<std::string>{"one", "two", "three", "one", "two", "three", "one",
+                                               "two", "three"}));
+  EXPECT_EQ(c.bad.counts().at("empty_file"), 1u);
+  ReaderOptions blocks;
+  blocks.text_blocks = true;
+  Collected b = Read({Tmp("t.txt")}, blocks);
+  EXPECT_EQ(b.texts, (std::vector<std::string>{"one\ntwo", "three"}));
+  EXPECT_EQ(b.lines, (std::vector<uint64_t>{1, 4}));
+}
+
+TEST(Reader, TruncatedZstdAndOversizedLines) {
+  std::string big;
+  for (int i = 0; i < 20000; ++i)
+    big += "{\"text\": \"document number " + std::to_string(i) + "\"}\n";
+  std::string z = Zstd(big);
+  WriteFile(Tmp("cut.jsonl.zst"), z.substr(0, z.size() / 2));
+  Collected c = Read({Tmp("cut.jsonl.zst")});
+  EXPECT_GT(c.texts.size(), 10u);
+  EXPECT_LT(c.texts.size(), 20000u);
+  EXPECT_EQ(c.bad.counts().count("truncated_stream"), 1u);
+  for (size_t i = 0; i < c.texts.size(); ++i)
+    EXPECT_EQ(c.texts[i], "document number " + std::to_string(i));
+
+  // A 3 MB line with a 1 MB limit is skipped without being buffered; the next line is read.
+  std::string huge = "{\"text\": \"" + std::string(3 << 20, 'x') + "\"}\n{\"text\": \"after\"}\n";
+  WriteFile(Tmp("huge.jsonl"), huge);
+  ReaderOptions o;
+  o.max_doc_bytes = 1 << 20;
+  Collected h = Read({Tmp("huge.jsonl")}, o);
+  ASSERT_EQ(h.texts.size(), 1u);
+  EXPECT_EQ(h.texts[0], "after");
+  EXPECT_EQ(h.lines[0], 2u);
+  EXPECT_EQ(h.bad.counts().at("oversized_record"), 1u);
+}
+
+TEST(Reader, MissingInputIsAnError) {
+  auto r = ExpandInputs({Tmp("nope.jsonl")}, InputFormat::kAuto);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("nope.jsonl"), std::string::npos);
+  EXPECT_FALSE(ExpandInputs({Tmp("*.doesnotexist")}, InputFormat::kAuto).ok());
+}
+
+uint32_t FlagsOf(const std::string& text) {
+  AnalyzerOptions o;
+  o.near_dup = false;
+  DocAnalyzer a(o);
+  DocResult r;
+  a.Analyze(text, -1, &r, nullptr, nullptr);
+  return r.flags;
+}
+bool Has(uint32_t flags, int f) { return (flags >> f) & 1; }
+
+TEST(Analysis, CleanProseHasNoEncodingOrTruncationFlags) {
+  const uint32_t f = FlagsOf(Prose(1));
+  EXPECT_FALSE(Has(f, kFlagTruncated));
+  EXPECT_FALSE(Has(f, kFlagMojibake));
+  EXPECT_FALSE(Has(f, kFlagControlChars));
+  EXPECT_FALSE(Has(f, kFlagMixedLanguage));
+  EXPECT_FALSE(Has(f, kFlagGopherShortDoc));
+  EXPECT_FALSE(Has(f, kFlagGopherStopWords));
+}
+
+TEST(Analysis, CorruptionsAreFlagged) {
+  const std::string p = Prose(2);
+  EXPECT_TRUE(Has(FlagsOf(p.substr(0, p.size() / 2 + 7) + "the model and"), kFlagTruncated));
+  EXPECT_TRUE(Has(FlagsOf(p + " Caf\xC3\x83\xC2\xA9 na\xC3\x83\xC2\xAFve."), kFlagMojibake));
+  EXPECT_TRUE(Has(FlagsOf(p + " bell\x07."), kFlagControlChars));
+  EXPECT_TRUE(Has(FlagsOf("bad \xff\xfe bytes."), kFlagInvalidUtf8));
+  EXPECT_TRUE(Has(FlagsOf("too short."), kFlagGopherShortDoc));
+  EXPECT_TRUE(Has(FlagsOf(p + " lorem ipsum dolor."), kFlagC4LoremIpsum));
+  std::string rep;
+  for (int i = 0; i < 30; ++i) rep += "buy cheap watches now\n";
+  const uint32_t r = FlagsOf(rep);
+  EXPECT_TRUE(Has(r, kFlagGopherDupLines));
+  EXPECT_TRUE(Has(r, kFlagFineWebCharDup));
+  const std::string german =
+      "Die Daten werden vor dem Training sorgfältig geprüft, damit das Modell nicht auf doppelten "
+      "Texten lernt. Wenn die Verlustkurve zu schnell fällt, liegt das oft an Duplikaten im "
+      "Korpus. "
+      "Deshalb entfernen wir doppelte Dokumente und prüfen die Sprache jedes Abschnitts einzeln, "
+      "bevor wir die Sequenzen für das Training zusammenstellen und speichern.";
+  EXPECT_TRUE(Has(FlagsOf(p + "\n\n" + german + " " + german), kFlagMixedLanguage));
+  EXPECT_FALSE(Has(FlagsOf(german + " " + german), kFlagMixedLanguage));
+}
+
+TEST(Analysis, RuleNames) {
+  EXPECT_EQ(FlagGroupMask("truncated"), 1u << kFlagTruncated);
+  EXPECT_NE(FlagGroupMask("gopher") & (1u << kFlagGopherDupNgram), 0u);
+  EXPECT_EQ(FlagGroupMask("nonsense"), 0u);
+  EXPECT_FALSE(ParseRules("gopher,bogus").ok());
+  EXPECT_EQ(*ParseRules("none"), 0u);
+}
+
+TEST(Padding, HandComputed) {
+  // L = 4, B = 2: lengths 1, 3, 4, 6.
+  auto p = PaddingWaste({1, 3, 4, 6}, 4, 2);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].name, "pad_to_max");
+  EXPECT_DOUBLE_EQ(p[0].pad_fraction, 1.0 - 12.0 / 16);  // 1+3+4+4 real
+  EXPECT_EQ(p[0].truncated_tokens, 2u);
+  EXPECT_DOUBLE_EQ(p[1].pad_fraction, 1.0 - 12.0 / (2 * 3 + 2 * 4));
+  EXPECT_EQ(p[2].sequences, 4u);  // 14 tokens -> 4 chunks
+  EXPECT_DOUBLE_EQ(p[2].pad_fraction, 1.0 - 14.0 / 16);
+  EXPECT_EQ(p[3].sequences, 4u);  // full: 4, 4 | rest 3, 2, 1 -> {3,1}, {2}
+  EXPECT_EQ(p[3].split_documents, 1u);
+}
+
+// A corpus with planted exact, normalised and near duplicates.
+std::string PlantedCorpus() {
+  std::string s;
+  auto add = [&](const std::string& id, const std::string& text) {
+    s += nlohmann::json({{"id", id}, {"text", text}}).dump() + "\n";
+  };
+  for (int i = 0; i < 20; ++i) add("d" + std::to_string(i), Prose(100 + i));
+  add("exact-of-d3", Prose(103));
+  add("case-of-d4", "  " + Prose(104) + "  ");
+  std::string near = Prose(105, 40);
+  add("d5-long", near);
+  std::string edited = near;
+  edited.replace(edited.find("The "), 4, "One ");
+  add("near-of-d5-long", edited);
+  return s;
+}
+
+ScanOptions FastOptions() {
+  ScanOptions o;
+  o.threads = 2;
+  o.progress = false;
+  o.batch_size = 4;
+  o.seq_len = 256;
+  return o;
+}
+
+TEST(Scan, FindsPlantedDuplicatesAndWritesVerdicts) {
+  WriteFile(Tmp("planted.jsonl"), PlantedCorpus());
+  auto inputs = ExpandInputs({Tmp("planted.jsonl")}, InputFormat::kAuto);
+  ASSERT_TRUE(inputs.ok());
+  for (int threads : {1, 2}) {
+    ScanOptions o = FastOptions();
+    o.threads = threads;
+    o.verdicts_path = Tmp("verdicts.jsonl");
+    auto r = RunScan(*inputs, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->docs, 24u);
+    EXPECT_EQ(r->exact_duplicate_docs, 1u);
+    EXPECT_EQ(r->normalized_duplicate_docs, 2u);
+    EXPECT_EQ(r->near_duplicate_docs, 3u);  // exact + normalised + edited
+    EXPECT_EQ(r->lang_docs.at("en"), 24u);
+    std::istringstream v(ReadAll(Tmp("verdicts.jsonl")));
+    std::vector<nlohmann::json> lines;
+    for (std::string l; std::getline(v, l);) lines.push_back(nlohmann::json::parse(l));
+    ASSERT_EQ(lines.size(), 24u);
+    EXPECT_EQ(lines[20]["id"], "exact-of-d3");
+    EXPECT_EQ(lines[20]["exact_dup_of"], 3);
+    EXPECT_EQ(lines[20]["near_dup_of"], 3);
+    EXPECT_TRUE(lines[21]["exact_dup_of"].is_null());
+    EXPECT_EQ(lines[21]["near_dup_of"], 4);
+    EXPECT_EQ(lines[23]["near_dup_of"], 22);
+    EXPECT_TRUE(lines[0]["near_dup_of"].is_null());
+    EXPECT_EQ(lines[0]["lang"], "en");
+    EXPECT_TRUE(lines[0]["flags"].is_array());
+    nlohmann::json j = ScanResultToJson(*r, o);
+    EXPECT_EQ(j["docs"], 24);
+    EXPECT_EQ(j["near_duplicate_docs"], 3);
+    EXPECT_EQ(j["padding"]["strategies"].size(), 4u);
+  }
+}
+
+TEST(Clean, OutputRescansWithoutDuplicates) {
+  WriteFile(Tmp("planted2.jsonl"), PlantedCorpus());
+  auto inputs = ExpandInputs({Tmp("planted2.jsonl")}, InputFormat::kAuto);
+  ASSERT_TRUE(inputs.ok());
+  CleanOptions co;
+  co.scan = FastOptions();
+  co.output = Tmp("cleaned.jsonl");
+  co.drop_flags = *ParseRules("encoding,empty");
+  auto rep = RunClean(*inputs, co);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->docs_before, 24u);
+  EXPECT_EQ(rep->docs_after, 21u);
+  const std::string out = ReadAll(Tmp("cleaned.jsonl"));
+  EXPECT_NE(out.find("\"id\":\"d5-long\""), std::string::npos);  // original lines kept verbatim
+  EXPECT_EQ(out.find("near-of-d5-long"), std::string::npos);
+  auto again = ExpandInputs({Tmp("cleaned.jsonl")}, InputFormat::kAuto);
+  auto r = RunScan(*again, FastOptions());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->docs, 21u);
+  EXPECT_EQ(r->exact_duplicate_docs, 0u);
+  EXPECT_EQ(r->near_duplicate_docs, 0u);
+}
+
+TEST(Megatron, WriteReadRoundTripAndValidation) {
+  const std::string prefix = Tmp("ds");
+  std::vector<uint16_t> tokens = {1, 2, 3, 4, 5, 6, 256};
+  WriteFile(prefix + ".bin",
+            std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
+  ASSERT_TRUE(WriteMegatronIndex(prefix, MegatronDType::kUint16, {3, 4}, {0, 1, 2}).ok());
+  auto idx = ReadMegatronIndex(prefix);
+  ASSERT_TRUE(idx.ok()) << idx.status();
+  EXPECT_EQ(idx->dtype_code, 8);
+  EXPECT_EQ(idx->lengths, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(idx->pointers, (std::vector<int64_t>{0, 6}));
+  EXPECT_EQ(ReadAll(prefix + ".idx").size(), 34u + 12 * 2 + 8 * 3);
+  std::FILE* bin = std::fopen((prefix + ".bin").c_str(), "rb");
+  std::vector<int64_t> seq;
+  ASSERT_TRUE(ReadMegatronSequence(bin, *idx, 1, &seq).ok());
+  std::fclose(bin);
+  EXPECT_EQ(seq, (std::vector<int64_t>{4, 5, 6, 256}));
+  // Scan reads it as two documents decoded byte-level.
+  Collected c = Read({prefix + ".idx"});
+  ASSERT_EQ(c.texts.size(), 2u);
+  EXPECT_EQ(c.texts[0], std::string("\x01\x02\x03"));
+  // Corruption: .bin one token short.
+  WriteFile(prefix + ".bin", std::string(reinterpret_cast<const char*>(tokens.data()), 12));
+  auto bad = ReadMegatronIndex(prefix);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  WriteFile(prefix + ".idx", "MMIDIDX\0\0garbage");
+  EXPECT_FALSE(ReadMegatronIndex(prefix).ok());
+}
+
+}  // namespace
+}  // namespace trainscope::data

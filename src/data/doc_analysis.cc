@@ -1,0 +1,293 @@
+// Per-document counts, hashes, MinHash and language (noise rules: noise_rules.cc).
+#include "data/doc_analysis.h"
+
+#include <cld2/internal/lang_script.h>
+#include <cld2/public/compact_lang_det.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "simdjson.h"
+#include "trainscope/tokenizer/tokenizer.h"
+
+namespace trainscope::data {
+namespace {
+
+inline uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+inline bool IsSpace(unsigned char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// ASCII punctuation and symbols become separators for shingling (datatrove's
+// remove_punctuation, restricted to ASCII).
+inline bool IsShingleSep(unsigned char c) {
+  return c < 0x80 && !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z'));
+}
+
+const char* const kFlagNames[kNumFlags] = {
+    "empty",
+    "invalid_utf8",
+    "control_chars",
+    "mojibake",
+    "truncated",
+    "mixed_language",
+    "gopher_short_doc",
+    "gopher_long_doc",
+    "gopher_word_length",
+    "gopher_symbol_ratio",
+    "gopher_bullet_lines",
+    "gopher_ellipsis_lines",
+    "gopher_alpha_words",
+    "gopher_stop_words",
+    "gopher_dup_lines",
+    "gopher_dup_paragraphs",
+    "gopher_dup_line_chars",
+    "gopher_dup_paragraph_chars",
+    "gopher_top_ngram",
+    "gopher_dup_ngram",
+    "c4_lorem_ipsum",
+    "c4_curly_bracket",
+    "c4_few_sentences",
+    "fineweb_line_punct",
+    "fineweb_short_lines",
+    "fineweb_char_dup",
+    "fineweb_list_ratio",
+};
+
+uint32_t Range(int lo, int hi) {
+  uint32_t m = 0;
+  for (int i = lo; i <= hi; ++i) m |= 1u << i;
+  return m;
+}
+
+}  // namespace
+
+const char* FlagName(int flag) { return flag >= 0 && flag < kNumFlags ? kFlagNames[flag] : "?"; }
+
+uint32_t FlagGroupMask(std::string_view name) {
+  if (name == "all") return Range(0, kNumFlags - 1);
+  if (name == "gopher") return Range(kFlagGopherShortDoc, kFlagGopherDupNgram);
+  if (name == "gopher_quality") return Range(kFlagGopherShortDoc, kFlagGopherStopWords);
+  if (name == "gopher_repetition") return Range(kFlagGopherDupLines, kFlagGopherDupNgram);
+  if (name == "c4") return Range(kFlagC4LoremIpsum, kFlagC4FewSentences);
+  if (name == "fineweb") return Range(kFlagFineWebLinePunct, kFlagFineWebListRatio);
+  if (name == "encoding") return Range(kFlagInvalidUtf8, kFlagMojibake);
+  for (int i = 0; i < kNumFlags; ++i) {
+    if (name == kFlagNames[i]) return 1u << i;
+  }
+  return 0;
+}
+
+const char* LangCode(uint16_t lang) {
+  return CLD2::LanguageCode(static_cast<CLD2::Language>(lang));
+}
+uint16_t UnknownLang() { return CLD2::UNKNOWN_LANGUAGE; }
+
+DocAnalyzer::DocAnalyzer(const AnalyzerOptions& options) : options_(options) {
+  uint64_t state = options_.seed;
+  const int p = options_.bands * options_.rows;
+  for (int i = 0; i < p; ++i) {
+    state += 0x9e3779b97f4a7c15ULL;
+    perm_a_.push_back(Mix(state) | 1);  // odd multiplier
+    state += 0x9e3779b97f4a7c15ULL;
+    perm_b_.push_back(Mix(state));
+  }
+  mins_.resize(p);
+}
+
+void DocAnalyzer::Words(std::string_view text) {
+  word_start_.clear();
+  word_len_.clear();
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && IsSpace(s[i])) ++i;
+    const size_t b = i;
+    while (i < n && !IsSpace(s[i])) ++i;
+    if (i > b) {
+      word_start_.push_back(static_cast<uint32_t>(b));
+      word_len_.push_back(static_cast<uint32_t>(i - b));
+    }
+  }
+}
+
+void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult* r,
+                          uint64_t* band_out, uint16_t* sig_out) {
+  *r = DocResult();
+  r->bytes = static_cast<uint32_t>(text.size());
+  r->raw_hash = XXH3_64bits(text.data(), text.size());
+  const bool valid = simdjson::validate_utf8(text.data(), text.size());
+  if (!valid) r->flags |= 1u << kFlagInvalidUtf8;
+
+  // One pass: character count and the normalised text (ASCII lower-case, whitespace runs
+  // collapsed to one space, trimmed).
+  norm_.resize(text.size());
+  char* out = norm_.data();
+  size_t o = 0;
+  uint32_t chars = 0;
+  bool pending_space = false;
+  for (unsigned char c : text) {
+    chars += (c & 0xC0) != 0x80;
+    if (IsSpace(c)) {
+      pending_space = o > 0;
+      continue;
+    }
+    if (pending_space) {
+      out[o++] = ' ';
+      pending_space = false;
+    }
+    out[o++] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : static_cast<char>(c);
+  }
+  norm_.resize(o);
+  r->chars = chars;
+  r->norm_hash = XXH3_64bits(norm_.data(), norm_.size());
+  if (norm_.empty()) r->flags |= 1u << kFlagEmpty;
+
+  Words(text);
+  r->words = static_cast<uint32_t>(word_start_.size());
+  if (known_tokens >= 0) {
+    r->tokens = known_tokens;
+  } else if (options_.tokenizer != nullptr) {
+    r->tokens = options_.tokenizer->Count(text);
+  } else {
+    r->tokens = text.size();
+  }
+  r->lang = CLD2::UNKNOWN_LANGUAGE;
+  if (options_.noise && !norm_.empty()) {
+    Noise(text, r);
+    Repetition(text, r);
+  }
+  if (options_.language && valid && !norm_.empty()) Language(text, r);
+  if (options_.near_dup && !norm_.empty()) r->has_signature = MinHash(norm_, band_out, sig_out);
+}
+
+// Language per chunk with CLD2: its result-chunk vector labels each run of text. The
+// document's language is CLD2's summary; it is mixed when a second language holds at
+// least 20% of the classified bytes (and 100 bytes).
+void DocAnalyzer::Language(std::string_view text, DocResult* r) {
+  constexpr size_t kMaxBytes = 256 << 10;
+  const int len = static_cast<int>(std::min(text.size(), kMaxBytes));
+  CLD2::Language lang3[3];
+  int percent3[3];
+  double score3[3];
+  int text_bytes = 0, valid_prefix = 0;
+  bool reliable = false;
+  CLD2::ResultChunkVector chunks;
+  CLD2::Language lang = CLD2::ExtDetectLanguageSummaryCheckUTF8(
+      text.data(), len, true, nullptr, 0, lang3, percent3, score3, &chunks, &text_bytes, &reliable,
+      &valid_prefix);
+  r->lang = static_cast<uint16_t>(lang);
+  if (!options_.noise) return;
+  // Bytes per language over chunks, ignoring unknown.
+  int best_lang[2] = {-1, -1};
+  int64_t best_bytes[2] = {0, 0}, classified = 0;
+  int64_t per_lang_bytes[8] = {0};
+  int per_lang_id[8];
+  int nl = 0;
+  for (const auto& c : chunks) {
+    if (c.lang1 == CLD2::UNKNOWN_LANGUAGE || c.lang1 == CLD2::TG_UNKNOWN_LANGUAGE) continue;
+    classified += c.bytes;
+    int k = 0;
+    while (k < nl && per_lang_id[k] != c.lang1) ++k;
+    if (k == nl) {
+      if (nl == 8) continue;
+      per_lang_id[nl] = c.lang1;
+      per_lang_bytes[nl++] = 0;
+    }
+    per_lang_bytes[k] += c.bytes;
+  }
+  for (int k = 0; k < nl; ++k) {
+    if (per_lang_bytes[k] > best_bytes[0]) {
+      best_bytes[1] = best_bytes[0];
+      best_lang[1] = best_lang[0];
+      best_bytes[0] = per_lang_bytes[k];
+      best_lang[0] = per_lang_id[k];
+    } else if (per_lang_bytes[k] > best_bytes[1]) {
+      best_bytes[1] = per_lang_bytes[k];
+      best_lang[1] = per_lang_id[k];
+    }
+  }
+  if (best_lang[1] >= 0 && best_bytes[1] >= 100 && best_bytes[1] * 5 >= classified) {
+    r->flags |= 1u << kFlagMixedLanguage;
+  }
+}
+
+// MinHash: shingles are n consecutive tokens (words of the normalised text with ASCII
+// punctuation as separators, or code points for text without spaces), each hashed to 64
+// bits; permutation i maps a shingle x to a_i*x + b_i mod 2^64 (a_i odd: a bijection) and
+// keeps the minimum. Band b hashes rows [b*r, (b+1)*r) with XXH3; the 16-bit fingerprint
+// of each minimum lets candidate pairs be verified by the fraction of agreeing
+// permutations (an unbiased estimate of the Jaccard similarity; error ~sqrt(J(1-J)/P)).
+bool DocAnalyzer::MinHash(std::string_view norm, uint64_t* band_out, uint16_t* sig_out) {
+  word_hash_.clear();
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(norm.data());
+  const size_t n = norm.size();
+  size_t non_ascii = 0;
+  for (size_t i = 0; i < n;) {
+    while (i < n && IsShingleSep(s[i])) ++i;
+    const size_t b = i;
+    while (i < n && !IsShingleSep(s[i])) {
+      non_ascii += s[i] >= 0x80;
+      ++i;
+    }
+    if (i > b) word_hash_.push_back(XXH3_64bits(s + b, i - b));
+  }
+  // Text without spaces (Chinese, Japanese, Thai): long "words" of non-ASCII characters.
+  if (!word_hash_.empty() && non_ascii * 2 > n && n / word_hash_.size() > 24) {
+    word_hash_.clear();
+    for (size_t i = 0; i < n;) {
+      unsigned char c = s[i];
+      size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      if (i + len > n) len = n - i;
+      if (!IsShingleSep(c)) {
+        uint32_t cp = 0;
+        std::memcpy(&cp, s + i, len);
+        word_hash_.push_back(Mix(cp + 0x51ed27));
+      }
+      i += len;
+    }
+  }
+  if (word_hash_.empty()) return false;
+  const size_t k = static_cast<size_t>(options_.ngram);
+  shingle_.clear();
+  if (word_hash_.size() < k) {
+    uint64_t h = 0;
+    for (uint64_t w : word_hash_) h = Mix(h * 0x100000001b3ULL + w);
+    shingle_.push_back(h);
+  } else {
+    for (size_t i = 0; i + k <= word_hash_.size(); ++i) {
+      uint64_t h = 0;
+      for (size_t j = 0; j < k; ++j) h = h * 0x100000001b3ULL + word_hash_[i + j];
+      shingle_.push_back(Mix(h));
+    }
+  }
+  const int p = permutations();
+  std::fill(mins_.begin(), mins_.end(), std::numeric_limits<uint64_t>::max());
+  const uint64_t* a = perm_a_.data();
+  const uint64_t* bb = perm_b_.data();
+  uint64_t* m = mins_.data();
+  for (uint64_t x : shingle_) {
+    for (int i = 0; i < p; ++i) {
+      const uint64_t v = a[i] * x + bb[i];
+      m[i] = v < m[i] ? v : m[i];
+    }
+  }
+  for (int b = 0; b < options_.bands; ++b) {
+    band_out[b] = XXH3_64bits_withSeed(m + b * options_.rows, options_.rows * sizeof(uint64_t), b);
+  }
+  for (int i = 0; i < p; ++i) sig_out[i] = static_cast<uint16_t>(Mix(m[i]));
+  return true;
+}
+
+}  // namespace trainscope::data

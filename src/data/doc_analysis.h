@@ -1,0 +1,114 @@
+// Per-document analysis: the part of `data scan` that runs on worker threads. One
+// DocAnalyzer per thread (it owns scratch buffers); Analyze() is not thread-safe, results
+// are plain values.
+//
+// For each document: byte/char/word/token counts; raw and normalised content hashes
+// (XXH3); a MinHash signature over word 5-grams (character 5-grams for text without
+// spaces) reduced to LSH band hashes and a 16-bit-per-permutation fingerprint used to
+// verify candidate pairs; noise flags (Gopher quality and repetition, C4, FineWeb rules,
+// truncation, mixed language, mojibake, invalid UTF-8, control characters); language.
+#ifndef TRAINSCOPE_DATA_DOC_ANALYSIS_H_
+#define TRAINSCOPE_DATA_DOC_ANALYSIS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainscope::tokenizer {
+class Tokenizer;
+}
+
+namespace trainscope::data {
+
+// Noise flags, one bit each. Names (FlagName) are the strings in verdicts and reports.
+enum DocFlag : int {
+  kFlagEmpty = 0,
+  kFlagInvalidUtf8,
+  kFlagControlChars,
+  kFlagMojibake,
+  kFlagTruncated,
+  kFlagMixedLanguage,
+  kFlagGopherShortDoc,
+  kFlagGopherLongDoc,
+  kFlagGopherWordLength,
+  kFlagGopherSymbolRatio,
+  kFlagGopherBulletLines,
+  kFlagGopherEllipsisLines,
+  kFlagGopherAlphaWords,
+  kFlagGopherStopWords,
+  kFlagGopherDupLines,
+  kFlagGopherDupParagraphs,
+  kFlagGopherDupLineChars,
+  kFlagGopherDupParagraphChars,
+  kFlagGopherTopNgram,
+  kFlagGopherDupNgram,
+  kFlagC4LoremIpsum,
+  kFlagC4CurlyBracket,
+  kFlagC4FewSentences,
+  kFlagFineWebLinePunct,
+  kFlagFineWebShortLines,
+  kFlagFineWebCharDup,
+  kFlagFineWebListRatio,
+  kNumFlags
+};
+const char* FlagName(int flag);
+// Bit mask of a rule group: "gopher", "c4", "fineweb", or a single flag name; 0 if unknown.
+uint32_t FlagGroupMask(std::string_view name);
+
+struct AnalyzerOptions {
+  int ngram = 5;         // words per shingle (characters for unspaced text)
+  int bands = 14;        // LSH bands
+  int rows = 8;          // MinHash values per band; bands*rows permutations in all
+  uint64_t seed = 1;     // permutation parameters
+  bool near_dup = true;  // compute MinHash
+  bool noise = true;     // quality rules
+  bool language = true;  // CLD2
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // null: byte-level (tokens = bytes)
+  int c4_min_sentences = 3;                         // TFDS c4_utils default (datatrove: 5)
+};
+
+struct DocResult {
+  uint64_t raw_hash = 0;   // XXH3 of the bytes
+  uint64_t norm_hash = 0;  // XXH3 after lowercasing and collapsing whitespace
+  uint32_t bytes = 0, chars = 0, words = 0;
+  uint64_t tokens = 0;
+  uint32_t flags = 0;
+  uint16_t lang = 0;  // CLD2 Language (0 = ENGLISH, 26 = UNKNOWN); see LangCode
+  bool has_signature = false;
+};
+
+// ISO code of a CLD2 language id ("en", "un" for unknown).
+const char* LangCode(uint16_t lang);
+uint16_t UnknownLang();
+
+class DocAnalyzer {
+ public:
+  explicit DocAnalyzer(const AnalyzerOptions& options);
+  int permutations() const { return options_.bands * options_.rows; }
+  // Analyses `text`. When options.near_dup and the document has shingles, writes
+  // `bands` band hashes to band_out and `permutations()` fingerprints to sig_out.
+  // `known_tokens` >= 0 overrides the tokenizer count.
+  void Analyze(std::string_view text, int64_t known_tokens, DocResult* result, uint64_t* band_out,
+               uint16_t* sig_out);
+
+ private:
+  void Words(std::string_view text);
+  void Noise(std::string_view text, DocResult* r);
+  void Repetition(std::string_view text, DocResult* r);
+  void Language(std::string_view text, DocResult* r);
+  bool MinHash(std::string_view norm, uint64_t* band_out, uint16_t* sig_out);
+
+  const AnalyzerOptions options_;
+  std::vector<uint64_t> perm_a_, perm_b_;
+  // Scratch, reused across documents.
+  std::string norm_;
+  std::vector<uint32_t> word_start_, word_len_;
+  std::vector<uint64_t> word_hash_, shingle_, mins_;
+  std::vector<uint64_t> table_keys_;
+  std::vector<uint32_t> table_vals_;
+};
+
+}  // namespace trainscope::data
+
+#endif  // TRAINSCOPE_DATA_DOC_ANALYSIS_H_

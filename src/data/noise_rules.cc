@@ -1,0 +1,369 @@
+// Noise rules with their published thresholds (../shared/reference/data.md §1.5-1.8, §7):
+// Gopher quality and repetition (Rae et al. 2021, Table A1), C4 (Raffel et al. 2020,
+// TFDS c4_utils), FineWeb (datatrove FineWebQualityFilter). A rule flags the document;
+// `data clean` decides which flags drop it. Lengths are counted in bytes, not code points,
+// which equals the published definitions for ASCII text.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "data/doc_analysis.h"
+
+namespace trainscope::data {
+namespace {
+
+inline bool IsSpace(unsigned char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+inline bool IsAsciiAlpha(unsigned char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
+inline bool IsAsciiAlnum(unsigned char c) { return IsAsciiAlpha(c) || (c >= '0' && c <= '9'); }
+
+std::string_view Trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && IsSpace(s[b])) ++b;
+  while (e > b && IsSpace(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Sentence-final marks (ASCII, and the common UTF-8 ones), optionally followed by a
+// closing quote or bracket.
+bool EndsWithTerminalPunct(std::string_view line) {
+  while (!line.empty()) {
+    unsigned char c = line.back();
+    if (c == '"' || c == '\'' || c == ')') {
+      line.remove_suffix(1);
+      continue;
+    }
+    if (EndsWith(line, "\xE2\x80\x9D") || EndsWith(line, "\xE2\x80\x99") ||
+        EndsWith(line, "\xE3\x80\x8D")) {  // ” ’ 」
+      line.remove_suffix(3);
+      continue;
+    }
+    break;
+  }
+  if (line.empty()) return false;
+  unsigned char c = line.back();
+  if (c == '.' || c == '!' || c == '?') return true;
+  return EndsWith(line, "\xE3\x80\x82") || EndsWith(line, "\xEF\xBC\x81") ||  // 。 ！
+         EndsWith(line, "\xEF\xBC\x9F") || EndsWith(line, "\xE2\x80\xA6");    // ？ …
+}
+
+// Small open-addressing counter keyed by 64-bit hashes (0 is remapped).
+class Counter {
+ public:
+  Counter(std::vector<uint64_t>* keys, std::vector<uint32_t>* vals, size_t expected)
+      : keys_(*keys), vals_(*vals) {
+    size_t cap = 16;
+    while (cap < expected * 2) cap <<= 1;
+    keys_.assign(cap, 0);
+    vals_.assign(cap, 0);
+    mask_ = cap - 1;
+  }
+  // Increments and returns the new count.
+  uint32_t Add(uint64_t key) {
+    if (key == 0) key = 1;
+    size_t i = key & mask_;
+    while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask_;
+    keys_[i] = key;
+    return ++vals_[i];
+  }
+
+ private:
+  std::vector<uint64_t>& keys_;
+  std::vector<uint32_t>& vals_;
+  size_t mask_;
+};
+
+}  // namespace
+
+void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  uint32_t& flags = r->flags;
+
+  // --- encoding: control characters and mojibake (UTF-8 read as Latin-1 / cp1252: a
+  // code point U+00C2..U+00F4 followed by U+0080..U+00BF, or by a cp1252 special).
+  uint32_t control = 0, mojibake = 0;
+  bool prev_lead = false;  // previous code point in U+00C2..U+00F4
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n' && c != '\t' && c != '\r' && c != '\f') || c == 0x7F) ++control;
+      prev_lead = false;
+      continue;
+    }
+    if (c == 0xC2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0xBF) {
+      if (s[i + 1] <= 0x9F) ++control;  // C1 control
+      if (prev_lead) ++mojibake;
+      prev_lead = false;
+      ++i;
+      continue;
+    }
+    if (c == 0xC3 && i + 1 < n && s[i + 1] >= 0x82 && s[i + 1] <= 0xB4) {
+      prev_lead = true;
+      ++i;
+      continue;
+    }
+    if (prev_lead &&
+        ((c == 0xE2 && i + 2 < n && (s[i + 1] == 0x80 || s[i + 1] == 0x82 || s[i + 1] == 0x84)) ||
+         c == 0xC5 || c == 0xC6 || c == 0xCB)) {
+      ++mojibake;
+    }
+    prev_lead = false;
+  }
+  if (control > 0) flags |= 1u << kFlagControlChars;
+  if (mojibake > 0) flags |= 1u << kFlagMojibake;
+
+  // --- lines and paragraphs (Gopher repetition, FineWeb, C4, bullets/ellipses).
+  const size_t expected = word_start_.size() + 16;  // >= lines >= paragraphs
+  Counter lines_seen(&table_keys_, &table_vals_, expected);
+  uint32_t n_lines = 0, dup_lines = 0, punct_lines = 0, short_lines = 0, bullets = 0;
+  uint32_t ellipsis_lines = 0, c4_sentences = 0, newlines = 0;
+  uint64_t dup_line_bytes = 0;
+  size_t pos = 0;
+  while (pos <= n) {
+    const char* nl = static_cast<const char*>(std::memchr(text.data() + pos, '\n', n - pos));
+    const size_t end = nl ? nl - text.data() : n;
+    if (nl) ++newlines;
+    std::string_view line = Trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (line.empty()) {
+      if (!nl) break;
+      continue;
+    }
+    ++n_lines;
+    if (lines_seen.Add(XXH3_64bits(line.data(), line.size())) > 1) {
+      ++dup_lines;
+      dup_line_bytes += line.size();
+    }
+    const bool terminal = EndsWithTerminalPunct(line);
+    punct_lines += terminal;
+    short_lines += line.size() <= 30;
+    if (line[0] == '-' || line.substr(0, 3) == "\xE2\x80\xA2") ++bullets;
+    if (EndsWith(line, "...") || EndsWith(line, "\xE2\x80\xA6")) ++ellipsis_lines;
+    // C4 keeps lines that end in terminal punctuation (not "...") and have >= 3 words;
+    // sentences are counted in the kept lines.
+    if (terminal && !EndsWith(line, "...")) {
+      int words = 0;
+      bool in_word = false;
+      for (unsigned char c : line) {
+        if (IsSpace(c)) {
+          in_word = false;
+        } else if (!in_word) {
+          in_word = true;
+          ++words;
+        }
+      }
+      if (words >= 3) {
+        for (size_t k = 0; k < line.size(); ++k) {
+          const char c = line[k];
+          if ((c == '.' || c == '!' || c == '?') &&
+              (k + 1 == line.size() || IsSpace(line[k + 1]) || line[k + 1] == '"')) {
+            ++c4_sentences;
+          }
+        }
+      }
+    }
+    if (!nl) break;
+  }
+
+  // Paragraphs: separated by blank lines.
+  Counter paras_seen(&table_keys_, &table_vals_, expected);
+  uint32_t n_paras = 0, dup_paras = 0;
+  uint64_t dup_para_bytes = 0;
+  pos = 0;
+  while (pos < n) {
+    size_t end = pos;
+    // find "\n" followed by optional spaces and another "\n"
+    for (;;) {
+      const char* nl = static_cast<const char*>(std::memchr(text.data() + end, '\n', n - end));
+      if (!nl) {
+        end = n;
+        break;
+      }
+      size_t k = nl - text.data() + 1;
+      while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r')) ++k;
+      if (k < n && s[k] == '\n') {
+        end = nl - text.data();
+        break;
+      }
+      end = k;
+    }
+    std::string_view para = Trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (para.empty()) continue;
+    ++n_paras;
+    if (paras_seen.Add(XXH3_64bits(para.data(), para.size())) > 1) {
+      ++dup_paras;
+      dup_para_bytes += para.size();
+    }
+  }
+
+  // --- words (Gopher quality).
+  static const char* const kStop[] = {"the", "be", "to", "of", "and", "that", "have", "with"};
+  uint32_t stop_seen = 0, non_symbol = 0, alpha_words = 0, hashes = 0, ellipses = 0;
+  uint64_t non_symbol_len = 0;
+  for (size_t w = 0; w < word_start_.size(); ++w) {
+    const unsigned char* p = s + word_start_[w];
+    const uint32_t len = word_len_[w];
+    bool alpha = false, symbol_only = true;
+    for (uint32_t k = 0; k < len; ++k) {
+      const unsigned char c = p[k];
+      if (IsAsciiAlpha(c) || c >= 0x80) alpha = true;
+      if (IsAsciiAlnum(c) || c >= 0x80) symbol_only = false;
+      if (c == '#') ++hashes;
+    }
+    alpha_words += alpha;
+    if (!symbol_only) {
+      ++non_symbol;
+      non_symbol_len += len;
+    }
+    if (len <= 4) {
+      char lower[4];
+      for (uint32_t k = 0; k < len; ++k)
+        lower[k] = static_cast<char>(p[k] | (IsAsciiAlpha(p[k]) ? 0x20 : 0));
+      for (int k = 0; k < 8; ++k) {
+        if (std::strlen(kStop[k]) == len && std::memcmp(kStop[k], lower, len) == 0) {
+          stop_seen |= 1u << k;
+        }
+      }
+    }
+  }
+  for (size_t k = 0; k + 2 < n; ++k) {
+    if (s[k] == '.' && s[k + 1] == '.' && s[k + 2] == '.') {
+      ++ellipses;
+      k += 2;
+    } else if (s[k] == 0xE2 && s[k + 1] == 0x80 && s[k + 2] == 0xA6) {
+      ++ellipses;
+      k += 2;
+    }
+  }
+  const double nw = std::max<uint32_t>(1, r->words);
+  if (non_symbol < 50) flags |= 1u << kFlagGopherShortDoc;
+  if (non_symbol > 100000) flags |= 1u << kFlagGopherLongDoc;
+  if (non_symbol > 0) {
+    const double avg = static_cast<double>(non_symbol_len) / non_symbol;
+    if (avg < 3 || avg > 10) flags |= 1u << kFlagGopherWordLength;
+  }
+  if (hashes / nw > 0.1 || ellipses / nw > 0.1) flags |= 1u << kFlagGopherSymbolRatio;
+  if (n_lines > 0 && bullets > 0.9 * n_lines) flags |= 1u << kFlagGopherBulletLines;
+  if (n_lines > 0 && ellipsis_lines > 0.3 * n_lines) flags |= 1u << kFlagGopherEllipsisLines;
+  if (r->words > 0 && alpha_words < 0.8 * r->words) flags |= 1u << kFlagGopherAlphaWords;
+  if (__builtin_popcount(stop_seen) < 2) flags |= 1u << kFlagGopherStopWords;
+  if (n_lines > 0 && dup_lines > 0.3 * n_lines) flags |= 1u << kFlagGopherDupLines;
+  if (n_paras > 0 && dup_paras > 0.3 * n_paras) flags |= 1u << kFlagGopherDupParagraphs;
+  if (dup_line_bytes > 0.2 * n) flags |= 1u << kFlagGopherDupLineChars;
+  if (dup_para_bytes > 0.2 * n) flags |= 1u << kFlagGopherDupParagraphChars;
+
+  // --- C4 document rules.
+  if (c4_sentences < static_cast<uint32_t>(options_.c4_min_sentences)) {
+    flags |= 1u << kFlagC4FewSentences;
+  }
+  if (std::memchr(text.data(), '{', n) != nullptr) flags |= 1u << kFlagC4CurlyBracket;
+  for (size_t k = 0; k + 11 <= norm_.size(); ++k) {
+    k = norm_.find("lorem ipsum", k);
+    if (k == std::string::npos) break;
+    flags |= 1u << kFlagC4LoremIpsum;
+    break;
+  }
+
+  // --- FineWeb rules.
+  if (n_lines > 0 && punct_lines < 0.12 * n_lines) flags |= 1u << kFlagFineWebLinePunct;
+  if (n_lines > 0 && short_lines > 0.67 * n_lines) flags |= 1u << kFlagFineWebShortLines;
+  const size_t no_nl = n - newlines;
+  if (no_nl > 0 && dup_line_bytes > 0.01 * no_nl) flags |= 1u << kFlagFineWebCharDup;
+  if (newlines / nw > 0.3) flags |= 1u << kFlagFineWebListRatio;
+
+  // --- truncation: prose (at least one sentence end before) whose final segment runs on
+  // for two or more words and ends on a letter, digit or comma, i.e. cut mid-sentence.
+  std::string_view t = Trim(text);
+  if (!t.empty()) {
+    const unsigned char last = t.back();
+    const bool cut_char = IsAsciiAlnum(last) || last == ',' || last == ';' || last >= 0x80;
+    if (cut_char && !EndsWithTerminalPunct(t)) {
+      size_t k = t.size();
+      int words = 0;
+      bool in_word = false, found_end = false;
+      while (k > 0) {
+        const unsigned char c = t[k - 1];
+        if ((c == '.' || c == '!' || c == '?') && k < t.size() && IsSpace(t[k])) {
+          found_end = true;
+          break;
+        }
+        if (IsSpace(c)) {
+          in_word = false;
+        } else if (!in_word) {
+          in_word = true;
+          ++words;
+        }
+        --k;
+      }
+      if (found_end && words >= 2) flags |= 1u << kFlagTruncated;
+    }
+  }
+}
+
+// Gopher repetition: top 2-4-gram character fractions and duplicate 5-10-gram character
+// fractions, datatrove's definitions: a top n-gram's characters are its words joined by
+// spaces times its count; duplicate n-grams are found left to right and, after a repeat,
+// the scan skips n words. Without a duplicated 5-gram there is no duplicated longer n-gram,
+// so 6..10 are skipped then.
+void DocAnalyzer::Repetition(std::string_view text, DocResult* r) {
+  const size_t nw = word_start_.size();
+  if (nw < 2 || text.empty()) return;
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  word_hash_.resize(nw);
+  for (size_t w = 0; w < nw; ++w) word_hash_[w] = XXH3_64bits(s + word_start_[w], word_len_[w]);
+  const double len = static_cast<double>(text.size());
+  static const double kTop[5] = {0, 0, 0.20, 0.18, 0.16};
+  for (size_t k = 2; k <= 4 && k <= nw; ++k) {
+    Counter c(&table_keys_, &table_vals_, nw);
+    uint32_t best = 0;
+    size_t best_at = 0;
+    for (size_t i = 0; i + k <= nw; ++i) {
+      uint64_t h = k;
+      for (size_t j = 0; j < k; ++j) h = (h ^ word_hash_[i + j]) * 0x9E3779B97F4A7C15ULL;
+      const uint32_t cnt = c.Add(h);
+      if (cnt > best) {
+        best = cnt;
+        best_at = i;
+      }
+    }
+    if (best > 1) {
+      size_t chars = k - 1;
+      for (size_t j = 0; j < k; ++j) chars += word_len_[best_at + j];
+      if (chars * best / len > kTop[k]) {
+        r->flags |= 1u << kFlagGopherTopNgram;
+        break;
+      }
+    }
+  }
+  static const double kDup[11] = {0, 0, 0, 0, 0, 0.15, 0.14, 0.13, 0.12, 0.11, 0.10};
+  for (size_t k = 5; k <= 10 && k <= nw; ++k) {
+    Counter c(&table_keys_, &table_vals_, nw);
+    uint64_t dup_chars = 0;
+    size_t i = 0;
+    while (i + k <= nw) {
+      uint64_t h = k;
+      for (size_t j = 0; j < k; ++j) h = (h ^ word_hash_[i + j]) * 0x9E3779B97F4A7C15ULL;
+      if (c.Add(h) > 1) {
+        for (size_t j = 0; j < k; ++j) dup_chars += word_len_[i + j];
+        i += k;
+      } else {
+        ++i;
+      }
+    }
+    if (dup_chars == 0) break;
+    if (dup_chars / len > kDup[k]) {
+      r->flags |= 1u << kFlagGopherDupNgram;
+      break;
+    }
+  }
+}
+
+}  // namespace trainscope::data

@@ -1,0 +1,454 @@
+// Corpus reading: input expansion, line splitting, JSONL decoding, batching.
+//
+// The reader runs on one thread and does only what must be sequential: decompression,
+// finding line ends (memchr) and decoding JSON (simdjson ondemand, ~GB/s). Documents are
+// copied back to back into a batch buffer so workers get few large allocations.
+#include "trainscope/data/reader.h"
+
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "data/byte_stream.h"
+#include "nlohmann/json.hpp"
+#include "simdjson.h"
+#include "trainscope/core/os.h"
+#include "trainscope/core/status.h"
+#include "trainscope/data/megatron.h"
+#include "trainscope/tokenizer/tokenizer.h"
+
+namespace trainscope::data {
+
+// ---------------------------------------------------------------- BadRecords
+
+void BadRecords::Add(std::string_view kind, std::string_view file, uint64_t line,
+                     std::string_view what) {
+  ++counts_[std::string(kind)];
+  if (examples_.size() < kMaxExamples) {
+    const std::string f(file), k(kind), w(what);
+    examples_.push_back(line > 0 ? absl::StrCat(f, ":", line, ": ", k, ": ", w)
+                                 : absl::StrCat(f, ": ", k, ": ", w));
+  }
+}
+
+void BadRecords::Merge(const BadRecords& other) {
+  for (const auto& [k, v] : other.counts_) counts_[k] += v;
+  for (const auto& e : other.examples_) {
+    if (examples_.size() < kMaxExamples) examples_.push_back(e);
+  }
+}
+
+uint64_t BadRecords::total() const {
+  uint64_t t = 0;
+  for (const auto& [k, v] : counts_) t += v;
+  return t;
+}
+
+nlohmann::json BadRecords::ToJson() const {
+  nlohmann::json j;
+  j["total"] = total();
+  j["by_kind"] = nlohmann::json::object();
+  for (const auto& [k, v] : counts_) j["by_kind"][k] = v;
+  j["examples"] = examples_;
+  return j;
+}
+
+// ---------------------------------------------------------------- inputs
+
+namespace {
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+absl::Status AddFile(const std::string& path, InputFormat forced, std::vector<InputFile>* out) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  InputFile f;
+  f.path = path;
+  f.size_bytes = st.st_size;
+  std::string name = path;
+  if (absl::EndsWith(name, ".zst") || absl::EndsWith(name, ".zstd")) {
+    f.compression = InputFile::kZstd;
+    name = name.substr(0, name.rfind('.'));
+  } else if (absl::EndsWith(name, ".gz")) {
+    f.compression = InputFile::kGzip;
+    name = name.substr(0, name.size() - 3);
+  }
+  if (forced != InputFormat::kAuto) {
+    f.format = forced;
+  } else if (absl::EndsWith(name, ".jsonl") || absl::EndsWith(name, ".json") ||
+             absl::EndsWith(name, ".ndjson")) {
+    f.format = InputFormat::kJsonl;
+  } else if (absl::EndsWith(name, ".idx") || absl::EndsWith(name, ".bin")) {
+    f.format = InputFormat::kMegatron;
+  } else {
+    f.format = InputFormat::kText;
+  }
+  if (f.format == InputFormat::kMegatron) {
+    // A dataset is one input however it is named (.bin, .idx or the prefix).
+    f.path = MegatronPrefix(path) + ".idx";
+    struct stat bs;
+    if (stat((MegatronPrefix(path) + ".bin").c_str(), &bs) == 0) f.size_bytes = bs.st_size;
+    for (const auto& e : *out) {
+      if (e.path == f.path) return absl::OkStatus();
+    }
+  }
+  out->push_back(std::move(f));
+  return absl::OkStatus();
+}
+
+absl::Status AddDir(const std::string& dir, InputFormat forced, std::vector<InputFile>* out) {
+  TS_ASSIGN_OR_RETURN(auto names, Os::Default()->ListDir(dir));
+  for (const auto& n : names) {
+    if (n.empty() || n[0] == '.') continue;
+    std::string p = absl::StrCat(dir, "/", n);
+    if (IsDir(p)) {
+      TS_RETURN_IF_ERROR(AddDir(p, forced, out));
+    } else {
+      TS_RETURN_IF_ERROR(AddFile(p, forced, out));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::string>& args,
+                                                    InputFormat format) {
+  std::vector<InputFile> out;
+  for (const auto& a : args) {
+    if (a.find_first_of("*?[") != std::string::npos && !Os::Default()->FileExists(a)) {
+      glob_t g;
+      int rc = glob(a.c_str(), 0, nullptr, &g);
+      if (rc != 0) {
+        globfree(&g);
+        return absl::NotFoundError(absl::StrCat(a, ": no file matches this pattern"));
+      }
+      std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+      globfree(&g);
+      for (const auto& p : paths) {
+        TS_RETURN_IF_ERROR(IsDir(p) ? AddDir(p, format, &out) : AddFile(p, format, &out));
+      }
+    } else if (IsDir(a)) {
+      TS_RETURN_IF_ERROR(AddDir(a, format, &out));
+    } else {
+      TS_RETURN_IF_ERROR(AddFile(a, format, &out));
+    }
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no input files");
+  return out;
+}
+
+std::string DocLocation(const std::vector<InputFile>& inputs, const DocRef& doc) {
+  const std::string& p = doc.file < inputs.size() ? inputs[doc.file].path : std::string("?");
+  return absl::StrCat(p, ":", doc.line);
+}
+
+// ---------------------------------------------------------------- reading
+
+namespace {
+
+class BatchBuilder {
+ public:
+  BatchBuilder(const ReaderOptions& o, const std::function<bool(DocBatch&&)>& sink)
+      : opts_(o), sink_(sink) {}
+  void Add(std::string_view text, std::string_view id, uint32_t file, uint64_t line,
+           int64_t tokens = -1) {
+    DocRef d;
+    d.text_off = static_cast<uint32_t>(cur_.text.size());
+    d.text_len = static_cast<uint32_t>(text.size());
+    d.id_off = static_cast<uint32_t>(cur_.ids.size());
+    d.id_len = static_cast<uint32_t>(id.size());
+    d.file = file;
+    d.line = line;
+    d.tokens = tokens;
+    cur_.text.append(text);
+    cur_.ids.append(id);
+    cur_.docs.push_back(d);
+  }
+  void AddInputBytes(uint64_t n) { cur_.input_bytes += n; }
+  // Hands the batch over when it is full (or `force`). False when the sink wants no more.
+  bool MaybeFlush(bool force) {
+    if (stopped_) return false;
+    if (cur_.docs.empty() && cur_.input_bytes == 0) return true;
+    if (!force && cur_.text.size() < opts_.batch_bytes) return true;
+    cur_.seq = seq_++;
+    DocBatch b = std::move(cur_);
+    cur_ = DocBatch();
+    cur_.text.reserve(opts_.batch_bytes + (opts_.batch_bytes >> 2));
+    if (!sink_(std::move(b))) stopped_ = true;
+    return !stopped_;
+  }
+
+ private:
+  const ReaderOptions& opts_;
+  const std::function<bool(DocBatch&&)>& sink_;
+  DocBatch cur_;
+  uint64_t seq_ = 0;
+  bool stopped_ = false;
+};
+
+// Decodes JSONL lines. simdjson needs SIMDJSON_PADDING readable bytes after the input,
+// so each line is copied into a padded scratch buffer (a memcpy, cheap next to parsing).
+class JsonlDecoder {
+ public:
+  JsonlDecoder(const ReaderOptions& o) : opts_(o) {}
+  void Line(std::string_view line, const InputFile& in, uint32_t file, uint64_t line_no,
+            BatchBuilder* out, BadRecords* bad) {
+    size_t b = 0;
+    while (b < line.size() && (line[b] == ' ' || line[b] == '\t' || line[b] == '\r')) ++b;
+    if (b == line.size()) return;  // blank line: not a record
+    if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING) {
+      scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING + 4096);
+    }
+    std::memcpy(scratch_.data(), line.data(), line.size());
+    std::memset(scratch_.data() + line.size(), 0, simdjson::SIMDJSON_PADDING);
+    simdjson::padded_string_view view(scratch_.data(), line.size(), scratch_.size());
+    simdjson::ondemand::document doc;
+    auto err = parser_.iterate(view).get(doc);
+    std::string_view text, id;
+    bool have_text = false, text_not_string = false;
+    id_buf_.clear();
+    if (!err) {
+      simdjson::ondemand::object obj;
+      err = doc.get_object().get(obj);
+      if (!err) {
+        for (auto field : obj) {
+          std::string_view key;
+          if ((err = field.unescaped_key().get(key))) break;
+          if (key == opts_.text_field) {
+            auto value = field.value();
+            simdjson::ondemand::json_type type;
+            if ((err = value.type().get(type))) break;
+            if (type != simdjson::ondemand::json_type::string) {
+              text_not_string = true;
+              continue;  // ondemand skips unread values
+            }
+            if ((err = value.get_string().get(text))) break;
+            text_copy_.assign(text);  // the next get_string may reuse the buffer
+            have_text = true;
+          } else if (!opts_.id_field.empty() && key == opts_.id_field) {
+            auto value = field.value();
+            simdjson::ondemand::json_type type;
+            if ((err = value.type().get(type))) break;
+            if (type == simdjson::ondemand::json_type::string) {
+              if ((err = value.get_string().get(id))) break;
+              id_buf_.assign(id);
+            } else {
+              std::string_view raw;
+              if ((err = value.raw_json_token().get(raw))) break;
+              id_buf_.assign(raw);
+              while (!id_buf_.empty() && (id_buf_.back() == ' ' || id_buf_.back() == '\r')) {
+                id_buf_.pop_back();
+              }
+            }
+          }
+        }
+      }
+    }
+    if (err) {
+      const bool utf8 = err == simdjson::UTF8_ERROR;
+      bad->Add(utf8 ? "invalid_utf8" : "invalid_json", in.path, line_no,
+               simdjson::error_message(err));
+      return;
+    }
+    if (!have_text) {
+      bad->Add(text_not_string ? "text_not_string" : "missing_text_field", in.path, line_no,
+               absl::StrCat("no string field \"", opts_.text_field, "\""));
+      return;
+    }
+    out->Add(text_copy_, id_buf_, file, line_no);
+  }
+
+ private:
+  const ReaderOptions& opts_;
+  simdjson::ondemand::parser parser_;
+  std::vector<char> scratch_;
+  std::string text_copy_, id_buf_;
+};
+
+// Reads one line-oriented file; calls `on_line(line, line_no)` for each complete line.
+// Lines longer than max_doc_bytes are skipped without being buffered.
+}  // namespace
+
+absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* bad,
+                         const std::function<void(std::string_view, uint64_t)>& on_line,
+                         const std::function<void(uint64_t)>& on_input_bytes) {
+  TS_ASSIGN_OR_RETURN(auto stream, OpenByteStream(in.path, in.compression));
+  constexpr size_t kChunk = 1 << 20;
+  std::string buf;  // [0, have) holds unprocessed bytes
+  buf.resize(kChunk * 2);
+  size_t have = 0;
+  uint64_t line_no = 1, total = 0, last_consumed = 0;
+  bool skipping = false;  // inside an oversized line
+  uint64_t skipped_bytes = 0;
+  for (;;) {
+    if (buf.size() - have < kChunk) buf.resize(have + kChunk);
+    auto got = stream->Read(buf.data() + have, kChunk);
+    if (on_input_bytes) on_input_bytes(stream->consumed() - last_consumed);
+    last_consumed = stream->consumed();
+    if (!got.ok()) {
+      bad->Add(absl::StrContains(got.status().message(), "truncated") ? "truncated_stream"
+                                                                      : "corrupt_stream",
+               in.path, line_no, std::string(got.status().message()));
+      if (have > 0 && !skipping) {
+        bad->Add("partial_record", in.path, line_no, "record cut by the end of the stream");
+      }
+      return absl::OkStatus();
+    }
+    total += *got;
+    const size_t end = have + *got;
+    const bool eof = *got == 0;
+    size_t pos = 0;
+    while (pos < end) {
+      const char* nl = static_cast<const char*>(std::memchr(buf.data() + pos, '\n', end - pos));
+      if (nl == nullptr) break;
+      const size_t len = nl - (buf.data() + pos);
+      if (skipping) {
+        skipping = false;
+        bad->Add("oversized_record", in.path, line_no,
+                 absl::StrCat(skipped_bytes + len, " bytes > --max-doc-bytes ", max_doc_bytes));
+      } else if (len > max_doc_bytes) {
+        bad->Add("oversized_record", in.path, line_no,
+                 absl::StrCat(len, " bytes > --max-doc-bytes ", max_doc_bytes));
+      } else {
+        std::string_view line(buf.data() + pos, len);
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        on_line(line, line_no);
+      }
+      ++line_no;
+      pos += len + 1;
+    }
+    // Keep the incomplete tail, or drop it when it is already too long.
+    size_t tail = end - pos;
+    if (skipping || tail > max_doc_bytes) {
+      if (!skipping) skipped_bytes = 0;
+      skipping = true;
+      skipped_bytes += tail;
+      tail = 0;
+    } else if (pos > 0) {
+      std::memmove(buf.data(), buf.data() + pos, tail);
+    }
+    have = tail;
+    if (eof) {
+      if (skipping) {
+        bad->Add("oversized_record", in.path, line_no,
+                 absl::StrCat(skipped_bytes, " bytes > --max-doc-bytes ", max_doc_bytes));
+      } else if (have > 0) {
+        std::string_view line(buf.data(), have);
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        on_line(line, line_no);
+      }
+      break;
+    }
+  }
+  if (total == 0) bad->Add("empty_file", in.path, 0, "no data");
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status ReadMegatron(const InputFile& in, uint32_t file, const ReaderOptions& opts,
+                          BatchBuilder* out) {
+  const std::string prefix = MegatronPrefix(in.path);
+  TS_ASSIGN_OR_RETURN(MegatronIndex index, ReadMegatronIndex(prefix));
+  std::FILE* bin = std::fopen((prefix + ".bin").c_str(), "rb");
+  if (bin == nullptr) return absl::NotFoundError(absl::StrCat(prefix, ".bin: cannot open"));
+  std::unique_ptr<tokenizer::Tokenizer> byte_tok;
+  const tokenizer::Tokenizer* tok = opts.tokenizer;
+  if (tok == nullptr) {
+    byte_tok = tokenizer::NewByteTokenizer();
+    tok = byte_tok.get();
+  }
+  std::vector<int64_t> seq;
+  std::vector<int32_t> ids;
+  absl::Status status;
+  const size_t item = MegatronItemSize(index.dtype_code);
+  for (size_t d = 0; d < index.num_documents() && status.ok(); ++d) {
+    ids.clear();
+    for (int64_t s = index.doc_idx[d]; s < index.doc_idx[d + 1]; ++s) {
+      status = ReadMegatronSequence(bin, index, s, &seq);
+      if (!status.ok()) break;
+      for (int64_t t : seq) ids.push_back(static_cast<int32_t>(t));
+      out->AddInputBytes(seq.size() * item);
+    }
+    const int64_t n = static_cast<int64_t>(ids.size());
+    out->Add(tok->Decode(ids), "", file, d + 1, n);
+    if (!out->MaybeFlush(false)) break;
+  }
+  std::fclose(bin);
+  return status;
+}
+
+}  // namespace
+
+absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
+                        const std::function<bool(DocBatch&&)>& sink, BadRecords* bad) {
+  BatchBuilder out(options, sink);
+  JsonlDecoder jsonl(options);
+  std::string block;
+  const std::function<void(uint64_t)> on_bytes = [&](uint64_t n) { out.AddInputBytes(n); };
+  for (uint32_t f = 0; f < inputs.size(); ++f) {
+    const InputFile& in = inputs[f];
+    if (in.format == InputFormat::kMegatron) {
+      TS_RETURN_IF_ERROR(ReadMegatron(in, f, options, &out));
+    } else if (in.format == InputFormat::kJsonl) {
+      TS_RETURN_IF_ERROR(ForEachLine(
+          in, options.max_doc_bytes, bad,
+          [&](std::string_view l, uint64_t n) {
+            jsonl.Line(l, in, f, n, &out, bad);
+            out.MaybeFlush(false);
+          },
+          on_bytes));
+    } else if (!options.text_blocks) {
+      TS_RETURN_IF_ERROR(ForEachLine(
+          in, options.max_doc_bytes, bad,
+          [&](std::string_view l, uint64_t n) {
+            if (!l.empty()) out.Add(l, "", f, n);
+            out.MaybeFlush(false);
+          },
+          on_bytes));
+    } else {
+      // Blank-line separated blocks; a block keeps its inner newlines.
+      uint64_t start = 0;
+      block.clear();
+      auto flush_block = [&] {
+        if (!block.empty()) {
+          if (block.size() > options.max_doc_bytes) {
+            bad->Add("oversized_record", in.path, start, "block over --max-doc-bytes");
+          } else {
+            out.Add(block, "", f, start);
+          }
+        }
+        block.clear();
+      };
+      TS_RETURN_IF_ERROR(ForEachLine(
+          in, options.max_doc_bytes, bad,
+          [&](std::string_view l, uint64_t n) {
+            if (l.find_first_not_of(" \t\r") == std::string_view::npos) {
+              flush_block();
+              out.MaybeFlush(false);
+              return;
+            }
+            if (block.empty()) start = n;
+            if (!block.empty()) block.push_back('\n');
+            if (block.size() <= options.max_doc_bytes) block.append(l);
+          },
+          on_bytes));
+      flush_block();
+    }
+    if (!out.MaybeFlush(false)) return absl::OkStatus();
+  }
+  out.MaybeFlush(true);
+  return absl::OkStatus();
+}
+
+}  // namespace trainscope::data

@@ -1,0 +1,139 @@
+#include "data/spill.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "trainscope/core/os.h"
+
+namespace trainscope::data {
+namespace {
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+}  // namespace
+
+SpillWriter::~SpillWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void SpillWriter::Append(const void* p, size_t n) {
+  buf_.append(static_cast<const char*>(p), n);
+  if (buf_.size() >= kBuf) Flush();
+}
+
+void SpillWriter::Flush() {
+  if (!buf_.empty() && !failed_ && std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size()) {
+    failed_ = true;
+  }
+  buf_.clear();
+}
+
+absl::Status SpillWriter::Close() {
+  if (!f_) return absl::OkStatus();
+  Flush();
+  const bool bad = std::fclose(f_) != 0 || failed_;
+  f_ = nullptr;
+  if (bad) return Errno(absl::StrCat(path_, ": cannot write temporary file (disk full?)"));
+  return absl::OkStatus();
+}
+
+SpillReader::~SpillReader() { ::close(fd_); }
+
+absl::Status SpillReader::ReadAt(uint64_t offset, void* p, size_t n) const {
+  char* out = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got <= 0) return Errno(absl::StrCat(path_, ": short read at byte ", offset));
+    out += got;
+    offset += got;
+    n -= got;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SpillDir>> SpillDir::Create(const std::string& parent) {
+  std::string base = parent;
+  if (base.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    base = t && *t ? t : "/tmp";
+  }
+  std::string templ = base + "/trainscope-data.XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(base, ": cannot create a temporary directory: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<SpillDir>(new SpillDir(templ));
+}
+
+SpillDir::~SpillDir() {
+  for (const auto& n : names_) ::unlink(Path(n).c_str());
+  ::rmdir(dir_.c_str());
+}
+
+absl::StatusOr<std::unique_ptr<SpillWriter>> SpillDir::Writer(const std::string& name) {
+  std::FILE* f = std::fopen(Path(name).c_str(), "wb");
+  if (!f) return Errno(Path(name));
+  names_.push_back(name);
+  return std::make_unique<SpillWriter>(f, Path(name));
+}
+
+absl::StatusOr<std::unique_ptr<SpillReader>> SpillDir::Reader(const std::string& name) {
+  int fd = ::open(Path(name).c_str(), O_RDONLY);
+  if (fd < 0) return Errno(Path(name));
+  return std::make_unique<SpillReader>(fd, Path(name));
+}
+
+absl::Status SpillDir::ReadAll(const std::string& name, std::vector<BandRecord>* out) {
+  struct stat st;
+  if (::stat(Path(name).c_str(), &st) != 0) return Errno(Path(name));
+  out->resize(st.st_size / sizeof(BandRecord));
+  if (out->empty()) return absl::OkStatus();
+  auto r = Reader(name);
+  if (!r.ok()) return r.status();
+  return (*r)->ReadAt(0, out->data(), out->size() * sizeof(BandRecord));
+}
+
+void SpillDir::Remove(const std::string& name) { ::unlink(Path(name).c_str()); }
+
+absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& path) {
+  if (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
+    auto st = MakeDirs(path.substr(0, slash));
+    if (!st.ok()) return st;
+  }
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<OutputFile>(new OutputFile(f, path, tmp));
+}
+
+OutputFile::~OutputFile() {
+  if (f_) std::fclose(f_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+absl::Status OutputFile::Write(std::string_view data) {
+  if (std::fwrite(data.data(), 1, data.size(), f_) != data.size()) {
+    return Errno(absl::StrCat(path_, ": write failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputFile::Commit() {
+  const bool bad = std::fclose(f_) != 0;
+  f_ = nullptr;
+  if (bad) return Errno(absl::StrCat(path_, ": write failed"));
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+    return Errno(absl::StrCat(path_, ": rename failed"));
+  committed_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace trainscope::data

@@ -1,0 +1,89 @@
+// Temporary files of a scan (LSH band records, MinHash fingerprints, verdict ids) and an
+// output file that appears atomically. A SpillDir removes its files when destroyed.
+#ifndef TRAINSCOPE_DATA_SPILL_H_
+#define TRAINSCOPE_DATA_SPILL_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainscope::data {
+
+struct __attribute__((packed)) BandRecord {
+  uint64_t hash;
+  uint32_t doc;
+};
+static_assert(sizeof(BandRecord) == 12, "packed band record");
+
+// Buffered append-only file. Not thread-safe.
+class SpillWriter {
+ public:
+  SpillWriter(std::FILE* f, std::string path) : f_(f), path_(std::move(path)) {
+    buf_.reserve(kBuf);
+  }
+  ~SpillWriter();
+  void Append(const void* p, size_t n);  // errors are reported by Close()
+  absl::Status Close();
+
+ private:
+  static constexpr size_t kBuf = 1 << 20;
+  void Flush();
+  std::FILE* f_;
+  const std::string path_;
+  std::string buf_;
+  bool failed_ = false;
+};
+
+class SpillReader {
+ public:
+  SpillReader(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~SpillReader();
+  absl::Status ReadAt(uint64_t offset, void* p, size_t n) const;  // pread, exact
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+class SpillDir {
+ public:
+  // Creates a private directory under `parent` ("" = $TMPDIR or /tmp).
+  static absl::StatusOr<std::unique_ptr<SpillDir>> Create(const std::string& parent);
+  ~SpillDir();
+  absl::StatusOr<std::unique_ptr<SpillWriter>> Writer(const std::string& name);
+  absl::StatusOr<std::unique_ptr<SpillReader>> Reader(const std::string& name);
+  absl::Status ReadAll(const std::string& name, std::vector<BandRecord>* out);
+  void Remove(const std::string& name);
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  explicit SpillDir(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+  std::vector<std::string> names_;
+};
+
+// A file written to "<path>.tmp.<pid>" and renamed over `path` by Commit(); removed when
+// destroyed without Commit().
+class OutputFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<OutputFile>> Open(const std::string& path);
+  ~OutputFile();
+  absl::Status Write(std::string_view data);
+  absl::Status Commit();
+  std::FILE* file() { return f_; }
+
+ private:
+  OutputFile(std::FILE* f, std::string path, std::string tmp)
+      : f_(f), path_(std::move(path)), tmp_(std::move(tmp)) {}
+  std::FILE* f_;
+  const std::string path_, tmp_;
+  bool committed_ = false;
+};
+
+}  // namespace trainscope::data
+
+#endif  // TRAINSCOPE_DATA_SPILL_H_
