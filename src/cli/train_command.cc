@@ -1,17 +1,188 @@
-// Placeholder registered until the module's issue lands; replaced by the real command.
-#include "cli/command.h"
-
+// `trainscope train --config FILE [--run-dir DIR]`: the reference trainer.
 #include <cstdio>
+#include <ctime>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/command.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/core/env_vars.h"
+#include "trainscope/core/exit.h"
+#include "trainscope/core/os.h"
+#include "trainscope/core/table.h"
+#include "trainscope/train/config.h"
+#include "trainscope/train/trainer.h"
 
 namespace trainscope::cli {
+namespace {
+
+struct TrainFlags {
+  std::string config;
+  std::string run_dir;
+  bool json = false;
+  int steps = 0;
+  double max_seconds = -1;
+  std::string backend = "gloo";
+  bool sweep = false;
+  std::string sweep_values = "0,1,2,4";
+  int sweep_steps = 20;
+};
+
+std::string DefaultRunDir() {
+  std::string dir;
+  if (Os::Default()->GetEnv(envvar::kRunDir, &dir) && !dir.empty()) return dir;
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return absl::StrCat("trainscope-runs/train-", buf);
+}
+
+std::string Pct(double part, double whole) {
+  return whole > 0 ? FormatDouble(100.0 * part / whole, 1) + "%" : "-";
+}
+
+void PrintResult(const train::TrainResult& r, const std::string& run_dir) {
+  std::printf("train: %d steps on %d rank(s), %s params, %s, %d threads%s\n", r.steps, r.world_size,
+              FormatCount(r.params).c_str(), r.precision.c_str(), r.threads,
+              r.stopped_by_time ? " (stopped at train.max_seconds)" : "");
+  std::printf("loss %s -> %s   tokens/s %s   step %s ms\n", FormatDouble(r.loss_start, 3).c_str(),
+              FormatDouble(r.loss_end, 3).c_str(),
+              FormatCount(static_cast<long long>(r.tokens_per_s)).c_str(),
+              FormatDouble(r.mean_step_ms, 1).c_str());
+  Table t({"phase", "ms/step", "share"});
+  const train::PhaseTimes& p = r.mean_phases;
+  const double total = r.mean_step_ms;
+  auto row = [&](const char* name, double ms) {
+    t.AddRow({name, FormatDouble(ms, 2), Pct(ms, total)});
+  };
+  row("data_wait", p.data_wait_ms);
+  row("h2d", p.h2d_ms);
+  row("forward", p.forward_ms);
+  row("backward", p.backward_ms);
+  row("comm_wait", p.comm_wait_ms);
+  row("optimizer", p.optimizer_ms);
+  row("other", std::max(0.0, total - p.Sum()));
+  std::printf("%s", t.Render().c_str());
+  std::printf("loader: %s\n", r.loader.message.c_str());
+  if (r.corpus.bad_records + r.corpus.missing_text_field > 0) {
+    std::printf("corpus: %lld bad records, %lld without a text field skipped (first: %s)\n",
+                static_cast<long long>(r.corpus.bad_records),
+                static_cast<long long>(r.corpus.missing_text_field),
+                r.corpus.first_bad_record.c_str());
+  }
+  std::printf("run dir: %s   metrics: %s\n", run_dir.c_str(),
+              r.metrics_path.empty() ? "(observability off)" : r.metrics_path.c_str());
+  std::printf("weights xxh3_64: %s\n", r.weights_checksum.c_str());
+}
+
+int RunTrain(const TrainFlags& f) {
+  std::string path = f.config;
+  if (path.empty()) {
+    path = train::FindBundledConfig("default.json");
+    if (path.empty()) {
+      return ReportAndExitCode("train", absl::NotFoundError("bundled configs/default.json not "
+                                                            "found; pass --config FILE"));
+    }
+  }
+  auto config = train::LoadTrainConfig(path);
+  if (!config.ok()) return ReportAndExitCode("train", config.status());
+  if (f.steps > 0) config->train.steps = f.steps;
+  if (f.max_seconds >= 0) config->train.max_seconds = f.max_seconds;
+  train::TrainOptions o;
+  o.run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
+  o.comm_backend = f.backend;
+  const int log_every = config->train.log_every;
+  const int total = config->train.steps;
+  o.on_step = [log_every, total](const train::StepRecord& s) {
+    if (log_every <= 0 || (s.step % log_every != 0 && s.step != 1 && s.step != total)) return;
+    std::fprintf(stderr,
+                 "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  tokens/s %s  data %s  comm %s\n",
+                 s.step, total, s.loss, s.lr, s.grad_norm,
+                 FormatCount(static_cast<long long>(s.tokens_per_s)).c_str(),
+                 Pct(s.phases.data_wait_ms, s.step_ms).c_str(),
+                 Pct(s.phases.comm_wait_ms, s.step_ms).c_str());
+  };
+  if (f.sweep) {
+    std::vector<int> values;
+    for (absl::string_view v : absl::StrSplit(f.sweep_values, ',', absl::SkipEmpty())) {
+      int n = 0;
+      if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 64) {
+        return ReportAndExitCode("train", absl::InvalidArgumentError(absl::StrCat(
+                                              "--sweep-values: \"", v, "\" is not 0..64")));
+      }
+      values.push_back(n);
+    }
+    o.on_step = nullptr;
+    auto rows = train::SweepWorkers(*config, o, values, f.sweep_steps);
+    if (!rows.ok()) return ReportAndExitCode("train", rows.status());
+    size_t best = 0;
+    for (size_t i = 1; i < rows->size(); ++i) {
+      if ((*rows)[i].tokens_per_s > (*rows)[best].tokens_per_s * 1.02) best = i;
+    }
+    if (f.json) {
+      nlohmann::json j = {{"sweep", nlohmann::json::array()},
+                          {"best_num_workers", (*rows)[best].num_workers}};
+      for (const auto& r : *rows) {
+        j["sweep"].push_back({{"num_workers", r.num_workers},
+                              {"step_ms", r.step_ms},
+                              {"data_wait_fraction", r.data_wait_fraction},
+                              {"tokens_per_s", r.tokens_per_s}});
+      }
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      Table t({"num_workers", "step ms", "data wait", "tokens/s"});
+      for (const auto& r : *rows) {
+        t.AddRow({std::to_string(r.num_workers), FormatDouble(r.step_ms, 1),
+                  FormatDouble(100 * r.data_wait_fraction, 1) + "%",
+                  FormatCount(static_cast<long long>(r.tokens_per_s))});
+      }
+      std::printf("%s", t.Render().c_str());
+      std::printf("best: data.num_workers = %d (%s tokens/s over %d steps each)\n",
+                  (*rows)[best].num_workers,
+                  FormatCount(static_cast<long long>((*rows)[best].tokens_per_s)).c_str(),
+                  f.sweep_steps);
+    }
+    return kExitOk;
+  }
+  auto r = train::Train(*config, o);
+  if (!r.ok()) return ReportAndExitCode("train", r.status());
+  if (f.json) {
+    nlohmann::json j = train::TrainResultToJson(*r);
+    j["run_dir"] = o.run_dir;
+    j["config"] = path;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (r->rank == 0) {
+    PrintResult(*r, o.run_dir);
+  } else {
+    std::printf("train: rank %d done, %d steps, weights xxh3_64 %s\n", r->rank, r->steps,
+                r->weights_checksum.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
-  CLI::App* cmd = parent.add_subcommand("train", "reference LLM trainer");
-  cmd->allow_extras();
-  cmd->callback([&ctx] {
-    std::fprintf(stderr, "trainscope train: not built yet\n");
-    ctx.exit_code = 2;
-  });
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd = parent.add_subcommand(
+      "train", "reference LLM trainer (GPT decoder on libtorch) with per-rank step metrics");
+  cmd->add_option("--config", flags->config,
+                  "trainer config JSON (docs/formats.md); default: bundled configs/default.json");
+  cmd->add_option(
+      "--run-dir", flags->run_dir,
+      "run directory (default: $TRAINSCOPE_RUN_DIR, else trainscope-runs/train-<time>)");
+  cmd->add_flag("--json", flags->json, "print the result as JSON");
+  cmd->add_option("--steps", flags->steps, "override train.steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-seconds", flags->max_seconds, "override train.max_seconds")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", flags->backend, "comm backend for data-parallel runs (gloo|mpi)");
+  cmd->add_flag("--sweep-workers", flags->sweep,
+                "measure step time for several data.num_workers values and report the best");
+  cmd->add_option("--sweep-values", flags->sweep_values, "num_workers values to sweep (0,1,2,4)");
+  cmd->add_option("--sweep-steps", flags->sweep_steps, "steps per sweep value (20)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunTrain(*flags); });
 }
 
 }  // namespace trainscope::cli

@@ -1,0 +1,89 @@
+// The reference trainer: a GPT-style decoder LM on libtorch (CPU), single rank or
+// data-parallel over trainscope::comm, with every step's phases and memory logged per rank.
+// This header is libtorch-free; the libtorch code lives in model.cc, trainer.cc, ddp.cc.
+//
+// Run directory (docs/formats.md, "Run directory"):
+//   <run_dir>/train/config.json           resolved config (rank 0)
+//   <run_dir>/train/metrics.rank<R>.jsonl  per-rank metrics (trainscope.train_metrics v1)
+//   <run_dir>/train/weights.rank<R>.json   final weights checksums (trainscope.train_weights v1)
+//   <run_dir>/train/summary.json           result of the run (rank 0)
+#ifndef TRAINSCOPE_TRAIN_TRAINER_H_
+#define TRAINSCOPE_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
+#include "trainscope/train/config.h"
+#include "trainscope/train/data.h"
+#include "trainscope/train/metrics.h"
+
+namespace trainscope::train {
+
+struct TrainOptions {
+  std::string run_dir;  // required; created
+  // Read RANK/WORLD_SIZE/MASTER_* (comm::OptionsFromEnvironment) and, when world_size > 1,
+  // train data-parallel over a Communicator. false: always one rank.
+  bool distributed_from_env = true;
+  std::string comm_backend = "gloo";
+  // Called on rank 0 after each step (progress lines); may be empty.
+  std::function<void(const StepRecord&)> on_step;
+  bool write_weights = true;  // weights.rank<R>.json
+};
+
+struct TrainResult {
+  int rank = 0;
+  int world_size = 1;
+  int steps = 0;                 // optimizer steps done
+  bool stopped_by_time = false;  // train.max_seconds reached before train.steps
+  std::vector<double> losses;    // per step
+  double loss_start = 0;         // loss of step 1
+  double loss_end = 0;           // mean loss of the last min(10, steps/5 + 1) steps
+  double seconds = 0;            // training loop wall time
+  double tokens_per_s = 0;       // global tokens / s over steps after the first (warm-up) step
+  int64_t params = 0;
+  int64_t tokens_per_step = 0;
+  PhaseTimes mean_phases;  // per step, over steps after the first
+  double mean_step_ms = 0;
+  LoaderVerdict loader;
+  CorpusStats corpus;
+  std::string precision;  // "fp32" or "bf16"
+  int threads = 0;
+  std::string metrics_path;
+  std::string weights_checksum;  // xxh3-64 hex over all parameters, in name order
+};
+nlohmann::json TrainResultToJson(const TrainResult& r);
+
+// Runs training. Errors: InvalidArgument / NotFound for config and corpus problems (naming
+// the key or file); Aborted for a non-finite loss ("non-finite loss nan at step 17 on rank
+// 1"); Unavailable / DeadlineExceeded from the communicator.
+absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options);
+
+// Peak FLOP/s of a square fp32 (or bf16) matmul on this device with `threads` threads,
+// measured for about `seconds`: the denominator of MFU.
+double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds);
+
+// Parameter count of the model `config` describes (vocab resolved by the tokenizer).
+int64_t CountParams(const ModelConfig& model, int vocab);
+
+struct WorkerSweepRow {
+  int num_workers = 0;
+  double step_ms = 0;
+  double data_wait_fraction = 0;
+  double tokens_per_s = 0;
+};
+// Trains `steps` steps for each value of data.num_workers (single rank, in run_dir/sweep),
+// returning one row per value.
+absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& config,
+                                                         const TrainOptions& options,
+                                                         const std::vector<int>& values, int steps);
+
+// Threads to use: config value, else hardware threads / local ranks (at least 1).
+int ResolveThreads(int configured, int local_world_size);
+
+}  // namespace trainscope::train
+
+#endif  // TRAINSCOPE_TRAIN_TRAINER_H_

@@ -1,0 +1,64 @@
+// Data-parallel gradient synchronisation (private to the train module; libtorch).
+// As PyTorch's DDP: parameters are grouped into buckets of about bucket_bytes in reverse
+// registration order (roughly the order backward produces their gradients); a hook on each
+// parameter copies its gradient into its bucket, and the moment a bucket is complete its
+// all-reduce is launched on the communicator's progress thread while backward continues.
+// Finish() waits for the remaining all-reduces and writes the averaged gradients back.
+// Used from the training thread only.
+#ifndef TRAINSCOPE_SRC_TRAIN_DDP_H_
+#define TRAINSCOPE_SRC_TRAIN_DDP_H_
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "trainscope/comm/comm.h"
+
+namespace trainscope::train {
+
+class GradSync {
+ public:
+  // Registers hooks on `params` (fp32, contiguous). `comm` is not owned and must outlive
+  // this object.
+  GradSync(comm::Communicator* comm,
+           const std::vector<std::pair<std::string, torch::Tensor>>& params, double bucket_bytes);
+  ~GradSync();
+
+  // Rank 0's parameters to every rank (before the first step).
+  absl::Status BroadcastParams();
+  // Call before the backward whose gradients complete a step (the last micro-step): arms
+  // the hooks. Earlier micro-steps accumulate locally, as DDP's no_sync().
+  void Arm();
+  // Launches buckets that hooks did not complete (parameters without gradients), waits for
+  // every all-reduce, sets each parameter's grad to the mean over ranks. The time spent
+  // blocked is added to *wait_ms. Errors name the rank and the bucket.
+  absl::Status Finish(double* wait_ms);
+  size_t num_buckets() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;                // fp32, the bucket's gradients back to back
+    std::vector<int> params;           // indices into params_
+    std::vector<int64_t> offsets;      // element offset of each param in flat
+    int pending = 0;                   // params whose gradient has not arrived yet
+    std::unique_ptr<comm::Work> work;  // in flight
+    bool launched = false;
+  };
+  void OnGrad(int param, const torch::Tensor& grad);
+  void Launch(Bucket& b);
+
+  comm::Communicator* comm_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<int, int>> where_;  // param -> (bucket, slot)
+  bool armed_ = false;
+};
+
+}  // namespace trainscope::train
+
+#endif  // TRAINSCOPE_SRC_TRAIN_DDP_H_

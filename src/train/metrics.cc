@@ -1,0 +1,249 @@
+// Metrics JSONL writer and validator, LR schedule, loader verdict.
+#include "trainscope/train/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "trainscope/core/os.h"
+#include "trainscope/core/table.h"
+
+namespace trainscope::train {
+
+using json = nlohmann::json;
+
+void PhaseTimes::Add(const PhaseTimes& o, double s) {
+  data_wait_ms += s * o.data_wait_ms;
+  h2d_ms += s * o.h2d_ms;
+  forward_ms += s * o.forward_ms;
+  backward_ms += s * o.backward_ms;
+  comm_wait_ms += s * o.comm_wait_ms;
+  optimizer_ms += s * o.optimizer_ms;
+}
+
+json PhaseTimesToJson(const PhaseTimes& p) {
+  return {{"data_wait", p.data_wait_ms}, {"h2d", p.h2d_ms},
+          {"forward", p.forward_ms},     {"backward", p.backward_ms},
+          {"comm_wait", p.comm_wait_ms}, {"optimizer", p.optimizer_ms}};
+}
+
+static json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
+static json Finite(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json StepRecordToJson(const StepRecord& r) {
+  return {{"type", "step"},
+          {"step", r.step},
+          {"loss", Finite(r.loss)},
+          {"lr", r.lr},
+          {"grad_norm", Finite(r.grad_norm)},
+          {"tokens", r.tokens},
+          {"step_ms", r.step_ms},
+          {"tokens_per_s", r.tokens_per_s},
+          {"phases_ms", PhaseTimesToJson(r.phases)},
+          {"host_rss_bytes", r.host_rss_bytes},
+          {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
+          {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
+}
+
+double LearningRate(const OptimConfig& o, int step, int total_steps) {
+  if (o.warmup_steps > 0 && step <= o.warmup_steps) {
+    return o.lr * static_cast<double>(step) / o.warmup_steps;
+  }
+  int decay_steps = total_steps - o.warmup_steps;
+  if (decay_steps <= 0) return o.lr;
+  double progress = static_cast<double>(step - o.warmup_steps) / decay_steps;
+  progress = std::min(1.0, std::max(0.0, progress));
+  double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return o.min_lr + (o.lr - o.min_lr) * cosine;
+}
+
+int64_t HostRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long long size = 0, resident = 0;
+  int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+LoaderVerdict JudgeDataLoader(double data_wait_ms, double step_ms, int num_workers) {
+  LoaderVerdict v;
+  v.num_workers = num_workers;
+  v.data_wait_fraction = step_ms > 0 ? data_wait_ms / step_ms : 0;
+  v.data_bound = v.data_wait_fraction > kDataBoundFraction;
+  if (!v.data_bound) {
+    v.message = absl::StrCat("data loader keeps up: data wait is ",
+                             FormatDouble(100 * v.data_wait_fraction, 1), "% of step time");
+    return v;
+  }
+  // With w workers each needing b ms per batch and c ms of compute per batch, the loader
+  // delivers a batch every b/w ms, so wait = b/w - c and b = w * (c + wait). Enough workers:
+  // ceil(b / c). With no workers the step thread builds the batch itself: b = wait.
+  double compute = std::max(1e-3, step_ms - data_wait_ms);
+  double build = num_workers > 0 ? num_workers * step_ms : data_wait_ms;
+  v.suggested_workers = std::max(num_workers + 1, static_cast<int>(std::ceil(build / compute)));
+  v.message = absl::StrCat("data-bound: data wait is ", FormatDouble(100 * v.data_wait_fraction, 1),
+                           "% of step time (over ", static_cast<int>(kDataBoundFraction * 100),
+                           "%) with num_workers ", num_workers, "; set data.num_workers to ",
+                           v.suggested_workers, " (or run with --sweep-workers)");
+  return v;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
+                                                                   json header) {
+  std::filesystem::path p(path);
+  if (p.has_parent_path()) {
+    absl::Status st = MakeDirs(p.parent_path().string());
+    if (!st.ok()) return st;
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    return absl::InternalError(absl::StrCat(path, ": cannot create metrics file"));
+  }
+  std::unique_ptr<MetricsWriter> w(new MetricsWriter(path, f));
+  header["type"] = "header";
+  header["format"] = kMetricsFormat;
+  header["version"] = kMetricsVersion;
+  absl::Status st = w->WriteLine(header);
+  if (!st.ok()) return st;
+  return w;
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_ != nullptr) std::fclose(f_);
+}
+
+absl::Status MetricsWriter::WriteLine(const json& j) {
+  std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  line.push_back('\n');
+  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0) {
+    return absl::InternalError(absl::StrCat(path_, ": write failed (disk full?)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetricsWriter::WriteStep(const StepRecord& r) {
+  return WriteLine(StepRecordToJson(r));
+}
+
+absl::Status MetricsWriter::WriteLayerNorms(int step, const std::vector<LayerNorms>& layers) {
+  json arr = json::array();
+  for (const LayerNorms& l : layers) {
+    arr.push_back({{"name", l.name},
+                   {"weight_norm", Finite(l.weight_norm)},
+                   {"grad_norm", Finite(l.grad_norm)}});
+  }
+  return WriteLine({{"type", "layer_norms"}, {"step", step}, {"layers", std::move(arr)}});
+}
+
+absl::Status MetricsWriter::WriteRecord(const std::string& type, json fields) {
+  fields["type"] = type;
+  return WriteLine(fields);
+}
+
+// ---- Validation against docs/formats.md ----
+namespace {
+
+bool IsNum(const json& v) { return v.is_number(); }
+bool IsNumOrNull(const json& v) { return v.is_number() || v.is_null(); }
+bool IsInt(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+bool IsIntOrNull(const json& v) { return IsInt(v) || v.is_null(); }
+
+using Check = bool (*)(const json&);
+struct Field {
+  const char* key;
+  Check check;
+  const char* want;
+};
+
+std::string CheckFields(const json& j, std::initializer_list<Field> fields) {
+  for (const Field& f : fields) {
+    auto it = j.find(f.key);
+    if (it == j.end()) return absl::StrCat("missing key \"", f.key, "\"");
+    if (!f.check(*it)) return absl::StrCat("key \"", f.key, "\" is not ", f.want);
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read metrics file"));
+  std::string line;
+  int64_t line_no = 0, steps = 0;
+  int64_t last_step = 0;
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", why));
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    if (!j.contains("type") || !j["type"].is_string()) return bad("missing string key \"type\"");
+    const std::string type = j["type"];
+    std::string why;
+    if (line_no == 1) {
+      if (type != "header") return bad("first line is not the header");
+      if (j.value("format", "") != kMetricsFormat)
+        return bad("format is not trainscope.train_metrics");
+      if (j.value("version", 0) != kMetricsVersion) return bad("unsupported version");
+      why = CheckFields(j, {{"rank", IsInt, "an integer"},
+                            {"world_size", IsInt, "an integer"},
+                            {"params", IsInt, "an integer"},
+                            {"start_unix_us", IsInt, "an integer"},
+                            {"config", [](const json& v) { return v.is_object(); }, "an object"}});
+    } else if (type == "step") {
+      why = CheckFields(j, {{"step", IsInt, "an integer"},
+                            {"loss", IsNumOrNull, "a number"},
+                            {"lr", IsNum, "a number"},
+                            {"grad_norm", IsNumOrNull, "a number"},
+                            {"tokens", IsInt, "an integer"},
+                            {"step_ms", IsNum, "a number"},
+                            {"tokens_per_s", IsNum, "a number"},
+                            {"phases_ms", [](const json& v) { return v.is_object(); }, "an object"},
+                            {"host_rss_bytes", IsInt, "an integer"},
+                            {"device_mem_allocated_bytes", IsIntOrNull, "an integer or null"},
+                            {"device_mem_peak_bytes", IsIntOrNull, "an integer or null"}});
+      if (why.empty()) {
+        why = CheckFields(j["phases_ms"], {{"data_wait", IsNum, "a number"},
+                                           {"h2d", IsNum, "a number"},
+                                           {"forward", IsNum, "a number"},
+                                           {"backward", IsNum, "a number"},
+                                           {"comm_wait", IsNum, "a number"},
+                                           {"optimizer", IsNum, "a number"}});
+        if (!why.empty()) why = "phases_ms: " + why;
+      }
+      if (why.empty()) {
+        int64_t s = j["step"].get<int64_t>();
+        if (s <= last_step) why = absl::StrCat("step ", s, " does not increase");
+        last_step = s;
+        ++steps;
+      }
+    } else if (type == "layer_norms") {
+      why = CheckFields(j, {{"step", IsInt, "an integer"},
+                            {"layers", [](const json& v) { return v.is_array(); }, "an array"}});
+      if (why.empty()) {
+        for (const json& l : j["layers"]) {
+          why = CheckFields(l, {{"name", [](const json& v) { return v.is_string(); }, "a string"},
+                                {"weight_norm", IsNumOrNull, "a number"},
+                                {"grad_norm", IsNumOrNull, "a number"}});
+          if (!why.empty()) break;
+        }
+      }
+    } else if (type == "event" || type == "summary" || type == "error") {
+      // free-form payloads, documented per event
+    } else {
+      why = absl::StrCat("unknown type \"", type, "\"");
+    }
+    if (!why.empty()) return bad(why);
+  }
+  if (line_no == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty metrics file"));
+  return steps;
+}
+
+}  // namespace trainscope::train

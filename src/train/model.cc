@@ -1,0 +1,137 @@
+// GPT model and the libtorch helpers of the trainer that need no training state.
+#include "train/model.h"
+
+#include <cmath>
+
+#include "trainscope/train/trainer.h"
+
+namespace trainscope::train {
+
+namespace F = torch::nn::functional;
+
+BlockImpl::BlockImpl(const ModelConfig& c, int layers) : heads_(c.heads) {
+  const int64_t w = c.width;
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
+  qkv_ = register_module("qkv", torch::nn::Linear(w, 3 * w));
+  proj_ = register_module("proj", torch::nn::Linear(w, w));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
+  fc_ = register_module("fc", torch::nn::Linear(w, int64_t{c.mlp_ratio} * w));
+  fc_proj_ = register_module("fc_proj", torch::nn::Linear(int64_t{c.mlp_ratio} * w, w));
+  // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L).
+  torch::NoGradGuard no_grad;
+  for (torch::nn::Linear* l : {&qkv_, &proj_, &fc_, &fc_proj_}) {
+    (*l)->weight.normal_(0.0, 0.02);
+    (*l)->bias.zero_();
+  }
+  const double resid_std = 0.02 / std::sqrt(2.0 * layers);
+  proj_->weight.normal_(0.0, resid_std);
+  fc_proj_->weight.normal_(0.0, resid_std);
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& causal_mask) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  const int64_t d = c / heads_;
+  // Attention. LayerNorm runs on fp32 input even under autocast.
+  torch::Tensor h = ln1_(x.to(torch::kFloat));
+  torch::Tensor qkv = qkv_(h);  // (B, T, 3C)
+  std::vector<torch::Tensor> parts = qkv.split(c, /*dim=*/2);
+  auto heads = [&](const torch::Tensor& z) { return z.view({b, t, heads_, d}).transpose(1, 2); };
+  torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, D)
+  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(d)));
+  att = att.masked_fill(causal_mask.slice(0, 0, t).slice(1, 0, t),
+                        -std::numeric_limits<float>::infinity());
+  att = torch::softmax(att, -1);            // (B, H, T, T)
+  torch::Tensor y = torch::matmul(att, v);  // (B, H, T, D)
+  y = y.transpose(1, 2).contiguous().view({b, t, c});
+  torch::Tensor out = x + proj_(y);
+  // MLP.
+  torch::Tensor m = fc_proj_(F::gelu(fc_(ln2_(out.to(torch::kFloat)))));
+  return out + m;
+}
+
+GptImpl::GptImpl(const ModelConfig& c, int vocab) : config_(c), vocab_(vocab) {
+  wte_ = register_module("wte", torch::nn::Embedding(vocab, c.width));
+  wpe_ = register_module("wpe", torch::nn::Embedding(c.seq_len, c.width));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int i = 0; i < c.layers; ++i) blocks_->push_back(Block(c, c.layers));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})));
+  torch::NoGradGuard no_grad;
+  wte_->weight.normal_(0.0, 0.02);
+  wpe_->weight.normal_(0.0, 0.01);
+  if (!c.tied_head) {
+    head_ = register_module(
+        "head", torch::nn::Linear(torch::nn::LinearOptions(c.width, vocab).bias(false)));
+    head_->weight.normal_(0.0, 0.02);
+  }
+  causal_mask_ = torch::ones({c.seq_len, c.seq_len}, torch::kBool).triu(1);
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  const int64_t t = tokens.size(1);
+  torch::Tensor pos = torch::arange(t, torch::kLong);
+  torch::Tensor x = wte_(tokens) + wpe_(pos);  // (B, T, C), fp32
+  for (const auto& m : *blocks_) x = m->as<Block>()->forward(x, causal_mask_);
+  x = ln_f_(x.to(torch::kFloat));
+  torch::Tensor logits = head_ ? head_(x) : F::linear(x, wte_->weight);  // (B, T, V)
+  return logits.to(torch::kFloat);
+}
+
+torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  torch::Tensor logits = forward(tokens);
+  return F::cross_entropy(logits.view({-1, vocab_}), targets.view({-1}));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GptImpl::NamedParams() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+bool GptImpl::Decays(const std::string& name) const {
+  // Matrices of Linear layers decay; biases, LayerNorm, embeddings (and the tied head) do not.
+  auto ends = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (!ends(".weight")) return false;
+  return name.find("ln") == std::string::npos && name.rfind("wte", 0) != 0 &&
+         name.rfind("wpe", 0) != 0;
+}
+
+int64_t CountParams(const ModelConfig& c, int vocab) {
+  const int64_t w = c.width, h = int64_t{c.mlp_ratio} * c.width;
+  int64_t block = 2 * (2 * w)                   // two LayerNorms
+                  + (w * 3 * w + 3 * w)         // qkv
+                  + (w * w + w)                 // proj
+                  + (w * h + h) + (h * w + w);  // MLP
+  int64_t total = int64_t{vocab} * w + int64_t{c.seq_len} * w + c.layers * block + 2 * w;
+  if (!c.tied_head) total += int64_t{vocab} * w;
+  return total;
+}
+
+double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds) {
+  // A square matmul large enough to reach the BLAS peak but small enough to run many times
+  // within the budget; the best of several timed repetitions is the peak.
+  at::set_num_threads(std::max(1, threads));
+  torch::NoGradGuard no_grad;
+  const int64_t n = 512;
+  auto dtype = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  double best = 0;
+  auto start = std::chrono::steady_clock::now();
+  int reps = 4;
+  while (true) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) c = torch::mm(a, b);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n * reps / dt);
+    if (dt < 0.05) reps *= 2;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= seconds)
+      break;
+  }
+  return best;
+}
+
+}  // namespace trainscope::train

@@ -1,0 +1,474 @@
+// The training loop: data -> forward -> backward (gradient all-reduce overlapped through
+// hooks) -> optimizer, each phase timed, every step logged per rank.
+#include "trainscope/train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "train/model.h"
+#include "trainscope/core/os.h"
+#include "trainscope/core/status.h"
+#include "trainscope/tokenizer/tokenizer.h"
+#ifdef TS_TRAIN_WITH_COMM
+#include "train/ddp.h"
+#include "trainscope/comm/comm.h"
+#endif
+
+namespace trainscope::train {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Turns on bf16 autocast for the CPU for its lifetime (fp32 master weights stay untouched;
+// autocast casts matmul inputs per op).
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(false);
+  }
+
+ private:
+  bool enabled_;
+};
+
+std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+struct World {
+  int rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+#ifdef TS_TRAIN_WITH_COMM
+  std::unique_ptr<comm::Communicator> comm;
+#endif
+};
+
+absl::StatusOr<World> JoinWorld(const TrainOptions& options) {
+  World w;
+  if (!options.distributed_from_env) return w;
+#ifdef TS_TRAIN_WITH_COMM
+  comm::CommOptions defaults;
+  defaults.backend = options.comm_backend;
+  TS_ASSIGN_OR_RETURN(comm::CommOptions co, comm::OptionsFromEnvironment(defaults));
+  w.rank = co.rank;
+  w.world_size = co.world_size;
+  w.local_world_size = std::max(1, co.local_world_size);
+  if (co.world_size > 1) {
+    auto c = comm::Communicator::Create(co);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(),
+                          absl::StrCat("rank ", co.rank, ": joining the ", co.world_size,
+                                       "-rank job failed: ", c.status().message()));
+    }
+    w.comm = std::move(c).value();
+  }
+#else
+  std::string ws;
+  if (Os::Default()->GetEnv("WORLD_SIZE", &ws) && ws != "1" && !ws.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("WORLD_SIZE=", ws,
+                     " but this trainscope was built without the comm module; "
+                     "data-parallel training is not available"));
+  }
+#endif
+  return w;
+}
+
+// Everything the loop needs, built once.
+struct Setup {
+  TrainConfig config;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  PackedCorpus corpus;
+  int vocab = 0;
+  int threads = 1;
+};
+
+absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size) {
+  Setup s;
+  s.config = config;
+  TS_RETURN_IF_ERROR(ValidateTrainConfig(config));
+  auto tok = tokenizer::LoadTokenizer(config.data.tokenizer);
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat("key \"data.tokenizer\": ", tok.status().message()));
+  }
+  s.tok = std::move(tok).value();
+  s.vocab = config.model.vocab > 0 ? config.model.vocab : s.tok->vocab_size();
+  if (s.vocab < s.tok->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.source.empty() ? "config" : config.source, ": key \"model.vocab\": ", s.vocab,
+        " is smaller than the tokenizer's vocabulary ", s.tok->vocab_size()));
+  }
+  TS_ASSIGN_OR_RETURN(s.corpus, LoadCorpus(config.data, *s.tok, config.model.seq_len));
+  s.threads = ResolveThreads(config.train.threads, local_world_size);
+  return s;
+}
+
+}  // namespace
+
+int ResolveThreads(int configured, int local_world_size) {
+  if (configured > 0) return configured;
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, hw / std::max(1, local_world_size));
+}
+
+json TrainResultToJson(const TrainResult& r) {
+  return {{"rank", r.rank},
+          {"world_size", r.world_size},
+          {"steps", r.steps},
+          {"stopped_by_time", r.stopped_by_time},
+          {"loss_start", r.loss_start},
+          {"loss_end", r.loss_end},
+          {"seconds", r.seconds},
+          {"tokens_per_s", r.tokens_per_s},
+          {"params", r.params},
+          {"tokens_per_step", r.tokens_per_step},
+          {"mean_step_ms", r.mean_step_ms},
+          {"mean_phases_ms", PhaseTimesToJson(r.mean_phases)},
+          {"loader",
+           {{"data_bound", r.loader.data_bound},
+            {"data_wait_fraction", r.loader.data_wait_fraction},
+            {"num_workers", r.loader.num_workers},
+            {"suggested_workers", r.loader.suggested_workers},
+            {"message", r.loader.message}}},
+          {"corpus", CorpusStatsToJson(r.corpus)},
+          {"precision", r.precision},
+          {"threads", r.threads},
+          {"metrics_path", r.metrics_path},
+          {"weights_checksum", r.weights_checksum}};
+}
+
+namespace {
+
+absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOptions& options) {
+  if (options.run_dir.empty()) return absl::InvalidArgumentError("no run directory given");
+  TS_ASSIGN_OR_RETURN(World world, JoinWorld(options));
+  TS_ASSIGN_OR_RETURN(Setup setup, Prepare(config, world.local_world_size));
+  const TrainConfig& c = setup.config;
+  const RunConfig& rc = c.train;
+  const int rank = world.rank;
+  const bool observe = rc.observability;
+
+  // Determinism: fixed seed and thread count, deterministic kernels.
+  at::set_num_threads(setup.threads);
+  torch::manual_seed(rc.seed);
+  at::globalContext().setDeterministicAlgorithms(rc.deterministic, /*warn_only=*/false);
+  const bool bf16 = rc.precision == "bf16";
+
+  Gpt model(c.model, setup.vocab);
+  model->train();
+  const auto named = model->NamedParams();
+  int64_t params = 0;
+  std::vector<torch::Tensor> all_params, decay, no_decay;
+  for (const auto& [name, p] : named) {
+    params += p.numel();
+    all_params.push_back(p);
+    (model->Decays(name) ? decay : no_decay).push_back(p);
+  }
+  torch::optim::AdamWOptions base(c.optim.lr);
+  base.betas({c.optim.beta1, c.optim.beta2}).eps(c.optim.eps).weight_decay(0.0);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto decay_opts = std::make_unique<torch::optim::AdamWOptions>(base);
+  decay_opts->weight_decay(c.optim.weight_decay);
+  groups.emplace_back(decay, std::move(decay_opts));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(base));
+  torch::optim::AdamW optimizer(groups, base);
+
+#ifdef TS_TRAIN_WITH_COMM
+  std::unique_ptr<GradSync> sync;
+  if (world.comm) {
+    sync = std::make_unique<GradSync>(world.comm.get(), named, rc.bucket_mb * 1e6);
+    TS_RETURN_IF_ERROR(sync->BroadcastParams());
+  }
+#endif
+
+  const std::string train_dir = options.run_dir + "/train";
+  TS_RETURN_IF_ERROR(MakeDirs(train_dir));
+  if (rank == 0) {
+    TS_RETURN_IF_ERROR(
+        WriteFileAtomic(train_dir + "/config.json", TrainConfigToJson(c).dump(2) + "\n"));
+  }
+  TrainResult result;
+  result.rank = rank;
+  result.world_size = world.world_size;
+  result.params = params;
+  result.corpus = setup.corpus.stats;
+  result.precision = rc.precision;
+  result.threads = setup.threads;
+  result.tokens_per_step =
+      int64_t{rc.micro_batch} * rc.grad_accum * c.model.seq_len * world.world_size;
+  std::unique_ptr<MetricsWriter> metrics;
+  if (observe) {
+    result.metrics_path = absl::StrCat(train_dir, "/metrics.rank", rank, ".jsonl");
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    json header = {{"rank", rank},
+                   {"world_size", world.world_size},
+                   {"params", params},
+                   {"start_unix_us", Os::Default()->WallUs()},
+                   {"host", host},
+                   {"pid", static_cast<int64_t>(getpid())},
+                   {"device", "cpu"},
+                   {"threads", setup.threads},
+                   {"precision", rc.precision},
+                   {"tokenizer", setup.tok->name()},
+                   {"vocab", setup.vocab},
+                   {"tokens_per_step", result.tokens_per_step},
+                   {"corpus", CorpusStatsToJson(setup.corpus.stats)},
+                   {"config", TrainConfigToJson(c)}};
+    TS_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(result.metrics_path, header));
+  }
+
+  LoaderOptions lo;
+  lo.micro_batch = rc.micro_batch;
+  lo.rank = rank;
+  lo.world_size = world.world_size;
+  lo.seed = rc.seed;
+  lo.num_workers = c.data.num_workers;
+  lo.prefetch = c.data.prefetch;
+  lo.worker_delay_ms = c.data.worker_delay_ms;
+  BatchLoader loader(&setup.corpus, lo);
+
+  const auto loop_start = Clock::now();
+  PhaseTimes phase_sum;
+  double step_ms_sum = 0, tokens_sum = 0;
+  int timed_steps = 0;
+  for (int step = 1; step <= rc.steps; ++step) {
+    const auto step_start = Clock::now();
+    PhaseTimes ph;
+    const double lr = LearningRate(c.optim, step, rc.steps);
+    for (auto& group : optimizer.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    }
+    double loss_sum = 0;
+    for (int micro = 0; micro < rc.grad_accum; ++micro) {
+      auto t0 = Clock::now();
+      Batch batch = loader.Next();
+      ph.data_wait_ms += MsSince(t0);
+      t0 = Clock::now();
+      torch::Tensor inputs =
+          torch::from_blob(batch.inputs.data(), {batch.rows, batch.cols}, torch::kLong).clone();
+      torch::Tensor targets =
+          torch::from_blob(batch.targets.data(), {batch.rows, batch.cols}, torch::kLong).clone();
+      ph.h2d_ms += MsSince(t0);
+      t0 = Clock::now();
+      torch::Tensor loss;
+      {
+        AutocastScope autocast(bf16);
+        loss = model->Loss(inputs, targets);
+      }
+      const double loss_value = loss.item<double>();
+      ph.forward_ms += MsSince(t0);
+      if (!std::isfinite(loss_value)) {
+        std::string msg =
+            absl::StrCat("non-finite loss ", loss_value, " at step ", step, " (micro-batch ", micro,
+                         ") on rank ", rank, "; the run stopped");
+        if (metrics) {
+          (void)metrics->WriteRecord("error", {{"step", step}, {"rank", rank}, {"message", msg}});
+        }
+        return absl::AbortedError(msg);
+      }
+      loss_sum += loss_value;
+      t0 = Clock::now();
+#ifdef TS_TRAIN_WITH_COMM
+      if (sync && micro == rc.grad_accum - 1) sync->Arm();
+#endif
+      (loss / rc.grad_accum).backward();
+      ph.backward_ms += MsSince(t0);
+    }
+    double step_loss = loss_sum / rc.grad_accum;
+    bool stop_for_time =
+        rc.max_seconds > 0 &&
+        std::chrono::duration<double>(Clock::now() - loop_start).count() >= rc.max_seconds;
+#ifdef TS_TRAIN_WITH_COMM
+    if (sync) {
+      TS_RETURN_IF_ERROR(sync->Finish(&ph.comm_wait_ms));
+      // Mean loss over ranks, and one stop decision for all (any rank out of time stops all).
+      auto t0 = Clock::now();
+      float pair[2] = {static_cast<float>(step_loss), stop_for_time ? 1.0f : 0.0f};
+      TS_RETURN_IF_ERROR(world.comm->AllReduce(pair, 2, comm::DType::kFloat32));
+      ph.comm_wait_ms += MsSince(t0);
+      step_loss = pair[0] / world.world_size;
+      stop_for_time = pair[1] > 0;
+    }
+#endif
+    auto t0 = Clock::now();
+    double grad_norm;
+    if (c.optim.grad_clip > 0) {
+      grad_norm = torch::nn::utils::clip_grad_norm_(all_params, c.optim.grad_clip);
+    } else {
+      torch::NoGradGuard no_grad;
+      torch::Tensor sq = torch::zeros({}, torch::kDouble);
+      for (const auto& p : all_params) {
+        if (p.grad().defined()) sq += p.grad().to(torch::kDouble).pow(2).sum();
+      }
+      grad_norm = std::sqrt(sq.item<double>());
+    }
+    const bool norms_now =
+        observe && rc.layer_norms_every > 0 && (step % rc.layer_norms_every == 0 || step == 1);
+    std::vector<LayerNorms> layer_norms;
+    if (norms_now) {
+      torch::NoGradGuard no_grad;
+      for (const auto& [name, p] : named) {
+        LayerNorms ln;
+        ln.name = name;
+        ln.weight_norm = p.norm().item<double>();
+        ln.grad_norm = p.grad().defined() ? p.grad().norm().item<double>() : 0.0;
+        layer_norms.push_back(std::move(ln));
+      }
+    }
+    optimizer.step();
+    for (auto& p : all_params) p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none)
+    ph.optimizer_ms += MsSince(t0);
+
+    StepRecord rec;
+    rec.step = step;
+    rec.loss = step_loss;
+    rec.lr = lr;
+    rec.grad_norm = grad_norm;
+    rec.tokens = result.tokens_per_step;
+    rec.step_ms = MsSince(step_start);
+    rec.tokens_per_s = rec.step_ms > 0 ? rec.tokens * 1000.0 / rec.step_ms : 0;
+    rec.phases = ph;
+    result.losses.push_back(step_loss);
+    result.steps = step;
+    if (step > 1 || rc.steps == 1) {
+      phase_sum.Add(ph);
+      step_ms_sum += rec.step_ms;
+      tokens_sum += rec.tokens;
+      ++timed_steps;
+    }
+    if (metrics) {
+      rec.host_rss_bytes = HostRssBytes();
+      TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
+      if (norms_now) TS_RETURN_IF_ERROR(metrics->WriteLayerNorms(step, layer_norms));
+    }
+    if (rank == 0 && options.on_step) options.on_step(rec);
+    if (stop_for_time && step < rc.steps) {
+      result.stopped_by_time = true;
+      break;
+    }
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+
+  const int n = static_cast<int>(result.losses.size());
+  result.loss_start = result.losses.front();
+  const int tail = std::max(1, std::min(10, n / 5 + 1));
+  double tail_sum = 0;
+  for (int i = n - tail; i < n; ++i) tail_sum += result.losses[i];
+  result.loss_end = tail_sum / tail;
+  if (timed_steps > 0) {
+    phase_sum.Add(phase_sum, 1.0 / timed_steps - 1.0);  // sum -> mean
+    result.mean_phases = phase_sum;
+    result.mean_step_ms = step_ms_sum / timed_steps;
+    result.tokens_per_s = step_ms_sum > 0 ? tokens_sum * 1000.0 / step_ms_sum : 0;
+  }
+  result.loader =
+      JudgeDataLoader(result.mean_phases.data_wait_ms, result.mean_step_ms, c.data.num_workers);
+
+  // Weights checksum: xxh3-64 over every parameter's bytes in name order; ranks of a
+  // data-parallel run must agree bit for bit.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  json per_param = json::array();
+  for (const auto& [name, p] : named) {
+    torch::Tensor t = p.detach().contiguous();
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    XXH3_64bits_update(state, t.data_ptr(), bytes);
+    per_param.push_back({{"name", name},
+                         {"numel", t.numel()},
+                         {"xxh3_64", Hex64(XXH3_64bits(t.data_ptr(), bytes))},
+                         {"norm", t.norm().item<double>()}});
+  }
+  result.weights_checksum = Hex64(XXH3_64bits_digest(state));
+  XXH3_freeState(state);
+  if (options.write_weights) {
+    json w = {{"format", "trainscope.train_weights"},
+              {"version", 1},
+              {"rank", rank},
+              {"world_size", world.world_size},
+              {"step", result.steps},
+              {"xxh3_64", result.weights_checksum},
+              {"params", per_param}};
+    TS_RETURN_IF_ERROR(
+        WriteFileAtomic(absl::StrCat(train_dir, "/weights.rank", rank, ".json"), w.dump(1) + "\n"));
+  }
+  if (metrics) {
+    TS_RETURN_IF_ERROR(metrics->WriteRecord("summary", TrainResultToJson(result)));
+  }
+  if (rank == 0) {
+    json summary = TrainResultToJson(result);
+    summary["format"] = "trainscope.train_summary";
+    summary["version"] = 1;
+    TS_RETURN_IF_ERROR(WriteFileAtomic(train_dir + "/summary.json", summary.dump(2) + "\n"));
+  }
+#ifdef TS_TRAIN_WITH_COMM
+  if (world.comm) {
+    sync.reset();
+    TS_RETURN_IF_ERROR(world.comm->Barrier());
+  }
+#endif
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options) {
+  // libtorch reports errors by exception; this is the adapter boundary.
+  try {
+    return TrainImpl(config, options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("libtorch error: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("trainer error: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& config,
+                                                         const TrainOptions& options,
+                                                         const std::vector<int>& values,
+                                                         int steps) {
+  std::vector<WorkerSweepRow> rows;
+  for (int w : values) {
+    TrainConfig c = config;
+    c.data.num_workers = w;
+    c.train.steps = steps;
+    c.train.max_seconds = 0;
+    TrainOptions o = options;
+    o.distributed_from_env = false;
+    o.on_step = nullptr;
+    o.write_weights = false;
+    o.run_dir = absl::StrCat(options.run_dir, "/sweep/workers", w);
+    TS_ASSIGN_OR_RETURN(TrainResult r, Train(c, o));
+    WorkerSweepRow row;
+    row.num_workers = w;
+    row.step_ms = r.mean_step_ms;
+    row.data_wait_fraction = r.loader.data_wait_fraction;
+    row.tokens_per_s = r.tokens_per_s;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace trainscope::train
