@@ -134,16 +134,22 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
   } else {
     // Siblings: the same model should run at the same clock; a card far below the median
     // of its siblings drags every synchronous step.
+    // Idle devices drop their clocks on purpose: compare only the busy ones.
+    auto idle = [](const json& d) {
+      auto r = d.value("throttle_reasons", std::vector<std::string>{});
+      return std::find(r.begin(), r.end(), "gpu_idle") != r.end();
+    };
     std::vector<double> clocks;
     for (const json& d : report["devices"])
-      if (Str(d, "kind") != "cpu" && Num(d, "clock_mhz") > 0) clocks.push_back(Num(d, "clock_mhz"));
+      if (Str(d, "kind") != "cpu" && Num(d, "clock_mhz") > 0 && !idle(d))
+        clocks.push_back(Num(d, "clock_mhz"));
     if (clocks.size() >= 2) {
       std::vector<double> sorted = clocks;
       std::sort(sorted.begin(), sorted.end());
       double median = sorted[sorted.size() / 2];
       std::vector<std::string> slow;
       for (const json& d : report["devices"]) {
-        if (Str(d, "kind") == "cpu") continue;
+        if (Str(d, "kind") == "cpu" || idle(d)) continue;
         double c = Num(d, "clock_mhz");
         if (c > 0 && c < opt.slow_sibling_ratio * median) {
           slow.push_back(absl::StrCat(Str(d, "kind"), static_cast<int>(Num(d, "index", 0))));
