@@ -1,2 +1,365 @@
-#include <gtest/gtest.h>
-TEST(T, T) {}
+#include "trainscope/trace/trace.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "trace/analysis_internal.h"
+#include "trainscope/trace/analysis.h"
+
+namespace trainscope::trace {
+namespace {
+
+std::string DataDir() { return std::string(TS_SOURCE_DIR) + "/tests/data/trace"; }
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/ts_trace_test_XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+}
+
+// A synthetic Kineto-like trace: `n` cpu ops with a launch and a kernel each, pretty-printed
+// (one key per line) or on one line.
+std::string MakeTrace(int n, bool pretty) {
+  std::string nl = pretty ? "\n" : "";
+  std::string s = "{" + nl + "\"schemaVersion\": 1," + nl +
+                  "\"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 3, \"world_size\": 4}," +
+                  nl + "\"traceEvents\": [" + nl;
+  for (int i = 0; i < n; ++i) {
+    int64_t ts = 1000 + i * 100;
+    s += absl::StrCat("{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::op", i % 7,
+                      "\", \"pid\": 1, \"tid\": 1,", nl, " \"ts\": ", ts,
+                      ", \"dur\": 20, \"args\": {\"External id\": ", i + 1, ", \"Input Dims\": [[",
+                      i % 3, ", 4]]}},", nl);
+    s += absl::StrCat("{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", ",
+                      "\"pid\": 1, \"tid\": 1, \"ts\": ", ts + 5,
+                      ", \"dur\": 4, \"args\": {\"correlation\": ", i + 1, "}},", nl);
+    s += absl::StrCat("{\"ph\": \"s\", \"id\": ", i + 1,
+                      ", \"pid\": 1, \"tid\": 1, \"ts\": ", ts + 5,
+                      ", \"cat\": \"ac2g\", \"name\": \"ac2g\"},", nl);
+    s += absl::StrCat("{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"gemm \\\"k\\\" ", i % 5,
+                      "\", \"pid\": 0, \"tid\": 7, \"ts\": ", ts + 10,
+                      ", \"dur\": 50.5, \"args\": {\"stream\": 7, \"correlation\": ", i + 1, "}}",
+                      i + 1 < n ? "," : "", nl);
+  }
+  s += "]," + nl + "\"traceName\": \"x\"}" + nl;
+  return s;
+}
+
+TEST(ParseUsToNs, ExactDecimal) {
+  int64_t ns = 0;
+  ASSERT_TRUE(ParseUsToNs("1704161511422904.204", &ns));
+  EXPECT_EQ(ns, 1704161511422904204);
+  ASSERT_TRUE(ParseUsToNs("12", &ns));
+  EXPECT_EQ(ns, 12000);
+  ASSERT_TRUE(ParseUsToNs("1.5", &ns));
+  EXPECT_EQ(ns, 1500);
+  ASSERT_TRUE(ParseUsToNs("-3.25\t", &ns));
+  EXPECT_EQ(ns, -3250);
+  ASSERT_TRUE(ParseUsToNs("1.5e3", &ns));
+  EXPECT_EQ(ns, 1500000);
+  EXPECT_FALSE(ParseUsToNs("abc", &ns));
+  EXPECT_FALSE(ParseUsToNs("", &ns));
+}
+
+TEST(Classify, KernelNames) {
+  EXPECT_EQ(ClassifyDeviceName("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyDeviceName("ncclKernel_AllReduce"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyDeviceName("hcom_allReduce__123"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyDeviceName("Memcpy HtoD (Pageable -> Device)"), DeviceKind::kMemory);
+  EXPECT_EQ(ClassifyDeviceName("ampere_sgemm_128x64_tn"), DeviceKind::kCompute);
+  EXPECT_EQ(RankFromFileName("/x/ddp_rank1.pt.trace.json"), 1);
+  EXPECT_EQ(RankFromFileName("worker-12.json"), 12);
+  EXPECT_EQ(RankFromFileName("trace.json"), -1);
+}
+
+TEST(ChromeReader, SameEventsForEveryWindowSizeAndLayout) {
+  for (bool pretty : {true, false}) {
+    std::string s = MakeTrace(300, pretty);
+    int64_t want_kept = -1, want_dur = -1;
+    for (size_t chunk : {size_t{64}, size_t{1000}, size_t{4096}, size_t{1} << 20}) {
+      ReadOptions o;
+      o.chunk_bytes = chunk;
+      auto t = ParseChromeTrace(s, "mem.json", o);
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ(t->rank, 3);
+      EXPECT_EQ(t->world_size, 4);
+      EXPECT_EQ(t->stats.malformed, 0);
+      EXPECT_FALSE(t->stats.truncated);
+      EXPECT_EQ(t->stats.flow_events, 300);
+      int64_t dur = 0;
+      for (const Event& e : t->events) dur += e.dur_ns;
+      if (want_kept < 0) {
+        want_kept = t->stats.events_kept;
+        want_dur = dur;
+        EXPECT_EQ(want_kept, 900);
+        EXPECT_EQ(want_dur, 300 * (20000 + 4000 + 50500));
+      }
+      EXPECT_EQ(t->stats.events_kept, want_kept) << "chunk " << chunk << " pretty " << pretty;
+      EXPECT_EQ(dur, want_dur);
+    }
+  }
+}
+
+TEST(ChromeReader, EscapedNamesAndArgs) {
+  auto t = ParseChromeTrace(MakeTrace(3, true), "mem.json");
+  ASSERT_TRUE(t.ok());
+  bool found = false;
+  for (const Event& e : t->events) {
+    if (t->strings.Get(e.name) == "gemm \"k\" 1") {
+      found = true;
+      EXPECT_EQ(e.stream, 7);
+      EXPECT_EQ(e.correlation, 2u);
+      EXPECT_TRUE(e.flags & kFlagDevice);
+      EXPECT_EQ(e.dur_ns, 50500);
+    }
+    if (t->strings.Get(e.name) == "aten::op1") {
+      EXPECT_EQ(t->strings.Get(e.input_dims), "[[1, 4]]");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(ChromeReader, TruncatedAnywhereNeverCrashes) {
+  std::string s = MakeTrace(40, true);
+  int64_t full = ParseChromeTrace(s, "m").value().stats.events_kept;
+  size_t start = s.find("traceEvents") + 20;
+  for (size_t cut = start; cut < s.size(); cut += 37) {
+    ReadOptions o;
+    o.chunk_bytes = 256;
+    auto t = ParseChromeTrace(std::string_view(s).substr(0, cut), "cut.json", o);
+    ASSERT_TRUE(t.ok()) << cut << " " << t.status();
+    EXPECT_LE(t->stats.events_kept, full);
+    if (cut < s.find("\"traceName\"") - 5) {
+      EXPECT_TRUE(t->stats.truncated) << cut;
+      EXPECT_GT(t->stats.truncated_at_byte, 0);
+    }
+  }
+  // Cut inside the header: an error naming the byte.
+  auto h = ParseChromeTrace(std::string_view(s).substr(0, 30), "head.json");
+  EXPECT_FALSE(h.ok());
+}
+
+TEST(ChromeReader, BadRecordsAreCountedNotFatal) {
+  std::string s =
+      "[\n"
+      "{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1, \"dur\": 2, \"pid\": 1, \"tid\": 1},\n"
+      "{\"ph\": \"X\", \"name\": \"bad\", \"ts\": 1, \"dur\": oops},\n"
+      "{\"ph\": \"X\", \"name\": \"unclosed, \"ts\": 1, \"dur\": 2},\n"
+      "{\"ph\": \"X\", \"name\": \"nots\", \"dur\": 2},\n"
+      "{\"ph\": \"X\", \"cat\": \"weird_cat\", \"name\": \"w\", \"ts\": 5, \"dur\": 1, "
+      "\"pid\": 1, \"tid\": 1},\n"
+      "{\"ph\": \"X\", \"name\": \"early\", \"ts\": 0, \"dur\": 1, \"pid\": 1, \"tid\": 1},\n"
+      "{\"ph\": \"X\", \"name\": \"big\", \"ts\": \"7.5\", \"dur\": 1, \"pid\": 1, \"tid\": 1, "
+      "\"args\": {\"correlation\": 1152921504606846977}},\n"
+      "{\"ph\": \"f\", \"id\": 9007199254740993, \"ts\": 1},\n"
+      "{\"ph\": \"X\", \"name\": \"neg\", \"ts\": 1, \"dur\": -5},\n"
+      "{\"ph\": \"X\", \"name\": \"last\", \"ts\": 9, \"dur\": 1, \"pid\": 1, \"tid\": 1}\n"
+      "]\n";
+  for (size_t chunk : {size_t{32}, size_t{1} << 20}) {
+    ReadOptions o;
+    o.chunk_bytes = chunk;
+    auto t = ParseChromeTrace(s, "bad.json", o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    const ParseStats& st = t->stats;
+    EXPECT_EQ(st.malformed, 2) << chunk;
+    EXPECT_EQ(st.missing_fields, 1);
+    EXPECT_EQ(st.unknown_category, 1);
+    EXPECT_EQ(st.unknown_categories.at("weird_cat"), 1);
+    EXPECT_EQ(st.out_of_order, 1);
+    EXPECT_EQ(st.ids_above_2p53, 2);
+    EXPECT_EQ(st.negative_or_huge_dur, 1);
+    EXPECT_EQ(st.events_kept, 5);
+    EXPECT_FALSE(st.truncated);
+    EXPECT_FALSE(st.warnings.empty());
+    EXPECT_NE(st.warnings[0].find("byte "), std::string::npos);
+    bool big = false;
+    for (const Event& e : t->events)
+      if (t->strings.Get(e.name) == "big") {
+        big = true;
+        EXPECT_EQ(e.correlation, 1152921504606846977u);  // exact, not via double
+        EXPECT_EQ(e.ts_ns, 7500);
+      }
+    EXPECT_TRUE(big);
+  }
+}
+
+TEST(ChromeReader, NotATrace) {
+  auto t = ParseChromeTrace("hello", "x.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("byte 0"), std::string::npos);
+  EXPECT_FALSE(ParseChromeTrace("{\"a\": 1}", "x.json").ok());
+  EXPECT_FALSE(ParseChromeTrace("", "x.json").ok());
+}
+
+TEST(ChromeReader, GzipFile) {
+  std::string dir = TempDir();
+  std::string path = dir + "/rank2.trace.json.gz";
+  std::string s = MakeTrace(50, true);
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  gzwrite(f, s.data(), static_cast<unsigned>(s.size()));
+  gzclose(f);
+  auto t = ReadRankTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->stats.events_kept, 150);
+  EXPECT_EQ(t->stats.bytes, static_cast<int64_t>(s.size()));
+  EXPECT_FALSE(ReadRankTrace(dir + "/missing.json").ok());
+}
+
+TEST(Intervals, UnionIntersectComplement) {
+  using internal::Interval;
+  auto u = internal::Union({{5, 10}, {0, 3}, {2, 4}, {10, 12}});
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(internal::Length(u), 4 + 7);
+  EXPECT_EQ(internal::IntersectLength(u, {{3, 6}}), 2);
+  EXPECT_EQ(internal::LengthIn(u, 1, 11), 3 + 6);
+  auto c = internal::Complement(u, -1, 13);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(internal::Length(c), 1 + 1 + 1);
+}
+
+// Device trace with known intervals: compute [0,100) and [150,250), comm [200,300);
+// kernel_time 300, idle 50, compute 200, non-compute 50; overlap 50/100.
+TEST(Analysis, HtaDefinitionsOnKnownTrace) {
+  std::string s = R"([
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#7","pid":1,"tid":1,"ts":0,"dur":400},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":10},
+{"ph":"X","cat":"kernel","name":"sgemm","pid":0,"tid":7,"ts":0,"dur":100,"args":{"stream":7}},
+{"ph":"X","cat":"kernel","name":"sgemm","pid":0,"tid":7,"ts":150,"dur":100,"args":{"stream":7}},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","pid":0,"tid":9,"ts":200,"dur":100,"args":{"stream":9}}
+])";
+  auto t = ParseChromeTrace(s, "rank0.json");
+  ASSERT_TRUE(t.ok());
+  RankResult r = AnalyzeRank(&*t);
+  EXPECT_EQ(r.basis, "device");
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].step, 7);
+  EXPECT_DOUBLE_EQ(r.kernel_time_us, 300);
+  EXPECT_DOUBLE_EQ(r.idle_us, 50);
+  EXPECT_DOUBLE_EQ(r.compute_us, 200);
+  EXPECT_NEAR(r.non_compute_pct, 100.0 * 50 / 300, 1e-9);
+  ASSERT_TRUE(r.comm_comp_overlap_pct.has_value());
+  EXPECT_DOUBLE_EQ(*r.comm_comp_overlap_pct, 50.0);
+  EXPECT_DOUBLE_EQ(r.steps[0].gap_pct, 100.0 * 150 / 400);
+  EXPECT_TRUE(r.steps[0].gap_flagged);
+  EXPECT_DOUBLE_EQ(r.steps[0].comm_us, 100);
+}
+
+TEST(Analysis, RealDdpRunNamesSlowRankAndDataLoading) {
+  std::vector<RankTrace> traces;
+  for (int r : {0, 1}) {
+    auto t = ReadRankTrace(absl::StrCat(DataDir(), "/ddp_rank", r, ".pt.trace.json"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->format, "chrome-list");
+    EXPECT_EQ(t->rank, r);
+    traces.push_back(std::move(*t));
+  }
+  Report rep = AnalyzeRanks(&traces);
+  ASSERT_EQ(rep.ranks.size(), 2u);
+  EXPECT_EQ(rep.ranks[0].basis, "host");
+  EXPECT_EQ(rep.ranks[0].steps.size(), 4u);
+  ASSERT_EQ(rep.stragglers.size(), 1u);
+  EXPECT_EQ(rep.stragglers[0].rank, 1);
+  EXPECT_EQ(rep.stragglers[0].cause, "data_loading");
+  bool named = false;
+  for (const Finding& f : rep.findings)
+    if (f.code == "straggler" && f.what.find("rank 1") != std::string::npos &&
+        f.what.find("data loading") != std::string::npos)
+      named = true;
+  EXPECT_TRUE(named);
+  nlohmann::json j = ReportToJson(rep);
+  EXPECT_EQ(j["ranks"][1]["steps"], nlohmann::json({1, 2, 3, 4}));
+  EXPECT_TRUE(j["ranks"][0]["temporal_breakdown"].contains("idle_pct"));
+  nlohmann::json ex = ExportChromeTrace(rep);
+  EXPECT_GT(ex["traceEvents"].size(), 10u);
+  EXPECT_NE(ReportToText(rep).find("straggler"), std::string::npos);
+}
+
+TEST(Readers, AscendOutputDirectory) {
+  std::string dir = TempDir() + "/host_123_ascend_pt";
+  ASSERT_EQ(system(("mkdir -p " + dir + "/ASCEND_PROFILER_OUTPUT").c_str()), 0);
+  WriteFile(dir + "/profiler_info_5.json", "{}");
+  std::string out = dir + "/ASCEND_PROFILER_OUTPUT";
+  WriteFile(out + "/trace_view.json",
+            "[{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":800,\"tid\":0,\"args\":{\"name\":"
+            "\"Ascend Hardware\"}},\n"
+            "{\"name\":\"ProfilerStep#3\",\"ph\":\"X\",\"pid\":100,\"tid\":1,\"ts\":"
+            "\"1704161511422000.000\",\"dur\":1000},\n"
+            "{\"name\":\"aclnnMatmul\",\"ph\":\"X\",\"pid\":800,\"tid\":3,\"ts\":"
+            "\"1704161511422100.500\",\"dur\":300,\"args\":{\"Stream Id\":3}},\n"
+            "{\"name\":\"hcom_allReduce_1\",\"ph\":\"X\",\"pid\":800,\"tid\":4,\"ts\":"
+            "\"1704161511422300.500\",\"dur\":200,\"args\":{\"Stream Id\":4}}]\n");
+  WriteFile(out + "/step_trace_time.csv",
+            "Device_id,Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,"
+            "Stage,Bubble,Communication(Not Overlapped and Exclude Receive),Preparing\n"
+            "0,3,600,100,100,200,300,1000,0,100,50\n");
+  WriteFile(out + "/kernel_details.csv",
+            "Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start "
+            "Time(us),Duration(us),Input Shapes,Input Data Types\n"
+            "3,1,1,3,aclnnMatmul,MatMulV2,dynamic,AI_CORE,\"1704161511422100.5\t\",300.25,"
+            "\"\"\"81920,4096;8192,512\"\"\",DT_BF16;DT_BF16\n"
+            "3,1,2,3,aclnnCast,Cast,static,AI_CPU,\"1704161511422500.5\t\",30,\"\"\"4\"\"\","
+            "DT_DOUBLE\n");
+  auto paths = ExpandTracePaths({dir});
+  ASSERT_TRUE(paths.ok());
+  ASSERT_EQ(paths->size(), 1u);
+  auto t = ReadRankTrace((*paths)[0]);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format, "ascend");
+  EXPECT_EQ(t->rank, 5);
+  ASSERT_EQ(t->ascend_steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(t->ascend_steps[0].preparing_us, 50);
+  RankResult r = AnalyzeRank(&*t);
+  EXPECT_EQ(r.basis, "device");  // the timeline has the ProfilerStep: HTA definitions
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].step, 3);
+  ASSERT_TRUE(r.comm_comp_overlap_pct.has_value());
+  EXPECT_DOUBLE_EQ(*r.comm_comp_overlap_pct, 50.0);  // [300.5,400.75) of [300.5,500.5)
+  EXPECT_EQ(r.details["suspects"]["ai_cpu_tasks"][0]["name"], "aclnnCast");
+  EXPECT_EQ(r.details["suspects"]["float64"][0]["name"], "aclnnCast");
+  // step_trace_time.csv alone: torch_npu's own definitions.
+  auto csv = ReadRankTrace(out + "/step_trace_time.csv");
+  ASSERT_TRUE(csv.ok());
+  RankResult rc = AnalyzeRank(&*csv);
+  EXPECT_EQ(rc.basis, "ascend");
+  EXPECT_DOUBLE_EQ(rc.idle_pct, 30.0);
+  EXPECT_DOUBLE_EQ(rc.compute_pct, 60.0);
+  EXPECT_DOUBLE_EQ(*rc.comm_comp_overlap_pct, 50.0);
+}
+
+TEST(Readers, PhaseLog) {
+  std::string dir = TempDir();
+  WriteFile(dir + "/rank1.metrics.jsonl",
+            "{\"step\": 1, \"phases\": {\"data_wait_ms\": 30, \"forward_ms\": 10, "
+            "\"backward_ms\": 20, \"comm_wait_ms\": 5, \"optimizer_ms\": 5}}\n"
+            "not json\n"
+            "{\"step\": 2, \"data_wait_ms\": 2, \"forward_ms\": 10, \"backward_ms\": 20, "
+            "\"optimizer_ms\": 8}\n");
+  auto t = ReadRankTrace(dir + "/rank1.metrics.jsonl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->rank, 1);
+  EXPECT_EQ(t->stats.malformed, 1);
+  RankResult r = AnalyzeRank(&*t);
+  EXPECT_EQ(r.basis, "phase-log");
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.steps[0].step_us, 70000);
+  EXPECT_DOUBLE_EQ(r.steps[0].gap_pct, 100.0 * 35 / 70);
+  EXPECT_TRUE(r.steps[0].gap_flagged);
+  EXPECT_FALSE(r.steps[1].gap_flagged);
+  EXPECT_DOUBLE_EQ(r.steps[0].host_us.at("data_loading"), 30000);
+}
+
+}  // namespace
+}  // namespace trainscope::trace
