@@ -1,17 +1,285 @@
-// Placeholder registered until the module's issue lands; replaced by the real command.
-#include "cli/command.h"
+// `trainscope selftest comm [-n N] [--backend gloo|mpi|nccl] [--ops ...] [--sizes ... |
+//   --min-bytes 8 --max-bytes 256M --factor 2] [--iters 20 --warmup 5] [--min-busbw GBPS]`
+//
+// Inside a launch or mpirun (RANK/WORLD_SIZE or OMPI_COMM_WORLD_* set) it runs as one rank;
+// otherwise it starts itself over N ranks: through `launch` for gloo/nccl, through mpirun
+// for mpi. Rank 0 prints the nccl-tests style table (or --json); exit 0 passed, 1 failed.
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/command.h"
+#include "trainscope/comm/comm.h"
+#include "trainscope/comm/selftest.h"
+#include "trainscope/core/env_vars.h"
+#include "trainscope/core/exit.h"
+#include "trainscope/core/subprocess.h"
+#include "trainscope/launch/launch.h"
 
 namespace trainscope::cli {
+namespace {
+
+struct CommFlags {
+  int nranks = 0;  // 0: 2, or the surrounding world
+  std::string backend;
+  std::string ops = "all";
+  std::string sizes;
+  std::string min_bytes = "8";
+  std::string max_bytes = "256M";
+  double factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  double min_busbw = 0;
+  std::string dtype = "float32";
+  std::string check_dtypes = "all";
+  double seconds_per_size = 1.0;
+  double timeout_s = 0;  // 0: TRAINSCOPE_COMM_TIMEOUT_S or 60
+  bool json = false;
+  int inject_error_rank = -1;  // hidden: corrupt one element on this rank
+};
+
+constexpr char kVerb[] = "selftest comm";
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr,
+               "trainscope selftest comm: error: %s\n"
+               "usage: trainscope selftest comm [-n N] [--backend gloo|mpi|nccl] [--ops LIST] "
+               "[--sizes LIST | --min-bytes B --max-bytes B --factor F] [--iters N --warmup N] "
+               "[--min-busbw GBPS] [--json]\n",
+               message.c_str());
+  return kExitUsage;
+}
+
+bool InWorld() {
+  for (const char* v : {envvar::kWorldSize, envvar::kOmpiSize}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') return true;
+  }
+  return false;
+}
+
+// Runs as one rank of an existing world.
+int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
+  comm::CommOptions defaults;
+  defaults.backend = f.backend;
+  auto opts = comm::OptionsFromEnvironment(defaults);
+  if (!opts.ok()) return ReportAndExitCode(kVerb, opts.status());
+  if (f.timeout_s > 0)
+    opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
+  if (f.nranks > 0 && f.nranks != opts->world_size && f.backend != "mpi") {
+    return Usage(absl::StrCat("world sizes disagree: -n ", f.nranks, " but this process is rank ",
+                              opts->rank, " of WORLD_SIZE=", opts->world_size));
+  }
+  auto c = comm::Communicator::Create(*opts);
+  if (!c.ok()) return ReportAndExitCode(kVerb, c.status());
+  if (f.nranks > 0 && f.nranks != (*c)->world_size()) {
+    return Usage(absl::StrCat("world sizes disagree: -n ", f.nranks, " but the ", f.backend,
+                              " world has ", (*c)->world_size(), " ranks"));
+  }
+  auto rep = comm::RunSelftest(**c, so);
+  if (!rep.ok()) return ReportAndExitCode(kVerb, rep.status());
+  if ((*c)->rank() == 0) {
+    std::string text = f.json ? comm::SelftestJson(*rep) + "\n" : comm::RenderSelftestTable(*rep);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (!rep->passed)
+      std::fprintf(stderr, "trainscope selftest comm: FAILED: %s\n", rep->reason.c_str());
+  }
+  // Nobody leaves before rank 0 has printed: a launcher stops the job on the first exit.
+  (void)(*c)->Barrier();
+  return rep->passed ? kExitOk : kExitProblems;
+}
+
+// The flags a rank needs, rebuilt from the parsed ones (sizes as an explicit list).
+std::vector<std::string> RankArgs(const std::string& self, const CommFlags& f,
+                                  const std::vector<size_t>& sizes) {
+  std::vector<std::string> sz;
+  for (size_t s : sizes) sz.push_back(std::to_string(s));
+  std::vector<std::string> a = {self,
+                                "selftest",
+                                "comm",
+                                "--backend",
+                                f.backend,
+                                "--ops",
+                                f.ops,
+                                "--sizes",
+                                absl::StrJoin(sz, ","),
+                                "--iters",
+                                std::to_string(f.iters),
+                                "--warmup",
+                                std::to_string(f.warmup),
+                                "--dtype",
+                                f.dtype,
+                                "--check-dtypes",
+                                f.check_dtypes,
+                                "--seconds-per-size",
+                                absl::StrCat(f.seconds_per_size)};
+  if (f.min_busbw > 0) a.insert(a.end(), {"--min-busbw", absl::StrCat(f.min_busbw)});
+  if (f.timeout_s > 0) a.insert(a.end(), {"--timeout-s", absl::StrCat(f.timeout_s)});
+  if (f.inject_error_rank >= 0) {
+    a.insert(a.end(), {"--inject-error", std::to_string(f.inject_error_rank)});
+  }
+  if (f.json) a.push_back("--json");
+  return a;
+}
+
+int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<size_t>& sizes,
+               int n) {
+  std::vector<std::string> rank_args = RankArgs(self, f, sizes);
+  if (f.backend == "mpi") {
+    std::string mpirun = FindInPath("mpirun");
+    if (mpirun.empty()) return Usage("mpirun not found in PATH (install openmpi-bin)");
+    std::vector<std::string> argv = {mpirun, "-np", std::to_string(n), "--oversubscribe"};
+    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+    argv.insert(argv.end(), rank_args.begin(), rank_args.end());
+    RunOptions ro;
+    ro.timeout = std::chrono::hours(2);
+    ro.env["OMPI_MCA_rmaps_base_oversubscribe"] = "1";
+    auto r = RunProcess(argv, ro);
+    if (!r.ok()) return ReportAndExitCode(kVerb, r.status());
+    std::fwrite(r->out.data(), 1, r->out.size(), stdout);
+    std::fwrite(r->err.data(), 1, r->err.size(), stderr);
+    if (r->ok()) return kExitOk;
+    return r->exited && r->exit_code == 1 ? kExitProblems : kExitProblems;
+  }
+  char tmpl[] = "/tmp/trainscope-selftest-comm-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return Usage("cannot create a temporary run directory");
+  launch::LaunchOptions lo;
+  lo.argv = std::move(rank_args);
+  lo.nproc_per_node = n;
+  lo.run_dir = tmpl;
+  lo.live_output = false;
+  lo.stop_grace = std::chrono::milliseconds(2000);
+  lo.bind_cpus = false;  // ranks of a self-test share this process's CPUs like threads would
+  auto r = launch::Launch(lo);
+  if (!r.ok()) return ReportAndExitCode(kVerb, r.status());
+  std::ifstream rank0(r->ranks.at(0).stdout_log);
+  std::stringstream ss;
+  ss << rank0.rdbuf();
+  std::string out = ss.str();
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+  bool verdict_only = true;  // every failing rank just reported a failed check (exit 1)
+  for (const auto& s : r->ranks) {
+    if (s.failed() && !(s.exited && s.exit_code == 1) && !s.stopped_by_us) verdict_only = false;
+  }
+  if (r->ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmpl, ec);
+    return kExitOk;
+  }
+  if (verdict_only && !out.empty()) {
+    // Rank 0 printed the verdict; its stderr carries the one-line reason.
+    std::ifstream err0(r->ranks.at(0).stderr_log);
+    std::stringstream es;
+    es << err0.rdbuf();
+    std::fputs(es.str().c_str(), stderr);
+    return kExitProblems;
+  }
+  const launch::RankStatus* bad = nullptr;
+  for (const auto& s : r->ranks)
+    if (s.rank == r->first_failed_rank) bad = &s;
+  std::fprintf(stderr, "trainscope selftest comm: error: %s\n",
+               r->failure.empty() ? "a rank failed" : r->failure.c_str());
+  if (bad != nullptr) {
+    for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
+  }
+  std::fprintf(stderr, "rank logs kept in %s\n", tmpl);
+  return kExitProblems;
+}
+
+int RunSelftestComm(CommFlags f, const std::string& self) {
+  if (f.backend.empty()) {
+    f.backend =
+        launch::DetectLocalDevices("/dev").visible_var == "CUDA_VISIBLE_DEVICES" ? "nccl" : "gloo";
+    auto have = comm::AvailableBackends();
+    if (std::find(have.begin(), have.end(), f.backend) == have.end()) f.backend = "gloo";
+  }
+  if (f.backend != "gloo" && f.backend != "mpi" && f.backend != "nccl") {
+    return Usage(absl::StrCat("unknown backend '", f.backend, "' (expected gloo, mpi or nccl)"));
+  }
+  comm::SelftestOptions so;
+  auto ops = comm::ParseSelftestOps(f.ops);
+  if (!ops.ok()) return Usage(std::string(ops.status().message()));
+  so.ops = *ops;
+  if (!f.sizes.empty()) {
+    auto sizes = comm::ParseByteSizes(f.sizes);
+    if (!sizes.ok()) return Usage(std::string(sizes.status().message()));
+    so.sizes = *sizes;
+  } else {
+    auto lo = comm::ParseByteSize(f.min_bytes);
+    if (!lo.ok()) return Usage(std::string(lo.status().message()));
+    auto hi = comm::ParseByteSize(f.max_bytes);
+    if (!hi.ok()) return Usage(std::string(hi.status().message()));
+    if (*hi < *lo) return Usage("--max-bytes is smaller than --min-bytes");
+    if (!(f.factor > 1)) return Usage("--factor must be > 1");
+    so.sizes = comm::SizeSweep(*lo, *hi, f.factor);
+  }
+  auto dt = comm::ParseDType(f.dtype);
+  if (!dt.ok()) return Usage(std::string(dt.status().message()));
+  so.dtype = *dt;
+  if (f.check_dtypes != "all") {
+    for (absl::string_view name : absl::StrSplit(f.check_dtypes, ',', absl::SkipWhitespace())) {
+      auto d = comm::ParseDType(std::string(name));
+      if (!d.ok()) return Usage(std::string(d.status().message()));
+      so.check_dtypes.push_back(*d);
+    }
+  }
+  if (f.iters < 1 || f.warmup < 0) return Usage("--iters must be >= 1 and --warmup >= 0");
+  so.iters = f.iters;
+  so.warmup = f.warmup;
+  so.min_busbw_gbps = f.min_busbw;
+  so.seconds_per_size = f.seconds_per_size;
+  so.inject_error_rank = f.inject_error_rank;
+
+  if (InWorld()) return RunRank(f, so);
+  const int n = f.nranks > 0 ? f.nranks : 2;
+  if (n == 1 && f.backend == "gloo") return RunRank(f, so);
+  return LaunchSelf(f, self, so.sizes, n);
+}
+
+}  // namespace
 
 void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
-  CLI::App* cmd = parent.add_subcommand("comm", "collective correctness and bandwidth");
-  cmd->allow_extras();
-  cmd->callback([&ctx] {
-    std::fprintf(stderr, "trainscope comm: not built yet\n");
-    ctx.exit_code = 2;
-  });
+  auto f = std::make_shared<CommFlags>();
+  CLI::App* cmd = parent.add_subcommand(
+      "comm", "collective correctness and bandwidth (nccl-tests layout, exact checks)");
+  cmd->add_option("-n,--nranks", f->nranks,
+                  "ranks to start (default 2; inside a launch: its world)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", f->backend,
+                  "gloo, mpi or nccl (default: nccl on NVIDIA, else gloo)");
+  cmd->add_option("--ops", f->ops,
+                  "comma list of all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
+                  "send_recv, or all");
+  cmd->add_option("--sizes", f->sizes, "explicit comma list of sizes (e.g. 8,1K,1M,64M)");
+  cmd->add_option("-b,--min-bytes", f->min_bytes, "smallest size (default 8)");
+  cmd->add_option("-e,--max-bytes", f->max_bytes, "largest size (default 256M)");
+  cmd->add_option("-f,--factor", f->factor, "size multiplication factor (default 2)");
+  cmd->add_option("--iters", f->iters, "timed iterations per size (fewer for large sizes)");
+  cmd->add_option("--warmup", f->warmup, "untimed iterations per size");
+  cmd->add_option("--min-busbw", f->min_busbw,
+                  "fail when an op's busbw at its largest size is under this (GB/s)");
+  cmd->add_option("--dtype", f->dtype, "timed dtype (default float32)");
+  cmd->add_option("--check-dtypes", f->check_dtypes, "dtypes checked exactly (default all)");
+  cmd->add_option("--seconds-per-size", f->seconds_per_size,
+                  "time budget per size that caps --iters (0: no cap)");
+  cmd->add_option("--timeout-s", f->timeout_s,
+                  "op timeout (default TRAINSCOPE_COMM_TIMEOUT_S or 60)");
+  cmd->add_flag("--json", f->json, "print the report as JSON");
+  cmd->add_option("--inject-error", f->inject_error_rank,
+                  "testing: this rank corrupts one result element")
+      ->group("");
+  cmd->callback([f, &ctx] { ctx.exit_code = RunSelftestComm(*f, ctx.argv0); });
 }
 
 }  // namespace trainscope::cli

@@ -20,6 +20,7 @@
 #include "comm/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainscope/comm/selftest.h"
 
 namespace trainscope::comm {
 namespace {
@@ -408,6 +409,89 @@ TEST(FaultTest, PortInUseNamesThePort) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("port " + std::to_string((*holder)->port()) + " is already in use"));
+}
+
+TEST(SelftestTest, ParsersAndFormulas) {
+  EXPECT_EQ(ParseByteSize("8").value(), 8u);
+  EXPECT_EQ(ParseByteSize("1K").value(), 1024u);
+  EXPECT_EQ(ParseByteSize("64M").value(), 64u << 20);
+  EXPECT_EQ(ParseByteSize("1GB").value(), 1u << 30);
+  EXPECT_FALSE(ParseByteSize("0").ok());
+  EXPECT_FALSE(ParseByteSize("12Q").ok());
+  EXPECT_FALSE(ParseByteSizes("8,,x").ok());
+  EXPECT_EQ(SizeSweep(8, 64, 2), (std::vector<size_t>{8, 16, 32, 64}));
+  EXPECT_EQ(ParseSelftestOps("all").value().size(), 6u);
+  EXPECT_EQ(ParseSelftestOps("allreduce,send_recv").value(),
+            (std::vector<SelftestOp>{SelftestOp::kAllReduce, SelftestOp::kSendRecv}));
+  EXPECT_FALSE(ParseSelftestOps("all_reduce,allsum").ok());
+  // nccl-tests worked checks (reference: 33554432 B, 195.40 us, n = 8 -> 171.72 / 300.51).
+  double algbw = 33554432 / 1e9 / 195.40e-6;
+  EXPECT_NEAR(algbw, 171.72, 0.01);
+  EXPECT_NEAR(algbw * BusBwFactor(SelftestOp::kAllReduce, 8), 300.51, 0.01);
+  double algbw72 = 536870912 / 1e9 / 1806.7e-6;
+  EXPECT_NEAR(algbw72 * BusBwFactor(SelftestOp::kAllReduce, 72), 586.06, 0.01);
+  EXPECT_DOUBLE_EQ(BusBwFactor(SelftestOp::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusBwFactor(SelftestOp::kBroadcast, 4), 1.0);
+}
+
+TEST(SelftestTest, SweepPassesAndInjectedErrorFails) {
+  for (int inject : {-1, 1}) {
+    std::vector<SelftestReport> reps(3);
+    auto st = RunRanks(3, [&](Communicator& c) -> absl::Status {
+      SelftestOptions o;
+      o.sizes = {8, 1000, 4096};
+      o.iters = 2;
+      o.warmup = 1;
+      o.inject_error_rank = inject;
+      o.slow_rank_ratio = 1e9;  // threads share one process: no slow-rank verdict here
+      auto rep = RunSelftest(c, o);
+      if (!rep.ok()) return rep.status();
+      reps[c.rank()] = *rep;
+      return absl::OkStatus();
+    });
+    ExpectAllOk(st);
+    const SelftestReport& rep = reps[0];
+    EXPECT_EQ(rep.world_size, 3);
+    // 8 B is below one float per rank for the chunked ops: those rows are skipped.
+    EXPECT_EQ(rep.rows.size(), 6u * 3 - 3);
+    for (const auto& row : rep.rows) {
+      EXPECT_GT(row.time_us, 0);
+      EXPECT_EQ(row.iters, 2);
+    }
+    if (inject < 0) {
+      EXPECT_TRUE(rep.passed) << rep.reason;
+      EXPECT_EQ(rep.wrong_total, 0);
+    } else {
+      EXPECT_FALSE(rep.passed);
+      EXPECT_THAT(rep.reason, HasSubstr("all_reduce at 8 B returned 5 wrong element(s)"));
+      EXPECT_EQ(reps[2].wrong_total, rep.wrong_total);  // every rank agrees
+      std::string table = RenderSelftestTable(rep);
+      EXPECT_THAT(table, HasSubstr("# Result: FAILED"));
+      EXPECT_THAT(table, HasSubstr("# Out of bounds values : 15 FAILED"));
+    }
+    std::string json = SelftestJson(rep);
+    EXPECT_THAT(json, HasSubstr("\"busbw_gbps\""));
+  }
+}
+
+TEST(SelftestTest, MinBusBwFails) {
+  std::vector<SelftestReport> reps(2);
+  auto st = RunRanks(2, [&](Communicator& c) -> absl::Status {
+    SelftestOptions o;
+    o.ops = {SelftestOp::kAllReduce};
+    o.sizes = {1024};
+    o.iters = 1;
+    o.warmup = 0;
+    o.min_busbw_gbps = 1e6;
+    o.slow_rank_ratio = 1e9;
+    auto rep = RunSelftest(c, o);
+    if (!rep.ok()) return rep.status();
+    reps[c.rank()] = *rep;
+    return absl::OkStatus();
+  });
+  ExpectAllOk(st);
+  EXPECT_FALSE(reps[0].passed);
+  EXPECT_THAT(reps[0].reason, HasSubstr("under --min-busbw"));
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+// The collective self-test behind `trainscope selftest comm`, in the manner of nccl-tests:
+// for each op and size, warm up, time `iters` runs, check the result exactly in every dtype
+// (integer-valued inputs so that sums are exact even in bfloat16), and report algbw/busbw
+// with the nccl-tests formulas (docs/metrics.md, "Collective bandwidth"; GB = 1e9).
+//
+// RunSelftest is collective: every rank of `comm` calls it with the same options, and every
+// rank returns the same report (times and error counts are combined across ranks through
+// the communicator itself).
+#ifndef TRAINSCOPE_COMM_SELFTEST_H_
+#define TRAINSCOPE_COMM_SELFTEST_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainscope/comm/comm.h"
+
+namespace trainscope::comm {
+
+// Ops of the sweep: the collectives plus "send_recv" (a ring shift, nccl-tests sendrecv).
+enum class SelftestOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll, kSendRecv };
+const char* SelftestOpName(SelftestOp op);
+absl::StatusOr<SelftestOp> ParseSelftestOp(const std::string& name);  // also "allreduce", ...
+// Comma-separated op names; "all" = every op. InvalidArgument naming a bad entry.
+absl::StatusOr<std::vector<SelftestOp>> ParseSelftestOps(const std::string& list);
+// "8", "1K", "64M", "1G" (K = 1024, as nccl-tests). InvalidArgument on anything else.
+absl::StatusOr<size_t> ParseByteSize(const std::string& text);
+// Comma-separated sizes, each > 0.
+absl::StatusOr<std::vector<size_t>> ParseByteSizes(const std::string& list);
+// min, min*factor, ... <= max (factor > 1).
+std::vector<size_t> SizeSweep(size_t min_bytes, size_t max_bytes, double factor);
+
+// nccl-tests bandwidths: algbw = bytes / time; busbw = algbw * factor(op, n):
+// all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, send_recv 1.
+double BusBwFactor(SelftestOp op, int world_size);
+
+struct SelftestOptions {
+  std::vector<SelftestOp> ops;      // empty: all
+  std::vector<size_t> sizes;        // bytes per row (total buffer, as nccl-tests "size")
+  DType dtype = DType::kFloat32;    // the timed dtype
+  std::vector<DType> check_dtypes;  // empty: all five
+  int iters = 20;
+  int warmup = 5;
+  // Large sizes run fewer timed iterations so that one row takes about this long
+  // (never fewer than 1); 0: always `iters`.
+  double seconds_per_size = 1.0;
+  double min_busbw_gbps = 0;     // > 0: the busbw at each op's largest size must reach it
+  double slow_rank_ratio = 2.0;  // a rank whose memcpy probe is this much slower is flagged
+  int inject_error_rank = -1;    // >= 0: that rank corrupts one result element (tests)
+};
+
+struct SelftestRow {
+  SelftestOp op = SelftestOp::kAllReduce;
+  DType dtype = DType::kFloat32;
+  size_t bytes = 0;        // total buffer size, nccl-tests "size"
+  size_t count = 0;        // elements of `bytes` in dtype
+  int root = -1;           // broadcast root, -1 otherwise
+  int iters = 0;           // timed iterations actually run
+  double time_us = 0;      // mean over ranks of the per-op time
+  double time_us_max = 0;  // slowest rank's per-op time
+  int slowest_rank = 0;
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+  int64_t wrong = 0;  // wrong elements, summed over ranks and checked dtypes
+  std::map<std::string, int64_t> wrong_by_dtype;
+  bool correct() const { return wrong == 0; }
+};
+
+struct SelftestReport {
+  std::string backend;
+  int world_size = 1;
+  SelftestOptions options;
+  std::vector<SelftestRow> rows;
+  std::vector<double> rank_memcpy_gbps;  // each rank's memcpy probe
+  std::vector<int> slow_ranks;
+  bool passed = true;
+  std::string reason;  // first failure, in a sentence; empty when passed
+  int64_t wrong_total = 0;
+};
+
+// Runs the sweep. Errors: a failing op (with the communicator's message), InvalidArgument.
+// Rank 0 reports progress on stderr (core/progress.h).
+absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOptions& options);
+
+// nccl-tests style text (one block per op, with its footer) and the JSON document
+// (format "trainscope.selftest.comm", version 1).
+std::string RenderSelftestTable(const SelftestReport& report);
+std::string SelftestJson(const SelftestReport& report);
+
+}  // namespace trainscope::comm
+
+#endif  // TRAINSCOPE_COMM_SELFTEST_H_
