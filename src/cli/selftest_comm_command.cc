@@ -42,6 +42,7 @@ struct CommFlags {
   std::string dtype = "float32";
   std::string check_dtypes = "all";
   double seconds_per_size = 1.0;
+  double slow_rank_ratio = 2.0;
   double timeout_s = 0;  // 0: TRAINSCOPE_COMM_TIMEOUT_S or 60
   bool json = false;
   int inject_error_rank = -1;  // hidden: corrupt one element on this rank
@@ -239,6 +240,8 @@ int RunSelftestComm(CommFlags f, const std::string& self) {
   so.warmup = f.warmup;
   so.min_busbw_gbps = f.min_busbw;
   so.seconds_per_size = f.seconds_per_size;
+  if (f.slow_rank_ratio < 0) return Usage("--slow-rank-ratio must be >= 0");
+  so.slow_rank_ratio = f.slow_rank_ratio > 0 ? f.slow_rank_ratio : 1e300;
   so.inject_error_rank = f.inject_error_rank;
 
   if (InWorld()) return RunRank(f, so);
@@ -273,6 +276,9 @@ void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
   cmd->add_option("--check-dtypes", f->check_dtypes, "dtypes checked exactly (default all)");
   cmd->add_option("--seconds-per-size", f->seconds_per_size,
                   "time budget per size that caps --iters (0: no cap)");
+  cmd->add_option("--slow-rank-ratio", f->slow_rank_ratio,
+                  "flag a rank whose memcpy probe is this many times slower than the others' "
+                  "median (default 2; 0: off)");
   cmd->add_option("--timeout-s", f->timeout_s,
                   "op timeout (default TRAINSCOPE_COMM_TIMEOUT_S or 60)");
   cmd->add_flag("--json", f->json, "print the report as JSON");
