@@ -71,8 +71,8 @@ std::string RenderSelftestTable(const SelftestReport& rep) {
     }
     absl::StrAppendFormat(&out, "# Out of bounds values : %d %s\n", wrong,
                           wrong == 0 ? "OK" : "FAILED");
-    absl::StrAppendFormat(&out, "# Avg bus bandwidth    : %s\n#\n",
-                          FloatCell(bw_count > 0 ? bw_sum / bw_count : 0, 0));
+    absl::StrAppendFormat(&out, "# Avg bus bandwidth    : %.3f\n#\n",
+                          bw_count > 0 ? bw_sum / bw_count : 0);
   }
   std::vector<std::string> probe;
   for (size_t q = 0; q < rep.rank_memcpy_gbps.size(); ++q) {
