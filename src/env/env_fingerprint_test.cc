@@ -1,0 +1,261 @@
+// Fingerprint() on a FakeOs built from fixtures, probe failure modes, schema validation of
+// fake, fixture and live fingerprints, and Diff().
+#include <fstream>
+#include <sstream>
+
+#include "env/json_doc.h"
+#include "env/probes.h"
+#include "gtest/gtest.h"
+#include "trainscope/core/fake_os.h"
+#include "trainscope/env/diff.h"
+#include "trainscope/env/fingerprint.h"
+
+namespace trainscope::env {
+namespace {
+
+using nlohmann::json;
+
+std::string Fixture(const std::string& name) {
+  std::ifstream f(std::string(TS_SOURCE_DIR) + "/tests/data/env/" + name);
+  EXPECT_TRUE(f.good()) << name;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string FixturePath(const std::string& name) {
+  return std::string(TS_SOURCE_DIR) + "/tests/data/env/" + name;
+}
+
+RunResult Ok(std::string out) {
+  RunResult r;
+  r.exited = true;
+  r.exit_code = 0;
+  r.out = std::move(out);
+  return r;
+}
+
+// A GPU node in a container: Docker's memlock and /dev/shm, two H100s, CUDA 12.2.
+void MakeGpuNode(FakeOs* os) {
+  os->AddFile("/etc/os-release", "NAME=\"Ubuntu\"\nPRETTY_NAME=\"Ubuntu 22.04.4 LTS\"\n");
+  os->AddFile("/proc/sys/kernel/osrelease", "5.15.0-105-generic\n");
+  os->AddFile("/proc/sys/kernel/hostname", "gpu-node-01\n");
+  os->AddFile("/proc/cpuinfo", Fixture("cpuinfo_x86.txt"));
+  os->AddFile("/sys/devices/system/cpu/online", "0-1\n");
+  os->AddFile("/sys/devices/system/node/node0/cpulist", "0-1\n");
+  os->AddFile("/sys/devices/system/node/possible", "0\n");
+  os->AddFile("/proc/meminfo", Fixture("meminfo.txt"));
+  os->AddFile("/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
+  os->AddFile("/proc/self/limits", Fixture("proc_limits_docker.txt"));
+  os->AddFile("/dev/shm/.keep", "");
+  os->AddProgram("df", Ok(Fixture("df_shm_docker.txt")));
+  os->AddProgram("nvidia-smi", Ok(Fixture("nvidia_smi_h100x2.xml")));
+  os->AddFile("/usr/local/cuda/version.json",
+              R"({"cuda": {"name": "CUDA SDK", "version": "12.2.140"}})");
+  os->AddFile("/usr/local/cuda/include/cudnn_version.h",
+              "#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 9\n#define CUDNN_PATCHLEVEL 7\n");
+  os->AddFile("/usr/lib/x86_64-linux-gnu/libnccl.so.2.18.5", "");
+  os->AddFile("/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h",
+              "#define OMPI_MAJOR_VERSION 4\n#define OMPI_MINOR_VERSION 1\n"
+              "#define OMPI_RELEASE_VERSION 5\n");
+  os->AddProgram("python3",
+                 Ok("{\"executable\": \"/usr/bin/python3\", \"python_version\": \"3.10.12\", "
+                    "\"torch\": \"2.1.2+cu121\", \"torch_cuda\": \"12.1\", \"torch_cudnn\": "
+                    "\"8902\", \"torch_nccl\": \"2.18.1\", \"distributed_backends\": "
+                    "\"gloo,nccl\", \"torch_npu\": \"absent\"}\n"));
+  os->SetEnv("PATH", "/usr/bin:/bin");
+  os->AddFile("/usr/bin/python3", "");
+  os->SetEnv("CUDA_VISIBLE_DEVICES", "0,1");
+  os->SetEnv("NCCL_DEBUG", "WARN");
+  os->SetEnv("HOME", "/root");  // not a training variable
+}
+
+FingerprintOptions Sequential() {
+  FingerprintOptions o;
+  o.parallel = false;
+  return o;
+}
+
+TEST(Fingerprint, GpuNodeFromFixtures) {
+  FakeOs os;
+  MakeGpuNode(&os);
+  auto fp = Fingerprint(&os, Sequential());
+  ASSERT_TRUE(fp.ok()) << fp.status();
+  const json& d = *fp;
+  EXPECT_EQ(d["format"], kFingerprintFormat);
+  EXPECT_EQ(d["hostname"], "gpu-node-01");
+  EXPECT_EQ(d["host"]["os"], "Ubuntu 22.04.4 LTS");
+  EXPECT_EQ(d["host"]["cpu_model"], "Intel(R) Xeon(R) Platinum 8480+");
+  EXPECT_EQ(d["host"]["online_cpus"], 2);
+  EXPECT_EQ(d["host"]["numa_nodes"], 1);
+  EXPECT_EQ(d["host"]["transparent_hugepages"], "madvise");
+  EXPECT_EQ(d["limits"]["memlock_soft_bytes"], 65536);
+  EXPECT_EQ(d["limits"]["shm_size_bytes"], 67108864);
+  EXPECT_EQ(d["accelerators"]["kind"], "nvidia");
+  EXPECT_EQ(d["accelerators"]["nvidia"]["driver_version"], "535.104.05");
+  EXPECT_EQ(d["accelerators"]["ascend"], "absent");
+  EXPECT_EQ(d["toolkits"]["cuda_toolkit"], "12.2.140");
+  EXPECT_EQ(d["toolkits"]["cudnn"], "8.9.7");
+  EXPECT_EQ(d["toolkits"]["nccl"], "2.18.5");
+  EXPECT_EQ(d["toolkits"]["mpi"], "Open MPI 4.1.5");
+  EXPECT_EQ(d["toolkits"]["cann"], "absent");
+  ASSERT_EQ(d["frameworks"].size(), 1u);  // /usr/bin/python3 is also the first on PATH
+  EXPECT_EQ(d["frameworks"][0]["torch"], "2.1.2+cu121");
+  EXPECT_EQ(d["env"]["CUDA_VISIBLE_DEVICES"], "0,1");
+  EXPECT_FALSE(d["env"].contains("HOME"));
+  absl::Status st = ValidateAgainstSchema(d, FingerprintSchema(), "fake");
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(Fingerprint, AscendNodeFromFixtures) {
+  FakeOs os;
+  os.AddFile("/proc/self/limits", Fixture("proc_limits_docker.txt"));
+  os.AddProgram("npu-smi", Ok(Fixture("npu_smi_a3.txt")));
+  os.AddFile("/usr/local/Ascend/driver/version.info", Fixture("ascend_driver_version.info"));
+  os.AddFile("/usr/local/Ascend/firmware/version.info", Fixture("ascend_firmware_version.info"));
+  os.SetEnv("ASCEND_HOME_PATH", "/opt/cann/latest");
+  os.AddFile("/opt/cann/latest/version.cfg", Fixture("cann_version.cfg"));
+  auto fp = Fingerprint(&os, Sequential());
+  ASSERT_TRUE(fp.ok());
+  const json& a = (*fp)["accelerators"]["ascend"];
+  EXPECT_EQ((*fp)["accelerators"]["kind"], "ascend");
+  EXPECT_EQ(a["driver_version"], "24.1.rc2");
+  EXPECT_EQ(a["firmware_version"], "7.5.0.1.129");
+  EXPECT_EQ(a["npu_smi_version"], "25.2.0");
+  EXPECT_EQ(a["npu_count"], 4);
+  EXPECT_EQ((*fp)["toolkits"]["cann"], "8.0.RC2");
+  EXPECT_EQ((*fp)["toolkits"]["cann_path"], "/opt/cann/latest/version.cfg");
+  absl::Status st = ValidateAgainstSchema(*fp, FingerprintSchema(), "fake");
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(Fingerprint, ProbesEndAsValueAbsentOrError) {
+  FakeOs os;  // an empty machine: nothing exists
+  RunResult timed_out;
+  timed_out.timed_out = true;
+  os.AddProgram("nvidia-smi", timed_out);
+  RunResult failed;
+  failed.exited = true;
+  failed.exit_code = 9;
+  failed.out = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n";
+  os.AddProgram("npu-smi", failed);
+  os.AddFile("/usr/local/Ascend/driver/version.info", "Version=23.0.0\n");
+  FingerprintOptions o = Sequential();
+  o.pythons = {"/nonexistent/python3"};
+  auto fp = Fingerprint(&os, o);
+  ASSERT_TRUE(fp.ok());
+  const json& d = *fp;
+  EXPECT_EQ(d["accelerators"]["nvidia"], "error: nvidia-smi timed out after 2000 ms");
+  EXPECT_EQ(d["accelerators"]["ascend"]["driver_version"], "23.0.0");
+  EXPECT_EQ(
+      d["accelerators"]["ascend"]["npus"].get<std::string>().rfind("error: npu-smi exited 9", 0),
+      0u);
+  EXPECT_EQ(d["accelerators"]["kind"], "ascend");
+  EXPECT_EQ(d["host"]["kernel"], "absent");
+  EXPECT_EQ(d["limits"]["memlock_soft_bytes"].get<std::string>().rfind("error: ", 0), 0u);
+  EXPECT_EQ(d["limits"]["shm_size_bytes"], "absent");
+  EXPECT_EQ(d["frameworks"][0]["status"], "absent");
+  EXPECT_EQ(d["frameworks"][0]["torch"], "absent");
+  EXPECT_EQ(d["toolkits"]["cuda_toolkit"], "absent");
+  absl::Status st = ValidateAgainstSchema(d, FingerprintSchema(), "fake");
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(Fingerprint, NvidiaDriverWithoutSmi) {
+  FakeOs os;
+  os.AddFile("/proc/driver/nvidia/version", Fixture("proc_driver_nvidia_version.txt"));
+  auto fp = Fingerprint(&os, Sequential());
+  ASSERT_TRUE(fp.ok());
+  EXPECT_EQ((*fp)["accelerators"]["nvidia"]["driver_version"], "535.104.05");
+  EXPECT_EQ((*fp)["accelerators"]["nvidia"]["gpus"], "absent");
+  EXPECT_TRUE(ValidateAgainstSchema(*fp, FingerprintSchema(), "fake").ok());
+}
+
+TEST(Fingerprint, PythonListFromEnvironment) {
+  FakeOs os;
+  os.SetEnv("PATH", "/opt/venv/bin:/usr/bin");
+  os.AddFile("/opt/venv/bin/python3", "");
+  EXPECT_EQ(DefaultPythons(&os),
+            (std::vector<std::string>{"/usr/bin/python3", "/opt/venv/bin/python3"}));
+  os.SetEnv("TRAINSCOPE_PYTHON", "/x/python");
+  EXPECT_EQ(DefaultPythons(&os), (std::vector<std::string>{"/x/python"}));
+}
+
+// The real machine, with real probes and time limits: the document must fit the
+// documented schema whatever this machine has.
+TEST(Fingerprint, LiveMachineFitsSchema) {
+  auto fp = Fingerprint(Os::Default());
+  ASSERT_TRUE(fp.ok());
+  absl::Status st = ValidateAgainstSchema(*fp, FingerprintSchema(), "live");
+  EXPECT_TRUE(st.ok()) << st << "\n" << fp->dump(2);
+  EXPECT_FALSE(RenderFingerprintSummary(*fp).empty());
+  // Probes honour their limits: python gets 2.5 s, tools 2 s; nothing runs serially.
+  EXPECT_LT((*fp)["probe_ms"]["total"].get<double>(), 4000.0);
+}
+
+TEST(Fingerprint, FixtureFilesLoadAndMalformedIsPositioned) {
+  for (const char* f : {"fp_nvidia_a.json", "fp_nvidia_b.json", "fp_memlock_small.json",
+                        "fp_ascend_mismatch.json"}) {
+    auto fp = LoadFingerprint(Os::Default(), FixturePath(f));
+    EXPECT_TRUE(fp.ok()) << fp.status();
+  }
+  auto bad = LoadFingerprint(Os::Default(), FixturePath("malformed.json"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("malformed.json:4:"), std::string::npos);
+  auto missing = LoadFingerprint(Os::Default(), FixturePath("nope.json"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  json doc = json::parse(Fixture("fp_nvidia_a.json"));
+  doc["limits"]["memlock_soft_bytes"] = -5;
+  absl::Status st = ValidateAgainstSchema(doc, FingerprintSchema(), "x.json");
+  EXPECT_NE(std::string(st.message()).find("x.json: $.limits.memlock_soft_bytes"),
+            std::string::npos)
+      << st;
+}
+
+TEST(Diff, DriverOnlyDifferenceIsVersionAndFirst) {
+  json a = json::parse(Fixture("fp_nvidia_a.json"));
+  json b = json::parse(Fixture("fp_nvidia_b.json"));
+  DiffResult d = Diff(a, b);
+  ASSERT_EQ(d.differences.size(), 1u);  // hostname, time and temperatures are not compared
+  EXPECT_EQ(d.differences[0].field, "accelerators.nvidia.driver_version");
+  EXPECT_EQ(d.differences[0].category, "driver");
+  EXPECT_TRUE(d.differences[0].is_version);
+  EXPECT_EQ(d.version_differences, 1);
+  EXPECT_TRUE(Diff(a, a).identical());
+}
+
+TEST(Diff, OrdersByImportance) {
+  json a = json::parse(Fixture("fp_nvidia_a.json"));
+  json b = a;
+  b["env"]["NCCL_DEBUG"] = "INFO";
+  b["limits"]["nofile_soft"] = 1024;
+  b["toolkits"]["nccl"] = "2.19.3";
+  b["frameworks"][0]["torch"] = "2.2.0+cu121";
+  b["toolkits"]["cuda_toolkit"] = "12.4.131";
+  b["accelerators"]["nvidia"]["gpus"][1]["name"] = "NVIDIA H100 PCIe";
+  DiffResult d = Diff(a, b);
+  std::vector<std::string> cats;
+  for (const Difference& x : d.differences) cats.push_back(x.category);
+  EXPECT_EQ(cats, (std::vector<std::string>{"toolkit", "framework", "library", "hardware", "limits",
+                                            "env"}));
+  EXPECT_EQ(d.differences[1].field, "frameworks[/usr/bin/python3].torch");
+  EXPECT_EQ(d.differences[3].field, "accelerators.nvidia.gpus[1].name");
+  EXPECT_EQ(d.version_differences, 3);
+  json j = DiffToJson(d, "a", "b");
+  EXPECT_EQ(j["other_differences"], 3);
+  EXPECT_NE(RenderDiff(d, "a", "b").find("cuda_toolkit"), std::string::npos);
+}
+
+TEST(Diff, WholeSectionPresentVersusAbsent) {
+  json a = json::parse(Fixture("fp_nvidia_a.json"));
+  json b = a;
+  b["accelerators"]["nvidia"] = "absent";
+  DiffResult d = Diff(a, b);
+  ASSERT_GE(d.differences.size(), 1u);
+  EXPECT_EQ(d.differences[0].field, "accelerators.nvidia");
+  EXPECT_EQ(d.differences[0].a, "(present)");
+  EXPECT_EQ(d.differences[0].b, "absent");
+}
+
+}  // namespace
+}  // namespace trainscope::env
