@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Two "hosts" on one machine: network namespaces ts_a/ts_b joined by a veth pair. Node 0
+# (in ts_a) and node 1 (in ts_b) each run `trainscope launch -n 2 --nnodes 2` of
+# `trainscope selftest comm --backend gloo`; the 4 ranks meet through rank 0's store on
+# ts_a's veth address, and every collective crosses the veth. Needs root (CAP_NET_ADMIN,
+# CAP_SYS_ADMIN); exits 77 (ctest: skipped) with a clear message without them.
+# Usage: two_node_test.sh /path/to/trainscope
+set -uo pipefail
+bin=${1:?usage: two_node_test.sh TRAINSCOPE_BINARY}
+tag=$$
+a=ts_a_$tag b=ts_b_$tag
+net=$((tag % 200 + 20))
+addr_a=10.213.$net.1 addr_b=10.213.$net.2
+tmp=$(mktemp -d /tmp/ts_two_node_XXXXXX)
+
+cleanup() {
+  ip netns del "$a" 2>/dev/null
+  ip netns del "$b" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if ! command -v ip >/dev/null || ! ip netns add "$a" 2>"$tmp/err"; then
+  echo "SKIP: cannot create network namespaces here ($(cat "$tmp/err" 2>/dev/null)); run as root with CAP_NET_ADMIN and CAP_SYS_ADMIN"
+  exit 77
+fi
+set -e
+ip netns add "$b"
+ip link add "va$tag" type veth peer name "vb$tag"
+ip link set "va$tag" netns "$a"
+ip link set "vb$tag" netns "$b"
+ip -n "$a" addr add "$addr_a/24" dev "va$tag"
+ip -n "$b" addr add "$addr_b/24" dev "vb$tag"
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+ip -n "$a" link set "va$tag" up
+ip -n "$b" link set "vb$tag" up
+set +e
+
+common=(--nnodes 2 --master-addr "$addr_a" --master-port 29411 --stop-grace-s 2 -q --
+        "$bin" selftest comm --backend gloo --ops all_reduce,all_gather,send_recv --sizes 8,64K
+        --iters 2 --warmup 1 --seconds-per-size 0 --slow-rank-ratio 0 --timeout-s 20 --json)
+start=$(date +%s.%N)
+timeout 90 ip netns exec "$a" "$bin" launch -n 2 --node-rank 0 --run-dir "$tmp/a" "${common[@]}" &
+pid_a=$!
+timeout 90 ip netns exec "$b" "$bin" launch -n 2 --node-rank 1 --run-dir "$tmp/b" "${common[@]}" &
+pid_b=$!
+wait $pid_a; rc_a=$?
+wait $pid_b; rc_b=$?
+end=$(date +%s.%N)
+
+fail=0
+if [ $rc_a -ne 0 ] || [ $rc_b -ne 0 ]; then
+  echo "FAIL: launch exit codes: node 0 $rc_a, node 1 $rc_b"
+  fail=1
+fi
+for r in 0 1; do
+  [ -f "$tmp/a/rank$r/stdout.log" ] || { echo "FAIL: no log for rank $r on node 0"; fail=1; }
+done
+for r in 2 3; do
+  [ -f "$tmp/b/rank$r/stdout.log" ] || { echo "FAIL: no log for rank $r on node 1 (global ranks 2, 3)"; fail=1; }
+done
+report="$tmp/a/rank0/stdout.log"
+if ! /usr/bin/python3 - "$report" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["world_size"] == 4, doc["world_size"]
+assert doc["passed"], doc["reason"]
+assert len(doc["results"]) == 5 and all(r["correct"] for r in doc["results"])
+print("two-node selftest: world_size 4, %d rows correct" % len(doc["results"]))
+PY
+then
+  echo "FAIL: rank 0's report is not a passing 4-rank selftest"
+  fail=1
+fi
+if [ $fail -ne 0 ]; then
+  for f in "$tmp"/a/rank*/std*.log "$tmp"/b/rank*/std*.log; do echo "--- $f"; tail -5 "$f"; done
+  exit 1
+fi
+echo "PASS: 2 nodes x 2 ranks over veth in $(echo "$end - $start" | bc) s"
