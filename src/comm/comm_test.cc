@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -409,6 +410,29 @@ TEST(FaultTest, PortInUseNamesThePort) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("port " + std::to_string((*holder)->port()) + " is already in use"));
+}
+
+TEST(NcclTest, RunsOnAGpuAndSkipsCleanlyWithout) {
+  auto have = AvailableBackends();
+  if (std::find(have.begin(), have.end(), "nccl") == have.end()) {
+    GTEST_SKIP() << "nccl backend not built (no CUDA toolkit / NCCL)";
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the CUDA runtime is not initialised under AddressSanitizer";
+#endif
+  auto c = Communicator::Create(Opts("nccl", 0, 1, FreePort()));
+  if (!c.ok()) {
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+    GTEST_SKIP() << "no GPU: " << c.status();
+  }
+  for (DType dt :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32, DType::kInt64}) {
+    std::vector<char> buf(64 * DTypeSize(dt));
+    Fill(buf.data(), dt, 64, [](size_t i) { return static_cast<double>(i % 9); });
+    ASSERT_TRUE((*c)->AllReduce(buf.data(), 64, dt).ok());  // one rank: identity, host-staged
+    EXPECT_EQ(Get(buf.data(), dt, 10), 1.0);
+  }
+  EXPECT_TRUE((*c)->Barrier().ok());
 }
 
 TEST(SelftestTest, ParsersAndFormulas) {
