@@ -62,7 +62,7 @@ void MakeGpuNode(FakeOs* os) {
                  Ok("{\"executable\": \"/usr/bin/python3\", \"python_version\": \"3.10.12\", "
                     "\"torch\": \"2.1.2+cu121\", \"torch_cuda\": \"12.1\", \"torch_cudnn\": "
                     "\"8902\", \"torch_nccl\": \"2.18.1\", \"distributed_backends\": "
-                    "\"gloo,nccl\", \"torch_npu\": \"absent\"}\n"));
+                    "\"gloo,nccl\", \"torch_npu\": \"absent\", \"complete\": true}\n"));
   os->SetEnv("PATH", "/usr/bin:/bin");
   os->AddFile("/usr/bin/python3", "");
   os->SetEnv("CUDA_VISIBLE_DEVICES", "0,1");
@@ -179,6 +179,34 @@ TEST(Fingerprint, PythonListFromEnvironment) {
             (std::vector<std::string>{"/usr/bin/python3", "/opt/venv/bin/python3"}));
   os.SetEnv("TRAINSCOPE_PYTHON", "/x/python");
   EXPECT_EQ(DefaultPythons(&os), (std::vector<std::string>{"/x/python"}));
+}
+
+TEST(Fingerprint, PythonCutOffAfterStageOneKeepsVersions) {
+  FakeOs os;
+  RunResult r;
+  r.timed_out = true;
+  r.out =
+      "{\"executable\": \"/usr/bin/python3\", \"python_version\": \"3.11.2\", \"torch\": "
+      "\"1.13.0a0+gitunknown\", \"torch_cuda\": \"absent\", \"torch_npu\": \"absent\"}\n";
+  os.AddProgram("python3", r);
+  json p = ProbePython(&os, "/usr/bin/python3", std::chrono::milliseconds(2500));
+  EXPECT_EQ(p["status"], "ok");
+  EXPECT_EQ(p["torch"], "1.13.0a0+gitunknown");
+  EXPECT_EQ(p["torch_nccl"], "error: importing torch took longer than 2500 ms");
+  RunResult crashed;
+  crashed.exited = false;
+  crashed.term_signal = 11;
+  crashed.out = r.out;
+  os.AddProgram("python3", crashed);
+  p = ProbePython(&os, "/usr/bin/python3", std::chrono::milliseconds(2500));
+  EXPECT_EQ(
+      p["torch_cudnn"].get<std::string>().rfind("error: /usr/bin/python3 killed by signal 11", 0),
+      0u);
+  RunResult nothing;
+  nothing.timed_out = true;
+  os.AddProgram("python3", nothing);
+  p = ProbePython(&os, "/usr/bin/python3", std::chrono::milliseconds(2500));
+  EXPECT_EQ(p["status"], "error: /usr/bin/python3 timed out after 2500 ms");
 }
 
 // The real machine, with real probes and time limits: the document must fit the

@@ -10,6 +10,7 @@
 #include "env/json_doc.h"
 #include "env/parsers.h"
 #include "env/probes.h"
+#include "trainscope/core/env_vars.h"
 
 namespace trainscope::env {
 
@@ -186,7 +187,8 @@ json ProbeAscend(Os* os, std::chrono::milliseconds timeout) {
 
 json ProbeToolkits(Os* os, std::chrono::milliseconds timeout) {
   json t;
-  const std::string cuda = EnvOr(os, "CUDA_HOME", EnvOr(os, "CUDA_PATH", "/usr/local/cuda"));
+  const std::string cuda =
+      EnvOr(os, envvar::kCudaHome, EnvOr(os, envvar::kCudaPath, "/usr/local/cuda"));
   const std::string multiarch = std::string(ArchDir()).substr(0, std::string(ArchDir()).find('-'));
   const std::string lib_multi = "/usr/lib/" + multiarch + "-linux-gnu";
   if (os->FileExists(cuda)) {
@@ -255,7 +257,7 @@ json ProbeToolkits(Os* os, std::chrono::milliseconds timeout) {
   // CANN: ascend_toolkit_install.info under $ASCEND_HOME_PATH or the default roots;
   // version.cfg's *_running_version as a fallback.
   std::vector<std::string> homes;
-  for (const char* var : {"ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) {
+  for (const char* var : {envvar::kAscendHomePath, envvar::kAscendToolkitHome}) {
     std::string v = EnvOr(os, var, "");
     if (!v.empty()) homes.push_back(v);
   }
@@ -289,20 +291,49 @@ json ProbeToolkits(Os* os, std::chrono::milliseconds timeout) {
   return t;
 }
 
-// Asks the interpreter; the script never raises: each field is a value, "absent" or
-// "error: ...". Printed as one JSON line.
+// Asks the interpreter in two stages, each printed as one JSON line. Stage 1 reads
+// versions without importing torch (executing torch/version.py, package metadata), so it
+// answers in tens of milliseconds; stage 2 imports torch and torch_npu for the cuDNN/NCCL
+// versions, the distributed backends and whether torch_npu imports at all (importing torch
+// takes about a second, more on a loaded machine). If the time limit cuts stage 2 off, the
+// stage 1 answers stay. The script never raises: each field is a value, "absent" or
+// "error: ...".
 static const char kPythonScript[] = R"PY(
-import json, sys
+import json, os, sys
 r = {"executable": sys.executable, "python_version": "%d.%d.%d" % tuple(sys.version_info[:3])}
 def err(e):
     return ("error: %s: %s" % (type(e).__name__, e)).splitlines()[0][:200]
-def has(name):
+def spec(name):
     try:
         import importlib.util
-        return importlib.util.find_spec(name) is not None
+        return importlib.util.find_spec(name)
     except Exception:
-        return False
-if has("torch"):
+        return None
+def version_py(s):
+    try:
+        d = {}
+        path = os.path.join(list(s.submodule_search_locations)[0], "version.py")
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), d)
+        return d
+    except Exception:
+        return {}
+def dist_version(name):
+    try:
+        import importlib.metadata
+        return importlib.metadata.version(name)
+    except Exception:
+        return None
+ts, ns = spec("torch"), spec("torch_npu")
+if ts is None:
+    r["torch"] = "absent"
+else:
+    v = version_py(ts)
+    r["torch"] = v.get("__version__") or dist_version("torch") or "error: no version"
+    r["torch_cuda"] = v.get("cuda") or "absent"
+r["torch_npu"] = "absent" if ns is None else (version_py(ns).get("__version__") or dist_version("torch_npu") or "error: no version")
+print(json.dumps(r), flush=True)
+if ts is not None:
     try:
         import torch
         r["torch"] = torch.__version__
@@ -334,17 +365,17 @@ if has("torch"):
             r["distributed_backends"] = err(e)
     except Exception as e:
         r["torch"] = err(e)
+    if ns is not None:
+        try:
+            import torch_npu
+            r["torch_npu"] = torch_npu.__version__
+        except Exception as e:
+            r["torch_npu"] = err(e)
 else:
-    r["torch"] = "absent"
-if has("torch_npu"):
-    try:
-        import torch_npu
-        r["torch_npu"] = torch_npu.__version__
-    except Exception as e:
-        r["torch_npu"] = err(e)
-else:
-    r["torch_npu"] = "absent"
-print(json.dumps(r))
+    for k in ("torch_cuda", "torch_cudnn", "torch_nccl", "distributed_backends"):
+        r[k] = "absent"
+r["complete"] = True
+print(json.dumps(r), flush=True)
 )PY";
 
 json ProbePython(Os* os, const std::string& python, std::chrono::milliseconds timeout) {
@@ -353,28 +384,56 @@ json ProbePython(Os* os, const std::string& python, std::chrono::milliseconds ti
   static const char* kFields[] = {"executable",           "python_version", "torch",
                                   "torch_cuda",           "torch_cudnn",    "torch_nccl",
                                   "distributed_backends", "torch_npu"};
-  std::string out;
-  json failure;
-  if (!RunTool(os, {python, "-c", kPythonScript}, timeout, &out, &failure)) {
-    p["status"] = failure;
-    for (const char* f : kFields) p[f] = failure;
+  RunOptions ro;
+  ro.timeout = timeout;
+  ro.kill_grace = std::chrono::milliseconds(200);
+  absl::StatusOr<RunResult> run = os->Run({python, "-c", kPythonScript}, ro);
+  auto fail = [&](const json& why) {
+    p["status"] = why;
+    for (const char* f : kFields) p[f] = why;
     return p;
+  };
+  if (!run.ok()) {
+    return fail(absl::IsNotFound(run.status())
+                    ? json(kAbsent)
+                    : json(ProbeError(std::string(run.status().message()))));
   }
-  // The last non-empty line is ours (site hooks may print before it).
-  absl::string_view s = absl::StripAsciiWhitespace(out);
-  size_t nl = s.rfind('\n');
-  if (nl != absl::string_view::npos) s = s.substr(nl + 1);
-  absl::StatusOr<json> j = ParseJsonText(s, python);
-  if (!j.ok() || !j->is_object()) {
-    json e = ProbeError(python + " printed no version record");
-    p["status"] = e;
-    for (const char* f : kFields) p[f] = e;
-    return p;
+  // The last complete JSON line is the most informative (site hooks may print before it).
+  json record;
+  for (absl::string_view line : absl::StrSplit(run->out, '\n', absl::SkipWhitespace())) {
+    absl::StatusOr<json> j = ParseJsonText(absl::StripAsciiWhitespace(line), python);
+    if (j.ok() && j->is_object() && j->contains("python_version")) record = std::move(*j);
+  }
+  if (record.is_null()) {
+    if (run->timed_out) {
+      return fail(ProbeError(absl::StrCat(python, " timed out after ", timeout.count(), " ms")));
+    }
+    std::string msg(absl::StripAsciiWhitespace(run->err.empty() ? run->out : run->err));
+    return fail(ProbeError(
+        absl::StrCat(python, " printed no version record", msg.empty() ? "" : ": ", msg)));
+  }
+  const bool complete = record.value("complete", false);
+  std::string cut;
+  if (run->timed_out) {
+    cut = ProbeError(absl::StrCat("importing torch took longer than ", timeout.count(), " ms"));
+  } else {
+    std::string last(absl::StripAsciiWhitespace(run->err));
+    size_t nl = last.rfind('\n');
+    if (nl != std::string::npos) last = last.substr(nl + 1);
+    cut =
+        ProbeError(absl::StrCat(python,
+                                run->exited ? absl::StrCat(" exited ", run->exit_code)
+                                            : absl::StrCat(" killed by signal ", run->term_signal),
+                                " while importing torch", last.empty() ? "" : ": ", last));
   }
   p["status"] = "ok";
   for (const char* f : kFields) {
-    auto it = j->find(f);
-    p[f] = it != j->end() && it->is_string() ? *it : json(kAbsent);
+    auto it = record.find(f);
+    if (it != record.end() && it->is_string()) {
+      p[f] = *it;
+    } else {
+      p[f] = complete ? json(kAbsent) : json(cut);
+    }
   }
   return p;
 }

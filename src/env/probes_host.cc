@@ -229,7 +229,7 @@ std::vector<std::string> DefaultPythons(Os* os) {
   if (os->GetEnv(envvar::kPython, &forced) && !forced.empty()) return {forced};
   std::vector<std::string> out = {"/usr/bin/python3"};
   std::string path;
-  if (os->GetEnv("PATH", &path)) {
+  if (os->GetEnv(envvar::kPath, &path)) {
     for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
       std::string p = absl::StrCat(dir, "/python3");
       if (os->FileExists(p)) {

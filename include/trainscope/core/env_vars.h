@@ -30,6 +30,12 @@ inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";  // "1": no prog
 inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions
 // --- tokenizer / data ---
 inline constexpr char kSpmLibrary[] = "TRAINSCOPE_SPM_LIBRARY";  // path of libts_spm.so (SentencePiece wrapper)
+// --- env fingerprint: where toolkits are looked for (read, never set) ---
+inline constexpr char kCudaHome[] = "CUDA_HOME";        // CUDA toolkit root (else CUDA_PATH, /usr/local/cuda)
+inline constexpr char kCudaPath[] = "CUDA_PATH";        // CUDA toolkit root, second choice
+inline constexpr char kAscendHomePath[] = "ASCEND_HOME_PATH";        // CANN root set by set_env.sh
+inline constexpr char kAscendToolkitHome[] = "ASCEND_TOOLKIT_HOME";  // CANN root, second choice
+inline constexpr char kPath[] = "PATH";  // searched for python3 when TRAINSCOPE_PYTHON is unset
 
 }  // namespace trainscope::envvar
 
