@@ -12,7 +12,7 @@ namespace trainscope::trace {
 namespace internal {
 
 std::vector<Interval> Union(std::vector<Interval> v) {
-  std::sort(v.begin(), v.end());
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
   std::vector<Interval> out;
   for (const Interval& i : v) {
     if (i.second <= i.first) continue;
@@ -148,13 +148,60 @@ HostView PrepareHost(const RankTrace& t) {
   }
   (void)csv_only;
   const auto& ev = t.events;
-  std::sort(hv.order.begin(), hv.order.end(), [&](uint32_t a, uint32_t b) {
-    uint64_t ka = ThreadKey(ev[a]), kb = ThreadKey(ev[b]);
-    if (ka != kb) return ka < kb;
-    if (ev[a].ts_ns != ev[b].ts_ns) return ev[a].ts_ns < ev[b].ts_ns;
-    if (ev[a].dur_ns != ev[b].dur_ns) return ev[a].dur_ns > ev[b].dur_ns;
-    return a < b;
-  });
+  hv.names.resize(t.strings.size());
+  std::vector<bool> named(t.strings.size(), false);
+  for (const Event& e : ev) {
+    if (named[e.name]) continue;
+    named[e.name] = true;
+    const std::string& n = t.strings.Get(e.name);
+    NameInfo& ni = hv.names[e.name];
+    ni.phase = PhaseOfName(n);
+    ni.sync = IsSyncName(n);
+    ni.launch = IsLaunchName(n);
+    ni.gather = IsGatherScatter(n);
+    ni.fusible = IsFusible(n);
+    ni.aten = n.rfind("aten::", 0) == 0;
+    ni.heavy = IsHeavyComputeOp(n);
+    ni.step = n.rfind("ProfilerStep", 0) == 0;
+  }
+  // Group by thread keeping file order (a stable counting sort), then sort each thread's run
+  // by (ts, -dur) only when it is not already in that order (profilers mostly write in order).
+  {
+    absl::flat_hash_map<uint64_t, uint32_t> thread_ix;
+    std::vector<uint64_t> keys;
+    std::vector<uint32_t> tix(hv.order.size());
+    for (size_t k = 0; k < hv.order.size(); ++k) {
+      uint64_t key = ThreadKey(ev[hv.order[k]]);
+      auto [it, ins] = thread_ix.try_emplace(key, static_cast<uint32_t>(keys.size()));
+      if (ins) keys.push_back(key);
+      tix[k] = it->second;
+    }
+    // Threads in key order, so that results do not depend on file order.
+    std::vector<uint32_t> rank_of(keys.size());
+    {
+      std::vector<uint32_t> by_key(keys.size());
+      for (uint32_t k = 0; k < keys.size(); ++k) by_key[k] = k;
+      std::sort(by_key.begin(), by_key.end(),
+                [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+      for (uint32_t r = 0; r < by_key.size(); ++r) rank_of[by_key[r]] = r;
+    }
+    std::vector<size_t> start(keys.size() + 1, 0);
+    for (uint32_t x : tix) ++start[rank_of[x] + 1];
+    for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+    std::vector<uint32_t> grouped(hv.order.size());
+    std::vector<size_t> pos(start.begin(), start.end() - 1);
+    for (size_t k = 0; k < hv.order.size(); ++k) grouped[pos[rank_of[tix[k]]]++] = hv.order[k];
+    auto less = [&](uint32_t a, uint32_t b) {
+      if (ev[a].ts_ns != ev[b].ts_ns) return ev[a].ts_ns < ev[b].ts_ns;
+      if (ev[a].dur_ns != ev[b].dur_ns) return ev[a].dur_ns > ev[b].dur_ns;
+      return a < b;
+    };
+    for (size_t k = 0; k + 1 < start.size(); ++k) {
+      auto b = grouped.begin() + start[k], e = grouped.begin() + start[k + 1];
+      if (!std::is_sorted(b, e, less)) std::sort(b, e, less);
+    }
+    hv.order = std::move(grouped);
+  }
   // Nesting per thread with a stack: an event is the child of the innermost open event that
   // contains it; partial overlaps (bad nesting) are treated as siblings.
   std::vector<uint32_t> stack;
@@ -174,8 +221,8 @@ HostView PrepareHost(const RankTrace& t) {
   // Steps: ProfilerStep#N (HTA's regex ProfilerStep\s*#\s*(\d+)).
   absl::flat_hash_map<uint64_t, int> step_threads;
   for (uint32_t i : hv.order) {
+    if (!hv.names[ev[i].name].step) continue;
     const std::string& name = t.strings.Get(ev[i].name);
-    if (name.rfind("ProfilerStep", 0) != 0) continue;
     size_t h = name.find('#');
     int64_t num = 0;
     if (h == std::string::npos) continue;
@@ -216,14 +263,14 @@ namespace {
 // gaps between children split into waiting for communication (overlapping collective work
 // on other threads) and plain host idle time.
 void HostPhases(const RankTrace& t, const HostView& hv, uint32_t step_idx,
-                const std::vector<std::vector<uint32_t>>& children,
-                const std::vector<Interval>& comm_union, StepResult* s) {
+                const std::vector<uint32_t>& children, const std::vector<Interval>& comm_union,
+                StepResult* s) {
   const Event& st = t.events[step_idx];
   std::vector<Interval> busy;
   bool seen_backward = false, seen_optimizer_after_backward = false;
-  for (uint32_t c : children[step_idx]) {
+  for (uint32_t c : children) {
     const Event& e = t.events[c];
-    Phase p = PhaseOfName(t.strings.Get(e.name));
+    Phase p = hv.names[e.name].phase;
     if (p == Phase::kBackward) seen_backward = true;
     if (p == Phase::kOptimizer && seen_backward) seen_optimizer_after_backward = true;
     if (p == Phase::kUnknown) {
@@ -237,7 +284,6 @@ void HostPhases(const RankTrace& t, const HostView& hv, uint32_t step_idx,
   int64_t wait = IntersectLength(gaps, comm_union);
   s->host_us["comm_wait"] += wait / 1e3;
   s->host_us["host_idle"] += (Length(gaps) - wait) / 1e3;
-  (void)hv;
 }
 
 double Pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
@@ -366,11 +412,6 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   r.format = t.format;
   r.rank_source = t.rank_source;
   r.parse = StatsJson(t.stats);
-  if (!std::is_sorted(t.events.begin(), t.events.end(),
-                      [](const Event& a, const Event& b) { return a.ts_ns < b.ts_ns; })) {
-    std::stable_sort(t.events.begin(), t.events.end(),
-                     [](const Event& a, const Event& b) { return a.ts_ns < b.ts_ns; });
-  }
   HostView hv = PrepareHost(t);
   const auto& ev = t.events;
 
@@ -390,10 +431,14 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
 
   // Host collective work on any thread (gloo/c10d ops), for host-only traces.
   std::vector<Interval> host_comm;
-  std::vector<std::vector<uint32_t>> children(ev.size());
+  // Direct children of each step annotation, in time order.
+  std::vector<int32_t> step_of(ev.size(), -1);
+  for (size_t k = 0; k < hv.steps.size(); ++k) step_of[hv.steps[k]] = static_cast<int32_t>(k);
+  std::vector<std::vector<uint32_t>> children(hv.steps.size());
   for (uint32_t i : hv.order) {
-    if (hv.parent[i] >= 0) children[hv.parent[i]].push_back(i);
-    if (PhaseOfName(t.strings.Get(ev[i].name)) == Phase::kComm)
+    if (hv.parent[i] >= 0 && step_of[hv.parent[i]] >= 0)
+      children[step_of[hv.parent[i]]].push_back(i);
+    if (hv.names[ev[i].name].phase == Phase::kComm)
       host_comm.push_back({ev[i].ts_ns, ev[i].end_ns()});
   }
   host_comm = Union(std::move(host_comm));
@@ -426,7 +471,7 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
       auto [lo, hi] = windows[k].second;
       s.start_us = (lo - t0) / 1e3;
       s.step_us = (hi - lo) / 1e3;
-      if (k < hv.steps.size()) HostPhases(t, hv, hv.steps[k], children, host_comm, &s);
+      if (k < hv.steps.size()) HostPhases(t, hv, hv.steps[k], children[k], host_comm, &s);
       double host_compute = s.host_us["forward"] + s.host_us["backward"] + s.host_us["optimizer"];
       if (hv.has_device) {
         s.device_busy_us = LengthIn(all, lo, hi) / 1e3;
@@ -466,7 +511,7 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
         for (uint32_t i : hv.order) {
           if (ThreadKey(ev[i]) != hv.main_thread || hv.parent[i] < 0) continue;
           if (!is_step[hv.parent[i]]) continue;
-          Phase ph = PhaseOfName(t.strings.Get(ev[i].name));
+          Phase ph = hv.names[ev[i].name].phase;
           if (ph == Phase::kForward || ph == Phase::kBackward || ph == Phase::kOptimizer)
             main_compute.push_back({ev[i].ts_ns, ev[i].end_ns()});
         }
@@ -474,6 +519,21 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
         r.comm_comp_overlap_pct = Pct(IntersectLength(host_comm, main_compute), Length(host_comm));
       }
     }
+  }
+  if (!t.ascend_steps.empty() && r.basis != "ascend") {
+    // torch_npu's own step breakdown beside the timeline analysis.
+    nlohmann::json rows = nlohmann::json::array();
+    for (const AscendStepRow& a : t.ascend_steps)
+      rows.push_back({{"step", a.step},
+                      {"computing_us", a.computing_us},
+                      {"communication_not_overlapped_us", a.comm_not_overlapped_us},
+                      {"overlapped_us", a.overlapped_us},
+                      {"communication_us", a.comm_us},
+                      {"free_us", a.free_us},
+                      {"stage_us", a.stage_us},
+                      {"bubble_us", a.bubble_us},
+                      {"preparing_us", a.preparing_us}});
+    r.details["ascend_step_trace"] = rows;
   }
   for (StepResult& s : r.steps) s.gap_flagged = s.gap_pct > opt.iteration_gap_threshold_pct;
   r.idle_pct = Pct(r.idle_us, r.kernel_time_us);

@@ -29,8 +29,16 @@ enum class Phase : uint8_t { kUnknown, kData, kForward, kBackward, kOptimizer, k
 Phase PhaseOfName(std::string_view name);
 const char* PhaseName(Phase p);
 
+// Name rules, evaluated once per distinct event name.
+struct NameInfo {
+  Phase phase = Phase::kUnknown;
+  bool sync = false, launch = false, gather = false, fusible = false, aten = false;
+  bool heavy = false, step = false;
+};
+
 // The host side of one rank, prepared once: events in nesting order per thread.
 struct HostView {
+  std::vector<NameInfo> names;  // by string id (only ids used as event names are filled)
   std::vector<uint32_t> order;  // host event indices sorted by (thread, ts, -dur)
   std::vector<int32_t> parent;  // per event index: enclosing host event, -1 none
   std::vector<uint32_t> steps;  // ProfilerStep#N events, by time
@@ -53,6 +61,9 @@ void CrossRankFindings(const AnalyzeOptions& opt, Report* report);
 
 bool IsSyncName(std::string_view name);
 bool IsLaunchName(std::string_view name);
+bool IsGatherScatter(std::string_view n);
+bool IsFusible(std::string_view n);
+bool IsHeavyComputeOp(std::string_view n);
 
 }  // namespace trainscope::trace::internal
 

@@ -130,6 +130,33 @@ Category CategoryOf(std::string_view cat, bool* known) {
   return Category::kUnknown;
 }
 
+// Raw text of a scalar without asking its type first: numbers as written, strings without their
+// quotes (timestamps and ids carry no escapes). Objects/arrays/null give "" (skipped).
+simdjson::error_code FastScalar(od::value v, std::string_view* out) {
+  std::string_view tok = v.raw_json_token();
+  if (tok.empty()) return SUCCESS;
+  char c = tok[0];
+  if (c == '"') {
+    size_t q = tok.find('"', 1);
+    if (q == std::string_view::npos || tok.substr(1, q - 1).find('\\') != std::string_view::npos) {
+      return v.get_string().get(*out);
+    }
+    *out = tok.substr(1, q - 1);
+    return SUCCESS;
+  }
+  if (c == '{' || c == '[' || c == 'n') {
+    *out = std::string_view();
+    return SUCCESS;
+  }
+  if (c != '-' && (c < '0' || c > '9')) return simdjson::INCORRECT_TYPE;  // not JSON
+  while (!tok.empty() &&
+         (tok.back() == ' ' || tok.back() == '\n' || tok.back() == '\r' || tok.back() == '\t' ||
+          tok.back() == ',' || tok.back() == '}' || tok.back() == ']'))
+    tok.remove_suffix(1);
+  *out = tok;
+  return SUCCESS;
+}
+
 // Text of a number or string value (strings unescaped). Empty on error.
 simdjson::error_code ScalarText(od::value v, std::string_view* out) {
   od::json_type t;
@@ -148,6 +175,19 @@ simdjson::error_code ScalarText(od::value v, std::string_view* out) {
 }
 
 constexpr uint64_t k2p53 = uint64_t{1} << 53;
+
+// The key of a field without unescaping it (keys of trace events have no escapes; when one
+// does, it is unescaped). The raw key always ends with its closing quote inside the document.
+simdjson::error_code KeyOf(od::field& f, std::string_view* key) {
+  const char* p = f.key().raw();
+  const char* q = p;
+  while (*q != '"' && *q != '\\') ++q;
+  if (*q == '"') {
+    *key = std::string_view(p, q - p);
+    return SUCCESS;
+  }
+  return f.unescaped_key().get(*key);
+}
 
 bool ParseU64(std::string_view s, uint64_t* v) {
   if (s.empty()) return false;
@@ -181,27 +221,27 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
     auto err = std::move(field_result).get(field);
     if (err) return err;
     std::string_view key;
-    err = field.unescaped_key().get(key);
+    err = KeyOf(field, &key);
     if (err) return err;
     od::value v = field.value();
     if (key == "ph") {
-      err = v.get_string().get(ph);
+      err = FastScalar(v, &ph);
     } else if (key == "name") {
-      err = ScalarText(v, &name);
+      err = FastScalar(v, &name);
     } else if (key == "cat") {
-      err = ScalarText(v, &cat);
+      err = FastScalar(v, &cat);
     } else if (key == "ts") {
-      err = ScalarText(v, &ts_text);
+      err = FastScalar(v, &ts_text);
       has_ts = !ts_text.empty();
     } else if (key == "dur") {
-      err = ScalarText(v, &dur_text);
+      err = FastScalar(v, &dur_text);
       has_dur = !dur_text.empty();
     } else if (key == "pid") {
-      err = ScalarText(v, &pid_text);
+      err = FastScalar(v, &pid_text);
     } else if (key == "tid") {
-      err = ScalarText(v, &tid_text);
+      err = FastScalar(v, &tid_text);
     } else if (key == "id") {
-      err = ScalarText(v, &id_text);
+      err = FastScalar(v, &id_text);
     } else if (key == "args") {
       od::object args;
       if (v.get_object().get(args) != SUCCESS) continue;
@@ -210,19 +250,19 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
         err = std::move(af_result).get(af);
         if (err) return err;
         std::string_view ak;
-        err = af.unescaped_key().get(ak);
+        err = KeyOf(af, &ak);
         if (err) return err;
         od::value av = af.value();
         std::string_view text;
         if (ak == "stream" || ak == "Stream Id") {
-          err = ScalarText(av, &text);
+          err = FastScalar(av, &text);
           int64_t s = 0;
           if (!err && !text.empty() && ParseUsToNs(text, &s)) stream = s / 1000;
         } else if (ak == "correlation") {
-          err = ScalarText(av, &text);
+          err = FastScalar(av, &text);
           if (!err && ParseU64(text, &correlation) && correlation > k2p53) big_id = true;
         } else if (ak == "External id") {
-          err = ScalarText(av, &text);
+          err = FastScalar(av, &text);
           if (!err && ParseU64(text, &external_id) && external_id > k2p53) big_id = true;
         } else if (ak == "Input Dims" || ak == "Input Shapes") {
           od::json_type t;
@@ -311,8 +351,16 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
   e.correlation = correlation;
   e.external_id = external_id;
   e.name = out_->strings.Intern(name);
-  e.pid = out_->strings.Intern(pid_text);
-  e.tid = out_->strings.Intern(tid_text);
+  if (pid_text != last_pid_text_) {
+    last_pid_ = out_->strings.Intern(pid_text);
+    last_pid_text_.assign(pid_text);
+  }
+  if (tid_text != last_tid_text_) {
+    last_tid_ = out_->strings.Intern(tid_text);
+    last_tid_text_.assign(tid_text);
+  }
+  e.pid = last_pid_;
+  e.tid = last_tid_;
   e.stream = static_cast<int32_t>(stream);
   e.cat = c;
   if (!input_dims.empty() && input_dims != "[]") e.input_dims = out_->strings.Intern(input_dims);
@@ -322,13 +370,19 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
     e.flags |= kFlagDevice;
   }
   uint64_t track = (uint64_t{e.pid} << 32) | e.tid;
-  auto [it, inserted] = last_ts_.try_emplace(track, ts);
-  if (!inserted) {
-    if (ts < it->second) {
-      ++out_->stats.out_of_order;
-    } else {
-      it->second = ts;
-    }
+  int64_t* last = nullptr;
+  if (track == last_track_ && last_track_ts_) {
+    last = last_track_ts_;
+  } else {
+    auto [it, inserted] = last_ts_.try_emplace(track, INT64_MIN);
+    last = &it->second;
+    last_track_ = track;
+    last_track_ts_ = last;
+  }
+  if (ts < *last) {
+    ++out_->stats.out_of_order;
+  } else {
+    *last = ts;
   }
   out_->events.push_back(e);
   ++out_->stats.events_kept;

@@ -3,8 +3,10 @@
 #define TRAINSCOPE_SRC_TRACE_EVENT_PARSER_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "simdjson.h"
 #include "trainscope/trace/trace.h"
 
@@ -24,8 +26,13 @@ class EventParser {
 
   RankTrace* out_;
   const ReadOptions& opt_;
-  absl::flat_hash_map<uint64_t, int64_t> last_ts_;  // (pid, tid) -> last ts_ns
-  absl::flat_hash_map<std::string, int> warned_;    // warning kind -> times
+  absl::node_hash_map<uint64_t, int64_t> last_ts_;  // (pid, tid) -> last ts_ns (stable refs)
+  uint64_t last_track_ = ~uint64_t{0};
+  int64_t* last_track_ts_ = nullptr;
+  // Consecutive events mostly share pid and tid: skip the hash lookup then.
+  std::string last_pid_text_ = "\x01", last_tid_text_ = "\x01";
+  uint32_t last_pid_ = 0, last_tid_ = 0;
+  absl::flat_hash_map<std::string, int> warned_;  // warning kind -> times
 };
 
 }  // namespace trainscope::trace::internal

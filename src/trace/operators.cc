@@ -73,6 +73,8 @@ bool IsHostOp(const Event& e) {
   return e.cat == Category::kCpuOp || e.cat == Category::kNone || e.cat == Category::kUnknown;
 }
 
+}  // namespace
+
 bool IsHeavyComputeOp(std::string_view n) {
   for (const char* k : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                         "aten::linear", "aten::conv", "aten::convolution", "aten::_convolution",
@@ -96,6 +98,8 @@ bool IsFusible(std::string_view n) {
     if (Has(n, k)) return true;
   return false;
 }
+
+namespace {
 
 std::string KnownPattern(const std::vector<std::string>& names) {
   auto any = [&](std::initializer_list<const char*> keys) {
@@ -140,7 +144,7 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
     a.self_ns += self;
     op_members.push_back(i);
     host_self_total += self;
-    if (IsGatherScatter(t.strings.Get(e.name))) {
+    if (hv.names[e.name].gather) {
       gather_self += self;
       gather_by_name[e.name] += self;
     }
@@ -165,7 +169,7 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       ++n_short;
       short_ns += e.dur_ns;
     }
-    if (IsGatherScatter(t.strings.Get(e.name))) gather_kernel_ns += e.dur_ns;
+    if (hv.names[e.name].gather) gather_kernel_ns += e.dur_ns;
   }
   if (!k_members.empty()) {
     d["top_kernels"] = TopTable(t, kernels, k_members, false, opt.top_k)["by_total"];
@@ -189,11 +193,10 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   // dispatches; their children are its decomposition).
   std::vector<uint32_t> first_level;
   for (uint32_t i : hv.order) {
-    const std::string& n = t.strings.Get(ev[i].name);
-    if (n.rfind("aten::", 0) != 0) continue;
+    if (!hv.names[ev[i].name].aten) continue;
     bool nested = false;
     for (int32_t p = hv.parent[i]; p >= 0; p = hv.parent[p])
-      if (t.strings.Get(ev[p].name).rfind("aten::", 0) == 0) {
+      if (hv.names[ev[p].name].aten) {
         nested = true;
         break;
       }
@@ -212,8 +215,7 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   // correlation; launch delay = kernel start - launch end. ---
   absl::flat_hash_map<uint64_t, uint32_t> launches;
   for (uint32_t i : hv.order)
-    if (ev[i].correlation && IsLaunchName(t.strings.Get(ev[i].name)))
-      launches[ev[i].correlation] = i;
+    if (ev[i].correlation && hv.names[ev[i].name].launch) launches[ev[i].correlation] = i;
   if (!launches.empty()) {
     std::vector<double> cpu, gpu, delay;
     int64_t short_k = 0, runtime_out = 0, delay_out = 0;
@@ -232,7 +234,22 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       if (dl > opt.launch_delay_cutoff_ns) ++delay_out;
     }
     if (!cpu.empty()) {
-      Summary sc = Summarize(cpu), sg = Summarize(gpu), sd = Summarize(delay);
+      auto mean = [](const std::vector<double>& v) {
+        double x = 0;
+        for (double d : v) x += d;
+        return x / v.size();
+      };
+      auto pct = [](std::vector<double>& v, double p) {
+        size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p / 100 * v.size())) - 1);
+        std::nth_element(v.begin(), v.begin() + k, v.end());
+        return v[k];
+      };
+      struct {
+        double mean;
+      } sc{mean(cpu)}, sg{mean(gpu)};
+      struct {
+        double p50, p95;
+      } sd{pct(delay, 50), pct(delay, 95)};
       frag["launch"] = {{"launches", static_cast<int64_t>(cpu.size())},
                         {"cpu_launch_mean_us", R2(sc.mean)},
                         {"kernel_mean_us", R2(sg.mean)},
@@ -272,7 +289,7 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   absl::flat_hash_map<uint32_t, Agg> f64, syncs, aicpu;
   std::vector<bool> launched(ev.size(), false);
   for (uint32_t i : hv.order) {
-    if (!IsLaunchName(t.strings.Get(ev[i].name))) continue;
+    if (!hv.names[ev[i].name].launch) continue;
     for (int32_t p = hv.parent[i]; p >= 0 && !launched[p]; p = hv.parent[p]) launched[p] = true;
   }
   absl::flat_hash_map<uint32_t, Agg> on_cpu;
@@ -289,13 +306,14 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
     if (e.flags & kFlagDevice) continue;
     // aten::item and friends only synchronise with a device when there is one.
     if (e.cat == Category::kCudaSync ||
-        (IsSyncName(t.strings.Get(e.name)) &&
-         (hv.has_device || t.strings.Get(e.name).rfind("aten::", 0) != 0))) {
+        (hv.names[e.name].sync && (hv.has_device || !hv.names[e.name].aten))) {
       ++syncs[e.name].count;
       syncs[e.name].total_ns += e.dur_ns;
     }
-    if (hv.has_device && hv.timeline[i] && !launched[i] && e.dur_ns >= 100'000 &&
-        IsHeavyComputeOp(t.strings.Get(e.name))) {
+    // Only where kernels are launched from the host (CUDA/HIP runtime events): on other
+    // stacks a missing launch says nothing.
+    if (hv.has_device && !launches.empty() && hv.timeline[i] && !launched[i] &&
+        e.dur_ns >= 100'000 && hv.names[e.name].heavy) {
       ++on_cpu[e.name].count;
       on_cpu[e.name].total_ns += e.dur_ns;
     }
@@ -340,18 +358,16 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       std::array<uint32_t, 3> key = {0, 0, 0};
       int64_t total = 0;
       bool ok = true;
-      absl::flat_hash_set<uint32_t> distinct;
       for (int k = 0; k < len; ++k) {
         const Event& e = ev[first_level[i + k]];
-        if (ThreadKey(e) != ThreadKey(ev[first_level[i]]) || !IsFusible(t.strings.Get(e.name))) {
+        if (ThreadKey(e) != ThreadKey(ev[first_level[i]]) || !hv.names[e.name].fusible) {
           ok = false;
           break;
         }
         key[k] = e.name;
         total += e.dur_ns;
-        distinct.insert(e.name);
       }
-      if (!ok || distinct.size() < 2) continue;
+      if (!ok || (key[0] == key[1] && (len == 2 || key[1] == key[2]))) continue;
       Seq& s = seqs[key];
       ++s.count;
       s.total_ns += total;
