@@ -81,10 +81,10 @@ std::string MatmulAdvice(const json& cpu, const std::string& dtype) {
   std::string libs = Str(cpu, "math_libraries");
   bool reference_blas = absl::StrContains(libs, "libblas.so") &&
                         !absl::StrContains(libs, "openblas") && !absl::StrContains(libs, "mkl") &&
-                        !absl::StrContains(libs, "blis");
+                        !absl::StrContains(libs, "blis") && !absl::StrContains(libs, "atlas");
   if (dtype == "fp32" && reference_blas) {
     return "libtorch runs fp32 matmul on the reference BLAS (libblas.so.3): install an "
-           "optimised one (Debian: apt-get install libopenblas0-pthread; update-alternatives "
+           "optimised one (Debian: apt-get install libopenblas0-openmp; update-alternatives "
            "picks it for libblas.so.3)";
   }
   if (dtype == "bf16" && !cpu["flags"].value("avx512_bf16", false) &&
@@ -232,6 +232,10 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
           "limit";
     } else if (!reasons.empty()) {
       advice = "thermal throttling during the test: check cooling";
+    } else if (slow_clock && busy > 50) {
+      advice =
+          "the cores are shared with other processes (see device.cpu.load), so the clock "
+          "reads low: rerun on an idle machine";
     } else if (slow_clock) {
       advice =
           "cores run far below their nominal clock: check the power profile "

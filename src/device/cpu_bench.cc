@@ -76,7 +76,7 @@ void PinCurrentThreadTo(const std::vector<int>& cpus) {
 
 // A chain of 16 dependent adds per loop iteration: each add needs the previous result,
 // so the chain runs at one add per cycle whatever the core's width; the loop counter
-// runs in parallel. cycles = 16 x iterations; GHz = cycles / seconds. Best of several
+// runs in parallel. cycles = 16 x iterations; GHz = cycles / seconds. Best of many 1 ms
 // windows, so that a preemption by another process lowers no result.
 double MeasureClockGhz(double seconds) {
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -110,14 +110,16 @@ double MeasureClockGhz(double seconds) {
 #endif
     return Now() - t0;
   };
-  // Calibrate to windows of about 20 ms.
-  uint64_t iters = 1 << 16;
+  // Calibrate to windows of about 1 ms: short enough that, on a machine shared with other
+  // processes, some windows run without being preempted (the scheduler's slices are
+  // several ms), long enough for the clock read to be negligible.
+  uint64_t iters = 1 << 12;
   double dt = run(iters);
-  while (dt < 0.005 && iters < (uint64_t{1} << 40)) {
-    iters *= 4;
+  while (dt < 0.0005 && iters < (uint64_t{1} << 40)) {
+    iters *= 2;
     dt = run(iters);
   }
-  iters = static_cast<uint64_t>(iters * 0.02 / std::max(dt, 1e-6)) + 1;
+  iters = static_cast<uint64_t>(iters * 0.001 / std::max(dt, 1e-7)) + 1;
   double best = 0, end = Now() + std::max(seconds, 0.02);
   do {
     double t = run(iters);

@@ -160,7 +160,7 @@ json BaseReport() {
     "tools": {"nvidia": {"status": "absent"}, "ascend": {"status": "absent"}},
     "cpu": {"busy_pct_before": 5, "loadavg_1m": 0.2, "allowed_cpus": [0, 1],
             "effective_ghz": 3.6, "nominal_mhz": 2600, "flags": {"avx512_bf16": true},
-            "math_libraries": "libblas.so.3, libdnnl.so.2"},
+            "math_libraries": "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"},
     "benchmarks": [
       {"name": "matmul_fp32", "device": "cpu", "value": 6.0, "peak": 230.4, "fraction": 0.026},
       {"name": "matmul_bf16", "device": "cpu", "value": 400.0, "peak": 460.8, "fraction": 0.87},

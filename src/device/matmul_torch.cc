@@ -85,9 +85,12 @@ std::string LoadedMathLibraries() {
   while (std::getline(maps, line)) {
     size_t slash = line.rfind('/');
     if (slash == std::string::npos) continue;
+    // Full path: Debian's alternatives put OpenBLAS and the reference BLAS under the same
+    // file name (libblas.so.3), in different directories.
+    std::string path = line.substr(line.find('/'));
     std::string name = line.substr(slash + 1);
     for (const char* key : {"blas", "mkl", "dnnl", "blis"}) {
-      if (absl::StrContains(name, key)) libs.insert(name);
+      if (absl::StrContains(name, key)) libs.insert(path);
     }
   }
   return absl::StrJoin(libs, ", ");

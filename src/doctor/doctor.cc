@@ -18,6 +18,10 @@
 namespace trainscope::doctor {
 namespace {
 
+// Room kept at the end of the total budget for killing a part that overruns (RunProcess's
+// SIGTERM grace) and for writing the report.
+constexpr double kGraceS = 2.5;
+
 double NowS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -36,17 +40,17 @@ int NvidiaDevices(const PartOutcome& device) {
 
 std::vector<Part> DefaultParts(const std::string& self, bool quick) {
   std::vector<Part> parts;
-  parts.push_back({"fingerprint", {self, "env", "fingerprint", "--json"}, quick ? 10.0 : 30.0});
-  parts.push_back({"env", {self, "env", "check", "--json"}, quick ? 15.0 : 60.0});
-  Part device{"device", {self, "selftest", "device", "--json"}, quick ? 15.0 : 60.0};
+  parts.push_back({"fingerprint", {self, "env", "fingerprint", "--json"}, quick ? 6.0 : 30.0});
+  parts.push_back({"env", {self, "env", "check", "--json"}, quick ? 8.0 : 60.0});
+  Part device{"device", {self, "selftest", "device", "--json"}, quick ? 10.0 : 60.0};
   if (quick) device.argv.push_back("--quick");
   parts.push_back(device);
   Part comm{"comm",
             {self, "selftest", "comm", "-n", "2", "--backend", "gloo", "--json"},
-            quick ? 15.0 : 60.0};
+            quick ? 10.0 : 60.0};
   comm.argv.insert(comm.argv.end(), {"--max-bytes", quick ? "1048576" : "16777216"});
   parts.push_back(comm);
-  Part train{"train", {self, "selftest", "train", "--json"}, quick ? 25.0 : 150.0};
+  Part train{"train", {self, "selftest", "train", "--json"}, quick ? 40.0 : 150.0};
   if (quick) train.argv.push_back("--quick");
   // The trainer stops itself before doctor's budget would kill it.
   train.argv.insert(train.argv.end(), {"--max-seconds", FormatDouble(train.budget_s * 0.8, 0)});
@@ -114,11 +118,11 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
       o.skip_reason = "skipped by --skip";
     } else if (Interrupted()) {
       o.skip_reason = "not run: interrupted";
-    } else if (left < 2) {
+    } else if (left - kGraceS < 2) {
       o.skip_reason =
           absl::StrCat("not run: the doctor budget of ", FormatDouble(total, 0), " s was used up");
     } else {
-      o.budget_s = std::min(part.budget_s, left);
+      o.budget_s = std::min(part.budget_s, left - kGraceS);
       progress(absl::StrCat(tag, ": running (budget ", FormatDouble(o.budget_s, 0), " s)"));
       RunOptions ro;
       ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.budget_s * 1000));

@@ -219,7 +219,7 @@ TEST(RunDoctor, BudgetsSkipAndExtraArgs) {
   // A total budget that is used up skips the remaining parts.
   opt.parts = {Part{"train", {"sleep", "20"}, 10}, ShellPart("comm", R"({"passed":true})", 0)};
   opt.skip.clear();
-  opt.total_budget_s = 2.5;
+  opt.total_budget_s = 5.5;
   r = RunDoctor(opt);
   ASSERT_TRUE(r.ok());
   EXPECT_NE(Find(r->checks, "comm")->value.find("budget"), std::string::npos)

@@ -40,6 +40,7 @@ struct Options {
   std::map<std::string, std::vector<std::string>> extra_args;
   std::vector<std::string> skip;  // part names not to run (reported as skip)
   // The whole run's budget; a part gets min(its budget, what is left). 0: 280 s, quick 55 s.
+  // The last 2.5 s of it are kept for stopping an overrunning part and writing the report.
   double total_budget_s = 0;
   // Called before and after each part (progress lines); may be empty.
   std::function<void(const std::string& line)> on_progress;
@@ -48,7 +49,7 @@ struct Options {
 // The default parts and budgets (seconds):
 //                 fingerprint  env  device  comm  train   (total)
 //   full               30      60     60     60    150     280
-//   quick              10      15     15     15     25      55
+//   quick               6       8     10     10     40      55
 std::vector<Part> DefaultParts(const std::string& self_exe, bool quick);
 
 // One line of the summary table, and of `doctor --json`.
