@@ -194,7 +194,10 @@ bool ParseU64(std::string_view s, uint64_t* v) {
   uint64_t x = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
-    if (x > (UINT64_MAX - 9) / 10) return false;
+    if (x > (UINT64_MAX - 9) / 10) {  // beyond 64 bits: saturate (still "above 2^53")
+      x = UINT64_MAX;
+      break;
+    }
     x = x * 10 + (c - '0');
   }
   *v = x;
