@@ -12,7 +12,7 @@ build=${1:?usage: run_bench.sh BUILD_DIR [BYTES] [TMPDIR]}
 bytes=${2:-1000000000}
 tmp=${3:-/tmp}
 file="$tmp/ts_trace_bench_rank0.pt.trace.json"
-trap 'rm -f "$file" "$tmp"/ts_trace_bench_*.time' EXIT
+trap 'rm -f "$file" "$tmp"/ts_trace_bench_*.time "$tmp"/ts_trace_bench_*.out' EXIT
 bin="$build/bench"
 "$bin/trace_gen" --bytes "$bytes" --out "$file" 2> "$tmp/ts_trace_bench_gen.time"
 size=$(stat -c %s "$file")

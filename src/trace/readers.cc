@@ -249,11 +249,23 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
       t->rank = j["rank"].get<int>();
       t->rank_source = "phase log";
     }
-    if (!j.contains("step") || !j["step"].is_number()) continue;  // other records (config, eval)
-    const nlohmann::json& src = (j.contains("phases") && j["phases"].is_object()) ? j["phases"] : j;
+    if (j.contains("world_size") && j["world_size"].is_number_integer())
+      t->world_size = j["world_size"].get<int>();
+    // trainscope train's metrics.rank<R>.jsonl: only "step" records carry phases.
+    if (j.contains("type") && j["type"] != "step") continue;
+    if (!j.contains("step") || !j["step"].is_number()) continue;  // other records
     PhaseStep ps;
     ps.step = j["step"].get<int64_t>();
-    for (auto it = src.begin(); it != src.end(); ++it) {
+    const nlohmann::json* src = &j;
+    bool nested = false;
+    for (const char* k : {"phases_ms", "phases"}) {
+      if (j.contains(k) && j[k].is_object()) {
+        src = &j[k];
+        nested = true;
+        break;
+      }
+    }
+    for (auto it = src->begin(); it != src->end(); ++it) {
       if (!it.value().is_number()) continue;
       std::string k = it.key();
       double scale = 0;
@@ -263,15 +275,14 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
       } else if (absl::EndsWith(k, "_us")) {
         scale = 1e-3;
         k.resize(k.size() - 3);
-      } else if (absl::EndsWith(k, "_s") && &src != &j) {
-        scale = 1e3;
-        k.resize(k.size() - 2);
-      } else if (&src != &j) {
-        scale = 1;  // bare numbers inside "phases" are ms
+      } else if (nested) {
+        scale = 1;  // bare numbers inside "phases"/"phases_ms" are ms
       }
-      if (scale == 0 || k == "step" || k == "rank") continue;
+      if (scale == 0 || k == "step" || k == "rank" || (!nested && k == "comm")) continue;
       ps.phases_ms[k] = it.value().get<double>() * scale;
     }
+    if (nested && j.contains("step_ms") && j["step_ms"].is_number())
+      ps.phases_ms["step"] = j["step_ms"].get<double>();
     if (ps.phases_ms.empty()) {
       ++t->stats.missing_fields;
       continue;
@@ -398,6 +409,19 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
         out.insert(p);
         continue;
       }
+      // A trainscope run directory (DIR or DIR/train): the per-rank metrics logs only.
+      bool run_dir = false;
+      for (const std::string& d : {p + "/train", p}) {
+        if (!IsDir(d)) continue;
+        for (const std::string& n : List(d)) {
+          if (absl::StartsWith(n, "metrics.rank") && absl::EndsWith(n, ".jsonl")) {
+            out.insert(d + "/" + n);
+            run_dir = true;
+          }
+        }
+        if (run_dir) break;
+      }
+      if (run_dir) continue;
       size_t before = out.size();
       for (const std::string& n : List(p)) {
         std::string full = p + "/" + n;

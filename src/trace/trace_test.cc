@@ -4,8 +4,11 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -17,11 +20,20 @@ namespace {
 
 std::string DataDir() { return std::string(TS_SOURCE_DIR) + "/tests/data/trace"; }
 
+// A fresh temporary directory, removed when the test binary exits.
 std::string TempDir() {
+  static std::vector<std::string>* dirs = [] {
+    std::atexit([] {
+      for (const std::string& d : *dirs) std::filesystem::remove_all(d);
+    });
+    return new std::vector<std::string>;
+  }();
   char tmpl[] = "/tmp/ts_trace_test_XXXXXX";
   const char* d = mkdtemp(tmpl);
   EXPECT_NE(d, nullptr);
-  return d ? d : "/tmp";
+  if (!d) return "/tmp";
+  dirs->push_back(d);
+  return d;
 }
 
 void WriteFile(const std::string& path, const std::string& data) {
@@ -359,6 +371,47 @@ TEST(Readers, PhaseLog) {
   EXPECT_TRUE(r.steps[0].gap_flagged);
   EXPECT_FALSE(r.steps[1].gap_flagged);
   EXPECT_DOUBLE_EQ(r.steps[0].host_us.at("data_loading"), 30000);
+}
+
+// trainscope train's run directory: DIR/train/metrics.rank<R>.jsonl (docs/formats.md).
+TEST(Readers, TrainerRunDirectory) {
+  std::string dir = TempDir();
+  ASSERT_EQ(system(("mkdir -p " + dir + "/train").c_str()), 0);
+  WriteFile(dir + "/train/config.json", "{\"format\": \"trainscope.train_config\"}");
+  for (int rank : {0, 1}) {
+    std::string lines = absl::StrCat(
+        "{\"type\": \"header\", \"format\": \"trainscope.train_metrics\", \"version\": 1, ",
+        "\"rank\": ", rank, ", \"world_size\": 2}\n");
+    for (int step = 1; step <= 4; ++step) {
+      double data = rank == 1 ? 25 : 1, wait = rank == 1 ? 0.5 : 24;
+      absl::StrAppend(&lines, "{\"type\": \"step\", \"step\": ", step,
+                      ", \"loss\": 3.2, \"step_ms\": ", 60 + data + wait,
+                      ", \"phases_ms\": {\"data_wait\": ", data,
+                      ", \"h2d\": 1, \"forward\": 20, \"backward\": 30, \"comm_wait\": ", wait,
+                      ", \"optimizer\": 9}, \"comm_ms\": 12}\n");
+      absl::StrAppend(&lines, "{\"type\": \"layer_norms\", \"step\": ", step,
+                      ", \"layers\": []}\n");
+    }
+    lines += "{\"type\": \"summary\", \"steps\": 4}\n";
+    WriteFile(absl::StrCat(dir, "/train/metrics.rank", rank, ".jsonl"), lines);
+  }
+  auto paths = ExpandTracePaths({dir});
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  ASSERT_EQ(paths->size(), 2u);
+  std::vector<RankTrace> traces;
+  for (const auto& p : *paths) {
+    auto t = ReadRankTrace(p);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->stats.missing_fields, 0);
+    EXPECT_EQ(t->world_size, 2);
+    traces.push_back(std::move(*t));
+  }
+  Report rep = AnalyzeRanks(&traces);
+  ASSERT_EQ(rep.ranks[1].steps.size(), 4u);
+  EXPECT_DOUBLE_EQ(rep.ranks[1].steps[0].step_us, 85500);
+  ASSERT_EQ(rep.stragglers.size(), 1u);
+  EXPECT_EQ(rep.stragglers[0].rank, 1);
+  EXPECT_EQ(rep.stragglers[0].cause, "data_loading");
 }
 
 }  // namespace
