@@ -201,7 +201,16 @@ std::string RenderFingerprintSummary(const json& fp) {
   }
   const json& tk = fp.value("toolkits", json::object());
   for (const char* k : {"cuda_toolkit", "cudnn", "nccl", "mpi", "gloo", "libtorch", "cann"}) {
-    t.AddRow({k, Text(tk.value(k, json()))});
+    std::string v = Text(tk.value(k, json()));
+    // Where it was found, for the two that have a root (also keeps "13.0" from being
+    // aligned as a number).
+    const char* where = std::string(k) == "cuda_toolkit" ? "cuda_toolkit_path"
+                        : std::string(k) == "cann"       ? "cann_path"
+                                                         : nullptr;
+    if (where && tk.value(where, json()).is_string() && tk[where] != "absent") {
+      absl::StrAppend(&v, " (", Text(tk[where]), ")");
+    }
+    t.AddRow({k, v});
   }
   for (const json& py : fp.value("frameworks", json::array())) {
     std::string status = Text(py.value("status", json()));
