@@ -154,7 +154,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   if (d.worker_delay_ms < 0) return KeyError(c, "data.worker_delay_ms", "must be >= 0");
   const OptimConfig& o = c.optim;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return KeyError(c, "optim.lr", "must be >= 0");
-  if (!(o.min_lr >= 0) || o.min_lr > o.lr && o.lr > 0)
+  if (!(o.min_lr >= 0) || (o.min_lr > o.lr && o.lr > 0))
     return KeyError(c, "optim.min_lr", "must be in 0..optim.lr");
   if (o.warmup_steps < 0) return KeyError(c, "optim.warmup_steps", "must be >= 0");
   if (!(o.weight_decay >= 0)) return KeyError(c, "optim.weight_decay", "must be >= 0");

@@ -43,6 +43,7 @@ json StepRecordToJson(const StepRecord& r) {
           {"step_ms", r.step_ms},
           {"tokens_per_s", r.tokens_per_s},
           {"phases_ms", PhaseTimesToJson(r.phases)},
+          {"comm_ms", r.comm_ms},
           {"host_rss_bytes", r.host_rss_bytes},
           {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
           {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
@@ -206,6 +207,7 @@ absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path) {
                             {"step_ms", IsNum, "a number"},
                             {"tokens_per_s", IsNum, "a number"},
                             {"phases_ms", [](const json& v) { return v.is_object(); }, "an object"},
+                            {"comm_ms", IsNum, "a number"},
                             {"host_rss_bytes", IsInt, "an integer"},
                             {"device_mem_allocated_bytes", IsIntOrNull, "an integer or null"},
                             {"device_mem_peak_bytes", IsIntOrNull, "an integer or null"}});

@@ -3,18 +3,22 @@
 #include "trainscope/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <sched.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "train/model.h"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
 #include "trainscope/tokenizer/tokenizer.h"
@@ -55,11 +59,26 @@ class AutocastScope {
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
 
+#ifdef TS_TRAIN_WITH_COMM
+// Sums the durations of the communicator's ops (called from its progress thread).
+class CommTimer : public comm::OpObserver {
+ public:
+  void OnStart(const comm::OpRecord&) override {}
+  void OnEnd(const comm::OpRecord& r) override { busy_ns_ += r.end_ns - r.start_ns; }
+  double TakeMs() { return busy_ns_.exchange(0) / 1e6; }
+
+ private:
+  std::atomic<int64_t> busy_ns_{0};
+};
+#endif
+
 struct World {
   int rank = 0;
   int world_size = 1;
   int local_world_size = 1;
 #ifdef TS_TRAIN_WITH_COMM
+  // Declared before comm: outlives the communicator that calls it.
+  std::unique_ptr<CommTimer> timer = std::make_unique<CommTimer>();
   std::unique_ptr<comm::Communicator> comm;
 #endif
 };
@@ -85,7 +104,7 @@ absl::StatusOr<World> JoinWorld(const TrainOptions& options) {
   }
 #else
   std::string ws;
-  if (Os::Default()->GetEnv("WORLD_SIZE", &ws) && ws != "1" && !ws.empty()) {
+  if (Os::Default()->GetEnv(envvar::kWorldSize, &ws) && ws != "1" && !ws.empty()) {
     return absl::UnavailableError(
         absl::StrCat("WORLD_SIZE=", ws,
                      " but this trainscope was built without the comm module; "
@@ -129,8 +148,20 @@ absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size) {
 
 int ResolveThreads(int configured, int local_world_size) {
   if (configured > 0) return configured;
-  int hw = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, hw / std::max(1, local_world_size));
+  // OMP_NUM_THREADS (launch sets it to the CPUs it bound), else the CPUs this process may
+  // run on, shared among the local ranks when they were not bound apart.
+  std::string omp;
+  int n = 0;
+  if (Os::Default()->GetEnv(envvar::kOmpNumThreads, &omp) && absl::SimpleAtoi(omp, &n) && n > 0) {
+    return n;
+  }
+  cpu_set_t set;
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus >= static_cast<int>(std::thread::hardware_concurrency())) {
+    cpus /= std::max(1, local_world_size);
+  }
+  return std::max(1, cpus);
 }
 
 json TrainResultToJson(const TrainResult& r) {
@@ -146,6 +177,8 @@ json TrainResultToJson(const TrainResult& r) {
           {"tokens_per_step", r.tokens_per_step},
           {"mean_step_ms", r.mean_step_ms},
           {"mean_phases_ms", PhaseTimesToJson(r.mean_phases)},
+          {"mean_comm_ms", r.mean_comm_ms},
+          {"overlap_fraction", r.overlap_fraction},
           {"loader",
            {{"data_bound", r.loader.data_bound},
             {"data_wait_fraction", r.loader.data_wait_fraction},
@@ -197,7 +230,9 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
 
 #ifdef TS_TRAIN_WITH_COMM
   std::unique_ptr<GradSync> sync;
+  CommTimer& comm_timer = *world.timer;
   if (world.comm) {
+    world.comm->set_observer(&comm_timer);
     sync = std::make_unique<GradSync>(world.comm.get(), named, rc.bucket_mb * 1e6);
     TS_RETURN_IF_ERROR(sync->BroadcastParams());
   }
@@ -252,7 +287,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
 
   const auto loop_start = Clock::now();
   PhaseTimes phase_sum;
-  double step_ms_sum = 0, tokens_sum = 0;
+  double step_ms_sum = 0, tokens_sum = 0, comm_sum = 0;
   int timed_steps = 0;
   for (int step = 1; step <= rc.steps; ++step) {
     const auto step_start = Clock::now();
@@ -302,8 +337,10 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
         rc.max_seconds > 0 &&
         std::chrono::duration<double>(Clock::now() - loop_start).count() >= rc.max_seconds;
 #ifdef TS_TRAIN_WITH_COMM
+    double comm_ms = 0;
     if (sync) {
       TS_RETURN_IF_ERROR(sync->Finish(&ph.comm_wait_ms));
+      comm_ms = comm_timer.TakeMs();  // the gradient buckets, not the loss all-reduce below
       // Mean loss over ranks, and one stop decision for all (any rank out of time stops all).
       auto t0 = Clock::now();
       float pair[2] = {static_cast<float>(step_loss), stop_for_time ? 1.0f : 0.0f};
@@ -351,10 +388,15 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
     rec.step_ms = MsSince(step_start);
     rec.tokens_per_s = rec.step_ms > 0 ? rec.tokens * 1000.0 / rec.step_ms : 0;
     rec.phases = ph;
+#ifdef TS_TRAIN_WITH_COMM
+    rec.comm_ms = comm_ms;
+    (void)comm_timer.TakeMs();
+#endif
     result.losses.push_back(step_loss);
     result.steps = step;
     if (step > 1 || rc.steps == 1) {
       phase_sum.Add(ph);
+      comm_sum += rec.comm_ms;
       step_ms_sum += rec.step_ms;
       tokens_sum += rec.tokens;
       ++timed_steps;
@@ -382,6 +424,12 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
     phase_sum.Add(phase_sum, 1.0 / timed_steps - 1.0);  // sum -> mean
     result.mean_phases = phase_sum;
     result.mean_step_ms = step_ms_sum / timed_steps;
+    result.mean_comm_ms = comm_sum / timed_steps;
+    if (result.mean_comm_ms > 0) {
+      // comm_wait also holds the small loss all-reduce; clamp to [0, 1].
+      result.overlap_fraction =
+          std::min(1.0, std::max(0.0, 1.0 - result.mean_phases.comm_wait_ms / result.mean_comm_ms));
+    }
     result.tokens_per_s = step_ms_sum > 0 ? tokens_sum * 1000.0 / step_ms_sum : 0;
   }
   result.loader =

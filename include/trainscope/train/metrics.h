@@ -45,6 +45,9 @@ struct StepRecord {
   double step_ms = 0;
   double tokens_per_s = 0;  // tokens / step time
   PhaseTimes phases;
+  // Time the gradient all-reduces of this step ran on the communicator's progress thread
+  // (sum of op durations; overlaps backward). 0 on a single rank.
+  double comm_ms = 0;
   int64_t host_rss_bytes = 0;
   int64_t device_mem_allocated_bytes = -1;  // -1: the device does not report it (CPU)
   int64_t device_mem_peak_bytes = -1;
