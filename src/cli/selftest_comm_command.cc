@@ -161,6 +161,10 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
   lo.live_output = false;
   lo.stop_grace = std::chrono::milliseconds(2000);
   lo.bind_cpus = false;  // ranks of a self-test share this process's CPUs like threads would
+  if (::isatty(2)) {
+    std::fprintf(stderr, "selftest comm: %d ranks (%s), %zu sizes from %zu to %zu bytes...\n", n,
+                 f.backend.c_str(), sizes.size(), sizes.front(), sizes.back());
+  }
   auto r = launch::Launch(lo);
   if (!r.ok()) return ReportAndExitCode(kVerb, r.status());
   std::ifstream rank0(r->ranks.at(0).stdout_log);
