@@ -1,17 +1,264 @@
-// Placeholder registered until the module's issue lands; replaced by the real command.
-#include "cli/command.h"
-
+// `trainscope data scan | clean | pack | stats`: corpus health, cleaning, packing to
+// fixed-length Megatron datasets, numeric feature statistics (issue 6).
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/command.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/core/exit.h"
+#include "trainscope/data/clean.h"
+#include "trainscope/data/feature_stats.h"
+#include "trainscope/data/pack.h"
+#include "trainscope/data/scan.h"
+#include "trainscope/tokenizer/tokenizer.h"
 
 namespace trainscope::cli {
+namespace {
+
+using data::InputFormat;
+
+// Options shared by the verbs that read corpora.
+struct CorpusFlags {
+  std::vector<std::string> inputs;
+  std::string format = "auto";
+  std::string text_field = "text";
+  std::string id_field = "id";
+  bool blocks = false;
+  size_t max_doc_bytes = 64u << 20;
+  std::string tokenizer;
+  bool strict = false;
+  bool json = false;
+
+  void Add(CLI::App* cmd) {
+    cmd->add_option("inputs", inputs,
+                    "files, directories or globs (.jsonl, .txt, .zst, .gz, .bin/.idx)")
+        ->required();
+    cmd->add_option("--format", format, "auto | jsonl | text | megatron")
+        ->check(CLI::IsMember({"auto", "jsonl", "text", "megatron"}));
+    cmd->add_option("--text-field", text_field, "JSONL field with the document text");
+    cmd->add_option("--id-field", id_field, "JSONL field with the document id (optional)");
+    cmd->add_flag("--blocks", blocks,
+                  "plain text: one document per blank-line block, not per line");
+    cmd->add_option("--max-doc-bytes", max_doc_bytes, "longer records are skipped and counted");
+    cmd->add_option("--tokenizer", tokenizer, "SentencePiece .model (default: byte-level)");
+    cmd->add_flag("--strict", strict, "bad records are an error (exit 2)");
+    cmd->add_flag("--json", json, "machine-readable output");
+  }
+  data::ReaderOptions Reader() const {
+    data::ReaderOptions r;
+    r.format = format == "jsonl"      ? InputFormat::kJsonl
+               : format == "text"     ? InputFormat::kText
+               : format == "megatron" ? InputFormat::kMegatron
+                                      : InputFormat::kAuto;
+    r.text_field = text_field;
+    r.id_field = id_field;
+    r.text_blocks = blocks;
+    r.max_doc_bytes = max_doc_bytes;
+    return r;
+  }
+};
+
+// --strict: the first bad record becomes the error.
+int StrictCheck(const char* verb, const CorpusFlags& f, const data::BadRecords& bad) {
+  if (!f.strict || bad.total() == 0) return kExitOk;
+  std::fprintf(stderr, "trainscope data %s: error: %llu bad record(s); first: %s\n", verb,
+               static_cast<unsigned long long>(bad.total()),
+               bad.examples().empty() ? "?" : bad.examples().front().c_str());
+  return kExitUsage;
+}
+
+void Print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
+int DefaultThreads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 2 : static_cast<int>(std::min(n, 16u));
+}
+
+}  // namespace
 
 void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
-  CLI::App* cmd = parent.add_subcommand("data", "corpus health and cleaning");
-  cmd->allow_extras();
-  cmd->callback([&ctx] {
-    std::fprintf(stderr, "trainscope data: not built yet\n");
-    ctx.exit_code = 2;
-  });
+  CLI::App* cmd = parent.add_subcommand(
+      "data", "corpus health, deduplication, cleaning, packing, feature statistics");
+  cmd->require_subcommand(1);
+
+  // ---- scan
+  {
+    auto* f = new CorpusFlags;  // lives as long as the CLI tree (process)
+    auto* o = new data::ScanOptions;
+    auto* no_near = new bool(false);
+    auto* no_lang = new bool(false);
+    o->threads = DefaultThreads();
+    CLI::App* scan = cmd->add_subcommand(
+        "scan", "counts, lengths, exact and near duplicates, noise, languages, padding waste");
+    f->Add(scan);
+    scan->add_option("--seq-len", o->seq_len, "sequence length for padding waste")
+        ->check(CLI::PositiveNumber);
+    scan->add_option("--batch-size", o->batch_size, "documents per training batch")
+        ->check(CLI::PositiveNumber);
+    scan->add_option("--threshold", o->threshold, "Jaccard threshold of near duplicates")
+        ->check(CLI::Range(0.01, 1.0));
+    scan->add_option("--verdicts", o->verdicts_path, "write one JSONL verdict line per document");
+    scan->add_option("--threads", o->threads, "worker threads")->check(CLI::Range(1, 256));
+    scan->add_option("--ngram", o->ngram, "words per MinHash shingle")->check(CLI::Range(1, 64));
+    scan->add_option("--bands", o->bands, "LSH bands")->check(CLI::Range(1, 512));
+    scan->add_option("--rows", o->rows, "MinHash values per band")->check(CLI::Range(1, 64));
+    scan->add_option("--seed", o->minhash_seed, "MinHash permutation seed");
+    scan->add_option("--shuffle-seed", o->shuffle_seed, "seed of the shuffled batch order");
+    scan->add_option("--c4-min-sentences", o->c4_min_sentences,
+                     "C4 minimum sentences (3 TFDS, 5 datatrove)");
+    scan->add_option("--tmp-dir", o->tmp_dir,
+                     "directory for spill files (default $TMPDIR or /tmp)");
+    scan->add_flag("--no-near-dup", *no_near, "skip MinHash near-duplicate detection");
+    scan->add_flag("--no-lang", *no_lang, "skip language identification");
+    scan->callback([&ctx, f, o, no_near, no_lang] {
+      o->near_dup = !*no_near;
+      o->language = !*no_lang;
+      o->reader = f->Reader();
+      std::unique_ptr<tokenizer::Tokenizer> tok;
+      if (!f->tokenizer.empty()) {
+        auto t = tokenizer::LoadTokenizer(f->tokenizer);
+        if (!t.ok()) {
+          ctx.exit_code = ReportAndExitCode("data scan", t.status());
+          return;
+        }
+        tok = std::move(*t);
+        o->tokenizer = tok.get();
+      }
+      auto inputs = data::ExpandInputs(f->inputs, o->reader.format);
+      if (!inputs.ok()) {
+        ctx.exit_code = ReportAndExitCode("data scan", inputs.status());
+        return;
+      }
+      auto res = data::RunScan(*inputs, *o);
+      if (!res.ok()) {
+        ctx.exit_code = ReportAndExitCode("data scan", res.status());
+        return;
+      }
+      Print(f->json ? data::ScanResultToJson(*res, *o).dump(2) + "\n"
+                    : data::ScanResultToText(*res, *o));
+      ctx.exit_code = StrictCheck("scan", *f, res->bad);
+    });
+  }
+
+  // ---- clean
+  {
+    auto* f = new CorpusFlags;
+    auto* o = new data::CleanOptions;
+    auto* rules = new std::string("encoding,empty");
+    auto* no_dedup = new bool(false);
+    o->scan.threads = DefaultThreads();
+    CLI::App* clean = cmd->add_subcommand(
+        "clean", "drop duplicates (keep the first) and documents that fail the chosen rules");
+    f->Add(clean);
+    clean->add_option("-o,--output", o->output, "cleaned corpus (.jsonl/.txt, .zst to compress)")
+        ->required();
+    clean->add_option(
+        "--rules", *rules,
+        "comma list of flag groups or flags that drop a document: gopher, gopher_quality, "
+        "gopher_repetition, c4, fineweb, encoding, truncated, mixed_language, empty, all, none");
+    clean->add_option("--threshold", o->scan.threshold, "Jaccard threshold of near duplicates")
+        ->check(CLI::Range(0.01, 1.0));
+    clean->add_option("--threads", o->scan.threads, "worker threads")->check(CLI::Range(1, 256));
+    clean->add_option("--tmp-dir", o->scan.tmp_dir, "directory for spill files");
+    clean->add_flag("--no-dedup", *no_dedup, "keep duplicates");
+    clean->callback([&ctx, f, o, rules, no_dedup] {
+      o->scan.reader = f->Reader();
+      auto mask = data::ParseRules(*rules);
+      if (!mask.ok()) {
+        ctx.exit_code = ReportAndExitCode("data clean", mask.status());
+        return;
+      }
+      o->drop_flags = *mask;
+      o->dedup = !*no_dedup;
+      std::unique_ptr<tokenizer::Tokenizer> tok;
+      if (!f->tokenizer.empty()) {
+        auto t = tokenizer::LoadTokenizer(f->tokenizer);
+        if (!t.ok()) {
+          ctx.exit_code = ReportAndExitCode("data clean", t.status());
+          return;
+        }
+        tok = std::move(*t);
+        o->scan.tokenizer = tok.get();
+      }
+      auto inputs = data::ExpandInputs(f->inputs, o->scan.reader.format);
+      if (!inputs.ok()) {
+        ctx.exit_code = ReportAndExitCode("data clean", inputs.status());
+        return;
+      }
+      if (f->strict) o->strict = true;
+      auto rep = data::RunClean(*inputs, *o);
+      if (!rep.ok()) {
+        ctx.exit_code = ReportAndExitCode("data clean", rep.status());
+        return;
+      }
+      Print(f->json ? data::CleanReportToJson(*rep).dump(2) + "\n" : data::CleanReportToText(*rep));
+      ctx.exit_code = StrictCheck("clean", *f, rep->bad);
+    });
+  }
+
+  // ---- pack
+  {
+    auto* f = new CorpusFlags;
+    auto* o = new data::PackOptions;
+    auto* mode = new std::string("best-fit");
+    CLI::App* pack = cmd->add_subcommand(
+        "pack", "tokenize into fixed-length sequences as a Megatron .bin/.idx dataset");
+    f->Add(pack);
+    pack->add_option("-o,--output", o->output_prefix,
+                     "output prefix (writes PREFIX.bin and PREFIX.idx)")
+        ->required();
+    pack->add_option("--seq-len", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+    pack->add_option("--mode", *mode, "concat (concatenate and chunk) or best-fit")
+        ->check(CLI::IsMember({"concat", "best-fit"}));
+    pack->add_option("--pad-id", o->pad_id, "padding token id (default: the end-of-document id)");
+    pack->callback([&ctx, f, o, mode] {
+      o->reader = f->Reader();
+      o->mode = *mode == "concat" ? data::PackOptions::kConcat : data::PackOptions::kBestFit;
+      auto t = tokenizer::LoadTokenizer(f->tokenizer);
+      if (!t.ok()) {
+        ctx.exit_code = ReportAndExitCode("data pack", t.status());
+        return;
+      }
+      o->tokenizer = t->get();
+      auto inputs = data::ExpandInputs(f->inputs, o->reader.format);
+      if (!inputs.ok()) {
+        ctx.exit_code = ReportAndExitCode("data pack", inputs.status());
+        return;
+      }
+      auto rep = data::RunPack(*inputs, *o);
+      if (!rep.ok()) {
+        ctx.exit_code = ReportAndExitCode("data pack", rep.status());
+        return;
+      }
+      Print(f->json ? data::PackReportToJson(*rep).dump(2) + "\n" : data::PackReportToText(*rep));
+      ctx.exit_code = StrictCheck("pack", *f, rep->bad);
+    });
+  }
+
+  // ---- stats
+  {
+    auto* path = new std::string;
+    auto* json = new bool(false);
+    auto* max_rows = new int64_t(0);
+    CLI::App* stats =
+        cmd->add_subcommand("stats", "numeric feature statistics of .npy, .safetensors or CSV");
+    stats->add_option("file", *path, ".npy, .safetensors or .csv")->required();
+    stats->add_flag("--json", *json, "machine-readable output");
+    stats->callback([&ctx, path, json] {
+      auto rep = data::FeatureStatsOfFile(*path);
+      if (!rep.ok()) {
+        ctx.exit_code = ReportAndExitCode("data stats", rep.status());
+        return;
+      }
+      Print(*json ? data::FeatureReportToJson(*rep).dump(2) + "\n"
+                  : data::FeatureReportToText(*rep));
+      ctx.exit_code = kExitOk;
+    });
+    (void)max_rows;
+  }
 }
 
 }  // namespace trainscope::cli

@@ -12,9 +12,12 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/data/clean.h"
+#include "trainscope/data/feature_stats.h"
 #include "trainscope/data/megatron.h"
+#include "trainscope/data/pack.h"
 #include "trainscope/data/reader.h"
 #include "trainscope/data/scan.h"
+#include "trainscope/tokenizer/tokenizer.h"
 
 namespace trainscope::data {
 namespace {
@@ -339,6 +342,122 @@ TEST(Megatron, WriteReadRoundTripAndValidation) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
   WriteFile(prefix + ".idx", "MMIDIDX\0\0garbage");
   EXPECT_FALSE(ReadMegatronIndex(prefix).ok());
+}
+
+// Packs docs of known lengths and checks every token lands once, in order within a doc.
+TEST(Pack, ConcatAndBestFitRoundTrip) {
+  std::string corpus;
+  std::vector<std::string> docs;
+  for (int i = 0; i < 40; ++i) {
+    std::string d(1 + (i * 37) % 90, static_cast<char>('a' + i % 26));
+    docs.push_back(d);
+    corpus += d + "\n";
+  }
+  WriteFile(Tmp("pack.txt"), corpus);
+  auto inputs = ExpandInputs({Tmp("pack.txt")}, InputFormat::kAuto);
+  ASSERT_TRUE(inputs.ok());
+  auto tok = tokenizer::NewByteTokenizer();
+  uint64_t total = 0;
+  for (const auto& d : docs) total += d.size() + 1;
+  for (auto mode : {PackOptions::kConcat, PackOptions::kBestFit}) {
+    PackOptions o;
+    o.tokenizer = tok.get();
+    o.seq_len = 64;
+    o.mode = mode;
+    o.progress = false;
+    o.max_open_bins = 3;
+    o.output_prefix = Tmp(mode == PackOptions::kConcat ? "packed_concat" : "packed_bf");
+    auto rep = RunPack(*inputs, o);
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(rep->docs, 40u);
+    EXPECT_EQ(rep->tokens, total);
+    EXPECT_EQ(rep->sequences * 64, total + rep->pad_tokens);
+    auto idx = ReadMegatronIndex(o.output_prefix);
+    ASSERT_TRUE(idx.ok()) << idx.status();
+    EXPECT_EQ(idx->dtype_code, 8);  // uint16 for a 257-token vocabulary
+    EXPECT_EQ(idx->lengths.size(), rep->sequences);
+    EXPECT_EQ(idx->num_documents(), rep->sequences);
+    std::FILE* bin = std::fopen((o.output_prefix + ".bin").c_str(), "rb");
+    std::vector<int64_t> seq;
+    uint64_t eos = 0, letters = 0;
+    for (size_t i = 0; i < idx->lengths.size(); ++i) {
+      ASSERT_TRUE(ReadMegatronSequence(bin, *idx, i, &seq).ok());
+      for (int64_t t : seq) {
+        eos += t == 256;
+        letters += t >= 'a' && t <= 'z';
+      }
+    }
+    std::fclose(bin);
+    EXPECT_EQ(letters, total - 40);
+    EXPECT_EQ(eos, 40 + rep->pad_tokens);  // padding uses the eos id
+    if (mode == PackOptions::kBestFit) {
+      uint64_t long_docs = 0;
+      for (const auto& d : docs) long_docs += d.size() + 1 > 64;
+      EXPECT_EQ(rep->split_docs, long_docs);
+      EXPECT_LT(rep->pad_fraction, 0.25);
+    }
+  }
+}
+
+std::string Npy(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY\x01";
+  out += '\0';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + data;
+}
+
+TEST(FeatureStats, NpySafetensorsCsv) {
+  std::vector<double> v = {1, 10, 2, 20, 3, std::nan(""), 4, 40};  // (4, 2)
+  WriteFile(Tmp("f.npy"),
+            Npy("<f8", "(4, 2)", std::string(reinterpret_cast<char*>(v.data()), v.size() * 8)));
+  auto r = FeatureStatsOfFile(Tmp("f.npy"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->arrays.size(), 1u);
+  ASSERT_EQ(r->arrays[0].features.size(), 2u);
+  const auto& f0 = r->arrays[0].features[0];
+  EXPECT_DOUBLE_EQ(f0.mean, 2.5);
+  EXPECT_DOUBLE_EQ(f0.min, 1);
+  EXPECT_DOUBLE_EQ(f0.max, 4);
+  EXPECT_NEAR(f0.std, std::sqrt(1.25), 1e-12);
+  EXPECT_EQ(r->arrays[0].features[1].nan, 1u);
+  EXPECT_DOUBLE_EQ(r->arrays[0].features[1].mean, 70.0 / 3);
+  EXPECT_EQ(r->arrays[0].dtype, "float64");
+  ASSERT_GE(r->findings.size(), 2u);
+  EXPECT_NE(r->findings[0].find("float64"), std::string::npos);
+
+  std::vector<float> w = {1, 1, 1, 2, 2, 2};
+  std::string hdr =
+      R"({"w":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},"__metadata__":{"k":"v"}})";
+  uint64_t n = hdr.size();
+  WriteFile(Tmp("f.safetensors"), std::string(reinterpret_cast<char*>(&n), 8) + hdr +
+                                      std::string(reinterpret_cast<char*>(w.data()), 24));
+  auto s = FeatureStatsOfFile(Tmp("f.safetensors"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->arrays[0].name, "w");
+  EXPECT_DOUBLE_EQ(s->arrays[0].features[0].mean, 4.0 / 3);
+
+  WriteFile(Tmp("f.csv"), "a,b,label\n1,5,x\n3,5,y\n,5,z\n");
+  auto c = FeatureStatsOfFile(Tmp("f.csv"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const auto& cols = c->arrays[0].features;
+  EXPECT_EQ(cols[0].name, "a");
+  EXPECT_DOUBLE_EQ(cols[0].mean, 2);
+  EXPECT_EQ(cols[0].nan, 1u);
+  EXPECT_EQ(cols[1].suggest, "drop");
+  EXPECT_EQ(cols[2].suggest, "categorical");
+
+  WriteFile(Tmp("short.npy"), Npy("<f4", "(100,)", "abcd"));
+  auto bad = FeatureStatsOfFile(Tmp("short.npy"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("short.npy"), std::string::npos);
+  WriteFile(Tmp("ragged.csv"), "a,b\n1,2\n3\n");
+  auto ragged = FeatureStatsOfFile(Tmp("ragged.csv"));
+  EXPECT_NE(ragged.status().message().find("ragged.csv:3"), std::string::npos) << ragged.status();
 }
 
 }  // namespace

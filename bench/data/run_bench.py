@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Data-module performance benchmark: every figure is measured side by side in one run.
+
+  1. builds (or reuses) a realistic corpus with make_corpus.py (--mb MB) and its first half;
+  2. times `wc -l` (the read limit), `trainscope data scan --no-near-dup` (exact duplicates +
+     all statistics) on 1 and 2 threads, and the full scan with MinHash near duplicates
+     (14 bands x 8 rows = 112 permutations) on 1 and 2 threads; best of --repeat runs;
+  3. measures peak RSS (GNU time %M) of the full scan on the whole and on the half corpus:
+     (RSS_full - RSS_half) / (docs_full - docs_half) is the memory per document, free of
+     fixed buffers.
+Writes JSON (argv, versions, raw times, figures) to --out and prints the markdown rows of
+docs/PERFORMANCE.md. Usage:
+  bench/data/run_bench.py --binary build/bin/trainscope --mb 512 --out /tmp/data_bench.json
+"""
+import argparse, json, os, platform, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(argv, env):
+    """Returns (wall_s, peak_rss_kib, stdout) of one run under GNU time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        p = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", tf.name] + argv,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if p.returncode != 0:
+            sys.exit("failed: %s\n%s" % (" ".join(argv), p.stderr[-2000:]))
+        wall, rss = tf.read().split()[-2:]
+        return float(wall), int(rss), p.stdout
+
+
+def best(argv, env, repeat):
+    runs = [timed(argv, env) for _ in range(repeat)]
+    return min(runs, key=lambda r: r[0])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default="build/bin/trainscope")
+    ap.add_argument("--mb", type=float, default=512)
+    ap.add_argument("--workdir", default="/tmp/ts_data_bench")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    corpus = os.path.join(a.workdir, "corpus_%gmb.jsonl" % a.mb)
+    half = os.path.join(a.workdir, "corpus_%gmb_half.jsonl" % a.mb)
+    if not os.path.exists(corpus):
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_corpus.py"), "--out", corpus,
+                        "--mb", str(a.mb)], check=True, stdout=subprocess.DEVNULL)
+    if not os.path.exists(half):
+        with open(corpus, "rb") as f:
+            lines = f.readlines()
+        with open(half, "wb") as f:
+            f.writelines(lines[: len(lines) // 2])
+    size = os.path.getsize(corpus)
+    env = dict(os.environ, TRAINSCOPE_NO_PROGRESS="1")
+    for p in (corpus, half):  # page cache warm-up
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    b = a.binary
+    scan = [b, "data", "scan", "--json", "--tmp-dir", a.workdir]
+    res = {}
+    res["wc"] = best(["wc", "-l", corpus], env, a.repeat)
+    res["exact_t1"] = best(scan + [corpus, "--no-near-dup", "--threads", "1"], env, a.repeat)
+    res["exact_t2"] = best(scan + [corpus, "--no-near-dup", "--threads", "2"], env, a.repeat)
+    res["near_t1"] = best(scan + [corpus, "--threads", "1"], env, max(1, a.repeat - 1))
+    res["near_t2"] = best(scan + [corpus, "--threads", "2"], env, max(1, a.repeat - 1))
+    res["near_t2_half"] = best(scan + [half, "--threads", "2"], env, 1)
+    full = json.loads(res["near_t2"][2])
+    halfj = json.loads(res["near_t2_half"][2])
+    mbps = lambda k: size / 1e6 / res[k][0]
+    docs, docs_half = full["docs"], halfj["docs"]
+    per_doc = (res["near_t2"][1] - res["near_t2_half"][1]) * 1024 / max(1, docs - docs_half)
+    fig = {
+        "corpus_bytes": size, "docs": docs,
+        "wc_mb_s": mbps("wc"),
+        "exact_stats_t1_mb_s": mbps("exact_t1"), "exact_stats_t2_mb_s": mbps("exact_t2"),
+        "exact_stats_t2_vs_wc": res["wc"][0] / res["exact_t2"][0],
+        "exact_stats_t2_vs_t1": res["exact_t1"][0] / res["exact_t2"][0],
+        "near_t1_mb_s": mbps("near_t1"), "near_t2_mb_s": mbps("near_t2"),
+        "near_t2_vs_t1": res["near_t1"][0] / res["near_t2"][0],
+        "near_t2_vs_wc": res["wc"][0] / res["near_t2"][0],
+        "peak_rss_full_mib": res["near_t2"][1] / 1024, "peak_rss_half_mib": res["near_t2_half"][1] / 1024,
+        "bytes_per_doc_marginal": per_doc,
+        "exact_duplicate_docs": full["exact_duplicate_docs"], "near_duplicate_docs": full["near_duplicate_docs"],
+    }
+    ver = subprocess.run([b, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    cpu = ""
+    try:
+        cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0]
+    except (OSError, IndexError):
+        pass
+    out = {"argv": sys.argv, "versions": {"trainscope": ver, "python": platform.python_version(),
+                                          "cpu": cpu, "nproc": os.cpu_count(),
+                                          "load_avg": os.getloadavg()},
+           "times": {k: {"wall_s": v[0], "peak_rss_kib": v[1]} for k, v in res.items()}, "figures": fig}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=2)
+    print(json.dumps(fig, indent=2))
+    print("\n| figure | value | target |\n|---|---|---|")
+    print("| exact dup + all statistics, 2 threads | %.0f MB/s | >= 150 MB/s |" % fig["exact_stats_t2_mb_s"])
+    print("| ... as a share of `wc -l` on the same file | %.0f%% (wc: %.0f MB/s) | >= 30%% |"
+          % (100 * fig["exact_stats_t2_vs_wc"], fig["wc_mb_s"]))
+    print("| ... 2 threads vs 1 thread | %.2fx (1 thread: %.0f MB/s) | |" % (fig["exact_stats_t2_vs_t1"], fig["exact_stats_t1_mb_s"]))
+    print("| near dup (112 perms) + all statistics, 2 threads | %.0f MB/s | >= 25 MB/s |" % fig["near_t2_mb_s"])
+    print("| ... 2 threads vs 1 thread | %.2fx (1 thread: %.0f MB/s) | |" % (fig["near_t2_vs_t1"], fig["near_t1_mb_s"]))
+    print("| memory per document (marginal, full vs half corpus) | %.0f bytes | <= 200 bytes |" % per_doc)
+    print("| peak RSS, %d docs | %.0f MiB | |" % (docs, fig["peak_rss_full_mib"]))
+
+
+if __name__ == "__main__":
+    main()
