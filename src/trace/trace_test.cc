@@ -207,6 +207,34 @@ TEST(ChromeReader, BadRecordsAreCountedNotFatal) {
   }
 }
 
+// Random byte corruption (deterministic): reading and analysing never crash (ASan/UBSan in CI).
+TEST(ChromeReader, RandomCorruptionNeverCrashes) {
+  std::string base = MakeTrace(30, true);
+  uint64_t x = 88172645463325252ull;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const char kBytes[] = "{}[]\",:\\\n 0-e.";
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string s = base;
+    int flips = 1 + static_cast<int>(next() % 6);
+    for (int k = 0; k < flips; ++k) s[next() % s.size()] = kBytes[next() % (sizeof(kBytes) - 1)];
+    if (next() % 3 == 0) s.resize(next() % s.size());
+    ReadOptions o;
+    o.chunk_bytes = 64 + next() % 2000;
+    auto t = ParseChromeTrace(s, "fuzz.json", o);
+    if (!t.ok()) continue;
+    EXPECT_LE(t->stats.events_kept, 90);
+    std::vector<RankTrace> v;
+    v.push_back(std::move(*t));
+    Report rep = AnalyzeRanks(&v);
+    EXPECT_FALSE(ReportToText(rep).empty());
+  }
+}
+
 TEST(ChromeReader, NotATrace) {
   auto t = ParseChromeTrace("hello", "x.json");
   ASSERT_FALSE(t.ok());
