@@ -257,16 +257,23 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
     if (absl::StartsWith(bname, "matmul_")) {
       std::string dtype = bname.substr(7);
       double peak = Num(b, "peak");
-      std::string value = absl::StrCat(FormatDouble(v, 1), " GFLOP/s");
+      const bool estimated = b.value("peak_estimated", true);
+      const std::string est = estimated ? "est. " : "nominal ";
+      std::string value = absl::StrCat(FormatDouble(v, 1), " ", Str(b, "unit"));
       if (peak > 0) {
-        absl::StrAppend(&value, " = ", Pct(frac), " of est. peak ", FormatDouble(peak, 0));
+        absl::StrAppend(&value, " = ", Pct(frac), " of ", est, "peak ", FormatDouble(peak, 0));
       }
       bool low = frac >= 0 && frac < opt.low_matmul_fraction;
-      out.push_back(Make(name, low ? "warn" : (peak > 0 ? "pass" : "skip"), value,
-                         peak > 0
-                             ? absl::StrCat(">= ", Pct(opt.low_matmul_fraction), " of est. peak")
-                             : "peak unknown for this CPU",
-                         low ? MatmulAdvice(cpu, dtype) : ""));
+      out.push_back(
+          Make(name, low ? "warn" : (peak > 0 ? "pass" : "skip"), value,
+               peak > 0 ? absl::StrCat(">= ", Pct(opt.low_matmul_fraction), " of ", est, "peak")
+                        : "peak unknown for this model",
+               !low ? ""
+               : Str(b, "device") == "cpu"
+                   ? MatmulAdvice(cpu, dtype)
+                   : "far below the card's data-sheet peak: check clocks and throttling "
+                     "(nvidia-smi -q -d PERFORMANCE), power limit, and other processes "
+                     "on the GPU"));
     } else if (bname == "triad") {
       bool low = frac >= 0 && frac < opt.low_triad_fraction;
       out.push_back(
@@ -278,6 +285,38 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
                      "are spread over all memory channels (NUMA binding, numactl -H)"
                    : ""));
     }
+  }
+  // GPUs against their siblings: one slow card makes every synchronous step slow.
+  {
+    std::vector<std::pair<std::string, double>> gpu_mm;
+    for (const json& b : report.value("benchmarks", json::array())) {
+      if (Str(b, "name") == "matmul_bf16" && Str(b, "device") != "cpu" && Num(b, "value") > 0) {
+        gpu_mm.push_back({Str(b, "device"), Num(b, "value")});
+      }
+    }
+    if (gpu_mm.size() >= 2) {
+      std::vector<double> v;
+      for (const auto& [d, x] : gpu_mm) v.push_back(x);
+      std::sort(v.begin(), v.end());
+      double median = v[v.size() / 2];
+      std::vector<std::string> slow;
+      for (const auto& [d, x] : gpu_mm)
+        if (x < opt.slow_sibling_ratio * median) slow.push_back(d);
+      out.push_back(
+          Make("device.gpu_matmul_siblings", slow.empty() ? "pass" : "warn",
+               absl::StrCat(gpu_mm.size(), " GPUs: ", FormatDouble(v.front(), 0), "-",
+                            FormatDouble(v.back(), 0), " TFLOP/s",
+                            slow.empty() ? "" : "; slow: " + absl::StrJoin(slow, ", ")),
+               absl::StrCat("each >= ", FormatDouble(opt.slow_sibling_ratio, 1), " x median"),
+               slow.empty() ? ""
+                            : "one slow card makes the whole job slow: check its "
+                              "clocks, cooling and PCIe link, or leave it out"));
+    }
+  }
+  if (report.contains("gpu_bench") && Str(report["gpu_bench"], "status") != "ok") {
+    out.push_back(Make("device.gpu_bench", "skip", Str(report["gpu_bench"], "detail"),
+                       "cuBLAS bf16 GEMM and triad per GPU",
+                       "build with a CUDA toolkit and install the CUDA runtime and cuBLAS"));
   }
   // Cores against their siblings: clock and single-core matmul.
   const json& cores = report.value("cores", json::array());

@@ -7,6 +7,7 @@
 
 #include "device/checks.h"
 #include "device/cpu_bench.h"
+#include "device/cuda_probe.h"
 #include "device/matmul_torch.h"
 #include "trainscope/core/fake_os.h"
 
@@ -270,6 +271,11 @@ TEST(Selftest, NvidiaSmiThroughOsAndQuickCpuRun) {
     EXPECT_GT(b["value"].get<double>(), 0) << b.dump();
   }
   EXPECT_FALSE((*r)["cores"].empty());
+  // The cuBLAS probe ran or said why not (no toolkit, no driver, no device).
+  ASSERT_TRUE(r->contains("gpu_bench"));
+  if ((*r)["gpu_bench"]["status"] != "ok") {
+    EXPECT_FALSE((*r)["gpu_bench"]["detail"].get<std::string>().empty());
+  }
   EXPECT_TRUE((*r)["passed"].get<bool>()) << (*r)["reason"];
   std::string text = RenderDeviceReport(*r);
   EXPECT_NE(text.find("NVIDIA A100"), std::string::npos);
@@ -286,6 +292,49 @@ TEST(CpuBench, ClockIsPlausibleAndTriadMovesBytes) {
   ASSERT_TRUE(bw.ok());
   EXPECT_GT(bw->triad_gbps, 0);
   EXPECT_GT(bw->memcpy_gbps, 0);
+}
+
+TEST(Cuda, NominalPeakTableMatchesSpecificNamesFirst) {
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA H100 80GB HBM3"), 989);
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA H100 PCIe"), 756);
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA H200"), 989);
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA H20"), 148);
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA A100-SXM4-80GB"), 312);
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA A10"), 125);
+  EXPECT_EQ(NominalBf16Tflops("NVIDIA L40S"), 362);
+  EXPECT_EQ(NominalBf16Tflops("Tesla V100-SXM2-32GB"), 0);
+}
+
+TEST(Checks, GpuBenchmarksAgainstPeakAndSiblings) {
+  json r = BaseReport();
+  for (int i = 0; i < 3; ++i) {
+    r["devices"].push_back({{"kind", "nvidia"},
+                            {"index", i},
+                            {"name", "H100"},
+                            {"online", true},
+                            {"health", "OK"},
+                            {"temperature_c", 40}});
+    double tflops = i == 2 ? 300 : 700;
+    r["benchmarks"].push_back({{"name", "matmul_bf16"},
+                               {"device", "nvidia" + std::to_string(i)},
+                               {"unit", "TFLOP/s"},
+                               {"value", tflops},
+                               {"peak", 989},
+                               {"peak_estimated", false},
+                               {"fraction", tflops / 989}});
+  }
+  std::vector<Check> checks = EvaluateDeviceReport(r, SelftestOptions{});
+  EXPECT_EQ(Find(checks, "device.nvidia0.matmul_bf16")->verdict, "pass");
+  EXPECT_NE(Find(checks, "device.nvidia0.matmul_bf16")->value.find("71% of nominal peak 989"),
+            std::string::npos)
+      << Find(checks, "device.nvidia0.matmul_bf16")->value;
+  EXPECT_EQ(Find(checks, "device.nvidia2.matmul_bf16")->verdict, "pass");  // 30% is the bar
+  EXPECT_EQ(Find(checks, "device.gpu_matmul_siblings")->verdict, "warn");
+  EXPECT_NE(Find(checks, "device.gpu_matmul_siblings")->value.find("slow: nvidia2"),
+            std::string::npos);
+  r["gpu_bench"] = {{"status", "unavailable"}, {"detail", "no CUDA device visible"}};
+  checks = EvaluateDeviceReport(r, SelftestOptions{});
+  EXPECT_EQ(Find(checks, "device.gpu_bench")->verdict, "skip");
 }
 
 TEST(Matmul, UnknownDtypeIsInvalidArgument) {

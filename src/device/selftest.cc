@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "device/checks.h"
 #include "device/cpu_bench.h"
+#include "device/cuda_probe.h"
 #include "device/matmul_torch.h"
 #include "trainscope/core/status.h"
 #include "trainscope/device/device.h"
@@ -96,6 +97,15 @@ int CountPhysicalCores(Os& os, const std::vector<int>& cpus) {
                   std::string(absl::StripAsciiWhitespace(*core))});
   }
   return static_cast<int>(cores.size());
+}
+
+// "00000000:18:00.0" (nvidia-smi) and "0000:18:00.0" (CUDA) name the same device.
+bool SameBus(const std::string& a, const std::string& b) {
+  auto tail = [](const std::string& s) {
+    std::string t = s.substr(s.find(':') == std::string::npos ? 0 : s.find(':') + 1);
+    return absl::AsciiStrToLower(t);
+  };
+  return !a.empty() && !b.empty() && tail(a) == tail(b);
 }
 
 double Median(std::vector<double> v) {
@@ -283,6 +293,51 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
       devices.front().throttle_reasons.push_back("cgroup_quota");
     }
   }
+  // 4. NVIDIA: cuBLAS bf16 GEMM and triad per card, tied to nvidia-smi rows by PCI bus id.
+  bool any_nvidia = false;
+  for (const DeviceStatus& d : devices) any_nvidia |= d.kind == "nvidia" && d.online;
+  if (any_nvidia && opt.gpu) {
+    absl::StatusOr<std::vector<GpuBench>> gpus =
+        RunCudaBenchmarks(opt.quick, opt.quick ? 0.5 : 2.0);
+    if (!gpus.ok()) {
+      report["gpu_bench"] = {{"status", "unavailable"},
+                             {"detail", std::string(gpus.status().message())}};
+    } else {
+      report["gpu_bench"] = {{"status", "ok"}, {"detail", ""}};
+      for (const GpuBench& g : *gpus) {
+        std::string label = absl::StrCat("cuda", g.index), name;
+        for (const DeviceStatus& d : devices) {
+          if (d.kind == "nvidia" && SameBus(d.bus_id, g.bus_id)) {
+            label = absl::StrCat("nvidia", d.index);
+            name = d.name;
+          }
+        }
+        double peak = NominalBf16Tflops(name);
+        json mm{{"name", "matmul_bf16"},
+                {"device", label},
+                {"unit", "TFLOP/s"},
+                {"peak", peak > 0 ? json(peak) : json(nullptr)},
+                {"peak_estimated", false},
+                {"size", absl::StrCat(g.matmul_n, "x", g.matmul_n, "x", g.matmul_n)}};
+        json bw{{"name", "triad"}, {"device", label}, {"unit", "GB/s"}, {"reference", "memcpy"}};
+        if (!g.error.empty()) {
+          mm["value"] = nullptr;
+          mm["error"] = g.error;
+          bw["value"] = nullptr;
+          bw["error"] = g.error;
+        } else {
+          mm["value"] = g.matmul_bf16_tflops;
+          mm["fraction"] = peak > 0 ? json(g.matmul_bf16_tflops / peak) : json(nullptr);
+          bw["value"] = g.triad_gbps;
+          bw["reference_value"] = g.memcpy_gbps;
+          bw["fraction"] = g.memcpy_gbps > 0 ? json(g.triad_gbps / g.memcpy_gbps) : json(nullptr);
+        }
+        bench.push_back(mm);
+        bench.push_back(bw);
+      }
+    }
+  }
+
   json devs = json::array();
   for (const DeviceStatus& d : devices) devs.push_back(DeviceToJson(d));
   report["devices"] = devs;

@@ -36,24 +36,35 @@ int NvidiaDevices(const PartOutcome& device) {
   return n;
 }
 
+bool os_ok(const std::string& path) { return Os::Default()->FileExists(path); }
+
 }  // namespace
 
+// Comm sweeps fewer sizes than `selftest comm`'s default (8 B..256 MiB): enough to see
+// correctness at small and large sizes and a bandwidth figure, within the budget.
 std::vector<Part> DefaultParts(const std::string& self, bool quick) {
   std::vector<Part> parts;
-  parts.push_back({"fingerprint", {self, "env", "fingerprint", "--json"}, quick ? 6.0 : 30.0});
-  parts.push_back({"env", {self, "env", "check", "--json"}, quick ? 8.0 : 60.0});
+  parts.push_back({"fingerprint", {self, "env", "fingerprint", "--json"}, quick ? 8.0 : 30.0});
+  parts.push_back({"env", {self, "env", "check", "--json"}, quick ? 6.0 : 30.0});
   Part device{"device", {self, "selftest", "device", "--json"}, quick ? 10.0 : 60.0};
   if (quick) device.argv.push_back("--quick");
   parts.push_back(device);
   Part comm{"comm",
             {self, "selftest", "comm", "-n", "2", "--backend", "gloo", "--json"},
-            quick ? 10.0 : 60.0};
-  comm.argv.insert(comm.argv.end(), {"--max-bytes", quick ? "1048576" : "16777216"});
+            quick ? 12.0 : 90.0};
+  if (quick) {
+    comm.argv.insert(comm.argv.end(), {"--ops", "all_reduce,all_gather", "--min-bytes", "4K",
+                                       "--max-bytes", "1M", "--factor", "16", "--iters", "5",
+                                       "--warmup", "1", "--seconds-per-size", "0.2"});
+  } else {
+    comm.argv.insert(comm.argv.end(),
+                     {"--ops", "all", "--min-bytes", "1K", "--max-bytes", "16M", "--factor", "4",
+                      "--iters", "10", "--warmup", "2", "--seconds-per-size", "0.3"});
+  }
   parts.push_back(comm);
+  // RunDoctor appends --max-seconds from the budget the trainer actually gets.
   Part train{"train", {self, "selftest", "train", "--json"}, quick ? 40.0 : 150.0};
   if (quick) train.argv.push_back("--quick");
-  // The trainer stops itself before doctor's budget would kill it.
-  train.argv.insert(train.argv.end(), {"--max-seconds", FormatDouble(train.budget_s * 0.8, 0)});
   parts.push_back(train);
   return parts;
 }
@@ -108,11 +119,22 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
         }
       }
     }
+    const double left = deadline - NowS();
+    if (defaults && part.name == "env" && os_ok(report.run_dir + "/fingerprint.json")) {
+      // Check the fingerprint just taken instead of probing the machine again.
+      part.argv.push_back(report.run_dir + "/fingerprint.json");
+    }
+    if (defaults && part.name == "train") {
+      // The trainer stops itself before doctor's budget would kill it; start-up, data
+      // preparation and the final evaluation come on top of its training time.
+      double budget = std::min(part.budget_s, left - kGraceS);
+      part.argv.insert(part.argv.end(),
+                       {"--max-seconds", FormatDouble(std::max(1.0, budget * 0.6), 0)});
+    }
     PartOutcome o;
     o.name = part.name;
     o.argv = part.argv;
     o.budget_s = part.budget_s;
-    const double left = deadline - NowS();
     const std::string tag = absl::StrCat("[", i + 1, "/", parts.size(), "] ", part.name);
     if (std::find(options.skip.begin(), options.skip.end(), part.name) != options.skip.end()) {
       o.skip_reason = "skipped by --skip";

@@ -103,7 +103,7 @@ TEST(Evaluate, CommWrongResultIsFailWithAdvice) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].name, "comm");
   EXPECT_EQ(c[0].verdict, "fail");
-  EXPECT_NE(c[0].value.find("1/2 correct"), std::string::npos);
+  EXPECT_NE(c[0].value.find("1/2 sizes correct"), std::string::npos) << c[0].value;
   EXPECT_NE(c[0].advice.find("wrong"), std::string::npos);
   j["passed"] = true;
   j["results"][1]["correct"] = true;

@@ -102,6 +102,7 @@ struct SelftestOptions {
   bool quick = false;        // smaller sizes, shorter timings (about 5 s on 2 cores)
   bool cpu = true;           // benchmark the CPU
   bool per_core = true;      // per-core pinned clock + matmul
+  bool gpu = true;           // cuBLAS benchmarks on NVIDIA devices (CUDA toolkit builds)
   double min_bench_s = 0.5;  // timing window per measurement (quick: 0.2)
   int64_t triad_bytes = 0;   // bytes per triad array; 0: max(4 x L3, 64 MiB)
   std::chrono::milliseconds tool_timeout{10000};  // nvidia-smi / npu-smi

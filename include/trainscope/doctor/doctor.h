@@ -48,8 +48,8 @@ struct Options {
 
 // The default parts and budgets (seconds):
 //                 fingerprint  env  device  comm  train   (total)
-//   full               30      60     60     60    150     280
-//   quick               6       8     10     10     40      55
+//   full               30      30     60     90    150     280
+//   quick               8       6     10     12     40      55
 std::vector<Part> DefaultParts(const std::string& self_exe, bool quick);
 
 // One line of the summary table, and of `doctor --json`.
