@@ -246,6 +246,10 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
     } else if (key == "id") {
       err = FastScalar(v, &id_text);
     } else if (key == "args") {
+      // Annotations and Python frames carry nothing the analyses use: let ondemand skip them.
+      if (cat == "python_function" || cat == "user_annotation" || cat == "gpu_user_annotation" ||
+          cat == "Trace")
+        continue;
       od::object args;
       if (v.get_object().get(args) != SUCCESS) continue;
       for (auto af_result : args) {
