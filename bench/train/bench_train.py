@@ -20,6 +20,9 @@ PY = "/usr/bin/python3"
 
 def run(argv, env=None, timeout=900):
     e = dict(os.environ, TRAINSCOPE_NO_PROGRESS="1")
+    # Same OpenMP wait policy for trainscope and the peer (trainscope would otherwise
+    # re-exec itself with PASSIVE; see include/trainscope/train/omp.h).
+    e.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     e.update(env or {})
     p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=timeout)
     if p.returncode != 0:
@@ -63,7 +66,8 @@ def main():
         s = steps_of(d)
         return d, [x["loss"] for x in s], [x["step_ms"] for x in s]
 
-    out = {"argv": sys.argv, "python": platform.python_version(), "machine": platform.machine(),
+    out = {"argv": sys.argv, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+           "load_average_start": os.getloadavg(), "python": platform.python_version(), "machine": platform.machine(),
            "cpus": os.cpu_count(), "steps": a.steps, "config": base}
     tokens_per_step = base["model"]["seq_len"] * base["train"]["micro_batch"] * base["train"].get("grad_accum", 1)
 
@@ -119,6 +123,7 @@ def main():
             "phases_ms_2ranks": s2["mean_phases_ms"], "comm_ms_2ranks": s2["mean_comm_ms"],
             "overlap_fraction": s2["overlap_fraction"],
         }
+    out["load_average_end"] = os.getloadavg()
     text = json.dumps(out, indent=2)
     if a.out:
         open(a.out, "w").write(text + "\n")

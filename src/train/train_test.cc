@@ -368,6 +368,13 @@ TEST(TrainTest, Bf16AutocastTrains) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->precision, "bf16");
   EXPECT_LT(r->loss_end, r->loss_start - 0.5);
+  // Autocast really ran the matmuls in bf16: the first loss differs from fp32's in the
+  // low digits (same weights, same batch), but only slightly.
+  c.train.precision = "fp32";
+  auto f = RunTiny(c, "fp32");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NE(r->losses[0], f->losses[0]);
+  EXPECT_NEAR(r->losses[0], f->losses[0], 0.05);
 }
 
 TEST(TrainTest, SlowLoaderIsCalledDataBound) {
