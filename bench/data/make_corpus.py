@@ -3,7 +3,7 @@
 
 Text comes from the machine itself: Debian's licence texts and the copyright, README,
 NEWS and changelog files under /usr/share/doc (plain or .gz). Fresh documents are mixes of
-4-10 random paragraphs from different sources, so they are not near-duplicates of each other;
+6-14 random paragraphs from different sources, so they are not near-duplicates of each other;
 on top of them the generator plants exact copies (--exact, default 5%) and near-duplicates
 (--near, default 5%: an earlier document with 2% of its words replaced). The source licence
 texts themselves add natural near-duplicates, as real crawls do.
@@ -68,7 +68,7 @@ def main():
                 text = " ".join(words)
                 near += 1
             else:
-                text = "\n\n".join(rng.choice(paras) for _ in range(rng.randint(4, 10)))
+                text = "\n\n".join(rng.choice(paras) for _ in range(rng.randint(6, 14)))
             if len(kept) < 20000:
                 kept.append(text)
             elif rng.random() < 0.01:

@@ -104,7 +104,7 @@ class DocAnalyzer {
   // Scratch, reused across documents.
   std::string norm_;
   std::vector<uint32_t> word_start_, word_len_;
-  std::vector<uint64_t> word_hash_, shingle_, mins_;
+  std::vector<uint64_t> word_hash_, gram_, shingle_, mins_;
   std::vector<uint64_t> table_keys_;
   std::vector<uint32_t> table_vals_;
 };

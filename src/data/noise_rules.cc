@@ -53,30 +53,46 @@ bool EndsWithTerminalPunct(std::string_view line) {
          EndsWith(line, "\xEF\xBC\x9F") || EndsWith(line, "\xE2\x80\xA6");    // ？ …
 }
 
-// Small open-addressing counter keyed by 64-bit hashes (0 is remapped).
+// Small open-addressing counter keyed by 64-bit hashes, over scratch arrays owned by the
+// analyzer. Clearing is O(1): an entry is live only when its stamp equals the current one.
 class Counter {
  public:
   Counter(std::vector<uint64_t>* keys, std::vector<uint32_t>* vals, size_t expected)
       : keys_(*keys), vals_(*vals) {
-    size_t cap = 16;
+    size_t cap = 64;
     while (cap < expected * 2) cap <<= 1;
-    keys_.assign(cap, 0);
-    vals_.assign(cap, 0);
+    if (keys_.size() < cap) {
+      keys_.assign(cap, 0);
+      vals_.assign(cap * 2 + 2, 0);  // [stamp, count] pairs, then the stamp counter
+    }
     mask_ = cap - 1;
+    stamp_ = ++vals_[vals_.size() - 2];  // the stamp counter lives in a spare slot
+    if (stamp_ == 0) {                   // wrapped: clear everything once
+      std::fill(vals_.begin(), vals_.end(), 0);
+      stamp_ = vals_[vals_.size() - 2] = 1;
+    }
   }
   // Increments and returns the new count.
   uint32_t Add(uint64_t key) {
-    if (key == 0) key = 1;
-    size_t i = key & mask_;
-    while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask_;
-    keys_[i] = key;
-    return ++vals_[i];
+    size_t i = (key ^ (key >> 29)) & mask_;
+    for (;;) {
+      uint32_t* slot = &vals_[2 * i];
+      if (slot[0] != stamp_) {
+        slot[0] = stamp_;
+        slot[1] = 1;
+        keys_[i] = key;
+        return 1;
+      }
+      if (keys_[i] == key) return ++slot[1];
+      i = (i + 1) & mask_;
+    }
   }
 
  private:
   std::vector<uint64_t>& keys_;
   std::vector<uint32_t>& vals_;
   size_t mask_;
+  uint32_t stamp_;
 };
 
 }  // namespace
@@ -91,6 +107,19 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   uint32_t control = 0, mojibake = 0;
   bool prev_lead = false;  // previous code point in U+00C2..U+00F4
   for (size_t i = 0; i < n; ++i) {
+    // Fast path: skip 8 bytes at a time while all are printable ASCII (no byte >= 0x80,
+    // none < 0x20, none == 0x7F).
+    while (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
+      const uint64_t below_space = (w - kOnes * 0x20) & ~w & kHigh;
+      const uint64_t del = ((w ^ (kOnes * 0x7F)) - kOnes) & ~(w ^ (kOnes * 0x7F)) & kHigh;
+      if ((w & kHigh) | below_space | del) break;
+      i += 8;
+      prev_lead = false;
+    }
+    if (i >= n) break;
     const unsigned char c = s[i];
     if (c < 0x80) {
       if ((c < 0x20 && c != '\n' && c != '\t' && c != '\r' && c != '\f') || c == 0x7F) ++control;
@@ -205,7 +234,16 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   }
 
   // --- words (Gopher quality).
-  static const char* const kStop[] = {"the", "be", "to", "of", "and", "that", "have", "with"};
+  // Gopher's stop words "the be to of and that have with", packed as little-endian uint32.
+  static constexpr uint32_t kStopPacked[8] = {
+      't' | 'h' << 8 | 'e' << 16,
+      'b' | 'e' << 8,
+      't' | 'o' << 8,
+      'o' | 'f' << 8,
+      'a' | 'n' << 8 | 'd' << 16,
+      't' | 'h' << 8 | 'a' << 16 | static_cast<uint32_t>('t') << 24,
+      'h' | 'a' << 8 | 'v' << 16 | static_cast<uint32_t>('e') << 24,
+      'w' | 'i' << 8 | 't' << 16 | static_cast<uint32_t>('h') << 24};
   uint32_t stop_seen = 0, non_symbol = 0, alpha_words = 0, hashes = 0, ellipses = 0;
   uint64_t non_symbol_len = 0;
   for (size_t w = 0; w < word_start_.size(); ++w) {
@@ -223,25 +261,18 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
       ++non_symbol;
       non_symbol_len += len;
     }
-    if (len <= 4) {
-      char lower[4];
+    if (len >= 2 && len <= 4) {
+      uint32_t w = 0;  // lower-cased word packed little-endian
       for (uint32_t k = 0; k < len; ++k)
-        lower[k] = static_cast<char>(p[k] | (IsAsciiAlpha(p[k]) ? 0x20 : 0));
-      for (int k = 0; k < 8; ++k) {
-        if (std::strlen(kStop[k]) == len && std::memcmp(kStop[k], lower, len) == 0) {
-          stop_seen |= 1u << k;
-        }
-      }
+        w |= static_cast<uint32_t>(p[k] | (IsAsciiAlpha(p[k]) ? 0x20 : 0)) << (8 * k);
+      for (int k = 0; k < 8; ++k) stop_seen |= static_cast<uint32_t>(w == kStopPacked[k]) << k;
     }
   }
-  for (size_t k = 0; k + 2 < n; ++k) {
-    if (s[k] == '.' && s[k + 1] == '.' && s[k + 2] == '.') {
-      ++ellipses;
-      k += 2;
-    } else if (s[k] == 0xE2 && s[k + 1] == 0x80 && s[k + 2] == 0xA6) {
-      ++ellipses;
-      k += 2;
-    }
+  for (size_t k = text.find("...", 0); k != std::string_view::npos; k = text.find("...", k + 3))
+    ++ellipses;
+  for (size_t k = text.find("\xE2\x80\xA6", 0); k != std::string_view::npos;
+       k = text.find("\xE2\x80\xA6", k + 3)) {
+    ++ellipses;
   }
   const double nw = std::max<uint32_t>(1, r->words);
   if (non_symbol < 50) flags |= 1u << kFlagGopherShortDoc;
@@ -321,14 +352,21 @@ void DocAnalyzer::Repetition(std::string_view text, DocResult* r) {
   for (size_t w = 0; w < nw; ++w) word_hash_[w] = XXH3_64bits(s + word_start_[w], word_len_[w]);
   const double len = static_cast<double>(text.size());
   static const double kTop[5] = {0, 0, 0.20, 0.18, 0.16};
+  // gram_[i] = hash of the k-gram starting at word i, extended by one word per k.
+  gram_.assign(word_hash_.begin(), word_hash_.end());
+  auto extend = [&](size_t k) {  // from (k-1)-grams to k-grams
+    for (size_t i = 0; i + k <= nw; ++i)
+      gram_[i] = (gram_[i] ^ word_hash_[i + k - 1]) * 0x9E3779B97F4A7C15ULL + k;
+  };
+  bool top_done = false;
   for (size_t k = 2; k <= 4 && k <= nw; ++k) {
+    extend(k);
+    if (top_done) continue;
     Counter c(&table_keys_, &table_vals_, nw);
     uint32_t best = 0;
     size_t best_at = 0;
     for (size_t i = 0; i + k <= nw; ++i) {
-      uint64_t h = k;
-      for (size_t j = 0; j < k; ++j) h = (h ^ word_hash_[i + j]) * 0x9E3779B97F4A7C15ULL;
-      const uint32_t cnt = c.Add(h);
+      const uint32_t cnt = c.Add(gram_[i]);
       if (cnt > best) {
         best = cnt;
         best_at = i;
@@ -339,19 +377,18 @@ void DocAnalyzer::Repetition(std::string_view text, DocResult* r) {
       for (size_t j = 0; j < k; ++j) chars += word_len_[best_at + j];
       if (chars * best / len > kTop[k]) {
         r->flags |= 1u << kFlagGopherTopNgram;
-        break;
+        top_done = true;
       }
     }
   }
   static const double kDup[11] = {0, 0, 0, 0, 0, 0.15, 0.14, 0.13, 0.12, 0.11, 0.10};
   for (size_t k = 5; k <= 10 && k <= nw; ++k) {
+    extend(k);
     Counter c(&table_keys_, &table_vals_, nw);
     uint64_t dup_chars = 0;
     size_t i = 0;
     while (i + k <= nw) {
-      uint64_t h = k;
-      for (size_t j = 0; j < k; ++j) h = (h ^ word_hash_[i + j]) * 0x9E3779B97F4A7C15ULL;
-      if (c.Add(h) > 1) {
+      if (c.Add(gram_[i]) > 1) {
         for (size_t j = 0; j < k; ++j) dup_chars += word_len_[i + j];
         i += k;
       } else {
