@@ -11,6 +11,7 @@
 
 #include "nlohmann/json.hpp"
 #include "trainscope/core/os.h"
+#include "trainscope/core/subprocess.h"
 #include "trainscope/train/config.h"
 #include "trainscope/train/data.h"
 #include "trainscope/train/metrics.h"
@@ -386,6 +387,32 @@ TEST(TrainTest, SlowLoaderIsCalledDataBound) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->loader.data_bound) << r->loader.message;
   EXPECT_GT(r->loader.suggested_workers, 1);
+}
+
+// SentencePiece is dlopen()ed into this libtorch process (the protobuf clash the tokenizer
+// module works around): a model trained on the spot must load and train.
+TEST(TrainTest, SentencePieceTokenizerTrains) {
+  const std::string spm_train = FindInPath("spm_train");
+  if (spm_train.empty()) GTEST_SKIP() << "spm_train not installed";
+  const std::string dir = TempDir("spm");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  RunOptions ro;
+  ro.timeout = std::chrono::seconds(60);
+  auto run =
+      RunProcess({spm_train, "--input=" + DataDir() + "/tiny.txt", "--model_prefix=" + dir + "/spm",
+                  "--vocab_size=60", "--hard_vocab_limit=false", "--model_type=unigram",
+                  "--minloglevel=2", "--bos_id=-1", "--eos_id=1", "--unk_id=0", "--pad_id=-1"},
+                 ro);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(run->ok()) << run->err;
+  TrainConfig c = TinyConfig();
+  c.data.tokenizer = dir + "/spm.model";
+  c.model.seq_len = 8;
+  c.train.steps = 4;
+  auto r = RunTiny(c, "spm_run");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(r->params, CountParams(c.model, 257));  // vocab 60, not 257
+  EXPECT_NEAR(r->loss_start, std::log(60.0), 0.5);
 }
 
 TEST(TrainTest, VocabSmallerThanTokenizerIsNamed) {
