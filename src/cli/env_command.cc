@@ -16,7 +16,7 @@ namespace {
 struct EnvArgs {
   std::string output;       // fingerprint -o
   bool json = false;        // --json (every verb)
-  int timeout_ms = 2500;    // fingerprint/check: limit per probe
+  int timeout_ms = 2000;    // fingerprint/check: limit per probe
   std::string a, b;         // diff
   std::string fingerprint;  // check: file, or empty for this machine
   std::string matrix;       // check --matrix
@@ -94,7 +94,7 @@ void RegisterEnvCommand(CLI::App& parent, CommandContext& ctx) {
       "fingerprint", "probe host, limits, accelerators, toolkits, frameworks and env vars");
   fp->add_option("-o,--output", args->output, "write the JSON document to FILE");
   fp->add_flag("--json", args->json, "print the JSON document instead of the summary");
-  fp->add_option("--timeout-ms", args->timeout_ms, "time limit per probe (default 2500)")
+  fp->add_option("--timeout-ms", args->timeout_ms, "time limit per probe (default 2000)")
       ->check(CLI::Range(100, 600000));
   fp->callback([args, &ctx] { ctx.exit_code = RunFingerprint(*args); });
 
@@ -115,7 +115,7 @@ void RegisterEnvCommand(CLI::App& parent, CommandContext& ctx) {
       "--matrix", args->matrix,
       "compatibility matrix file (default: the one built in, data/compat_matrix.json)");
   check->add_flag("--json", args->json, "JSON output (format trainscope.env.check)");
-  check->add_option("--timeout-ms", args->timeout_ms, "time limit per probe (default 2500)")
+  check->add_option("--timeout-ms", args->timeout_ms, "time limit per probe (default 2000)")
       ->check(CLI::Range(100, 600000));
   check->callback([args, &ctx] { ctx.exit_code = RunCheck(*args); });
 }

@@ -202,6 +202,10 @@ TEST(Check, DeviceHealthAndSettings) {
   EXPECT_EQ(Find(r, "ascend.health")->severity, Severity::kError);
   EXPECT_NE(Find(r, "hccl.intra_links"), nullptr);
   EXPECT_NE(Find(r, "env.ascend_log_level"), nullptr);
+  json torch_broken = FixtureJson("fp_nvidia_a.json");
+  torch_broken["frameworks"][0]["torch"] =
+      "error: OSError: libcudnn.so.8: cannot open shared object file";
+  EXPECT_NE(Find(Check(torch_broken, DefaultMatrix()), "framework.torch_import"), nullptr);
   json broken = FixtureJson("fp_nvidia_a.json");
   broken["accelerators"]["nvidia"] =
       "error: nvidia-smi exited 9: NVIDIA-SMI has failed because it couldn't communicate";

@@ -217,7 +217,7 @@ TEST(Fingerprint, LiveMachineFitsSchema) {
   absl::Status st = ValidateAgainstSchema(*fp, FingerprintSchema(), "live");
   EXPECT_TRUE(st.ok()) << st << "\n" << fp->dump(2);
   EXPECT_FALSE(RenderFingerprintSummary(*fp).empty());
-  // Probes honour their limits: python gets 2.5 s, tools 2 s; nothing runs serially.
+  // Probes honour their limits (2 s each, run side by side): nothing runs serially.
   EXPECT_LT((*fp)["probe_ms"]["total"].get<double>(), 4000.0);
 }
 

@@ -364,6 +364,21 @@ void DeviceRules(const json& fp, std::vector<Finding>* out) {
 }
 
 void SettingRules(const json& fp, std::vector<Finding>* out) {
+  if (fp.contains("frameworks") && fp["frameworks"].is_array()) {
+    for (const json& py : fp["frameworks"]) {
+      const json& t = py.value("torch", json());
+      if (!t.is_string() || !absl::StartsWith(t.get<std::string>(), "error: ") ||
+          absl::StrContains(t.get<std::string>(), "took longer than")) {
+        continue;
+      }
+      std::string where = py.value("python", "python");
+      out->push_back({Severity::kWarning, "framework.torch_import",
+                      absl::StrCat("torch is installed for ", where, " but fails to import"),
+                      absl::StrCat(where, ": ", t.get<std::string>()),
+                      "Reinstall torch for this interpreter (pip install --force-reinstall torch) "
+                      "or check LD_LIBRARY_PATH for a conflicting libtorch / CUDA library."});
+    }
+  }
   for (const char* var : {"CUDA_LAUNCH_BLOCKING", "ASCEND_LAUNCH_BLOCKING"}) {
     if (Env(fp, var).value_or("") == "1") {
       out->push_back({Severity::kWarning, absl::StrCat("env.", absl::AsciiStrToLower(var)),

@@ -27,7 +27,7 @@ struct FingerprintOptions {
   std::chrono::milliseconds tool_timeout{2000};
   // Limit for each Python interpreter asked for torch / torch_npu versions (importing
   // torch takes about a second).
-  std::chrono::milliseconds python_timeout{2500};
+  std::chrono::milliseconds python_timeout{2000};
   // Interpreters to ask. Empty: $TRAINSCOPE_PYTHON if set, else /usr/bin/python3 and the
   // first python3 on $PATH (duplicates removed).
   std::vector<std::string> pythons;
