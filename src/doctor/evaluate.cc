@@ -151,7 +151,7 @@ std::vector<Check> Comm(const PartOutcome& o, const json& j) {
                          "library versions (env check)"
                        : "the collective test did not pass: rerun `trainscope selftest comm` and "
                          "check the rendezvous (MASTER_ADDR/PORT, firewall) and timeouts";
-    if (!reason.empty()) advice = absl::StrCat(reason, ". ", advice);
+    if (!reason.empty()) value = absl::StrCat(reason, " (", value, ")");
   } else if (!j.value("slow_ranks", json::array()).empty()) {
     verdict = "warn";
     absl::StrAppend(&value, "; slow ranks: ", j["slow_ranks"].dump());
@@ -184,7 +184,7 @@ std::vector<Check> Train(const PartOutcome& o, const json& j) {
         "the baseline run did not converge as expected: rerun `trainscope selftest train` "
         "and check the learning rate, data and numerics (NaN, loss scale) before real "
         "training";
-    if (!reason.empty()) advice = absl::StrCat(reason, ". ", advice);
+    if (!reason.empty()) parts.insert(parts.begin(), reason);
   }
   return {Make(o, "train", passed ? "pass" : "fail", absl::StrJoin(parts, ", "),
                "loss falls, run completes", advice)};
