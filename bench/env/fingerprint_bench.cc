@@ -5,7 +5,8 @@
 //   floor       the slowest single probe alone: asking /usr/bin/python3 for torch versions
 // Figures: parallel / floor (1.0 = the fingerprint costs no more than its slowest probe) and
 // sequential / parallel (what the threads buy). Prints one JSON object.
-//   env_fingerprint_bench [--reps 5]
+//   env_fingerprint_bench [--reps 5] [--python-timeout-ms 2000]
+// (the CLI's default limit is 2000 ms; a larger one measures an uncut torch import).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,35 +38,44 @@ double TimeMs(F&& f) {
 
 int main(int argc, char** argv) {
   int reps = 5;
+  int python_timeout_ms = 2000;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--python-timeout-ms") && i + 1 < argc) {
+      python_timeout_ms = std::max(100, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: env_fingerprint_bench [--reps N]\n");
+      std::fprintf(stderr, "usage: env_fingerprint_bench [--reps N] [--python-timeout-ms MS]\n");
       return 2;
     }
   }
   using trainscope::Os;
   namespace env = trainscope::env;
   env::FingerprintOptions par;
-  env::FingerprintOptions seq;
+  par.python_timeout = std::chrono::milliseconds(python_timeout_ms);
+  env::FingerprintOptions seq = par;
   seq.parallel = false;
   std::vector<double> tp, ts, tf;
   nlohmann::json last;
   for (int r = 0; r < reps; ++r) {
     tp.push_back(TimeMs([&] { last = *env::Fingerprint(Os::Default(), par); }));
     ts.push_back(TimeMs([&] { (void)env::Fingerprint(Os::Default(), seq); }));
-    tf.push_back(TimeMs([&] {
-      (void)env::ProbePython(Os::Default(), "/usr/bin/python3", par.python_timeout);
-    }));
+    tf.push_back(TimeMs(
+        [&] { (void)env::ProbePython(Os::Default(), "/usr/bin/python3", par.python_timeout); }));
   }
   nlohmann::json out;
   std::vector<std::string> args(argv, argv + argc);
   out["argv"] = args;
   out["trainscope_version"] = TS_VERSION;
   out["reps"] = reps;
-  out["torch"] = last["frameworks"].empty() ? nlohmann::json("absent")
-                                            : last["frameworks"][0]["torch"];
+  out["python_timeout_ms"] = python_timeout_ms;
+  out["python_probe_cut_off"] = last["frameworks"].empty()
+                                    ? false
+                                    : last["frameworks"][0]
+                                              .value("torch_nccl", "")
+                                              .rfind("error: importing torch took longer", 0) == 0;
+  out["torch"] =
+      last["frameworks"].empty() ? nlohmann::json("absent") : last["frameworks"][0]["torch"];
   out["parallel_ms"] = Median(tp);
   out["sequential_ms"] = Median(ts);
   out["floor_python_probe_ms"] = Median(tf);
