@@ -56,6 +56,7 @@ TEST(Check, ShmNofileAndHostMemory) {
   ASSERT_NE(Find(r, "limits.shm"), nullptr);
   EXPECT_EQ(Find(r, "limits.shm")->severity, Severity::kError);
   ASSERT_NE(Find(r, "limits.nofile"), nullptr);
+  EXPECT_NE(Find(r, "limits.nofile")->fix.find("ulimit -n 1048576"), std::string::npos);
   ASSERT_NE(Find(r, "host.memory_low"), nullptr);
   fp["limits"]["shm_size_bytes"] = "absent";
   EXPECT_NE(Find(Check(fp, DefaultMatrix()), "limits.shm"), nullptr);

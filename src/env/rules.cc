@@ -138,8 +138,11 @@ void LimitRules(const json& fp, std::vector<Finding>* out) {
                       "files\""),
          absl::StrCat("limits.nofile_soft = ", static_cast<long long>(*nofile),
                       ", hard = ", fp["limits"].value("nofile_hard", json()).dump()),
-         "Raise it: `ulimit -n 1048576` (up to the hard limit) or nofile in "
-         "/etc/security/limits.conf."});
+         NumberValue(fp, "limits.nofile_hard").value_or(0) >= 65536
+             ? absl::StrCat("Raise it up to the hard limit: `ulimit -n ",
+                            static_cast<long long>(*NumberValue(fp, "limits.nofile_hard")), "`.")
+             : std::string("Raise the hard limit too: nofile in /etc/security/limits.conf, or "
+                           "docker --ulimit nofile=1048576:1048576.")});
   }
   std::optional<double> total = NumberValue(fp, "host.mem_total_bytes");
   std::optional<double> avail = NumberValue(fp, "host.mem_available_bytes");
