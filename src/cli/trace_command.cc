@@ -2,6 +2,7 @@
 // profiler traces, stragglers across ranks, and findings (src/trace).
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,11 @@ struct TraceArgs {
 int RunAnalyze(const TraceArgs& a) {
   auto paths = trace::ExpandTracePaths(a.paths);
   if (!paths.ok()) return ReportAndExitCode("trace analyze", paths.status());
-  std::vector<trace::RankTrace> traces;
+  // One rank at a time: read, analyse, keep the result, free the events (memory stays at one
+  // rank's event table however many ranks are given).
+  std::vector<trace::RankResult> results;
+  std::set<int> used_ranks;
+  std::vector<size_t> unranked;
   for (const std::string& p : *paths) {
     auto t = trace::ReadRankTrace(p);
     if (!t.ok()) return ReportAndExitCode("trace analyze", t.status());
@@ -53,9 +58,25 @@ int RunAnalyze(const TraceArgs& a) {
       return ReportAndExitCode("trace analyze",
                                absl::InvalidArgumentError(p + ": no usable events in the trace"));
     }
-    traces.push_back(std::move(*t));
+    if (t->rank >= 0) used_ranks.insert(t->rank);
+    bool has_rank = t->rank >= 0;
+    results.push_back(trace::AnalyzeRank(&*t, a.analyze));
+    if (!has_rank) unranked.push_back(results.size() - 1);
   }
-  trace::Report rep = trace::AnalyzeRanks(&traces, a.analyze);
+  // Traces without a rank (no distributedInfo, no number in the name): next free numbers.
+  int next = 0;
+  for (size_t i : unranked) {
+    while (used_ranks.count(next)) ++next;
+    trace::RankResult& r = results[i];
+    r.rank = next++;
+    r.rank_source = "order";
+    for (trace::Finding& f : r.findings) {
+      f.rank = r.rank;
+      if (f.what.rfind("rank -1", 0) == 0)
+        f.what = "rank " + std::to_string(r.rank) + f.what.substr(7);
+    }
+  }
+  trace::Report rep = trace::CombineRanks(std::move(results), a.analyze);
   if (!a.export_path.empty()) {
     absl::Status s = WriteFileAtomic(a.export_path, trace::ExportChromeTrace(rep).dump() + "\n");
     if (!s.ok()) return ReportAndExitCode("trace analyze", s);

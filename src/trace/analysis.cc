@@ -545,7 +545,6 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
 }
 
 Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& opt) {
-  Report rep;
   // Ranks without one get the next free number, in path order.
   std::vector<bool> used;
   for (auto& t : *traces)
@@ -560,7 +559,14 @@ Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& opt) {
     t.rank = next++;
     t.rank_source = "order";
   }
-  for (auto& t : *traces) rep.ranks.push_back(AnalyzeRank(&t, opt));
+  std::vector<RankResult> results;
+  for (auto& t : *traces) results.push_back(AnalyzeRank(&t, opt));
+  return CombineRanks(std::move(results), opt);
+}
+
+Report CombineRanks(std::vector<RankResult> ranks, const AnalyzeOptions& opt) {
+  Report rep;
+  rep.ranks = std::move(ranks);
   std::stable_sort(rep.ranks.begin(), rep.ranks.end(),
                    [](const RankResult& a, const RankResult& b) { return a.rank < b.rank; });
   CrossRankFindings(opt, &rep);

@@ -97,8 +97,13 @@ struct Report {
 // Analyses one rank. Sorts trace->events by time (the table is otherwise left as read).
 RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& options = {});
 
-// Per-rank analyses plus stragglers and cross-rank findings. Ranks sorted by rank.
+// Per-rank analyses plus stragglers and cross-rank findings. Ranks sorted by rank; traces
+// without a rank get the next free number in order.
 Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& options = {});
+
+// The cross-rank part alone, over per-rank results (so that a caller can analyse one rank at a
+// time and free its events: memory stays at one rank's event table). Sorts by rank.
+Report CombineRanks(std::vector<RankResult> ranks, const AnalyzeOptions& options = {});
 
 // The --json document (format "trainscope.trace.analysis", version 1; docs/formats.md).
 nlohmann::json ReportToJson(const Report& report);
