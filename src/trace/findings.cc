@@ -13,6 +13,11 @@ namespace {
 
 std::string Ms(double us) { return absl::StrFormat("%.1f ms", us / 1e3); }
 std::string Pc(double pct) { return absl::StrFormat("%.0f%%", pct); }
+// A number for a sentence: no exponent, at most one decimal.
+std::string N(double v) {
+  return std::fabs(v - std::round(v)) < 0.05 ? absl::StrFormat("%.0f", v)
+                                             : absl::StrFormat("%.1f", v);
+}
 
 // Why a step's gap is there: the largest host component that is not compute.
 struct GapCause {
@@ -119,19 +124,19 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     if (f.contains("short_kernels_pct") && f["short_kernels_pct"].get<double>() > 50 &&
         f["kernels_per_step"].get<double>() > 100) {
       Add(r, "warning", "tiny_kernels",
-          absl::StrCat(who, ": ", f["short_kernels_pct"].get<double>(), "% of kernels run under ",
-                       f["short_threshold_us"].get<double>(), " us"),
-          absl::StrCat(f["kernels_per_step"].get<double>(), " kernels per step"),
+          absl::StrCat(who, ": ", N(f["short_kernels_pct"].get<double>()), "% of kernels run under ",
+                       N(f["short_threshold_us"].get<double>()), " us"),
+          absl::StrCat(N(f["kernels_per_step"].get<double>()), " kernels per step"),
           "fuse small operators (torch.compile, fused optimizers, fused LayerNorm/activation), "
           "capture steps with CUDA graphs, raise the batch size");
     }
     if (f.contains("launch") && f["launch"]["kernels_shorter_than_launch_pct"].get<double>() > 30) {
       Add(r, "warning", "launch_bound",
           absl::StrCat(who, ": launch-bound, ",
-                       f["launch"]["kernels_shorter_than_launch_pct"].get<double>(),
+                       N(f["launch"]["kernels_shorter_than_launch_pct"].get<double>()),
                        "% of kernels are shorter than their CPU launch"),
-          absl::StrCat("mean CPU launch ", f["launch"]["cpu_launch_mean_us"].get<double>(),
-                       " us vs kernel ", f["launch"]["kernel_mean_us"].get<double>(), " us"),
+          absl::StrCat("mean CPU launch ", N(f["launch"]["cpu_launch_mean_us"].get<double>()),
+                       " us vs kernel ", N(f["launch"]["kernel_mean_us"].get<double>()), " us"),
           "CUDA graphs or torch.compile(mode=\"reduce-overhead\"); fewer, larger kernels");
     }
   }
@@ -170,7 +175,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   }
   if (sus["host_device_syncs_per_step"].get<double>() >= 1) {
     Add(r, "info", "syncs",
-        absl::StrCat(who, ": ", sus["host_device_syncs_per_step"].get<double>(),
+        absl::StrCat(who, ": ", N(sus["host_device_syncs_per_step"].get<double>()),
                      " host-device synchronisations per step (",
                      sus["host_device_syncs"][0]["name"].get<std::string>(), ", ...)"),
         "each one stalls the host until the device drains",
@@ -179,7 +184,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   if (sus["gather_scatter_pct"].get<double>() > 10) {
     Add(r, "info", "gather_scatter",
         absl::StrCat(who, ": gather/scatter/index operators take ",
-                     sus["gather_scatter_pct"].get<double>(), "% of the time"),
+                     N(sus["gather_scatter_pct"].get<double>()), "% of the time"),
         "gather, scatter, index_select, index_put, embedding backward",
         "use fused embedding/MoE dispatch kernels, sort indices, avoid index_put with "
         "accumulate in the hot loop");
@@ -189,7 +194,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     Add(r, "info", "fusion",
         absl::StrCat(who, ": fusion candidate ", f["sequence"].get<std::string>(), " (",
                      f["count"].get<int64_t>(), " times)"),
-        absl::StrCat(f["total_us"].get<double>(), " us in total"),
+        absl::StrCat(N(f["total_us"].get<double>()), " us in total"),
         "use a fused kernel (fused LayerNorm/bias-activation, torch.compile)");
   }
   const auto& p = r->parse;
