@@ -314,9 +314,17 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
     }
   }
   if (report.contains("gpu_bench") && Str(report["gpu_bench"], "status") != "ok") {
-    out.push_back(Make("device.gpu_bench", "skip", Str(report["gpu_bench"], "detail"),
-                       "cuBLAS bf16 GEMM and triad per GPU",
-                       "build with a CUDA toolkit and install the CUDA runtime and cuBLAS"));
+    std::string detail = Str(report["gpu_bench"], "detail");
+    std::string advice =
+        absl::StrContains(detail, "driver")
+            ? "the NVIDIA driver is missing or older than the CUDA runtime: install a driver "
+              "that supports it (nvidia-smi shows the highest CUDA version it supports)"
+        : absl::StrContains(detail, "without a CUDA toolkit")
+            ? "rebuild trainscope on a machine with the CUDA toolkit for the GPU benchmarks"
+            : "install the CUDA runtime and cuBLAS (libcudart, libcublas) where the loader "
+              "finds them (ldconfig or LD_LIBRARY_PATH)";
+    out.push_back(
+        Make("device.gpu_bench", "skip", detail, "cuBLAS bf16 GEMM and triad per GPU", advice));
   }
   // Cores against their siblings: clock and single-core matmul.
   const json& cores = report.value("cores", json::array());

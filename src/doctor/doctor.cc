@@ -36,7 +36,15 @@ int NvidiaDevices(const PartOutcome& device) {
   return n;
 }
 
-bool os_ok(const std::string& path) { return Os::Default()->FileExists(path); }
+// True when this run's fingerprint part succeeded (and so wrote fingerprint.json).
+bool FingerprintTaken(const Report& report) {
+  for (const PartOutcome& o : report.parts) {
+    if (o.name == "fingerprint" && o.started && !o.timed_out && o.exit_code == 0) {
+      return Os::Default()->FileExists(report.run_dir + "/fingerprint.json");
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -120,7 +128,7 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
       }
     }
     const double left = deadline - NowS();
-    if (defaults && part.name == "env" && os_ok(report.run_dir + "/fingerprint.json")) {
+    if (defaults && part.name == "env" && FingerprintTaken(report)) {
       // Check the fingerprint just taken instead of probing the machine again.
       part.argv.push_back(report.run_dir + "/fingerprint.json");
     }
