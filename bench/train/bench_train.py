@@ -96,18 +96,19 @@ def main():
         "torch": peer["torch"], "threads": peer["threads"],
     }
 
-    # 2. Observability on vs off, interleaved twice.
+    # 2. Observability on vs off, interleaved (off, on, on, off, off, on) so drifting load
+    #    hits both alike; plus the in-run share of time spent in observability code.
     off_cfg = cfg_file("obs_off", lambda c: c["train"].__setitem__("observability", False))
-    on_ms, off_ms = [], []
-    for i in range(2):
-        d = os.path.join(tmp, f"off{i}")
-        t0 = time.perf_counter()
-        r = json.loads(run([a.binary, "train", "--config", off_cfg, "--run-dir", d, "--json"]))
-        off_ms.append(r["mean_step_ms"])
-        r = json.loads(run([a.binary, "train", "--config", main_cfg, "--run-dir", os.path.join(tmp, f"on{i}"), "--json"]))
-        on_ms.append(r["mean_step_ms"])
+    on_ms, off_ms, obs_frac = [], [], []
+    for i, kind in enumerate(["off", "on", "on", "off", "off", "on"]):
+        cfg = off_cfg if kind == "off" else main_cfg
+        r = json.loads(run([a.binary, "train", "--config", cfg, "--run-dir", os.path.join(tmp, f"obs{i}"), "--json"]))
+        (off_ms if kind == "off" else on_ms).append(r["mean_step_ms"])
+        if kind == "on":
+            obs_frac.append(r["observability_fraction"])
     out["observability"] = {"on_step_ms": on_ms, "off_step_ms": off_ms,
-                            "overhead_ratio": statistics.mean(on_ms) / statistics.mean(off_ms)}
+                            "overhead_ratio": statistics.mean(on_ms) / statistics.mean(off_ms),
+                            "in_run_fraction": statistics.mean(obs_frac)}
 
     # 3. Data parallel: 2 ranks x 1 thread vs 1 rank x 1 thread (same per-rank batch).
     if not a.skip_dp:

@@ -179,6 +179,7 @@ json TrainResultToJson(const TrainResult& r) {
           {"mean_phases_ms", PhaseTimesToJson(r.mean_phases)},
           {"mean_comm_ms", r.mean_comm_ms},
           {"overlap_fraction", r.overlap_fraction},
+          {"observability_fraction", r.observability_fraction},
           {"loader",
            {{"data_bound", r.loader.data_bound},
             {"data_wait_fraction", r.loader.data_wait_fraction},
@@ -288,6 +289,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   const auto loop_start = Clock::now();
   PhaseTimes phase_sum;
   double step_ms_sum = 0, tokens_sum = 0, comm_sum = 0;
+  double obs_sum = 0;  // time spent in observability code (norms, RSS, metrics lines)
   int timed_steps = 0;
   for (int step = 1; step <= rc.steps; ++step) {
     const auto step_start = Clock::now();
@@ -365,6 +367,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
     const bool norms_now =
         observe && rc.layer_norms_every > 0 && (step % rc.layer_norms_every == 0 || step == 1);
     std::vector<LayerNorms> layer_norms;
+    const auto obs_start = Clock::now();
     if (norms_now) {
       torch::NoGradGuard no_grad;
       for (const auto& [name, p] : named) {
@@ -375,6 +378,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
         layer_norms.push_back(std::move(ln));
       }
     }
+    double obs_ms = MsSince(obs_start);
     optimizer.step();
     for (auto& p : all_params) p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none)
     ph.optimizer_ms += MsSince(t0);
@@ -402,10 +406,13 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
       ++timed_steps;
     }
     if (metrics) {
+      const auto write_start = Clock::now();
       rec.host_rss_bytes = HostRssBytes();
       TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
       if (norms_now) TS_RETURN_IF_ERROR(metrics->WriteLayerNorms(step, layer_norms));
+      obs_ms += MsSince(write_start);
     }
+    obs_sum += obs_ms;
     if (rank == 0 && options.on_step) options.on_step(rec);
     if (stop_for_time && step < rc.steps) {
       result.stopped_by_time = true;
@@ -413,6 +420,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
     }
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  result.observability_fraction = result.seconds > 0 ? obs_sum / (result.seconds * 1000) : 0;
 
   const int n = static_cast<int>(result.losses.size());
   result.loss_start = result.losses.front();

@@ -52,6 +52,9 @@ struct TrainResult {
   // backward: 1 - comm_wait / comm (0 when nothing overlapped, 1 when all of it did).
   double mean_comm_ms = 0;
   double overlap_fraction = 0;
+  // Time spent in observability code (per-layer norms, RSS, writing metrics lines) over the
+  // training loop's wall time.
+  double observability_fraction = 0;
   LoaderVerdict loader;
   CorpusStats corpus;
   std::string precision;  // "fp32" or "bf16"
