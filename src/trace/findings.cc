@@ -124,8 +124,8 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     if (f.contains("short_kernels_pct") && f["short_kernels_pct"].get<double>() > 50 &&
         f["kernels_per_step"].get<double>() > 100) {
       Add(r, "warning", "tiny_kernels",
-          absl::StrCat(who, ": ", N(f["short_kernels_pct"].get<double>()), "% of kernels run under ",
-                       N(f["short_threshold_us"].get<double>()), " us"),
+          absl::StrCat(who, ": ", N(f["short_kernels_pct"].get<double>()),
+                       "% of kernels run under ", N(f["short_threshold_us"].get<double>()), " us"),
           absl::StrCat(N(f["kernels_per_step"].get<double>()), " kernels per step"),
           "fuse small operators (torch.compile, fused optimizers, fused LayerNorm/activation), "
           "capture steps with CUDA graphs, raise the batch size");
