@@ -63,6 +63,9 @@ void Classify(const std::string& path, Difference* d) {
   if (path == "toolkits.cuda_toolkit" || path == "toolkits.cann") {
     return set(1, "toolkit", true);
   }
+  if (path == "toolkits.cuda_toolkit_path" || path == "toolkits.cann_path") {
+    return set(1, "toolkit", false);
+  }
   if (absl::StartsWith(path, "frameworks")) {
     bool version = leaf == "torch" || leaf == "torch_cuda" || leaf == "torch_npu" ||
                    leaf == "python_version" || leaf == "torch_cudnn" || leaf == "torch_nccl" ||
