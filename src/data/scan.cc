@@ -1,6 +1,7 @@
 // The scan pipeline: reader thread -> worker threads -> in-order merge on the caller.
 #include "trainscope/data/scan.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -123,6 +125,35 @@ class ResultQueue {
   bool workers_done_ = false, aborted_ = false;
 };
 
+// Append-only per-document array in 64K-element blocks: growth never copies or doubles,
+// so memory stays at the element size per document (a std::vector would briefly hold
+// three times its size while it grows).
+template <typename T>
+class Chunked {
+ public:
+  static constexpr size_t kBlock = 1 << 16;
+  void push_back(T v) {
+    if (n_ % kBlock == 0) blocks_.emplace_back(new T[kBlock]);
+    blocks_.back()[n_ % kBlock] = v;
+    ++n_;
+  }
+  T operator[](size_t i) const { return blocks_[i / kBlock][i % kBlock]; }
+  size_t size() const { return n_; }
+  std::vector<T> ToVector() const {
+    std::vector<T> v(n_);
+    for (size_t i = 0; i < n_; ++i) v[i] = (*this)[i];
+    return v;
+  }
+  void clear() {
+    blocks_.clear();
+    n_ = 0;
+  }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> blocks_;
+  size_t n_ = 0;
+};
+
 LengthStats MakeLengthStats(const std::vector<uint32_t>& v) {
   LengthStats s;
   std::vector<double> d(v.begin(), v.end());
@@ -133,9 +164,8 @@ LengthStats MakeLengthStats(const std::vector<uint32_t>& v) {
 
 class UnionFind {
  public:
-  explicit UnionFind(size_t n) : parent_(n) {
-    for (size_t i = 0; i < n; ++i) parent_[i] = static_cast<uint32_t>(i);
-  }
+  // Adopts a forest: parent[i] <= i for every i (a root points at itself).
+  explicit UnionFind(std::vector<uint32_t> parent) : parent_(std::move(parent)) {}
   uint32_t Find(uint32_t x) {
     uint32_t r = x;
     while (parent_[r] != r) r = parent_[r];
@@ -191,6 +221,10 @@ BatchDupStats BatchDuplicates(const std::vector<uint32_t>& cluster,
 
 absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const ScanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Batches and per-batch results (hundreds of KB) move between threads; with glibc's
+  // dynamic mmap threshold they end up in per-thread arenas that fragment and keep growing
+  // over a long scan. A fixed threshold keeps them in mmap()ed blocks that are returned.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   if (opt.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
   if (opt.bands < 1 || opt.rows < 1 || opt.ngram < 1) {
     return absl::InvalidArgumentError("--bands, --rows and --ngram must be >= 1");
@@ -280,8 +314,8 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
 
   // --- in-order merge
   absl::flat_hash_map<uint64_t, uint32_t> raw_first, norm_first;
-  std::vector<uint32_t> tokens, chars, flags, exact_of, dup_parent;
-  std::vector<uint16_t> langs;
+  Chunked<uint32_t> tokens_c, chars_c, flags, exact_of, dup_parent;
+  Chunked<uint16_t> langs;
   std::map<uint16_t, std::pair<uint64_t, uint64_t>> lang_counts;
   uint64_t flag_counts[kNumFlags] = {0};
   const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
@@ -298,8 +332,8 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       res.chars += d.chars;
       res.words += d.words;
       res.tokens += d.tokens;
-      tokens.push_back(static_cast<uint32_t>(std::min<uint64_t>(d.tokens + eos, UINT32_MAX)));
-      chars.push_back(d.chars);
+      tokens_c.push_back(static_cast<uint32_t>(std::min<uint64_t>(d.tokens + eos, UINT32_MAX)));
+      chars_c.push_back(d.chars);
       flags.push_back(d.flags);
       langs.push_back(d.lang);
       auto& lc = lang_counts[d.lang];
@@ -356,6 +390,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   TS_RETURN_IF_ERROR(merge_status);
   raw_first = {};
   norm_first = {};
+  malloc_trim(0);  // hand the tables' pages back before the near-duplicate phase
   for (int f = 0; f < kNumFlags; ++f) {
     if (flag_counts[f]) res.flag_docs[FlagName(f)] = flag_counts[f];
   }
@@ -366,11 +401,8 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
 
   // --- near duplicates: per band, sort (hash, doc) records; equal hashes are candidate
   // pairs, verified by the share of agreeing MinHash fingerprints; union-find, keep-first.
-  UnionFind uf(res.docs);
-  for (uint32_t g = 0; g < res.docs; ++g) {
-    if (dup_parent[g] != g) uf.Union(g, dup_parent[g]);
-  }
-  dup_parent = {};
+  UnionFind uf(dup_parent.ToVector());  // exact and normalised copies point at the first
+  dup_parent.clear();
   if (opt.near_dup && res.docs > 0) {
     TS_RETURN_IF_ERROR(sig_file->Close());
     TS_ASSIGN_OR_RETURN(auto sigs, spill->Reader("sigs"));
@@ -411,6 +443,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
         i = j;
       }
       recs = {};
+      malloc_trim(0);
     }
   }
   const double jt = opt.threshold;
@@ -438,9 +471,13 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     }
     res.batch_dup_shuffled = BatchDuplicates(cluster, &order, opt.batch_size);
   }
+  std::vector<uint32_t> tokens = tokens_c.ToVector();
+  tokens_c.clear();
   res.padding = PaddingWaste(tokens, opt.seq_len, opt.batch_size);
-  res.chars_per_doc = MakeLengthStats(chars);
   res.tokens_per_doc = MakeLengthStats(tokens);
+  std::vector<uint32_t> chars = chars_c.ToVector();
+  chars_c.clear();
+  res.chars_per_doc = MakeLengthStats(chars);
 
   // --- verdicts
   if (want_ids) {
@@ -474,10 +511,10 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     TS_RETURN_IF_ERROR(out->Commit());
   }
   if (opt.keep_doc_arrays) {
-    res.doc_flags = std::move(flags);
+    res.doc_flags = flags.ToVector();
     res.doc_tokens = std::move(tokens);
     res.doc_chars = std::move(chars);
-    res.doc_exact_of = std::move(exact_of);
+    res.doc_exact_of = exact_of.ToVector();
     res.doc_near_of.resize(res.docs);
     for (uint32_t g = 0; g < res.docs; ++g) {
       res.doc_near_of[g] = cluster[g] == g ? ScanResult::kNoDoc : cluster[g];
