@@ -127,6 +127,10 @@ TEST(Evaluate, TrainEnvAndDevice) {
   EXPECT_NE(c[0].value.find("12,345 tokens/s"), std::string::npos) << c[0].value;
   EXPECT_NE(c[0].value.find("loss did not fall"), std::string::npos);
   EXPECT_NE(c[0].advice.find("learning rate"), std::string::npos);
+  EXPECT_EQ(c[0].expected, "loss falls, run completes");
+  train["target_loss"] = 2.7;
+  EXPECT_EQ(EvaluatePart(Outcome("train", 1, train.dump()))[0].expected,
+            "loss < 2.70, run completes");
 
   json env = {{"format", "trainscope.env.check"},
               {"findings",

@@ -186,8 +186,11 @@ std::vector<Check> Train(const PartOutcome& o, const json& j) {
         "training";
     if (!reason.empty()) parts.insert(parts.begin(), reason);
   }
-  return {Make(o, "train", passed ? "pass" : "fail", absl::StrJoin(parts, ", "),
-               "loss falls, run completes", advice)};
+  double target = Num(j, "target_loss");
+  std::string expected = !std::isnan(target) && target > 0
+                             ? absl::StrCat("loss < ", FormatDouble(target, 2), ", run completes")
+                             : "loss falls, run completes";
+  return {Make(o, "train", passed ? "pass" : "fail", absl::StrJoin(parts, ", "), expected, advice)};
 }
 
 }  // namespace
