@@ -46,10 +46,14 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--out", default="")
     ap.add_argument("--skip-dp", action="store_true")
+    ap.add_argument("--pairs", type=int, default=4, help="interleaved trainscope/peer run pairs")
+    ap.add_argument("--threads", type=int, default=0, help="override train.threads (both sides)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ts_bench_train_")
     base = json.load(open(a.config))
     base["train"]["steps"] = a.steps
+    if a.threads:
+        base["train"]["threads"] = a.threads
     base["train"]["layer_norms_every"] = max(base["train"].get("layer_norms_every", 50), 1)
 
     def cfg_file(name, mutate=None):
@@ -71,7 +75,7 @@ def main():
            "cpus": os.cpu_count(), "steps": a.steps, "config": base}
     tokens_per_step = base["model"]["seq_len"] * base["train"]["micro_batch"] * base["train"].get("grad_accum", 1)
 
-    # 1. trainscope vs PyTorch peer, interleaved: cpp, py, cpp(seed+1), py.
+    # 1. trainscope vs PyTorch peer, interleaved: cpp, py, cpp(seed+1), py, cpp, py, ...
     main_cfg = cfg_file("main")
     d_a, loss_a, ms_a = cpp("cpp_a", main_cfg)
     resolved = os.path.join(d_a, "train", "config.json")
@@ -79,8 +83,16 @@ def main():
     seed_cfg = cfg_file("seed2", lambda c: c["train"].__setitem__("seed", c["train"]["seed"] + 1))
     d_b, loss_b, ms_b = cpp("cpp_b", seed_cfg)
     peer2 = json.loads(run([PY, os.path.join(HERE, "peer.py"), "--config", resolved]))
-    cpp_ms = median_after(ms_a + ms_b)
-    py_ms = median_after(peer["step_ms"] + peer2["step_ms"])
+    cpp_runs, py_runs = [median_after(ms_a), median_after(ms_b)], [median_after(peer["step_ms"]), median_after(peer2["step_ms"])]
+    all_cpp, all_py = ms_a + ms_b, peer["step_ms"] + peer2["step_ms"]
+    for i in range(a.pairs - 2):
+        _, _, ms = cpp(f"cpp_extra{i}", main_cfg)
+        p3 = json.loads(run([PY, os.path.join(HERE, "peer.py"), "--config", resolved]))
+        cpp_runs.append(median_after(ms)); py_runs.append(median_after(p3["step_ms"]))
+        all_cpp += ms[2:]; all_py += p3["step_ms"][2:]
+    out["vs_pytorch_runs_step_ms"] = {"cpp": cpp_runs, "py": py_runs}
+    cpp_ms = statistics.median(cpp_runs)
+    py_ms = statistics.median(py_runs)
     start = min(10, a.steps // 2)
     mean_abs = lambda x, y: statistics.mean(abs(p - q) for p, q in zip(x[start:], y[start:]))
     noise = mean_abs(loss_a, loss_b)
