@@ -242,7 +242,6 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
   {
     auto* path = new std::string;
     auto* json = new bool(false);
-    auto* max_rows = new int64_t(0);
     CLI::App* stats =
         cmd->add_subcommand("stats", "numeric feature statistics of .npy, .safetensors or CSV");
     stats->add_option("file", *path, ".npy, .safetensors or .csv")->required();
@@ -257,7 +256,6 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
                   : data::FeatureReportToText(*rep));
       ctx.exit_code = kExitOk;
     });
-    (void)max_rows;
   }
 }
 
