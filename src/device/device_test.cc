@@ -89,6 +89,34 @@ TEST(NpuSmi, ParsesTwoLineDeviceRows) {
   EXPECT_FALSE(ParseNpuSmiInfo("npu-smi: command failed\n").ok());
 }
 
+TEST(NpuSmi, A3LayoutHasTwoChipsPerNpuWithPhysicalIds) {
+  const char* text =
+      "| NPU   Name                | Health        | Power(W)    Temp(C)           "
+      "Hugepages-Usage(page)|\n"
+      "| Chip  Phy-ID              | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)   "
+      "     |\n"
+      "+===========================+===============+==============================================="
+      "=====+\n"
+      "| 0     Ascend910           | OK            | 166.4       40                0    / 0        "
+      "     |\n"
+      "| 0     0                   | 0000:9D:00.0  | 0           0    / 0          3402 / 65536    "
+      "     |\n"
+      "+---------------------------+---------------+-----------------------------------------------"
+      "-----+\n"
+      "| 0     Ascend910           | OK            | -           41                0    / 0        "
+      "     |\n"
+      "| 1     1                   | 0000:9F:00.0  | 0           0    / 0          3390 / 65536    "
+      "     |\n";
+  absl::StatusOr<std::vector<DeviceStatus>> d = ParseNpuSmiInfo(text);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_EQ((*d)[0].index, 0);
+  EXPECT_EQ((*d)[1].index, 1);
+  EXPECT_LT((*d)[1].power_w, 0);  // "-" on the second chip
+  EXPECT_DOUBLE_EQ((*d)[1].temperature_c, 41);
+  EXPECT_EQ((*d)[1].bus_id, "0000:9F:00.0");
+}
+
 TEST(CpuInfo, ReadsProcAndSysThroughOs) {
   FakeOs os;
   os.AddFile("/proc/cpuinfo",

@@ -154,6 +154,12 @@ absl::StatusOr<std::vector<DeviceStatus>> ParseNpuSmiInfo(absl::string_view text
       pending = &out.back();
     } else if (pending != nullptr) {
       pending->bus_id = mid;
+      // A3 ("Chip Phy-ID") and 310P ("Chip Device") layouts: the second number is the
+      // logical device id that ASCEND_RT_VISIBLE_DEVICES uses; two chips share an NPU id.
+      if (c0.size() >= 2) {
+        int64_t phy = IntOr(c0[1]);
+        if (phy >= 0) pending->index = static_cast<int>(phy);
+      }
       // AICore% then used/total pairs; the last pair is HBM when present.
       if (!c2.empty()) pending->utilization_pct = NumOr(c2[0]);
       if (c2.size() >= 5) {
