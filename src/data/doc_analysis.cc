@@ -105,23 +105,6 @@ DocAnalyzer::DocAnalyzer(const AnalyzerOptions& options) : options_(options) {
   mins_.resize(p);
 }
 
-void DocAnalyzer::Words(std::string_view text) {
-  word_start_.clear();
-  word_len_.clear();
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    while (i < n && IsSpace(s[i])) ++i;
-    const size_t b = i;
-    while (i < n && !IsSpace(s[i])) ++i;
-    if (i > b) {
-      word_start_.push_back(static_cast<uint32_t>(b));
-      word_len_.push_back(static_cast<uint32_t>(i - b));
-    }
-  }
-}
-
 void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult* r,
                           uint64_t* band_out, uint16_t* sig_out) {
   *r = DocResult();
@@ -137,11 +120,27 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   size_t o = 0;
   uint32_t chars = 0;
   bool pending_space = false;
-  for (unsigned char c : text) {
+  // The same pass records the words (maximal runs of non-whitespace bytes).
+  word_start_.clear();
+  word_len_.clear();
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  bool in_word = false;
+  uint32_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = bytes[i];
     chars += (c & 0xC0) != 0x80;
     if (IsSpace(c)) {
       pending_space = o > 0;
+      if (in_word) {
+        word_start_.push_back(start);
+        word_len_.push_back(static_cast<uint32_t>(i) - start);
+        in_word = false;
+      }
       continue;
+    }
+    if (!in_word) {
+      in_word = true;
+      start = static_cast<uint32_t>(i);
     }
     if (pending_space) {
       out[o++] = ' ';
@@ -149,12 +148,15 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
     }
     out[o++] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : static_cast<char>(c);
   }
+  if (in_word) {
+    word_start_.push_back(start);
+    word_len_.push_back(static_cast<uint32_t>(text.size()) - start);
+  }
   norm_.resize(o);
   r->chars = chars;
   r->norm_hash = XXH3_64bits(norm_.data(), norm_.size());
   if (norm_.empty()) r->flags |= 1u << kFlagEmpty;
 
-  Words(text);
   r->words = static_cast<uint32_t>(word_start_.size());
   if (known_tokens >= 0) {
     r->tokens = known_tokens;

@@ -93,7 +93,6 @@ class DocAnalyzer {
                uint16_t* sig_out);
 
  private:
-  void Words(std::string_view text);
   void Noise(std::string_view text, DocResult* r);
   void Repetition(std::string_view text, DocResult* r);
   void Language(std::string_view text, DocResult* r);
