@@ -15,6 +15,18 @@ struct CommandContext {
   std::string argv0;  // path of this executable, for commands that start themselves
 };
 
+// Parses argv and runs the chosen command's callback. Returns the process exit code:
+// the command's, 0 for --help/--version, 2 for bad usage (after printing the usage).
+int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv);
+// Settings shared by both executables' root apps (version flag, usage on error).
+void ConfigureRoot(CLI::App& app);
+
+// Verbs that load libtorch live in a second executable, `trainscope-torch`, next to
+// `trainscope`: the libtorch-free verbs (env, launch, data, trace, doctor, selftest comm)
+// then start in milliseconds instead of paying libtorch's start-up. `trainscope` execs
+// into it for these verbs (torch_main.cc); `--help` lists them in both.
+bool IsTorchVerb(int argc, char** argv);
+
 void RegisterEnvCommand(CLI::App& root, CommandContext& ctx);     // env_command.cc
 void RegisterLaunchCommand(CLI::App& root, CommandContext& ctx);  // launch_command.cc
 void RegisterTrainCommand(CLI::App& root, CommandContext& ctx);   // train_command.cc

@@ -1,48 +1,71 @@
 // trainscope: from a fresh machine to a converged, fast training run.
+// This executable carries every libtorch-free verb; the verbs that need libtorch (train,
+// selftest train, selftest device) run in `trainscope-torch`, which this one execs into.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "cli/command.h"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/subprocess.h"
+
+namespace {
+
+// Replaces this process with trainscope-torch (same argv, same pid, so launchers, doctor
+// and signal handling see one process). Only returns on failure.
+int ExecTorchBinary(const std::string& self, char** argv) {
+  std::string dir = self.substr(0, self.rfind('/') + 1);
+  std::string torch_exe = dir + "trainscope-torch";
+  // The trainer wants OpenMP's passive wait policy (spinning threads of libgomp steal the
+  // cores a shared machine has); set it before libtorch starts rather than re-exec later.
+  if (!std::getenv(trainscope::envvar::kOmpWaitPolicy)) {
+    setenv(trainscope::envvar::kOmpWaitPolicy, "PASSIVE", 1);
+  }
+  execv(torch_exe.c_str(), argv);
+  std::fprintf(stderr, "trainscope: error: cannot start %s: %s\n", torch_exe.c_str(),
+               std::strerror(errno));
+  std::fprintf(stderr, "hint: build it with scripts/build (it is built with libtorch)\n");
+  return trainscope::kExitUsage;
+}
+
+// Help-only entries for the verbs that trainscope-torch runs.
+void RegisterForwarded(CLI::App& parent, const char* name, const char* description) {
+  CLI::App* cmd = parent.add_subcommand(name, description);
+  cmd->allow_extras();
+  cmd->prefix_command();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using trainscope::cli::CommandContext;
   CommandContext ctx;
   ctx.argv0 = trainscope::SelfExecutablePath();
   if (ctx.argv0.empty()) ctx.argv0 = argv[0];
+  if (trainscope::cli::IsTorchVerb(argc, argv)) return ExecTorchBinary(ctx.argv0, argv);
 
   CLI::App app{
       "trainscope: environment, device, communication, data, training and profile checks "
       "for large-model training"};
-  app.set_version_flag("--version", std::string("trainscope ") + TS_VERSION);
-  app.require_subcommand(1);
-  app.fallthrough(false);
+  trainscope::cli::ConfigureRoot(app);
 
   trainscope::cli::RegisterEnvCommand(app, ctx);
   trainscope::cli::RegisterDoctorCommand(app, ctx);
-  CLI::App* selftest = app.add_subcommand("selftest", "device, communication and training self-checks");
+  CLI::App* selftest =
+      app.add_subcommand("selftest", "device, communication and training self-checks");
   selftest->require_subcommand(1);
-  trainscope::cli::RegisterSelftestDeviceCommand(*selftest, ctx);
+  RegisterForwarded(*selftest, "device", "device health, matmul throughput, memory bandwidth");
   trainscope::cli::RegisterSelftestCommCommand(*selftest, ctx);
-  trainscope::cli::RegisterSelftestTrainCommand(*selftest, ctx);
+  RegisterForwarded(*selftest, "train", "baseline training run that must converge");
   trainscope::cli::RegisterLaunchCommand(app, ctx);
-  trainscope::cli::RegisterTrainCommand(app, ctx);
+  RegisterForwarded(app, "train", "the reference GPT trainer (--config FILE)");
   trainscope::cli::RegisterDataCommand(app, ctx);
   trainscope::cli::RegisterTraceCommand(app, ctx);
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return trainscope::kExitUsage;
-  }
-  return ctx.exit_code;
+  return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

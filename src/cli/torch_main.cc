@@ -1,0 +1,24 @@
+// trainscope-torch: the verbs of trainscope that link libtorch (train, selftest train,
+// selftest device). Users run them as `trainscope <verb>`, which execs this binary with the
+// same argv; running it directly works too.
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "cli/command.h"
+#include "trainscope/core/subprocess.h"
+
+int main(int argc, char** argv) {
+  trainscope::cli::CommandContext ctx;
+  ctx.argv0 = trainscope::SelfExecutablePath();
+  if (ctx.argv0.empty()) ctx.argv0 = argv[0];
+
+  CLI::App app{"trainscope (libtorch verbs): train, selftest train, selftest device"};
+  app.name("trainscope");
+  trainscope::cli::ConfigureRoot(app);
+  CLI::App* selftest = app.add_subcommand("selftest", "device and training self-checks");
+  selftest->require_subcommand(1);
+  trainscope::cli::RegisterSelftestDeviceCommand(*selftest, ctx);
+  trainscope::cli::RegisterSelftestTrainCommand(*selftest, ctx);
+  trainscope::cli::RegisterTrainCommand(app, ctx);
+  return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
+}
