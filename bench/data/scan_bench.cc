@@ -2,6 +2,7 @@
 // does not link libtorch, whose start-up (~0.5 s of dynamic linking and operator
 // registration) would otherwise be timed too. Same options and the same JSON as the CLI.
 //   data_scan_bench [data scan] FILE... [--threads N] [--no-near-dup] [--no-lang]
+//                   [--no-noise] [--exact-only]
 //                   [--tmp-dir DIR] [--verdicts FILE] [--threshold J]
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
       o.near_dup = false;
     } else if (a == "--no-lang") {
       o.language = false;
+    } else if (a == "--no-noise") {
+      o.noise = false;
+    } else if (a == "--exact-only") {
+      o.near_dup = o.noise = o.language = false;
     } else if (a == "--tmp-dir" && i + 1 < argc) {
       o.tmp_dir = argv[++i];
     } else if (a == "--verdicts" && i + 1 < argc) {

@@ -90,6 +90,8 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     auto* o = new data::ScanOptions;
     auto* no_near = new bool(false);
     auto* no_lang = new bool(false);
+    auto* no_noise = new bool(false);
+    auto* exact_only = new bool(false);
     o->threads = DefaultThreads();
     CLI::App* scan = cmd->add_subcommand(
         "scan", "counts, lengths, exact and near duplicates, noise, languages, padding waste");
@@ -113,9 +115,16 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
                      "directory for spill files (default $TMPDIR or /tmp)");
     scan->add_flag("--no-near-dup", *no_near, "skip MinHash near-duplicate detection");
     scan->add_flag("--no-lang", *no_lang, "skip language identification");
-    scan->callback([&ctx, f, o, no_near, no_lang] {
-      o->near_dup = !*no_near;
-      o->language = !*no_lang;
+    scan->add_flag(
+        "--no-noise", *no_noise,
+        "skip the noise rules (Gopher, C4, FineWeb, mojibake, control chars, truncation)");
+    scan->add_flag("--exact-only", *exact_only,
+                   "exact duplicates and all statistics only: same as --no-near-dup --no-noise "
+                   "--no-lang (the fast scan; noise flags and languages are not reported)");
+    scan->callback([&ctx, f, o, no_near, no_lang, no_noise, exact_only] {
+      o->near_dup = !*no_near && !*exact_only;
+      o->language = !*no_lang && !*exact_only;
+      o->noise = !*no_noise && !*exact_only;
       o->reader = f->Reader();
       std::unique_ptr<tokenizer::Tokenizer> tok;
       if (!f->tokenizer.empty()) {

@@ -292,6 +292,64 @@ TEST(Scan, FindsPlantedDuplicatesAndWritesVerdicts) {
   }
 }
 
+// --exact-only (no noise rules, language id or MinHash) takes a separate one-pass path for
+// the normalised hash and counts; every field it reports must equal the full scan's.
+TEST(Scan, ExactOnlyModeMatchesFullScan) {
+  std::string s = PlantedCorpus();
+  auto add = [&](const std::string& id, const std::string& text) {
+    s += nlohmann::json({{"id", id}, {"text", text}}).dump() + "\n";
+  };
+  // Edge cases of the normaliser: case, tabs/CR/FF/VT runs, leading and trailing
+  // whitespace, multi-byte UTF-8, whitespace-only and empty texts, long unbroken words.
+  add("u1", "Grüße aus Köln — ÄÖÜ straße\t\tEnde\r\n");
+  add("u2", "  grüße AUS köln — ÄÖÜ STRAßE ende");
+  add("u3", "GRÜßE aus\fköln\v— äöü straße ende  ");  // non-ASCII is not case-folded
+  add("ws", " \t\n ");
+  add("empty", "");
+  add("long", std::string(100, 'A') + " " + std::string(37, 'b') + "\n\n" + "日本語のテキスト");
+  add("long-copy", std::string(100, 'a') + "\t" + std::string(37, 'B') + " " + "日本語のテキスト");
+  add("esc", "quote \" backslash \\ and unicode \u00e9 end");
+  add("esc-copy", "QUOTE \" BACKSLASH \\ AND UNICODE \u00e9 END");
+  WriteFile(Tmp("exact_only.jsonl"), s);
+  auto inputs = ExpandInputs({Tmp("exact_only.jsonl")}, InputFormat::kAuto);
+  ASSERT_TRUE(inputs.ok());
+  for (bool full_near_dup : {false, true}) {
+    ScanOptions full = FastOptions();
+    full.near_dup = full_near_dup;
+    full.keep_doc_arrays = true;
+    ScanOptions exact = FastOptions();
+    exact.near_dup = exact.noise = exact.language = false;
+    exact.keep_doc_arrays = true;
+    auto a = RunScan(*inputs, full);
+    auto b = RunScan(*inputs, exact);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->docs, 33u);
+    EXPECT_EQ(b->exact_duplicate_docs, 1u);
+    EXPECT_EQ(b->normalized_duplicate_docs, 6u);  // planted 2, u2, empty (= ws), long, esc
+    EXPECT_EQ(a->docs, b->docs);
+    EXPECT_EQ(a->bytes, b->bytes);
+    EXPECT_EQ(a->chars, b->chars);
+    EXPECT_EQ(a->words, b->words);
+    EXPECT_EQ(a->tokens, b->tokens);
+    EXPECT_EQ(a->exact_duplicate_docs, b->exact_duplicate_docs);
+    EXPECT_EQ(a->normalized_duplicate_docs, b->normalized_duplicate_docs);
+    EXPECT_EQ(a->doc_chars, b->doc_chars);
+    EXPECT_EQ(a->doc_tokens, b->doc_tokens);
+    EXPECT_EQ(a->doc_exact_of, b->doc_exact_of);
+    const nlohmann::json ja = ScanResultToJson(*a, full), jb = ScanResultToJson(*b, exact);
+    EXPECT_EQ(ja["length"], jb["length"]);
+    EXPECT_EQ(ja["padding"], jb["padding"]);
+    if (!full_near_dup) {
+      // Same clusters (exact + normalised copies) and so the same per-batch ratios.
+      EXPECT_EQ(ja["batch_duplicates"], jb["batch_duplicates"]);
+      EXPECT_EQ(a->doc_near_of, b->doc_near_of);
+    }
+    EXPECT_TRUE(jb["languages"].empty());
+    EXPECT_FALSE(ja["languages"].empty());
+  }
+}
+
 TEST(Clean, OutputRescansWithoutDuplicates) {
   WriteFile(Tmp("planted2.jsonl"), PlantedCorpus());
   auto inputs = ExpandInputs({Tmp("planted2.jsonl")}, InputFormat::kAuto);

@@ -110,6 +110,12 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   *r = DocResult();
   r->bytes = static_cast<uint32_t>(text.size());
   r->raw_hash = XXH3_64bits(text.data(), text.size());
+  if (!options_.noise && !options_.language && !options_.near_dup) {
+    // invalid_utf8 is kept (a few GB/s): it is what makes a plain-text document bad input.
+    if (!simdjson::validate_utf8(text.data(), text.size())) r->flags |= 1u << kFlagInvalidUtf8;
+    ExactAndCounts(text, known_tokens, r);
+    return;
+  }
   const bool valid = simdjson::validate_utf8(text.data(), text.size());
   if (!valid) r->flags |= 1u << kFlagInvalidUtf8;
 
@@ -172,6 +178,58 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   }
   if (options_.language && valid && !norm_.empty()) Language(text, r);
   if (options_.near_dup && !norm_.empty()) r->has_signature = MinHash(norm_, band_out, sig_out);
+}
+
+// Exact-only mode (no noise rules, language or MinHash): the same counts and hashes as the
+// full path in one branch-free pass that records no word positions. Each byte is written
+// to the output, lower-cased, whitespace as ' '; the output position only advances for a
+// space that follows a non-space, so runs collapse to one space and leading whitespace
+// vanishes; a trailing space is dropped at the end. Words are space -> non-space edges;
+// code points are non-continuation bytes.
+namespace {
+struct ByteClass {
+  unsigned char lower[256];
+  unsigned char space[256];
+  constexpr ByteClass() : lower(), space() {
+    for (int c = 0; c < 256; ++c) {
+      const bool sp = c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+      space[c] = sp;
+      lower[c] = sp ? ' ' : (c >= 'A' && c <= 'Z') ? c + 32 : c;
+    }
+  }
+};
+constexpr ByteClass kByteClass;
+}  // namespace
+
+void DocAnalyzer::ExactAndCounts(std::string_view text, int64_t known_tokens, DocResult* r) {
+  const size_t n = text.size();
+  norm_.resize(n + 1);
+  char* out = norm_.data();
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t o = 0;
+  uint32_t chars = 0, words = 0, prev_space = 1;  // as if preceded by whitespace
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = s[i];
+    const uint32_t sp = kByteClass.space[c];
+    out[o] = static_cast<char>(kByteClass.lower[c]);
+    o += (sp & prev_space) ^ 1;  // skip a space after a space (or at the start)
+    words += prev_space & (sp ^ 1);
+    chars += (c & 0xC0) != 0x80;
+    prev_space = sp;
+  }
+  if (o > 0 && out[o - 1] == ' ') --o;
+  r->chars = chars;
+  r->words = words;
+  r->norm_hash = XXH3_64bits(out, o);
+  if (o == 0) r->flags |= 1u << kFlagEmpty;
+  if (known_tokens >= 0) {
+    r->tokens = known_tokens;
+  } else if (options_.tokenizer != nullptr) {
+    r->tokens = options_.tokenizer->Count(text);
+  } else {
+    r->tokens = n;
+  }
+  r->lang = CLD2::UNKNOWN_LANGUAGE;
 }
 
 // Language per chunk with CLD2. CLD2 reads ~30 MB/s, so a document is sampled: up to

@@ -93,6 +93,7 @@ class DocAnalyzer {
                uint16_t* sig_out);
 
  private:
+  void ExactAndCounts(std::string_view text, int64_t known_tokens, DocResult* r);
   void Noise(std::string_view text, DocResult* r);
   void Repetition(std::string_view text, DocResult* r);
   void Language(std::string_view text, DocResult* r);

@@ -232,8 +232,18 @@ class JsonlDecoder {
               text_not_string = true;
               continue;  // ondemand skips unread values
             }
-            if ((err = value.get_string().get(text))) break;
-            text_copy_.assign(text);  // the next get_string may reuse the buffer
+            // Fast path: a string without escapes is used where it lies in the line (its
+            // UTF-8 was validated by simdjson's stage 1); otherwise it is unescaped into the
+            // parser's string buffer, which later strings of the same line do not overwrite.
+            std::string_view raw;
+            if ((err = value.raw_json_token().get(raw))) break;
+            while (!raw.empty() && raw.back() != '"') raw.remove_suffix(1);  // trailing spaces
+            if (raw.size() >= 2 && raw.front() == '"' &&
+                std::memchr(raw.data(), '\\', raw.size()) == nullptr) {
+              text = raw.substr(1, raw.size() - 2);
+            } else if ((err = value.get_string().get(text))) {
+              break;
+            }
             have_text = true;
           } else if (!opts_.id_field.empty() && key == opts_.id_field) {
             auto value = field.value();
@@ -265,14 +275,14 @@ class JsonlDecoder {
                absl::StrCat("no string field \"", opts_.text_field, "\""));
       return;
     }
-    out->Add(text_copy_, id_buf_, file, line_no);
+    out->Add(text, id_buf_, file, line_no);
   }
 
  private:
   const ReaderOptions& opts_;
   simdjson::ondemand::parser parser_;
   std::vector<char> scratch_;
-  std::string text_copy_, id_buf_;
+  std::string id_buf_;
 };
 
 // Reads one line-oriented file; calls `on_line(line, line_no)` for each complete line.

@@ -336,9 +336,11 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       chars_c.push_back(d.chars);
       flags.push_back(d.flags);
       langs.push_back(d.lang);
-      auto& lc = lang_counts[d.lang];
-      ++lc.first;
-      lc.second += d.bytes;
+      if (opt.language) {  // without language id no language is reported (not "un")
+        auto& lc = lang_counts[d.lang];
+        ++lc.first;
+        lc.second += d.bytes;
+      }
       if (d.flags) ++res.flagged_docs;
       for (int f = 0; f < kNumFlags; ++f) flag_counts[f] += (d.flags >> f) & 1;
       uint32_t ex = ScanResult::kNoDoc, parent = g;

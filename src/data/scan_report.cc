@@ -117,8 +117,13 @@ std::string ScanResultToText(const ScanResult& r, const ScanOptions& o) {
             absl::StrCat("mean ", Pct(r.batch_dup_corpus_order.mean), " max ",
                          Pct(r.batch_dup_corpus_order.max), " / mean ",
                          Pct(r.batch_dup_shuffled.mean), " max ", Pct(r.batch_dup_shuffled.max))});
-  t.AddRow({"documents with a noise flag", absl::StrCat(FormatCount(r.flagged_docs), " (",
-                                                        Pct(Ratio(r.flagged_docs, r.docs)), ")")});
+  if (o.noise) {
+    t.AddRow(
+        {"documents with a noise flag",
+         absl::StrCat(FormatCount(r.flagged_docs), " (", Pct(Ratio(r.flagged_docs, r.docs)), ")")});
+  } else {
+    t.AddRow({"noise rules", "not run (--no-noise / --exact-only)"});
+  }
   t.AddRow({"bad records skipped", FormatCount(r.bad.total())});
   out += t.Render(80);
 
