@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     auto bytes = trainscope::comm::ParseByteSize(argv[i]);
     if (!bytes.ok()) {
-      std::fprintf(stderr, "comm_memcpy_bench: %s\n", std::string(bytes.status().message()).c_str());
+      std::fprintf(stderr, "comm_memcpy_bench: %s\n",
+                   std::string(bytes.status().message()).c_str());
       return 2;
     }
     std::vector<char> a(*bytes, 1), b(*bytes, 0);

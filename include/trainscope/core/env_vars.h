@@ -6,13 +6,13 @@
 namespace trainscope::envvar {
 
 // --- Rendezvous, torchrun conventions (set by `trainscope launch`, read by comm) ---
-inline constexpr char kMasterAddr[] = "MASTER_ADDR";          // host of the rank-0 store
-inline constexpr char kMasterPort[] = "MASTER_PORT";          // TCP port of the store
-inline constexpr char kRank[] = "RANK";                       // global rank
-inline constexpr char kWorldSize[] = "WORLD_SIZE";            // number of ranks in the job
-inline constexpr char kLocalRank[] = "LOCAL_RANK";            // rank within this node
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";           // host of the rank-0 store
+inline constexpr char kMasterPort[] = "MASTER_PORT";           // TCP port of the store
+inline constexpr char kRank[] = "RANK";                        // global rank
+inline constexpr char kWorldSize[] = "WORLD_SIZE";             // number of ranks in the job
+inline constexpr char kLocalRank[] = "LOCAL_RANK";             // rank within this node
 inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";  // ranks on this node
-inline constexpr char kGroupRank[] = "GROUP_RANK";            // node rank (torchrun)
+inline constexpr char kGroupRank[] = "GROUP_RANK";             // node rank (torchrun)
 // --- mpirun conventions (OpenMPI), used when the RANK family is absent ---
 inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";
 inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";
@@ -26,16 +26,18 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 // libgomp barrier waiting; `train` and `selftest train` re-exec with PASSIVE when unset
 inline constexpr char kOmpWaitPolicy[] = "OMP_WAIT_POLICY";
 // --- trainscope's own ---
-inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";        // run directory of a launch
+inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";               // run directory of a launch
 inline constexpr char kCommTimeoutS[] = "TRAINSCOPE_COMM_TIMEOUT_S";  // op timeout override
-inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";  // "1": no progress lines
+inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";       // "1": no progress lines
 inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions
 // --- tokenizer / data ---
-inline constexpr char kSpmLibrary[] = "TRAINSCOPE_SPM_LIBRARY";  // path of libts_spm.so (SentencePiece wrapper)
+inline constexpr char kSpmLibrary[] =
+    "TRAINSCOPE_SPM_LIBRARY";  // path of libts_spm.so (SentencePiece wrapper)
 // --- env fingerprint: where toolkits are looked for (read, never set) ---
-inline constexpr char kCudaHome[] = "CUDA_HOME";        // CUDA toolkit root (else CUDA_PATH, /usr/local/cuda)
-inline constexpr char kCudaPath[] = "CUDA_PATH";        // CUDA toolkit root, second choice
-inline constexpr char kAscendHomePath[] = "ASCEND_HOME_PATH";        // CANN root set by set_env.sh
+inline constexpr char kCudaHome[] =
+    "CUDA_HOME";  // CUDA toolkit root (else CUDA_PATH, /usr/local/cuda)
+inline constexpr char kCudaPath[] = "CUDA_PATH";               // CUDA toolkit root, second choice
+inline constexpr char kAscendHomePath[] = "ASCEND_HOME_PATH";  // CANN root set by set_env.sh
 inline constexpr char kAscendToolkitHome[] = "ASCEND_TOOLKIT_HOME";  // CANN root, second choice
 inline constexpr char kPath[] = "PATH";  // searched for python3 when TRAINSCOPE_PYTHON is unset
 

@@ -28,7 +28,7 @@ class Tokenizer {
   virtual size_t Count(std::string_view text) const;
   virtual std::string Decode(const std::vector<int32_t>& ids) const = 0;
   virtual int32_t vocab_size() const = 0;
-  virtual int32_t eos_id() const = 0;  // -1 when the model has none
+  virtual int32_t eos_id() const = 0;    // -1 when the model has none
   virtual std::string name() const = 0;  // "byte" or "sentencepiece:<file>"
 };
 
