@@ -80,43 +80,10 @@ void ExpectAllOk(const std::vector<absl::Status>& st) {
 double Input(int rank, size_t i) { return static_cast<double>((rank + 1) * ((i % 7) + 1)); }
 
 void Fill(void* p, DType dt, size_t n, const std::function<double(size_t)>& v) {
-  for (size_t i = 0; i < n; ++i) {
-    double x = v(i);
-    switch (dt) {
-      case DType::kFloat32:
-        static_cast<float*>(p)[i] = static_cast<float>(x);
-        break;
-      case DType::kBFloat16:
-        static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(x));
-        break;
-      case DType::kFloat16:
-        static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(x));
-        break;
-      case DType::kInt32:
-        static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x);
-        break;
-      case DType::kInt64:
-        static_cast<int64_t*>(p)[i] = static_cast<int64_t>(x);
-        break;
-    }
-  }
+  for (size_t i = 0; i < n; ++i) SetElement(p, dt, i, v(i));
 }
 
-double Get(const void* p, DType dt, size_t i) {
-  switch (dt) {
-    case DType::kFloat32:
-      return static_cast<const float*>(p)[i];
-    case DType::kBFloat16:
-      return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16:
-      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kInt32:
-      return static_cast<const int32_t*>(p)[i];
-    case DType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-  }
-  return 0;
-}
+double Get(const void* p, DType dt, size_t i) { return GetElement(p, dt, i); }
 
 TEST(HalfTest, RoundTripsAndRounds) {
   for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 1024.0f}) {

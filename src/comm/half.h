@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "trainscope/comm/comm.h"
+
 namespace trainscope::comm {
 
 inline float HalfToFloat(uint16_t h) {
@@ -80,6 +82,44 @@ void Reduce16(void* c, const void* a, const void* b, size_t n, Op op) {
   const auto* pa = static_cast<const uint16_t*>(a);
   const auto* pb = static_cast<const uint16_t*>(b);
   for (size_t i = 0; i < n; ++i) pc[i] = FromF(op(ToF(pa[i]), ToF(pb[i])));
+}
+
+// Element i of a buffer of `dtype`, as a double (exact for the small integers the self-test
+// and the tests use), and its inverse.
+inline double GetElement(const void* p, DType dtype, size_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+inline void SetElement(void* p, DType dtype, size_t i, double v) {
+  switch (dtype) {
+    case DType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+  }
 }
 
 }  // namespace trainscope::comm

@@ -160,41 +160,9 @@ struct Pattern {
   }
 };
 
-void Put(void* p, DType d, size_t i, int v) {
-  switch (d) {
-    case DType::kFloat32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DType::kBFloat16:
-      static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
-      break;
-    case DType::kFloat16:
-      static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
-      break;
-    case DType::kInt32:
-      static_cast<int32_t*>(p)[i] = v;
-      break;
-    case DType::kInt64:
-      static_cast<int64_t*>(p)[i] = v;
-      break;
-  }
-}
+void Put(void* p, DType d, size_t i, int v) { SetElement(p, d, i, v); }
 
-double Get(const void* p, DType d, size_t i) {
-  switch (d) {
-    case DType::kFloat32:
-      return static_cast<const float*>(p)[i];
-    case DType::kBFloat16:
-      return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFloat16:
-      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kInt32:
-      return static_cast<const int32_t*>(p)[i];
-    case DType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-  }
-  return 0;
-}
+double Get(const void* p, DType d, size_t i) { return GetElement(p, d, i); }
 
 template <typename Fn>
 void Fill(void* p, DType d, size_t n, Fn value) {
