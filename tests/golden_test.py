@@ -45,7 +45,9 @@ def main():
     case_dir = os.path.dirname(os.path.abspath(a.case))
     with open(a.case) as f:
         case = json.load(f)
-    src = os.environ.get("TS_SOURCE_DIR", os.path.abspath(os.path.join(case_dir, "..", "..")))
+    # The source root: TS_SOURCE_DIR (set by ctest), else the directory above tests/.
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.environ.get("TS_SOURCE_DIR", os.path.dirname(here))
     tmp = tempfile.mkdtemp(prefix="ts_golden_")
     subst = lambda s: s.replace("{data}", os.path.join(src, "tests", "data")).replace("{tmp}", tmp).replace("{src}", src)
     argv = [a.binary] + [subst(x) for x in case["args"]]
