@@ -183,6 +183,7 @@ class BatchBuilder {
     cur_.seq = seq_++;
     DocBatch b = std::move(cur_);
     cur_ = DocBatch();
+    if (opts_.text_pool != nullptr) cur_.text = opts_.text_pool->Get();
     cur_.text.reserve(opts_.batch_bytes + (opts_.batch_bytes >> 2));
     if (!sink_(std::move(b))) stopped_ = true;
     return !stopped_;

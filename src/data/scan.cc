@@ -271,6 +271,8 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   absl::Status read_status;
   ReaderOptions ropt = opt.reader;
   ropt.tokenizer = opt.tokenizer;
+  BufferPool text_pool(opt.threads * 3 + 4);  // batches in flight, so none is refaulted
+  ropt.text_pool = &text_pool;
   std::thread reader([&] {
     read_status = ReadCorpus(
         inputs, ropt, [&](DocBatch&& b) { return batches.Push(std::move(b)); }, &res.bad);
@@ -306,6 +308,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
             r.ids.push_back(d.id_len ? std::string(b.Id(d)) : DocLocation(inputs, d));
           }
         }
+        text_pool.Put(std::move(b.text));
         results.Put(std::move(r));
       }
       if (--live_workers == 0) results.WorkersDone();
@@ -388,6 +391,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   }
   reader.join();
   for (auto& w : workers) w.join();
+  text_pool.Clear();
   TS_RETURN_IF_ERROR(read_status);
   TS_RETURN_IF_ERROR(merge_status);
   raw_first = {};

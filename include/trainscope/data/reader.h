@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,36 @@ namespace trainscope::data {
 
 enum class InputFormat { kAuto, kJsonl, kText, kMegatron };
 
+// Batch text buffers handed back by the consumer for the reader to fill again, so a long
+// scan does not map and fault in a fresh multi-MB buffer per batch. Thread-safe; keeps at
+// most `capacity` buffers.
+class BufferPool {
+ public:
+  explicit BufferPool(size_t capacity) : capacity_(capacity) {}
+  // An empty string, with capacity when one was returned; never blocks.
+  std::string Get() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (free_.empty()) return std::string();
+    std::string s = std::move(free_.back());
+    free_.pop_back();
+    s.clear();
+    return s;
+  }
+  void Clear() {  // frees the buffers
+    std::lock_guard<std::mutex> l(mu_);
+    free_ = {};
+  }
+  void Put(std::string&& s) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (free_.size() < capacity_) free_.push_back(std::move(s));
+  }
+
+ private:
+  const size_t capacity_;
+  std::mutex mu_;
+  std::vector<std::string> free_;  // guarded by mu_
+};
+
 struct ReaderOptions {
   InputFormat format = InputFormat::kAuto;  // kAuto: by file extension
   std::string text_field = "text";          // JSONL field holding the document
@@ -37,6 +68,8 @@ struct ReaderOptions {
   size_t batch_bytes = 4u << 20;            // text per batch handed to workers
   // Decodes Megatron token datasets to text (not owned; byte-level when null).
   const tokenizer::Tokenizer* tokenizer = nullptr;
+  // Where batch text buffers come from (not owned; null: fresh allocations).
+  BufferPool* text_pool = nullptr;
 };
 
 // One input after expansion of directories and globs.
