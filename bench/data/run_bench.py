@@ -97,13 +97,16 @@ def main():
         "rules_mb_per_cpu_s": cpu_mbps("rules_t2"), "near_mb_per_cpu_s": cpu_mbps("near_t2"),
         "exact_duplicate_docs": full["exact_duplicate_docs"], "near_duplicate_docs": full["near_duplicate_docs"],
     }
-    ver = subprocess.run([b, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    ver = subprocess.run([b, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True).stdout.strip()  # data_scan_bench has none: the commit below
+    commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
     cpu = ""
     try:
         cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0]
     except (OSError, IndexError):
         pass
-    out = {"argv": sys.argv, "versions": {"trainscope": ver, "python": platform.python_version(),
+    out = {"argv": sys.argv, "versions": {"trainscope": ver, "commit": commit, "python": platform.python_version(),
                                           "cpu": cpu, "nproc": os.cpu_count(),
                                           "load_avg": os.getloadavg()},
            "times": {k: {"wall_s": v[0], "peak_rss_kib": v[1], "cpu_s": v[3]} for k, v in res.items()},
