@@ -1,14 +1,19 @@
 // Corpus reading: input expansion, line splitting, JSONL decoding, batching.
 //
-// The reader runs on one thread and does only what must be sequential: decompression,
-// finding line ends (memchr) and decoding JSON (simdjson ondemand, ~GB/s). Documents are
-// copied back to back into a batch buffer so workers get few large allocations.
+// The reader runs on one thread. By default it decompresses, finds line ends (memchr) and
+// decodes JSON (simdjson ondemand, ~GB/s), copying documents back to back into a batch
+// buffer so workers get few large allocations. With raw_jsonl_blocks, uncompressed JSONL is
+// only read in blocks of whole lines; the consumer's threads split and decode them
+// (JsonlBlockDecoder), parsing each line in place in the padded block.
 #include "trainscope/data/reader.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -158,8 +163,17 @@ namespace {
 
 class BatchBuilder {
  public:
-  BatchBuilder(const ReaderOptions& o, const std::function<bool(DocBatch&&)>& sink)
-      : opts_(o), sink_(sink) {}
+  BatchBuilder(const ReaderOptions& o, const std::function<bool(DocBatch&&)>& sink,
+               BadRecords* pending = nullptr)
+      : opts_(o), sink_(sink), pending_(pending) {}
+  // Hands over a raw block (after the batch being built). False when the sink wants no more.
+  bool EmitRaw(DocBatch&& raw) {
+    if (!MaybeFlush(true)) return false;
+    raw.seq = seq_++;
+    if (pending_ != nullptr) std::swap(raw.bad, *pending_);
+    if (!sink_(std::move(raw))) stopped_ = true;
+    return !stopped_;
+  }
   void Add(std::string_view text, std::string_view id, uint32_t file, uint64_t line,
            int64_t tokens = -1) {
     DocRef d;
@@ -181,6 +195,7 @@ class BatchBuilder {
     if (cur_.docs.empty() && cur_.input_bytes == 0) return true;
     if (!force && cur_.text.size() < opts_.batch_bytes) return true;
     cur_.seq = seq_++;
+    if (pending_ != nullptr) std::swap(cur_.bad, *pending_);
     DocBatch b = std::move(cur_);
     cur_ = DocBatch();
     if (opts_.text_pool != nullptr) cur_.text = opts_.text_pool->Get();
@@ -192,6 +207,7 @@ class BatchBuilder {
  private:
   const ReaderOptions& opts_;
   const std::function<bool(DocBatch&&)>& sink_;
+  BadRecords* pending_;
   DocBatch cur_;
   uint64_t seq_ = 0;
   bool stopped_ = false;
@@ -202,17 +218,25 @@ class BatchBuilder {
 class JsonlDecoder {
  public:
   JsonlDecoder(const ReaderOptions& o) : opts_(o) {}
-  void Line(std::string_view line, const InputFile& in, uint32_t file, uint64_t line_no,
-            BatchBuilder* out, BadRecords* bad) {
+  // `readable`: bytes readable from line.data() on; with SIMDJSON_PADDING to spare the line
+  // is parsed where it lies, otherwise from a padded copy.
+  template <typename Out>
+  void Line(std::string_view line, const InputFile& in, uint32_t file, uint64_t line_no, Out* out,
+            BadRecords* bad, size_t readable = 0) {
     size_t b = 0;
     while (b < line.size() && (line[b] == ' ' || line[b] == '\t' || line[b] == '\r')) ++b;
     if (b == line.size()) return;  // blank line: not a record
-    if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING) {
-      scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING + 4096);
+    simdjson::padded_string_view view;
+    if (readable >= line.size() + simdjson::SIMDJSON_PADDING) {
+      view = simdjson::padded_string_view(line.data(), line.size(), readable);
+    } else {
+      if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING) {
+        scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING + 4096);
+      }
+      std::memcpy(scratch_.data(), line.data(), line.size());
+      std::memset(scratch_.data() + line.size(), 0, simdjson::SIMDJSON_PADDING);
+      view = simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size());
     }
-    std::memcpy(scratch_.data(), line.data(), line.size());
-    std::memset(scratch_.data() + line.size(), 0, simdjson::SIMDJSON_PADDING);
-    simdjson::padded_string_view view(scratch_.data(), line.size(), scratch_.size());
     simdjson::ondemand::document doc;
     auto err = parser_.iterate(view).get(doc);
     std::string_view text, id;
@@ -286,8 +310,185 @@ class JsonlDecoder {
   std::string id_buf_;
 };
 
-// Reads one line-oriented file; calls `on_line(line, line_no)` for each complete line.
-// Lines longer than max_doc_bytes are skipped without being buffered.
+}  // namespace
+
+struct JsonlBlockDecoder::Impl {
+  explicit Impl(const ReaderOptions& o) : opts(o), dec(opts) {}
+  ReaderOptions opts;
+  JsonlDecoder dec;
+  std::string extra;               // unescaped texts that do not lie in the block
+  std::vector<uint32_t> in_extra;  // docs whose text_off is into `extra`
+  std::string text_out;
+};
+
+JsonlBlockDecoder::JsonlBlockDecoder(const ReaderOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+JsonlBlockDecoder::~JsonlBlockDecoder() = default;
+
+void JsonlBlockDecoder::Decode(const InputFile& in, DocBatch* batch) {
+  Impl& m = *impl_;
+  m.extra.clear();
+  m.in_extra.clear();
+  batch->docs.clear();
+  batch->ids.clear();
+  const char* base = batch->text.data();
+  const size_t len = batch->raw_len, cap = batch->text.size();
+  struct Sink {
+    DocBatch* b;
+    Impl* m;
+    const char* base;
+    size_t len;
+    void Add(std::string_view text, std::string_view id, uint32_t file, uint64_t line) {
+      DocRef d;
+      if (text.data() >= base && text.data() + text.size() <= base + len) {
+        d.text_off = static_cast<uint32_t>(text.data() - base);
+      } else if (b->text.size() + text.size() <= b->text.capacity()) {
+        // After the block and its padding, within capacity: the block does not move.
+        d.text_off = static_cast<uint32_t>(b->text.size());
+        b->text.append(text);
+      } else {
+        d.text_off = static_cast<uint32_t>(m->extra.size());
+        m->extra.append(text);
+        m->in_extra.push_back(static_cast<uint32_t>(b->docs.size()));
+      }
+      d.text_len = static_cast<uint32_t>(text.size());
+      d.id_off = static_cast<uint32_t>(b->ids.size());
+      d.id_len = static_cast<uint32_t>(id.size());
+      d.file = file;
+      d.line = line;
+      b->ids.append(id);
+      b->docs.push_back(d);
+    }
+  } sink{batch, &m, base, len};
+  uint64_t line_no = batch->raw_first_line;
+  size_t pos = 0;
+  while (pos < len) {
+    const char* nl = static_cast<const char*>(std::memchr(base + pos, '\n', len - pos));
+    const size_t n = nl ? static_cast<size_t>(nl - (base + pos)) : len - pos;
+    if (n > m.opts.max_doc_bytes) {
+      batch->bad.Add("oversized_record", in.path, line_no,
+                     absl::StrCat(n, " bytes > --max-doc-bytes ", m.opts.max_doc_bytes));
+    } else {
+      std::string_view line(base + pos, n);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      m.dec.Line(line, in, batch->raw_file, line_no, &sink, &batch->bad, cap - pos);
+    }
+    ++line_no;
+    pos += n + 1;
+  }
+  batch->raw = false;
+  if (!m.in_extra.empty()) {
+    const uint32_t off = static_cast<uint32_t>(batch->text.size());
+    batch->text.append(m.extra);
+    for (uint32_t i : m.in_extra) batch->docs[i].text_off += off;
+  }
+}
+
+namespace {
+
+// Reads an uncompressed JSONL file in raw blocks of whole lines (see raw_jsonl_blocks).
+absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOptions& opts,
+                          BatchBuilder* out, BadRecords* bad) {
+  const int fd = ::open(in.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(in.path, ": cannot open"));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::NotFoundError(absl::StrCat(in.path, ": cannot stat"));
+  }
+  const uint64_t size = st.st_size;
+  const size_t block = std::max<size_t>(opts.batch_bytes, 1 << 16);
+  const size_t pad = simdjson::SIMDJSON_PADDING;
+  auto read_at = [&](char* dst, size_t n, uint64_t off) -> absl::StatusOr<size_t> {
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = ::pread(fd, dst + got, n - got, off + got);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return absl::DataLossError(absl::StrCat(in.path, ": read error"));
+      }
+      if (r == 0) break;
+      got += r;
+    }
+    return got;
+  };
+  absl::Status status;
+  uint64_t off = 0, line_no = 1;
+  std::string scan;
+  while (off < size) {
+    DocBatch b;
+    if (opts.text_pool != nullptr) b.text = opts.text_pool->Get();
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(block, size - off));
+    // Room for unescaped texts after the block (at most as long as the block), so that
+    // decoding appends them without moving the block.
+    b.text.reserve(2 * want + pad);
+    b.text.resize(want + pad);
+    auto got = read_at(b.text.data(), want, off);
+    if (!got.ok()) {
+      status = got.status();
+      break;
+    }
+    size_t end = *got;
+    if (end == 0) break;  // file shrank
+    if (off + end < size) {
+      const char* nl = static_cast<const char*>(memrchr(b.text.data(), '\n', end));
+      if (nl != nullptr) {
+        end = nl - b.text.data() + 1;
+      } else {
+        // A line longer than the block: find its end.
+        uint64_t e = off + end;
+        bool found = false;
+        scan.resize(1 << 20);
+        while (e < size && !found) {
+          auto g = read_at(scan.data(), scan.size(), e);
+          if (!g.ok() || *g == 0) break;
+          const char* p = static_cast<const char*>(std::memchr(scan.data(), '\n', *g));
+          if (p != nullptr) {
+            e += p - scan.data();
+            found = true;
+          } else {
+            e += *g;
+          }
+        }
+        const uint64_t n = e - off;  // line length without '\n'
+        if (n > opts.max_doc_bytes) {
+          bad->Add("oversized_record", in.path, line_no,
+                   absl::StrCat(n, " bytes > --max-doc-bytes ", opts.max_doc_bytes));
+          out->AddInputBytes(std::min<uint64_t>(n + 1, size - off));
+          off = std::min<uint64_t>(e + 1, size);
+          ++line_no;
+          continue;
+        }
+        end = static_cast<size_t>(std::min<uint64_t>(n + 1, size - off));
+        b.text.reserve(2 * end + pad);
+        b.text.resize(end + pad);
+        auto g = read_at(b.text.data(), end, off);
+        if (!g.ok()) {
+          status = g.status();
+          break;
+        }
+        end = *g;
+      }
+    }
+    std::memset(b.text.data() + end, 0, pad);
+    b.text.resize(end + pad);
+    b.raw = true;
+    b.raw_file = file;
+    b.raw_first_line = line_no;
+    b.raw_len = end;
+    b.input_bytes = end;
+    for (const char *p = b.text.data(), *e = p + end;
+         (p = static_cast<const char*>(std::memchr(p, '\n', e - p))) != nullptr; ++p) {
+      ++line_no;  // memchr: several times faster than std::count here
+    }
+    off += end;
+    if (!out->EmitRaw(std::move(b))) break;
+  }
+  ::close(fd);
+  if (status.ok() && size == 0) bad->Add("empty_file", in.path, 0, "no data");
+  return status;
+}
+
 }  // namespace
 
 absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* bad,
@@ -403,7 +604,9 @@ absl::Status ReadMegatron(const InputFile& in, uint32_t file, const ReaderOption
 
 absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
                         const std::function<bool(DocBatch&&)>& sink, BadRecords* bad) {
-  BatchBuilder out(options, sink);
+  BadRecords pending;  // raw_jsonl_blocks: bad records go out with the next batch
+  BadRecords* const rbad = options.raw_jsonl_blocks ? &pending : bad;
+  BatchBuilder out(options, sink, options.raw_jsonl_blocks ? &pending : nullptr);
   JsonlDecoder jsonl(options);
   std::string block;
   const std::function<void(uint64_t)> on_bytes = [&](uint64_t n) { out.AddInputBytes(n); };
@@ -411,17 +614,20 @@ absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOption
     const InputFile& in = inputs[f];
     if (in.format == InputFormat::kMegatron) {
       TS_RETURN_IF_ERROR(ReadMegatron(in, f, options, &out));
+    } else if (in.format == InputFormat::kJsonl && options.raw_jsonl_blocks &&
+               in.compression == InputFile::kNone) {
+      TS_RETURN_IF_ERROR(ReadRawJsonl(in, f, options, &out, rbad));
     } else if (in.format == InputFormat::kJsonl) {
       TS_RETURN_IF_ERROR(ForEachLine(
-          in, options.max_doc_bytes, bad,
+          in, options.max_doc_bytes, rbad,
           [&](std::string_view l, uint64_t n) {
-            jsonl.Line(l, in, f, n, &out, bad);
+            jsonl.Line(l, in, f, n, &out, rbad);
             out.MaybeFlush(false);
           },
           on_bytes));
     } else if (!options.text_blocks) {
       TS_RETURN_IF_ERROR(ForEachLine(
-          in, options.max_doc_bytes, bad,
+          in, options.max_doc_bytes, rbad,
           [&](std::string_view l, uint64_t n) {
             if (!l.empty()) out.Add(l, "", f, n);
             out.MaybeFlush(false);
@@ -434,7 +640,7 @@ absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOption
       auto flush_block = [&] {
         if (!block.empty()) {
           if (block.size() > options.max_doc_bytes) {
-            bad->Add("oversized_record", in.path, start, "block over --max-doc-bytes");
+            rbad->Add("oversized_record", in.path, start, "block over --max-doc-bytes");
           } else {
             out.Add(block, "", f, start);
           }
@@ -442,7 +648,7 @@ absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOption
         block.clear();
       };
       TS_RETURN_IF_ERROR(ForEachLine(
-          in, options.max_doc_bytes, bad,
+          in, options.max_doc_bytes, rbad,
           [&](std::string_view l, uint64_t n) {
             if (l.find_first_not_of(" \t\r") == std::string_view::npos) {
               flush_block();
@@ -456,9 +662,13 @@ absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOption
           on_bytes));
       flush_block();
     }
-    if (!out.MaybeFlush(false)) return absl::OkStatus();
+    if (!out.MaybeFlush(false)) {
+      bad->Merge(pending);
+      return absl::OkStatus();
+    }
   }
   out.MaybeFlush(true);
+  bad->Merge(pending);  // those after the last batch
   return absl::OkStatus();
 }
 

@@ -40,6 +40,7 @@ struct BatchResult {
   std::vector<std::string> ids;  // verdict ids (only with verdicts)
   std::vector<uint32_t> file;    // locations (only with keep_doc_arrays)
   std::vector<uint64_t> line;
+  BadRecords bad;  // bad records found up to the end of this batch, in corpus order
 };
 
 // Bounded FIFO of batches between the reader and the workers.
@@ -273,9 +274,14 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   ropt.tokenizer = opt.tokenizer;
   BufferPool text_pool(opt.threads * 3 + 4);  // batches in flight, so none is refaulted
   ropt.text_pool = &text_pool;
+  // Uncompressed JSONL goes to the workers as raw blocks: they split and decode lines, so
+  // the reader thread only reads. Bad records travel with the batches and are merged in
+  // corpus order; `reader_bad` gets those after the last batch.
+  ropt.raw_jsonl_blocks = true;
+  BadRecords reader_bad;
   std::thread reader([&] {
     read_status = ReadCorpus(
-        inputs, ropt, [&](DocBatch&& b) { return batches.Push(std::move(b)); }, &res.bad);
+        inputs, ropt, [&](DocBatch&& b) { return batches.Push(std::move(b)); }, &reader_bad);
     batches.Finish();
   });
   std::vector<std::thread> workers;
@@ -283,10 +289,13 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   for (int t = 0; t < opt.threads; ++t) {
     workers.emplace_back([&] {
       DocAnalyzer analyzer(aopt);
+      JsonlBlockDecoder decoder(ropt);
       DocBatch b;
       while (batches.Pop(&b)) {
+        if (b.raw) decoder.Decode(inputs[b.raw_file], &b);
         BatchResult r;
         r.seq = b.seq;
+        r.bad = std::move(b.bad);
         r.input_bytes = b.input_bytes;
         const size_t n = b.docs.size();
         r.docs.resize(n);
@@ -328,6 +337,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   while (results.Take(&r)) {
     progress.Add(r.input_bytes);
     res.input_bytes += r.input_bytes;
+    res.bad.Merge(r.bad);
     for (size_t i = 0; i < r.docs.size(); ++i) {
       const DocResult& d = r.docs[i];
       const uint32_t g = static_cast<uint32_t>(res.docs++);
@@ -392,6 +402,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   reader.join();
   for (auto& w : workers) w.join();
   text_pool.Clear();
+  res.bad.Merge(reader_bad);
   TS_RETURN_IF_ERROR(read_status);
   TS_RETURN_IF_ERROR(merge_status);
   raw_first = {};

@@ -70,6 +70,11 @@ struct ReaderOptions {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   // Where batch text buffers come from (not owned; null: fresh allocations).
   BufferPool* text_pool = nullptr;
+  // Uncompressed JSONL inputs are handed over as raw blocks of whole lines (DocBatch::raw)
+  // for the consumer to split and decode with a JsonlBlockDecoder, and every bad record is
+  // carried in DocBatch::bad (in corpus order) rather than added to ReadCorpus's `bad`
+  // (which gets only those left after the last batch).
+  bool raw_jsonl_blocks = false;
 };
 
 // One input after expansion of directories and globs.
@@ -85,25 +90,6 @@ struct InputFile {
 // matches or a path is unreadable.
 absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::string>& args,
                                                     InputFormat format);
-
-// A document inside a batch: views into the batch's buffers.
-struct DocRef {
-  uint32_t text_off = 0, text_len = 0;
-  uint32_t id_off = 0, id_len = 0;  // id_len == 0: no id field, use file:line
-  uint32_t file = 0;                // index into the input list
-  uint64_t line = 0;                // 1-based line (document index for Megatron)
-  int64_t tokens = -1;              // token count when known from the input (Megatron)
-};
-
-struct DocBatch {
-  uint64_t seq = 0;  // 0, 1, 2, ... in corpus order
-  std::string text;  // texts, back to back
-  std::string ids;
-  std::vector<DocRef> docs;
-  uint64_t input_bytes = 0;  // bytes of input consumed for this batch (progress)
-  std::string_view Text(const DocRef& d) const { return {text.data() + d.text_off, d.text_len}; }
-  std::string_view Id(const DocRef& d) const { return {ids.data() + d.id_off, d.id_len}; }
-};
 
 // Counts of bad records by kind, with the first few locations.
 class BadRecords {
@@ -121,11 +107,51 @@ class BadRecords {
   std::vector<std::string> examples_;
 };
 
+// A document inside a batch: views into the batch's buffers.
+struct DocRef {
+  uint32_t text_off = 0, text_len = 0;
+  uint32_t id_off = 0, id_len = 0;  // id_len == 0: no id field, use file:line
+  uint32_t file = 0;                // index into the input list
+  uint64_t line = 0;                // 1-based line (document index for Megatron)
+  int64_t tokens = -1;              // token count when known from the input (Megatron)
+};
+
+struct DocBatch {
+  uint64_t seq = 0;  // 0, 1, 2, ... in corpus order
+  std::string text;  // texts, back to back
+  std::string ids;
+  std::vector<DocRef> docs;
+  uint64_t input_bytes = 0;  // bytes of input consumed for this batch (progress)
+  // With ReaderOptions::raw_jsonl_blocks: bad records found before this batch's documents.
+  BadRecords bad;
+  // A raw block: text[0, raw_len) holds whole lines of input `raw_file` from line
+  // `raw_first_line` on, followed by simdjson padding; docs is empty until decoded.
+  bool raw = false;
+  uint32_t raw_file = 0;
+  uint64_t raw_first_line = 0;
+  size_t raw_len = 0;
+  std::string_view Text(const DocRef& d) const { return {text.data() + d.text_off, d.text_len}; }
+  std::string_view Id(const DocRef& d) const { return {ids.data() + d.id_off, d.id_len}; }
+};
+
 // Reads every input in order and hands batches to `sink` (on the calling thread). Stops
 // early when `sink` returns false. Per-record problems go to `bad`; only an unreadable
 // input is an error (NotFound / PermissionDenied / DataLoss naming the file).
 absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
                         const std::function<bool(DocBatch&&)>& sink, BadRecords* bad);
+
+// Turns a raw block (DocBatch::raw) into an ordinary batch: splits lines, decodes JSON in
+// place, adds bad records (with exact line numbers) to batch->bad. One per thread.
+class JsonlBlockDecoder {
+ public:
+  explicit JsonlBlockDecoder(const ReaderOptions& options);
+  ~JsonlBlockDecoder();
+  void Decode(const InputFile& in, DocBatch* batch);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Calls `on_line(line, line_no)` for every line of a line-oriented input (decompressed;
 // "\r\n" endings trimmed; the last line may lack "\n"). Lines over max_doc_bytes are
