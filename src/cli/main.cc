@@ -22,8 +22,11 @@ namespace {
 int ExecTorchBinary(const std::string& self, char** argv) {
   std::string dir = self.substr(0, self.rfind('/') + 1);
   std::string torch_exe = dir + "trainscope-torch";
-  // The trainer wants OpenMP's passive wait policy (spinning threads of libgomp steal the
-  // cores a shared machine has); set it before libtorch starts rather than re-exec later.
+  // libtorch's OpenMP (libgomp) threads spin at every barrier by default; on shared CPUs
+  // (other jobs, several ranks per node) they burn the time slices the working threads need:
+  // a 2-thread CPU training step was measured 10x slower than with OMP_WAIT_POLICY=PASSIVE
+  // (docs/PERFORMANCE.md). libgomp reads the variable once, when it loads, so it is set here,
+  // before the exec, for every libtorch verb; a value the user set is kept.
   if (!std::getenv(trainscope::envvar::kOmpWaitPolicy)) {
     setenv(trainscope::envvar::kOmpWaitPolicy, "PASSIVE", 1);
   }

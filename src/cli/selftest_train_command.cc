@@ -6,7 +6,6 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/table.h"
-#include "trainscope/train/omp.h"
 #include "trainscope/train/selftest.h"
 
 namespace trainscope::cli {
@@ -21,7 +20,6 @@ struct SelftestTrainFlags {
 };
 
 int RunSelftestTrain(const SelftestTrainFlags& f) {
-  train::ReexecWithPassiveOmpWaitIfUnset();  // see trainscope/train/omp.h
   train::SelftestOptions o;
   o.quick = f.quick;
   o.max_seconds = f.max_seconds;

@@ -12,7 +12,6 @@
 #include "trainscope/core/os.h"
 #include "trainscope/core/table.h"
 #include "trainscope/train/config.h"
-#include "trainscope/train/omp.h"
 #include "trainscope/train/trainer.h"
 
 namespace trainscope::cli {
@@ -78,7 +77,6 @@ void PrintResult(const train::TrainResult& r, const std::string& run_dir) {
 }
 
 int RunTrain(const TrainFlags& f) {
-  train::ReexecWithPassiveOmpWaitIfUnset();  // see trainscope/train/omp.h
   std::string path = f.config;
   if (path.empty()) {
     path = train::FindBundledConfig("default.json");

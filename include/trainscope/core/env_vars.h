@@ -23,7 +23,7 @@ inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kAscendVisibleDevices[] = "ASCEND_RT_VISIBLE_DEVICES";
 // --- Threads ---
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
-// libgomp barrier waiting; `train` and `selftest train` re-exec with PASSIVE when unset
+// libgomp barrier waiting; `trainscope` sets PASSIVE when unset before exec'ing trainscope-torch
 inline constexpr char kOmpWaitPolicy[] = "OMP_WAIT_POLICY";
 // --- trainscope's own ---
 inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";               // run directory of a launch
