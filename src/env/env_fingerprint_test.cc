@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "env/env_test_util.h"
 #include "env/json_doc.h"
 #include "env/probes.h"
 #include "gtest/gtest.h"
@@ -14,14 +15,6 @@ namespace trainscope::env {
 namespace {
 
 using nlohmann::json;
-
-std::string Fixture(const std::string& name) {
-  std::ifstream f(std::string(TS_SOURCE_DIR) + "/tests/data/env/" + name);
-  EXPECT_TRUE(f.good()) << name;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::string FixturePath(const std::string& name) {
   return std::string(TS_SOURCE_DIR) + "/tests/data/env/" + name;

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "env/env_test_util.h"
 #include "env/json_doc.h"
 #include "env/parsers.h"
 #include "env/version.h"
@@ -13,14 +14,6 @@ namespace trainscope::env {
 namespace {
 
 using nlohmann::json;
-
-std::string Fixture(const std::string& name) {
-  std::ifstream f(std::string(TS_SOURCE_DIR) + "/tests/data/env/" + name);
-  EXPECT_TRUE(f.good()) << name;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 TEST(Version, Order) {
   EXPECT_LT(CompareVersions("535.54.03", "535.104.05"), 0);
