@@ -5,7 +5,10 @@
      order, hyperparameters and thread count. tokens/s ratio (target >= 1.0) from the median
      step time after warm-up; loss curves compared with the seed-to-seed noise of trainscope
      itself (agree when |cpp - py| <= 2 x |seed A - seed B| + 0.05, averaged after step 10).
-  2. Observability on vs off: median step time ratio, runs interleaved (target <= 1.02).
+     In the same interleaved rounds, trainscope with train.keep_host_memory false (glibc's
+     default trimming and mmap threshold) shows what keeping freed host memory is worth.
+  2. Observability on vs off: ratio of the medians of each run's median step time, runs
+     interleaved off/on, on/off, ... (target <= 1.02).
   3. 2 ranks over gloo (`trainscope launch -n 2`, 1 thread each) vs 1 rank (1 thread):
      scaling efficiency = tokens/s(2) / (2 x tokens/s(1)); overlap = the share of the
      gradient all-reduce time hidden behind backward (1 - comm_wait / comm).
@@ -47,6 +50,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--skip-dp", action="store_true")
     ap.add_argument("--pairs", type=int, default=4, help="interleaved trainscope/peer run pairs")
+    ap.add_argument("--obs-runs", type=int, default=4, help="observability on/off runs of each kind")
     ap.add_argument("--threads", type=int, default=0, help="override train.threads (both sides)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ts_bench_train_")
@@ -84,13 +88,16 @@ def main():
     d_b, loss_b, ms_b = cpp("cpp_b", seed_cfg)
     peer2 = json.loads(run([PY, os.path.join(HERE, "peer.py"), "--config", resolved]))
     cpp_runs, py_runs = [median_after(ms_a), median_after(ms_b)], [median_after(peer["step_ms"]), median_after(peer2["step_ms"])]
-    all_cpp, all_py = ms_a + ms_b, peer["step_ms"] + peer2["step_ms"]
-    for i in range(a.pairs - 2):
-        _, _, ms = cpp(f"cpp_extra{i}", main_cfg)
-        p3 = json.loads(run([PY, os.path.join(HERE, "peer.py"), "--config", resolved]))
-        cpp_runs.append(median_after(ms)); py_runs.append(median_after(p3["step_ms"]))
-        all_cpp += ms[2:]; all_py += p3["step_ms"][2:]
-    out["vs_pytorch_runs_step_ms"] = {"cpp": cpp_runs, "py": py_runs}
+    glibc_cfg = cfg_file("glibc_default", lambda c: c["train"].__setitem__("keep_host_memory", False))
+    glibc_runs = []
+    for i in range(a.pairs):
+        if i >= 2:
+            _, _, ms = cpp(f"cpp_extra{i}", main_cfg)
+            p3 = json.loads(run([PY, os.path.join(HERE, "peer.py"), "--config", resolved]))
+            cpp_runs.append(median_after(ms)); py_runs.append(median_after(p3["step_ms"]))
+        _, _, ms_g = cpp(f"cpp_glibc{i}", glibc_cfg)
+        glibc_runs.append(median_after(ms_g))
+    out["vs_pytorch_runs_step_ms"] = {"cpp": cpp_runs, "py": py_runs, "cpp_keep_host_memory_false": glibc_runs}
     cpp_ms = statistics.median(cpp_runs)
     py_ms = statistics.median(py_runs)
     start = min(10, a.steps // 2)
@@ -102,6 +109,7 @@ def main():
         "cpp_tokens_per_s": tokens_per_step * 1000 / cpp_ms,
         "py_tokens_per_s": tokens_per_step * 1000 / py_ms,
         "tokens_per_s_ratio": py_ms / cpp_ms,
+        "tokens_per_s_ratio_keep_host_memory_false": py_ms / statistics.median(glibc_runs),
         "loss_cpp_final": loss_a[-1], "loss_py_final": peer["losses"][-1],
         "loss_mean_abs_diff_cpp_vs_py": diff, "loss_mean_abs_diff_seed_noise": noise,
         "losses_agree": diff <= 2 * noise + 0.05,
@@ -109,17 +117,19 @@ def main():
     }
 
     # 2. Observability on vs off, interleaved (off, on, on, off, off, on) so drifting load
-    #    hits both alike; plus the in-run share of time spent in observability code.
+    #    hits both alike; each run's median step time, the median over runs of each kind;
+    #    plus the in-run share of time spent in observability code.
     off_cfg = cfg_file("obs_off", lambda c: c["train"].__setitem__("observability", False))
     on_ms, off_ms, obs_frac = [], [], []
-    for i, kind in enumerate(["off", "on", "on", "off", "off", "on"]):
+    kinds = [k for i in range(a.obs_runs) for k in (("off", "on") if i % 2 == 0 else ("on", "off"))]
+    for i, kind in enumerate(kinds):
         cfg = off_cfg if kind == "off" else main_cfg
         r = json.loads(run([a.binary, "train", "--config", cfg, "--run-dir", os.path.join(tmp, f"obs{i}"), "--json"]))
-        (off_ms if kind == "off" else on_ms).append(r["mean_step_ms"])
+        (off_ms if kind == "off" else on_ms).append(r["median_step_ms"])
         if kind == "on":
             obs_frac.append(r["observability_fraction"])
     out["observability"] = {"on_step_ms": on_ms, "off_step_ms": off_ms,
-                            "overhead_ratio": statistics.mean(on_ms) / statistics.mean(off_ms),
+                            "overhead_ratio": statistics.median(on_ms) / statistics.median(off_ms),
                             "in_run_fraction": statistics.mean(obs_frac)}
 
     # 3. Data parallel: 2 ranks x 1 thread vs 1 rank x 1 thread (same per-rank batch).

@@ -62,6 +62,7 @@ struct RunConfig {
   int log_every = 10;              // progress line every N steps (metrics JSONL has every step)
   int layer_norms_every = 50;      // per-layer weight/grad norms every K steps; 0 = never
   bool observability = true;       // per-step JSONL + phase timing; off for overhead benchmark
+  bool keep_host_memory = true;    // keep freed host memory in the process (no per-step faults)
   double bucket_mb = 1;            // data-parallel gradient bucket size (MB = 1e6 bytes)
   double target_loss = 0;          // selftest: pass when the final loss is below this; 0 = none
 };

@@ -48,6 +48,7 @@ struct TrainResult {
   int64_t tokens_per_step = 0;
   PhaseTimes mean_phases;  // per step, over steps after the first
   double mean_step_ms = 0;
+  double median_step_ms = 0;  // robust to a few steps slowed by other load
   // Data-parallel only: all-reduce time per step, and the share of it hidden behind
   // backward: 1 - comm_wait / comm (0 when nothing overlapped, 1 when all of it did).
   double mean_comm_ms = 0;
