@@ -15,3 +15,19 @@ function(ts_add_test)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
   endif()
 endfunction()
+
+# ts_simd_kernel(target): compiles target's sources for the SIMD level TS_SIMD names.
+# simdjson's ondemand API is header-only and picks its kernel at compile time: without
+# target flags it falls back to the scalar kernel (several times slower). TS_SIMD=haswell
+# (AVX2, every x86 server since 2013) is the default on x86-64; westmere (SSE4.2) or none
+# for older CPUs. Other architectures get their compiler's default (NEON on arm64).
+set(TS_SIMD "haswell" CACHE STRING "SIMD level of the JSON readers: haswell, westmere, none")
+function(ts_simd_kernel target)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    if(TS_SIMD STREQUAL "haswell")
+      target_compile_options(${target} PRIVATE -mavx2 -mbmi -mbmi2 -mpclmul -mlzcnt -mpopcnt)
+    elseif(TS_SIMD STREQUAL "westmere")
+      target_compile_options(${target} PRIVATE -msse4.2 -mpclmul -mpopcnt)
+    endif()
+  endif()
+endfunction()

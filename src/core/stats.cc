@@ -7,31 +7,72 @@
 
 namespace trainscope {
 
-double PercentileSorted(const std::vector<double>& sorted, double pct) {
+namespace {
+
+template <typename T>
+double Percentile(const std::vector<T>& sorted, double pct) {
   if (sorted.empty()) return 0;
   // Nearest rank: the smallest value with at least pct% of values at or below it.
   double rank = std::ceil(pct / 100.0 * sorted.size());
   size_t idx = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
-  return sorted[std::min(idx, sorted.size() - 1)];
+  return static_cast<double>(sorted[std::min(idx, sorted.size() - 1)]);
 }
 
-Summary Summarize(std::vector<double> values) {
+// Sums in sorted order, so both overloads give the same bits for the same values.
+template <typename T>
+Summary FromSorted(const std::vector<T>& values) {
   Summary s;
   s.count = static_cast<int64_t>(values.size());
   if (values.empty()) return s;
-  std::sort(values.begin(), values.end());
-  for (double v : values) s.sum += v;
+  for (T v : values) s.sum += static_cast<double>(v);
   s.mean = s.sum / values.size();
   double ss = 0;
-  for (double v : values) ss += (v - s.mean) * (v - s.mean);
+  for (T v : values) ss += (static_cast<double>(v) - s.mean) * (static_cast<double>(v) - s.mean);
   s.stddev = values.size() > 1 ? std::sqrt(ss / (values.size() - 1)) : 0;
-  s.min = values.front();
-  s.max = values.back();
-  s.p50 = PercentileSorted(values, 50);
-  s.p90 = PercentileSorted(values, 90);
-  s.p95 = PercentileSorted(values, 95);
-  s.p99 = PercentileSorted(values, 99);
+  s.min = static_cast<double>(values.front());
+  s.max = static_cast<double>(values.back());
+  s.p50 = Percentile(values, 50);
+  s.p90 = Percentile(values, 90);
+  s.p95 = Percentile(values, 95);
+  s.p99 = Percentile(values, 99);
   return s;
+}
+
+// LSD radix sort, 11 bits per pass; passes whose digit is the same for every value are
+// skipped (lengths rarely use the top bits).
+void RadixSort(std::vector<uint32_t>* values) {
+  std::vector<uint32_t>& v = *values;
+  uint32_t all_or = 0, all_and = ~0u;
+  for (uint32_t x : v) {
+    all_or |= x;
+    all_and &= x;
+  }
+  std::vector<uint32_t> tmp(v.size());
+  for (int shift = 0; shift < 32; shift += 11) {
+    const uint32_t mask = 0x7FF;
+    if ((((all_or ^ all_and) >> shift) & mask) == 0) continue;  // one digit value only
+    size_t count[2049] = {0};
+    for (uint32_t x : v) ++count[((x >> shift) & mask) + 1];
+    for (int i = 0; i < 2048; ++i) count[i + 1] += count[i];
+    for (uint32_t x : v) tmp[count[(x >> shift) & mask]++] = x;
+    v.swap(tmp);
+  }
+}
+
+}  // namespace
+
+double PercentileSorted(const std::vector<double>& sorted, double pct) {
+  return Percentile(sorted, pct);
+}
+
+Summary Summarize(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return FromSorted(values);
+}
+
+Summary Summarize(std::vector<uint32_t> values) {
+  RadixSort(&values);
+  return FromSorted(values);
 }
 
 nlohmann::json SummaryToJson(const Summary& s) {

@@ -113,6 +113,85 @@ TEST(Reader, JsonlCountsBadRecordsWithLines) {
   EXPECT_EQ(c.bad.examples()[0].rfind(p + ":2: invalid_json: ", 0), 0u) << c.bad.examples()[0];
 }
 
+// Raw JSONL blocks (the scan's path): mapped or read with pread, decoded into batches or
+// handed out one document at a time, they give the documents, lines and bad records of the
+// line reader, across block boundaries, a line longer than a block, an oversized line,
+// CRLF endings and a last line without a newline.
+TEST(Reader, RawBlocksMatchTheLineReader) {
+  std::string s;
+  for (int i = 0; i < 400; ++i) {
+    if (i == 50) s += "{broken\n";
+    if (i == 120) s += "{\"text\": \"" + std::string(70000, 'y') + "\"}\n";   // > one block
+    if (i == 200) s += "{\"text\": \"" + std::string(300000, 'z') + "\"}\n";  // > the limit
+    if (i == 300) s += "{\"text\": \"crlf line\", \"id\": \"c\"}\r\n";
+    // Escapes (quotes, \\u00e9, newlines from Prose) so texts are unescaped, not views.
+    s += "{\"id\": \"d" + std::to_string(i) + "\", \"text\": " +
+         nlohmann::json("doc " + std::to_string(i) + " \"quoted\" caf\u00e9 " + Prose(i, 1 + i % 5))
+             .dump(-1, ' ', /*ensure_ascii=*/i % 2 == 0) +
+         "}\n";
+  }
+  s += "{\"text\": \"last without newline\"}";
+  const std::string p = Tmp("raw_blocks.jsonl");
+  WriteFile(p, s);
+  ReaderOptions base;
+  base.max_doc_bytes = 200000;
+  base.batch_bytes = 1 << 16;  // many blocks
+  const Collected want = Read({p}, base);
+  ASSERT_EQ(want.texts.size(), 403u);
+  auto inputs = ExpandInputs({p}, InputFormat::kAuto);
+  ASSERT_TRUE(inputs.ok());
+  for (bool use_mmap : {true, false}) {
+    for (bool each : {true, false}) {
+      SCOPED_TRACE(std::string(use_mmap ? "mmap" : "pread") + (each ? " ForEachDoc" : " Decode"));
+      ReaderOptions o = base;
+      o.raw_jsonl_blocks = true;
+      o.raw_jsonl_mmap = use_mmap;
+      o.raw_jsonl_room = !each;
+      JsonlBlockDecoder decoder(o);
+      Collected got;
+      int blocks = 0;
+      auto st = ReadCorpus(
+          *inputs, o,
+          [&](DocBatch&& b) {
+            if (!b.raw) {  // a batch with input bytes only (the skipped line)
+              EXPECT_TRUE(b.docs.empty());
+              got.bad.Merge(b.bad);
+              return true;
+            }
+            EXPECT_EQ(b.raw_data != nullptr, use_mmap);
+            ++blocks;
+            if (each) {
+              decoder.ForEachDoc((*inputs)[0], &b,
+                                 [&](std::string_view text, std::string_view id, uint64_t line) {
+                                   got.texts.emplace_back(text);
+                                   got.ids.emplace_back(id);
+                                   got.lines.push_back(line);
+                                 });
+            } else {
+              decoder.Decode((*inputs)[0], &b);
+              EXPECT_EQ(b.raw_data, nullptr);
+              for (const auto& d : b.docs) {
+                got.texts.emplace_back(b.Text(d));
+                got.ids.emplace_back(b.Id(d));
+                got.lines.push_back(d.line);
+              }
+            }
+            got.bad.Merge(b.bad);
+            return true;
+          },
+          &got.bad);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_GE(blocks, 4);
+      EXPECT_EQ(got.texts, want.texts);
+      EXPECT_EQ(got.ids, want.ids);
+      EXPECT_EQ(got.lines, want.lines);
+      EXPECT_EQ(got.bad.counts(), want.bad.counts());
+      EXPECT_EQ(got.bad.counts().at("oversized_record"), 1u);
+      EXPECT_EQ(got.bad.counts().at("invalid_json"), 1u);
+    }
+  }
+}
+
 TEST(Reader, TextLinesBlocksCompressionAndEmptyFiles) {
   const std::string lines = "one\ntwo\n\nthree\n";
   WriteFile(Tmp("t.txt"), lines);
@@ -175,6 +254,77 @@ uint32_t FlagsOf(const std::string& text) {
   return r.flags;
 }
 bool Has(uint32_t flags, int f) { return (flags >> f) & 1; }
+
+std::string Normalised(const std::string& text, int simd, uint32_t* chars, uint32_t* words) {
+  std::string out(text.size() + 1, '\0');
+  out.resize(NormaliseForExactHash(text, out.data(), chars, words, simd));
+  return out;
+}
+
+TEST(Analysis, ExactHashNormalisation) {
+  uint32_t chars = 0, words = 0;
+  EXPECT_EQ(Normalised("  Hello,\t\tWORLD \n\r\n caf\xC3\xA9  ", 2, &chars, &words),
+            "hello, world caf\xC3\xA9");
+  EXPECT_EQ(chars, 26u);
+  EXPECT_EQ(words, 3u);
+  EXPECT_EQ(Normalised(" \n\t ", 2, &chars, &words), "");
+  EXPECT_EQ(words, 0u);
+}
+
+// The AVX2 pass (32-byte blocks, pext compaction) and the AVX-512 pass (64-byte blocks,
+// byte compress) must match the scalar pass byte for byte, whatever the mix of whitespace
+// runs, case, UTF-8 and block boundaries. Levels the CPU lacks run as the best it has.
+TEST(Analysis, SimdNormalisationMatchesScalar) {
+  const std::string alphabet[] = {" ",
+                                  "  ",
+                                  "\n",
+                                  "\t",
+                                  "\r\n",
+                                  "\v",
+                                  "\f",
+                                  "\x08",
+                                  "\x0e",
+                                  "A",
+                                  "Z",
+                                  "a",
+                                  "z",
+                                  "@",
+                                  "[",
+                                  "`",
+                                  "{",
+                                  "0",
+                                  "\xC3\xA9",
+                                  "\xE2\x82\xAC",
+                                  "\xF0\x9F\x98\x80",
+                                  "\x7f",
+                                  "\xff"};
+  uint64_t state = 42;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  std::printf("SIMD level of this build and CPU: %d\n", NormaliseSimdLevel());
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    const size_t len = next() % 400;
+    const int bias = static_cast<int>(next() % 3);  // 0: many spaces, 1: words, 2: uniform
+    while (text.size() < len) {
+      const size_t k = next() % std::size(alphabet);
+      if (bias == 1 && k < 9 && next() % 6) continue;
+      if (bias == 0 && k >= 9 && next() % 2) continue;
+      text += alphabet[k];
+    }
+    uint32_t c1 = 0, w1 = 0;
+    const std::string scalar = Normalised(text, 0, &c1, &w1);
+    for (int level = 1; level <= 2; ++level) {
+      uint32_t c2 = 0, w2 = 0;
+      const std::string simd = Normalised(text, level, &c2, &w2);
+      ASSERT_EQ(simd, scalar) << "trial " << trial << " level " << level;
+      ASSERT_EQ(c2, c1) << "trial " << trial << " level " << level;
+      ASSERT_EQ(w2, w1) << "trial " << trial << " level " << level;
+    }
+  }
+}
 
 TEST(Analysis, CleanProseHasNoEncodingOrTruncationFlags) {
   const uint32_t f = FlagsOf(Prose(1));

@@ -82,15 +82,27 @@ struct DocResult {
 const char* LangCode(uint16_t lang);
 uint16_t UnknownLang();
 
+// The normalised text of the exact-duplicate hash: ASCII lower-case, every whitespace run
+// one ' ', leading and trailing whitespace dropped. Writes it to `out` (at least
+// text.size() + 1 bytes) and returns its length; also counts code points (non-continuation
+// bytes) and words (runs of non-whitespace). `simd` false forces the scalar pass (tests
+// compare them): the best of scalar (0), AVX2 (1, when the library is built for haswell:
+// TS_SIMD) and AVX-512 VBMI2 (2, when the CPU has it) up to simd_level.
+size_t NormaliseForExactHash(std::string_view text, char* out, uint32_t* chars, uint32_t* words,
+                             int simd_level);
+// The highest level NormaliseForExactHash can use on this build and CPU.
+int NormaliseSimdLevel();
+
 class DocAnalyzer {
  public:
   explicit DocAnalyzer(const AnalyzerOptions& options);
   int permutations() const { return options_.bands * options_.rows; }
   // Analyses `text`. When options.near_dup and the document has shingles, writes
   // `bands` band hashes to band_out and `permutations()` fingerprints to sig_out.
-  // `known_tokens` >= 0 overrides the tokenizer count.
+  // `known_tokens` >= 0 overrides the tokenizer count. `utf8_valid`: the caller has
+  // validated the text's UTF-8 already (a JSON string, checked by simdjson's stage 1).
   void Analyze(std::string_view text, int64_t known_tokens, DocResult* result, uint64_t* band_out,
-               uint16_t* sig_out);
+               uint16_t* sig_out, bool utf8_valid = false);
 
  private:
   void ExactAndCounts(std::string_view text, int64_t known_tokens, DocResult* r);

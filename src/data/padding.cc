@@ -60,13 +60,15 @@ std::vector<PaddingStrategy> PaddingWaste(const std::vector<uint32_t>& tokens, i
   {  // best-fit decreasing: documents over L are cut into L-sized pieces first
     PaddingStrategy s{"best_fit"};
     std::vector<uint32_t> rest;
+    std::vector<uint64_t> count(L, 0);  // remainders are < L: a counting sort
     uint64_t full = 0;
     for (uint32_t t : tokens) {
       if (t > L) ++s.split_documents;
       full += t / L;
-      if (t % L) rest.push_back(static_cast<uint32_t>(t % L));
+      if (t % L) ++count[t % L];
     }
-    std::sort(rest.begin(), rest.end(), std::greater<uint32_t>());
+    rest.reserve(tokens.size());
+    for (uint64_t v = L; v-- > 1;) rest.insert(rest.end(), count[v], static_cast<uint32_t>(v));
     std::map<uint64_t, uint64_t> free_bins;  // remaining capacity -> bins
     uint64_t bins = 0;
     for (uint32_t t : rest) {

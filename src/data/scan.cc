@@ -157,8 +157,7 @@ class Chunked {
 
 LengthStats MakeLengthStats(const std::vector<uint32_t>& v) {
   LengthStats s;
-  std::vector<double> d(v.begin(), v.end());
-  s.summary = Summarize(std::move(d));
+  s.summary = Summarize(v);
   for (uint32_t x : v) s.histogram.Add(x);
   return s;
 }
@@ -278,6 +277,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   // the reader thread only reads. Bad records travel with the batches and are merged in
   // corpus order; `reader_bad` gets those after the last batch.
   ropt.raw_jsonl_blocks = true;
+  ropt.raw_jsonl_room = false;  // the workers use ForEachDoc
   BadRecords reader_bad;
   std::thread reader([&] {
     read_status = ReadCorpus(
@@ -291,32 +291,51 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       DocAnalyzer analyzer(aopt);
       JsonlBlockDecoder decoder(ropt);
       DocBatch b;
+      size_t docs_hint = 0;  // documents in the last batch: capacity for the next
       while (batches.Pop(&b)) {
-        if (b.raw) decoder.Decode(inputs[b.raw_file], &b);
         BatchResult r;
         r.seq = b.seq;
-        r.bad = std::move(b.bad);
         r.input_bytes = b.input_bytes;
-        const size_t n = b.docs.size();
-        r.docs.resize(n);
+        const size_t hint = std::max(b.docs.size(), docs_hint);
+        r.docs.reserve(hint);
         if (opt.near_dup) {
-          r.bands.resize(n * opt.bands);
-          r.sigs.resize(n * perms);
+          r.bands.reserve(hint * opt.bands);
+          r.sigs.reserve(hint * perms);
         }
-        if (want_ids) r.ids.reserve(n);
-        for (size_t i = 0; i < n; ++i) {
-          const DocRef& d = b.docs[i];
-          analyzer.Analyze(b.Text(d), d.tokens, &r.docs[i],
+        if (want_ids) r.ids.reserve(hint);
+        // One document: analysed where its text lies (in the batch, or for a raw JSONL
+        // block in the line or the JSON parser's buffer), so nothing is copied.
+        auto analyze = [&](std::string_view text, int64_t tokens, bool utf8_valid, const DocRef& d,
+                           std::string_view id) {
+          const size_t i = r.docs.size();
+          r.docs.emplace_back();
+          if (opt.near_dup) {
+            r.bands.resize((i + 1) * opt.bands);
+            r.sigs.resize((i + 1) * perms);
+          }
+          analyzer.Analyze(text, tokens, &r.docs[i],
                            opt.near_dup ? &r.bands[i * opt.bands] : nullptr,
-                           opt.near_dup ? &r.sigs[i * perms] : nullptr);
+                           opt.near_dup ? &r.sigs[i * perms] : nullptr, utf8_valid);
           if (opt.keep_doc_arrays) {
             r.file.push_back(d.file);
             r.line.push_back(d.line);
           }
-          if (want_ids) {
-            r.ids.push_back(d.id_len ? std::string(b.Id(d)) : DocLocation(inputs, d));
-          }
+          if (want_ids) r.ids.push_back(!id.empty() ? std::string(id) : DocLocation(inputs, d));
+        };
+        if (b.raw) {
+          DocRef d;
+          d.file = b.raw_file;
+          decoder.ForEachDoc(inputs[b.raw_file], &b,
+                             [&](std::string_view text, std::string_view id, uint64_t line) {
+                               d.line = line;
+                               analyze(text, -1, /*utf8_valid=*/true, d, id);
+                             });
+        } else {
+          for (const DocRef& d : b.docs) analyze(b.Text(d), d.tokens, false, d, b.Id(d));
         }
+        docs_hint = r.docs.size();
+        r.bad = std::move(b.bad);
+        b.raw_pages.reset();  // a mapped block's pages leave the process
         text_pool.Put(std::move(b.text));
         results.Put(std::move(r));
       }
@@ -354,8 +373,10 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
         ++lc.first;
         lc.second += d.bytes;
       }
-      if (d.flags) ++res.flagged_docs;
-      for (int f = 0; f < kNumFlags; ++f) flag_counts[f] += (d.flags >> f) & 1;
+      if (d.flags) {
+        ++res.flagged_docs;
+        for (uint32_t m = d.flags; m != 0; m &= m - 1) ++flag_counts[__builtin_ctz(m)];
+      }
       uint32_t ex = ScanResult::kNoDoc, parent = g;
       auto raw_it = raw_first.try_emplace(d.raw_hash, g);
       if (!raw_it.second) {

@@ -17,6 +17,8 @@ struct Summary {
 
 // Summary of `values` (copied and sorted). Percentiles use the nearest-rank method.
 Summary Summarize(std::vector<double> values);
+// The same for counts (lengths, sizes): radix-sorted, several times faster on large inputs.
+Summary Summarize(std::vector<uint32_t> values);
 // Percentile (0..100) of already sorted values, nearest rank. 0 for empty input.
 double PercentileSorted(const std::vector<double>& sorted, double pct);
 nlohmann::json SummaryToJson(const Summary& s);

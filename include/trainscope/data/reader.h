@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 
@@ -42,6 +43,15 @@ class BufferPool {
     std::string s = std::move(free_.back());
     free_.pop_back();
     s.clear();
+    return s;
+  }
+  // A buffer whose contents are unspecified (its old size kept): resizing it to about the
+  // same size again writes no bytes, where Get()'s empty string would be zero-filled.
+  std::string GetUncleared() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (free_.empty()) return std::string();
+    std::string s = std::move(free_.back());
+    free_.pop_back();
     return s;
   }
   void Clear() {  // frees the buffers
@@ -75,6 +85,15 @@ struct ReaderOptions {
   // carried in DocBatch::bad (in corpus order) rather than added to ReadCorpus's `bad`
   // (which gets only those left after the last batch).
   bool raw_jsonl_blocks = false;
+  // Raw blocks are allocated with as much room again after the block, for Decode() to
+  // append unescaped texts without moving the block. A consumer that only calls
+  // JsonlBlockDecoder::ForEachDoc sets it false and halves the buffers.
+  bool raw_jsonl_room = true;
+  // Raw blocks of regular files are read in place from a read-only memory mapping (no copy;
+  // each block's pages are dropped from the process once its batch is done). A file that
+  // is truncated while it is read is then a SIGBUS, as with any mmap reader: corpora are
+  // read-only datasets. False: pread() into buffers.
+  bool raw_jsonl_mmap = true;
 };
 
 // One input after expansion of directories and globs.
@@ -130,6 +149,12 @@ struct DocBatch {
   uint32_t raw_file = 0;
   uint64_t raw_first_line = 0;
   size_t raw_len = 0;
+  // A raw block read in place from a memory-mapped file: its bytes are raw_data[0, raw_len)
+  // (text holds no block), raw_readable bytes are readable from raw_data on, and
+  // raw_pages keeps the mapping alive (dropping the block's pages when released).
+  const char* raw_data = nullptr;
+  size_t raw_readable = 0;
+  std::shared_ptr<const void> raw_pages;
   std::string_view Text(const DocRef& d) const { return {text.data() + d.text_off, d.text_len}; }
   std::string_view Id(const DocRef& d) const { return {ids.data() + d.id_off, d.id_len}; }
 };
@@ -147,6 +172,12 @@ class JsonlBlockDecoder {
   explicit JsonlBlockDecoder(const ReaderOptions& options);
   ~JsonlBlockDecoder();
   void Decode(const InputFile& in, DocBatch* batch);
+  // Like Decode, but hands each document to `on_doc(text, id, line)` as it is decoded
+  // instead of collecting them: the views are valid during the call only (an unescaped
+  // text lives in the parser's buffer), and nothing is copied. Bad records go to
+  // batch->bad; batch->docs stays empty.
+  void ForEachDoc(const InputFile& in, DocBatch* batch,
+                  absl::FunctionRef<void(std::string_view, std::string_view, uint64_t)> on_doc);
 
  private:
   struct Impl;
