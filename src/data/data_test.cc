@@ -433,6 +433,13 @@ TEST(Scan, FindsPlantedDuplicatesAndWritesVerdicts) {
     EXPECT_EQ(lines[21]["near_dup_of"], 4);
     EXPECT_EQ(lines[23]["near_dup_of"], 22);
     EXPECT_TRUE(lines[0]["near_dup_of"].is_null());
+    // The same references by id.
+    EXPECT_EQ(lines[20]["exact_dup_of_id"], lines[3]["id"]);
+    EXPECT_EQ(lines[20]["near_dup_of_id"], lines[3]["id"]);
+    EXPECT_TRUE(lines[21]["exact_dup_of_id"].is_null());
+    EXPECT_EQ(lines[21]["near_dup_of_id"], lines[4]["id"]);
+    EXPECT_EQ(lines[23]["near_dup_of_id"], lines[22]["id"]);
+    EXPECT_TRUE(lines[0]["near_dup_of_id"].is_null());
     EXPECT_EQ(lines[0]["lang"], "en");
     EXPECT_TRUE(lines[0]["flags"].is_array());
     nlohmann::json j = ScanResultToJson(*r, o);

@@ -522,6 +522,14 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     TS_RETURN_IF_ERROR(id_file->Close());
     TS_ASSIGN_OR_RETURN(auto ids, spill->Reader("ids"));
     TS_ASSIGN_OR_RETURN(auto out, OutputFile::Open(opt.verdicts_path));
+    // The ids of documents others point at, kept as the sequential read passes them: a
+    // kept document always comes before its copies (keep-first), so one pass suffices.
+    std::vector<bool> referenced(res.docs, false);
+    for (uint32_t g = 0; g < res.docs; ++g) {
+      if (exact_of[g] != ScanResult::kNoDoc) referenced[exact_of[g]] = true;
+      if (cluster[g] != g) referenced[cluster[g]] = true;
+    }
+    absl::flat_hash_map<uint32_t, std::string> kept_ids;
     uint64_t off = 0;
     std::string id, line;
     for (uint32_t g = 0; g < res.docs; ++g) {
@@ -530,12 +538,19 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       id.resize(len);
       TS_RETURN_IF_ERROR(ids->ReadAt(off + sizeof(len), id.data(), len));
       off += sizeof(len) + len;
+      if (referenced[g]) kept_ids[g] = id;
+      auto ref = [&](uint32_t doc, bool none, bool as_id) {
+        if (none) return nlohmann::json(nullptr);
+        return as_id ? nlohmann::json(kept_ids.at(doc)) : nlohmann::json(doc);
+      };
+      const bool exact_none = exact_of[g] == ScanResult::kNoDoc, near_none = cluster[g] == g;
       nlohmann::json j;
       j["doc"] = g;
       j["id"] = nlohmann::json(id);
-      j["exact_dup_of"] =
-          exact_of[g] == ScanResult::kNoDoc ? nlohmann::json(nullptr) : nlohmann::json(exact_of[g]);
-      j["near_dup_of"] = cluster[g] == g ? nlohmann::json(nullptr) : nlohmann::json(cluster[g]);
+      j["exact_dup_of"] = ref(exact_of[g], exact_none, false);
+      j["exact_dup_of_id"] = ref(exact_of[g], exact_none, true);
+      j["near_dup_of"] = ref(cluster[g], near_none, false);
+      j["near_dup_of_id"] = ref(cluster[g], near_none, true);
       nlohmann::json fl = nlohmann::json::array();
       for (int f = 0; f < kNumFlags; ++f) {
         if ((flags[g] >> f) & 1) fl.push_back(FlagName(f));

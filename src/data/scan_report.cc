@@ -68,7 +68,9 @@ nlohmann::json ScanResultToJson(const ScanResult& r, const ScanOptions& o) {
                            {"shuffle_seed", o.shuffle_seed}};
   nlohmann::json flags = nlohmann::json::object();
   for (const auto& [k, v] : r.flag_docs) flags[k] = v;
-  j["noise"] = {{"flagged_docs", r.flagged_docs}, {"flags", flags}};
+  // enabled false (--no-noise, --exact-only): no rule ran, so the zero counts say nothing;
+  // invalid_utf8 and empty are still flagged.
+  j["noise"] = {{"enabled", o.noise}, {"flagged_docs", r.flagged_docs}, {"flags", flags}};
   nlohmann::json langs = nlohmann::json::array();
   for (const auto& [lang, docs] : SortedDesc(r.lang_docs)) {
     langs.push_back({{"lang", lang}, {"docs", docs}, {"bytes", r.lang_bytes.at(lang)}});
