@@ -31,6 +31,7 @@ struct CorpusFlags {
   std::string tokenizer;
   bool strict = false;
   bool json = false;
+  bool no_mmap = false;
 
   void Add(CLI::App* cmd) {
     cmd->add_option("inputs", inputs,
@@ -46,6 +47,9 @@ struct CorpusFlags {
     cmd->add_option("--tokenizer", tokenizer, "SentencePiece .model (default: byte-level)");
     cmd->add_flag("--strict", strict, "bad records are an error (exit 2)");
     cmd->add_flag("--json", json, "machine-readable output");
+    cmd->add_flag("--no-mmap", no_mmap,
+                  "read uncompressed JSONL with read() instead of a memory mapping (for files "
+                  "that may change during the run)");
   }
   data::ReaderOptions Reader() const {
     data::ReaderOptions r;
@@ -57,6 +61,7 @@ struct CorpusFlags {
     r.id_field = id_field;
     r.text_blocks = blocks;
     r.max_doc_bytes = max_doc_bytes;
+    r.raw_jsonl_mmap = !no_mmap;
     return r;
   }
 };

@@ -1,4 +1,5 @@
 // Unit tests of the data module: readers, analysis rules, scan, clean, pack, stats.
+#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -190,6 +191,39 @@ TEST(Reader, RawBlocksMatchTheLineReader) {
       EXPECT_EQ(got.bad.counts().at("invalid_json"), 1u);
     }
   }
+}
+
+// A mapped input that shrinks during the read is a one-line error naming the file, exit 2
+// (not a bare "Bus error"); the pread path (--no-mmap) is unaffected.
+TEST(ReaderDeathTest, MappedFileThatShrinksIsAnErrorNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::string s;
+  for (int i = 0; i < 20000; ++i) s += "{\"text\": \"document " + std::to_string(i) + "\"}\n";
+  const std::string p = Tmp("shrinks.jsonl");
+  auto read_and_truncate = [&](bool use_mmap) {
+    WriteFile(p, s);
+    auto inputs = ExpandInputs({p}, InputFormat::kAuto);
+    ReaderOptions o;
+    o.raw_jsonl_blocks = true;
+    o.raw_jsonl_mmap = use_mmap;
+    o.batch_bytes = 1 << 16;
+    BadRecords bad;
+    int blocks = 0;
+    auto st = ReadCorpus(
+        *inputs, o,
+        [&](DocBatch&&) {
+          if (++blocks == 1) {
+            EXPECT_EQ(truncate(p.c_str(), 0), 0);
+          }
+          return true;
+        },
+        &bad);
+    return st.ok() ? blocks : -1;
+  };
+  EXPECT_EXIT(read_and_truncate(true), ::testing::ExitedWithCode(2),
+              "shrinks.jsonl: cannot read byte [0-9]+ of the memory-mapped input: the file "
+              "shrank");
+  EXPECT_EQ(read_and_truncate(false), 1);  // read() just sees the end of the file
 }
 
 TEST(Reader, TextLinesBlocksCompressionAndEmptyFiles) {

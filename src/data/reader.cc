@@ -9,11 +9,13 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -422,12 +424,85 @@ size_t CountByte(const char* p, size_t n, char c) {
   return count;
 }
 
+// Reading a mapped page of a file that shrank after it was mapped (or whose disk failed)
+// raises SIGBUS. The mappings in use are registered here so that the handler can name the
+// file and exit 2 like any other unreadable input, instead of a bare "Bus error".
+struct MappedInput {
+  std::atomic<uintptr_t> begin{0}, end{0};
+  char path[480];
+};
+constexpr int kMaxMapped = 32;
+MappedInput g_mapped[kMaxMapped];
+struct sigaction g_previous_sigbus;
+
+void WriteAll(const char* s) {
+  for (size_t n = strlen(s); n > 0;) {
+    const ssize_t w = write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= w;
+  }
+}
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (MappedInput& m : g_mapped) {
+    const uintptr_t b = m.begin.load(std::memory_order_acquire);
+    if (b != 0 && addr >= b && addr < m.end.load(std::memory_order_acquire)) {
+      char offset[24];
+      int n = 0;
+      for (uintptr_t v = addr - b; n == 0 || v > 0; v /= 10) offset[n++] = '0' + v % 10;
+      WriteAll("trainscope: ");
+      WriteAll(m.path);
+      WriteAll(": cannot read byte ");
+      for (; n > 0; --n) write(STDERR_FILENO, &offset[n - 1], 1);
+      WriteAll(
+          " of the memory-mapped input: the file shrank while it was read, or the "
+          "disk failed (corpora must not change during a scan; --no-mmap reads with "
+          "read())\n");
+      _exit(2);
+    }
+  }
+  // Not ours: whatever handled SIGBUS before.
+  if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+  } else if (g_previous_sigbus.sa_handler != SIG_IGN && g_previous_sigbus.sa_handler != SIG_DFL) {
+    g_previous_sigbus.sa_handler(sig);
+  } else {
+    signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
+  }
+}
+
 // A read-only mapping of a whole file, unmapped with its last block.
 struct FileMapping {
   const char* data = nullptr;
   size_t size = 0;
+  int slot = -1;  // in g_mapped, or -1 when all slots are taken
+  FileMapping(const char* d, size_t n, const std::string& path) : data(d), size(n) {
+    static std::once_flag installed;
+    std::call_once(installed, [] {
+      struct sigaction sa = {};
+      sa.sa_sigaction = OnSigbus;
+      sa.sa_flags = SA_SIGINFO;
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGBUS, &sa, &g_previous_sigbus);
+    });
+    static std::mutex mu;
+    std::lock_guard<std::mutex> l(mu);
+    for (int i = 0; i < kMaxMapped; ++i) {
+      if (g_mapped[i].begin.load() == 0) {
+        snprintf(g_mapped[i].path, sizeof(g_mapped[i].path), "%s", path.c_str());
+        g_mapped[i].end.store(reinterpret_cast<uintptr_t>(d) + n, std::memory_order_release);
+        g_mapped[i].begin.store(reinterpret_cast<uintptr_t>(d), std::memory_order_release);
+        slot = i;
+        break;
+      }
+    }
+  }
   ~FileMapping() {
-    if (data != nullptr) munmap(const_cast<char*>(data), size);
+    if (slot >= 0) g_mapped[slot].begin.store(0, std::memory_order_release);
+    munmap(const_cast<char*>(data), size);
   }
 };
 
@@ -455,9 +530,7 @@ bool ReadMappedJsonl(int fd, uint64_t size, const InputFile& in, uint32_t file,
   if (size == 0 || size > std::numeric_limits<size_t>::max()) return false;
   void* addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (addr == MAP_FAILED) return false;
-  auto map = std::make_shared<FileMapping>();
-  map->data = static_cast<const char*>(addr);
-  map->size = size;
+  auto map = std::make_shared<FileMapping>(static_cast<const char*>(addr), size, in.path);
   madvise(addr, size, MADV_SEQUENTIAL);
   const size_t block = std::max<size_t>(opts.batch_bytes, 1 << 16);
   const char* const data = map->data;
