@@ -509,18 +509,20 @@ struct FileMapping {
 // One block of a mapping: when its batch is done the block's pages leave this process
 // (MADV_DONTNEED on a read-only file mapping drops page-table entries, not the page cache),
 // so the resident set stays at the blocks in flight however big the file.
+void DropPages(const FileMapping& map, const char* begin, size_t size) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
+  const uintptr_t e = std::min(reinterpret_cast<uintptr_t>(begin) + size + page - 1,
+                               reinterpret_cast<uintptr_t>(map.data) + map.size) &
+                      ~(page - 1);
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 struct MappedBlock {
   std::shared_ptr<FileMapping> map;
   const char* begin;
   size_t size;
-  ~MappedBlock() {
-    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t b = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
-    const uintptr_t e = std::min(reinterpret_cast<uintptr_t>(begin) + size + page - 1,
-                                 reinterpret_cast<uintptr_t>(map->data) + map->size) &
-                        ~(page - 1);
-    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-  }
+  ~MappedBlock() { DropPages(*map, begin, size); }
 };
 
 // Reads an uncompressed regular JSONL file in raw blocks of whole lines, in place from a
@@ -542,14 +544,22 @@ bool ReadMappedJsonl(int fd, uint64_t size, const InputFile& in, uint32_t file,
       if (nl != nullptr) {
         end = nl - (data + off) + 1;
       } else {
-        // A line longer than the block: it is the block, unless it is over the limit.
-        const char* e =
-            static_cast<const char*>(std::memchr(data + off + end, '\n', size - off - end));
+        // A line longer than the block: it is the block, unless it is over the limit. Its
+        // end is searched a block at a time, each searched block's pages dropped at once,
+        // so a 100 MB line costs no 100 MB of resident pages.
+        const char* e = nullptr;
+        for (uint64_t pos = off + end; pos < size && e == nullptr;) {
+          const size_t w = static_cast<size_t>(std::min<uint64_t>(block, size - pos));
+          e = static_cast<const char*>(std::memchr(data + pos, '\n', w));
+          DropPages(*map, data + pos, w);
+          pos += w;
+        }
         const uint64_t n = (e ? e : data + size) - (data + off);  // without '\n'
         if (n > opts.max_doc_bytes) {
           bad->Add("oversized_record", in.path, line_no,
                    absl::StrCat(n, " bytes > --max-doc-bytes ", opts.max_doc_bytes));
           out->AddInputBytes(std::min<uint64_t>(n + 1, size - off));
+          DropPages(*map, data + off, end);
           off = std::min<uint64_t>(off + n + 1, size);
           ++line_no;
           continue;
