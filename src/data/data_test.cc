@@ -114,10 +114,10 @@ TEST(Reader, JsonlCountsBadRecordsWithLines) {
   EXPECT_EQ(c.bad.examples()[0].rfind(p + ":2: invalid_json: ", 0), 0u) << c.bad.examples()[0];
 }
 
-// Raw JSONL blocks (the scan's path): mapped or read with pread, decoded into batches or
-// handed out one document at a time, they give the documents, lines and bad records of the
-// line reader, across block boundaries, a line longer than a block, an oversized line,
-// CRLF endings and a last line without a newline.
+// Raw JSONL blocks (the scan's path), mapped or read with pread and decoded one document
+// at a time, give the documents, lines and bad records of the line reader, across block
+// boundaries, a line longer than a block, an oversized line, CRLF endings and a last line
+// without a newline.
 TEST(Reader, RawBlocksMatchTheLineReader) {
   std::string s;
   for (int i = 0; i < 400; ++i) {
@@ -142,54 +142,41 @@ TEST(Reader, RawBlocksMatchTheLineReader) {
   auto inputs = ExpandInputs({p}, InputFormat::kAuto);
   ASSERT_TRUE(inputs.ok());
   for (bool use_mmap : {true, false}) {
-    for (bool each : {true, false}) {
-      SCOPED_TRACE(std::string(use_mmap ? "mmap" : "pread") + (each ? " ForEachDoc" : " Decode"));
-      ReaderOptions o = base;
-      o.raw_jsonl_blocks = true;
-      o.raw_jsonl_mmap = use_mmap;
-      o.raw_jsonl_room = !each;
-      JsonlBlockDecoder decoder(o);
-      Collected got;
-      int blocks = 0;
-      auto st = ReadCorpus(
-          *inputs, o,
-          [&](DocBatch&& b) {
-            if (!b.raw) {  // a batch with input bytes only (the skipped line)
-              EXPECT_TRUE(b.docs.empty());
-              got.bad.Merge(b.bad);
-              return true;
-            }
-            EXPECT_EQ(b.raw_data != nullptr, use_mmap);
-            ++blocks;
-            if (each) {
-              decoder.ForEachDoc((*inputs)[0], &b,
-                                 [&](std::string_view text, std::string_view id, uint64_t line) {
-                                   got.texts.emplace_back(text);
-                                   got.ids.emplace_back(id);
-                                   got.lines.push_back(line);
-                                 });
-            } else {
-              decoder.Decode((*inputs)[0], &b);
-              EXPECT_EQ(b.raw_data, nullptr);
-              for (const auto& d : b.docs) {
-                got.texts.emplace_back(b.Text(d));
-                got.ids.emplace_back(b.Id(d));
-                got.lines.push_back(d.line);
-              }
-            }
+    SCOPED_TRACE(use_mmap ? "mmap" : "pread");
+    ReaderOptions o = base;
+    o.raw_jsonl_blocks = true;
+    o.raw_jsonl_mmap = use_mmap;
+    JsonlBlockDecoder decoder(o);
+    Collected got;
+    int blocks = 0;
+    auto st = ReadCorpus(
+        *inputs, o,
+        [&](DocBatch&& b) {
+          if (!b.raw) {  // a batch with input bytes only (the skipped line)
+            EXPECT_TRUE(b.docs.empty());
             got.bad.Merge(b.bad);
             return true;
-          },
-          &got.bad);
-      ASSERT_TRUE(st.ok()) << st;
-      EXPECT_GE(blocks, 4);
-      EXPECT_EQ(got.texts, want.texts);
-      EXPECT_EQ(got.ids, want.ids);
-      EXPECT_EQ(got.lines, want.lines);
-      EXPECT_EQ(got.bad.counts(), want.bad.counts());
-      EXPECT_EQ(got.bad.counts().at("oversized_record"), 1u);
-      EXPECT_EQ(got.bad.counts().at("invalid_json"), 1u);
-    }
+          }
+          EXPECT_EQ(b.raw_data != nullptr, use_mmap);
+          ++blocks;
+          decoder.ForEachDoc((*inputs)[0], &b,
+                             [&](std::string_view text, std::string_view id, uint64_t line) {
+                               got.texts.emplace_back(text);
+                               got.ids.emplace_back(id);
+                               got.lines.push_back(line);
+                             });
+          got.bad.Merge(b.bad);
+          return true;
+        },
+        &got.bad);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_GE(blocks, 4);
+    EXPECT_EQ(got.texts, want.texts);
+    EXPECT_EQ(got.ids, want.ids);
+    EXPECT_EQ(got.lines, want.lines);
+    EXPECT_EQ(got.bad.counts(), want.bad.counts());
+    EXPECT_EQ(got.bad.counts().at("oversized_record"), 1u);
+    EXPECT_EQ(got.bad.counts().at("invalid_json"), 1u);
   }
 }
 

@@ -3,8 +3,9 @@
 // The reader runs on one thread. By default it decompresses, finds line ends (memchr) and
 // decodes JSON (simdjson ondemand, ~GB/s), copying documents back to back into a batch
 // buffer so workers get few large allocations. With raw_jsonl_blocks, uncompressed JSONL is
-// only read in blocks of whole lines; the consumer's threads split and decode them
-// (JsonlBlockDecoder), parsing each line in place in the padded block.
+// only cut into blocks of whole lines (in place in a memory mapping, or read into padded
+// buffers); the consumer's threads split and decode them (JsonlBlockDecoder), parsing each
+// line where it lies.
 #include "trainscope/data/reader.h"
 
 #include <fcntl.h>
@@ -323,9 +324,6 @@ struct JsonlBlockDecoder::Impl {
   explicit Impl(const ReaderOptions& o) : opts(o), dec(opts) {}
   ReaderOptions opts;
   JsonlDecoder dec;
-  std::string extra;               // unescaped texts that do not lie in the block
-  std::vector<uint32_t> in_extra;  // docs whose text_off is into `extra`
-  std::string text_out;
 };
 
 JsonlBlockDecoder::JsonlBlockDecoder(const ReaderOptions& options)
@@ -362,49 +360,6 @@ void JsonlBlockDecoder::ForEachDoc(
     pos += n + 1;
   }
   batch->raw = false;
-}
-
-void JsonlBlockDecoder::Decode(const InputFile& in, DocBatch* batch) {
-  Impl& m = *impl_;
-  m.extra.clear();
-  m.in_extra.clear();
-  batch->docs.clear();
-  batch->ids.clear();
-  // Texts inside a block held in batch->text stay where they are; those of a mapped block
-  // are copied out (the batch must not depend on the mapping).
-  const bool in_text = batch->raw_data == nullptr;
-  if (!in_text) batch->text.clear();
-  const char* base = batch->text.data();
-  const size_t len = batch->raw_len;
-  const uint32_t file = batch->raw_file;
-  ForEachDoc(in, batch, [&](std::string_view text, std::string_view id, uint64_t line) {
-    DocRef d;
-    if (in_text && text.data() >= base && text.data() + text.size() <= base + len) {
-      d.text_off = static_cast<uint32_t>(text.data() - base);
-    } else if (!in_text || batch->text.size() + text.size() <= batch->text.capacity()) {
-      // After the block and its padding, within capacity: the block does not move.
-      d.text_off = static_cast<uint32_t>(batch->text.size());
-      batch->text.append(text);
-    } else {
-      d.text_off = static_cast<uint32_t>(m.extra.size());
-      m.extra.append(text);
-      m.in_extra.push_back(static_cast<uint32_t>(batch->docs.size()));
-    }
-    d.text_len = static_cast<uint32_t>(text.size());
-    d.id_off = static_cast<uint32_t>(batch->ids.size());
-    d.id_len = static_cast<uint32_t>(id.size());
-    d.file = file;
-    d.line = line;
-    batch->ids.append(id);
-    batch->docs.push_back(d);
-  });
-  batch->raw_data = nullptr;
-  batch->raw_pages.reset();
-  if (!m.in_extra.empty()) {
-    const uint32_t off = static_cast<uint32_t>(batch->text.size());
-    batch->text.append(m.extra);
-    for (uint32_t i : m.in_extra) batch->docs[i].text_off += off;
-  }
 }
 
 namespace {
@@ -623,9 +578,6 @@ absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOption
     // fills it. (Zero-filling 4 MB per block cost as much as hashing it.)
     if (opts.text_pool != nullptr) b.text = opts.text_pool->GetUncleared();
     const size_t want = static_cast<size_t>(std::min<uint64_t>(block, size - off));
-    // With raw_jsonl_room, room for unescaped texts after the block (at most as long as
-    // the block), so that Decode() appends them without moving the block.
-    b.text.reserve((opts.raw_jsonl_room ? 2 * want : want) + pad);
     b.text.resize(want + pad);
     auto got = read_at(b.text.data(), want, off);
     if (!got.ok()) {
@@ -664,7 +616,6 @@ absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOption
           continue;
         }
         end = static_cast<size_t>(std::min<uint64_t>(n + 1, size - off));
-        b.text.reserve((opts.raw_jsonl_room ? 2 * end : end) + pad);
         b.text.resize(end + pad);
         auto g = read_at(b.text.data(), end, off);
         if (!g.ok()) {

@@ -277,7 +277,6 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   // the reader thread only reads. Bad records travel with the batches and are merged in
   // corpus order; `reader_bad` gets those after the last batch.
   ropt.raw_jsonl_blocks = true;
-  ropt.raw_jsonl_room = false;  // the workers use ForEachDoc
   BadRecords reader_bad;
   std::thread reader([&] {
     read_status = ReadCorpus(

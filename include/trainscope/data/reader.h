@@ -85,10 +85,6 @@ struct ReaderOptions {
   // carried in DocBatch::bad (in corpus order) rather than added to ReadCorpus's `bad`
   // (which gets only those left after the last batch).
   bool raw_jsonl_blocks = false;
-  // Raw blocks are allocated with as much room again after the block, for Decode() to
-  // append unescaped texts without moving the block. A consumer that only calls
-  // JsonlBlockDecoder::ForEachDoc sets it false and halves the buffers.
-  bool raw_jsonl_room = true;
   // Raw blocks of regular files are read in place from a read-only memory mapping (no copy;
   // each block's pages are dropped from the process once its batch is done). A file that
   // is truncated while it is read is then a SIGBUS, as with any mmap reader: corpora are
@@ -165,16 +161,14 @@ struct DocBatch {
 absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
                         const std::function<bool(DocBatch&&)>& sink, BadRecords* bad);
 
-// Turns a raw block (DocBatch::raw) into an ordinary batch: splits lines, decodes JSON in
-// place, adds bad records (with exact line numbers) to batch->bad. One per thread.
+// Decodes raw blocks (DocBatch::raw): splits lines and parses them in place. One per thread.
 class JsonlBlockDecoder {
  public:
   explicit JsonlBlockDecoder(const ReaderOptions& options);
   ~JsonlBlockDecoder();
-  void Decode(const InputFile& in, DocBatch* batch);
-  // Like Decode, but hands each document to `on_doc(text, id, line)` as it is decoded
-  // instead of collecting them: the views are valid during the call only (an unescaped
-  // text lives in the parser's buffer), and nothing is copied. Bad records go to
+  // Hands each document of the block to `on_doc(text, id, line)` as it is decoded: the
+  // views are valid during the call only (an unescaped text lives in the parser's
+  // buffer), and nothing is copied. Bad records (with exact line numbers) go to
   // batch->bad; batch->docs stays empty.
   void ForEachDoc(const InputFile& in, DocBatch* batch,
                   absl::FunctionRef<void(std::string_view, std::string_view, uint64_t)> on_doc);
