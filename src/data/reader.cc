@@ -384,9 +384,9 @@ size_t CountByte(const char* p, size_t n, char c) {
 // file and exit 2 like any other unreadable input, instead of a bare "Bus error".
 struct MappedInput {
   std::atomic<uintptr_t> begin{0}, end{0};
-  char path[480];
+  const char* path = nullptr;  // owned by the FileMapping, which outlives the entry
 };
-constexpr int kMaxMapped = 32;
+constexpr int kMaxMapped = 1024;  // mappings alive at once: about the blocks in flight
 MappedInput g_mapped[kMaxMapped];
 struct sigaction g_previous_sigbus;
 
@@ -433,8 +433,9 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
 struct FileMapping {
   const char* data = nullptr;
   size_t size = 0;
+  std::string path;
   int slot = -1;  // in g_mapped, or -1 when all slots are taken
-  FileMapping(const char* d, size_t n, const std::string& path) : data(d), size(n) {
+  FileMapping(const char* d, size_t n, const std::string& p) : data(d), size(n), path(p) {
     static std::once_flag installed;
     std::call_once(installed, [] {
       struct sigaction sa = {};
@@ -447,7 +448,7 @@ struct FileMapping {
     std::lock_guard<std::mutex> l(mu);
     for (int i = 0; i < kMaxMapped; ++i) {
       if (g_mapped[i].begin.load() == 0) {
-        snprintf(g_mapped[i].path, sizeof(g_mapped[i].path), "%s", path.c_str());
+        g_mapped[i].path = path.c_str();
         g_mapped[i].end.store(reinterpret_cast<uintptr_t>(d) + n, std::memory_order_release);
         g_mapped[i].begin.store(reinterpret_cast<uintptr_t>(d), std::memory_order_release);
         slot = i;
