@@ -521,12 +521,13 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     TS_RETURN_IF_ERROR(id_file->Close());
     TS_ASSIGN_OR_RETURN(auto ids, spill->Reader("ids"));
     TS_ASSIGN_OR_RETURN(auto out, OutputFile::Open(opt.verdicts_path));
-    // The ids of documents others point at, kept as the sequential read passes them: a
-    // kept document always comes before its copies (keep-first), so one pass suffices.
-    std::vector<bool> referenced(res.docs, false);
+    // The ids of documents others point at, kept as the sequential read passes them (a
+    // kept document always comes before its copies: keep-first) and dropped after their
+    // last copy, so only the clusters still open are held.
+    std::vector<uint32_t> last_use(res.docs, 0);  // 1 + the last document pointing here
     for (uint32_t g = 0; g < res.docs; ++g) {
-      if (exact_of[g] != ScanResult::kNoDoc) referenced[exact_of[g]] = true;
-      if (cluster[g] != g) referenced[cluster[g]] = true;
+      if (exact_of[g] != ScanResult::kNoDoc) last_use[exact_of[g]] = g + 1;
+      if (cluster[g] != g) last_use[cluster[g]] = g + 1;
     }
     absl::flat_hash_map<uint32_t, std::string> kept_ids;
     uint64_t off = 0;
@@ -537,7 +538,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       id.resize(len);
       TS_RETURN_IF_ERROR(ids->ReadAt(off + sizeof(len), id.data(), len));
       off += sizeof(len) + len;
-      if (referenced[g]) kept_ids[g] = id;
+      if (last_use[g] != 0) kept_ids[g] = id;
       auto ref = [&](uint32_t doc, bool none, bool as_id) {
         if (none) return nlohmann::json(nullptr);
         return as_id ? nlohmann::json(kept_ids.at(doc)) : nlohmann::json(doc);
@@ -550,6 +551,8 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       j["exact_dup_of_id"] = ref(exact_of[g], exact_none, true);
       j["near_dup_of"] = ref(cluster[g], near_none, false);
       j["near_dup_of_id"] = ref(cluster[g], near_none, true);
+      if (!exact_none && last_use[exact_of[g]] == g + 1) kept_ids.erase(exact_of[g]);
+      if (!near_none && last_use[cluster[g]] == g + 1) kept_ids.erase(cluster[g]);
       nlohmann::json fl = nlohmann::json::array();
       for (int f = 0; f < kNumFlags; ++f) {
         if ((flags[g] >> f) & 1) fl.push_back(FlagName(f));
