@@ -3,6 +3,9 @@
 
 #include <cld2/internal/lang_script.h>
 #include <cld2/public/compact_lang_det.h>
+// XXH3 inlined: most hashed spans here are words and lines of a few bytes, where the call
+// into the shared library costs as much as the hash (same values either way).
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -317,9 +320,77 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2,popcnt"))) siz
   *prev_space = prev32;
   return o;
 }
+
+// MinHash minima, 8 permutations per AVX-512 register (vpmullq: 64-bit multiply), four
+// registers per pass over the shingles.
+// (GCC 12 warns inside avx512fintrin.h's _mm512_min_epu64 about its own undefined
+// pass-through operand: a false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512dq"))) void MinHashMinsAvx512(const uint64_t* x, size_t n,
+                                                                   const uint64_t* a,
+                                                                   const uint64_t* b, int p,
+                                                                   uint64_t* m) {
+  int i = 0;
+  for (; i + 32 <= p; i += 32) {
+    __m512i a0 = _mm512_loadu_si512(a + i), a1 = _mm512_loadu_si512(a + i + 8);
+    __m512i a2 = _mm512_loadu_si512(a + i + 16), a3 = _mm512_loadu_si512(a + i + 24);
+    __m512i b0 = _mm512_loadu_si512(b + i), b1 = _mm512_loadu_si512(b + i + 8);
+    __m512i b2 = _mm512_loadu_si512(b + i + 16), b3 = _mm512_loadu_si512(b + i + 24);
+    __m512i m0 = _mm512_set1_epi64(-1), m1 = m0, m2 = m0, m3 = m0;
+    for (size_t k = 0; k < n; ++k) {
+      const __m512i v = _mm512_set1_epi64(static_cast<long long>(x[k]));
+      m0 = _mm512_min_epu64(m0, _mm512_add_epi64(_mm512_mullo_epi64(a0, v), b0));
+      m1 = _mm512_min_epu64(m1, _mm512_add_epi64(_mm512_mullo_epi64(a1, v), b1));
+      m2 = _mm512_min_epu64(m2, _mm512_add_epi64(_mm512_mullo_epi64(a2, v), b2));
+      m3 = _mm512_min_epu64(m3, _mm512_add_epi64(_mm512_mullo_epi64(a3, v), b3));
+    }
+    _mm512_storeu_si512(m + i, m0);
+    _mm512_storeu_si512(m + i + 8, m1);
+    _mm512_storeu_si512(m + i + 16, m2);
+    _mm512_storeu_si512(m + i + 24, m3);
+  }
+  for (; i + 8 <= p; i += 8) {
+    const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+    __m512i vm = _mm512_set1_epi64(-1);
+    for (size_t k = 0; k < n; ++k) {
+      const __m512i v = _mm512_set1_epi64(static_cast<long long>(x[k]));
+      vm = _mm512_min_epu64(vm, _mm512_add_epi64(_mm512_mullo_epi64(va, v), vb));
+    }
+    _mm512_storeu_si512(m + i, vm);
+  }
+  for (; i < p; ++i) {
+    uint64_t best = std::numeric_limits<uint64_t>::max();
+    for (size_t k = 0; k < n; ++k) best = std::min(best, a[i] * x[k] + b[i]);
+    m[i] = best;
+  }
+}
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace
+
+void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const uint64_t* b, int p,
+                 uint64_t* mins, int simd_level) {
+#ifdef __AVX2__
+  static const bool avx512dq =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  if (simd_level >= 2 && avx512dq) {
+    MinHashMinsAvx512(shingles, n, a, b, p, mins);
+    return;
+  }
+#else
+  (void)simd_level;
+#endif
+  std::fill(mins, mins + p, std::numeric_limits<uint64_t>::max());
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t x = shingles[k];
+    for (int i = 0; i < p; ++i) {
+      const uint64_t v = a[i] * x + b[i];
+      mins[i] = v < mins[i] ? v : mins[i];
+    }
+  }
+}
 
 int NormaliseSimdLevel() {
 #ifdef __AVX2__
@@ -484,16 +555,9 @@ bool DocAnalyzer::MinHash(std::string_view norm, uint64_t* band_out, uint16_t* s
     }
   }
   const int p = permutations();
-  std::fill(mins_.begin(), mins_.end(), std::numeric_limits<uint64_t>::max());
-  const uint64_t* a = perm_a_.data();
-  const uint64_t* bb = perm_b_.data();
   uint64_t* m = mins_.data();
-  for (uint64_t x : shingle_) {
-    for (int i = 0; i < p; ++i) {
-      const uint64_t v = a[i] * x + bb[i];
-      m[i] = v < m[i] ? v : m[i];
-    }
-  }
+  MinHashMins(shingle_.data(), shingle_.size(), perm_a_.data(), perm_b_.data(), p, m,
+              /*simd_level=*/2);
   for (int b = 0; b < options_.bands; ++b) {
     band_out[b] = XXH3_64bits_withSeed(m + b * options_.rows, options_.rows * sizeof(uint64_t), b);
   }

@@ -93,6 +93,12 @@ size_t NormaliseForExactHash(std::string_view text, char* out, uint32_t* chars, 
 // The highest level NormaliseForExactHash can use on this build and CPU.
 int NormaliseSimdLevel();
 
+// MinHash minima: mins[i] = min over shingles x of a[i] * x + b[i] (mod 2^64), i < p.
+// simd_level 2 uses AVX-512 (64-bit multiplies, 8 lanes) when the CPU has it, else scalar;
+// the results are the same integers either way.
+void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const uint64_t* b, int p,
+                 uint64_t* mins, int simd_level);
+
 class DocAnalyzer {
  public:
   explicit DocAnalyzer(const AnalyzerOptions& options);

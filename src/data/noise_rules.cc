@@ -3,6 +3,7 @@
 // TFDS c4_utils), FineWeb (datatrove FineWebQualityFilter). A rule flags the document;
 // `data clean` decides which flags drop it. Lengths are counted in bytes, not code points,
 // which equals the published definitions for ASCII text.
+#define XXH_INLINE_ALL  // short spans: see doc_analysis.cc
 #include <xxhash.h>
 
 #include <algorithm>
