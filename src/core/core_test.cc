@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/check.h"
 #include "trainscope/core/fake_os.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/stats.h"
@@ -24,8 +25,8 @@ TEST(Subprocess, PassesArgvVerbatimAndStdin) {
   RunOptions opts;
   opts.stdin_data = "hello";
   opts.env["TS_TEST_VAR"] = "v 1";
-  auto r = RunProcess({"sh", "-c", "cat; printf ' %s|%s' \"$1\" \"$TS_TEST_VAR\"", "x", "a b;c"},
-                      opts);
+  auto r =
+      RunProcess({"sh", "-c", "cat; printf ' %s|%s' \"$1\" \"$TS_TEST_VAR\"", "x", "a b;c"}, opts);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->out, "hello a b;c|v 1");
 }
@@ -95,6 +96,44 @@ TEST(Stats, SummaryPercentiles) {
   EXPECT_DOUBLE_EQ(s.p50, 50);
   EXPECT_DOUBLE_EQ(s.p95, 95);
   EXPECT_DOUBLE_EQ(s.max, 100);
+}
+
+// The radix-sorted count summary gives the same bits as the double one (same sorted order,
+// same summation order), across values that use every radix digit.
+TEST(Stats, CountSummaryMatchesDoubleSummary) {
+  uint64_t x = 12345;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{999}, size_t{50000}}) {
+    std::vector<uint32_t> counts;
+    for (size_t i = 0; i < n; ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      const int shift = static_cast<int>((x >> 60) % 4) * 8;  // small and huge values
+      counts.push_back(static_cast<uint32_t>(x >> 33) >> shift);
+    }
+    const Summary a = Summarize(counts);
+    const Summary b = Summarize(std::vector<double>(counts.begin(), counts.end()));
+    EXPECT_EQ(a.count, b.count);
+    for (auto [u, v] : {std::pair{a.sum, b.sum},
+                        {a.mean, b.mean},
+                        {a.stddev, b.stddev},
+                        {a.min, b.min},
+                        {a.max, b.max},
+                        {a.p50, b.p50},
+                        {a.p90, b.p90},
+                        {a.p95, b.p95},
+                        {a.p99, b.p99}}) {
+      EXPECT_EQ(u, v) << "n " << n;
+    }
+  }
+}
+
+TEST(Check, JsonRoundTrip) {
+  const Check c{"device.cpu.load", "warn", "80% busy", "< 50% busy", "stop other jobs"};
+  const nlohmann::json j = CheckToJson(c);
+  EXPECT_EQ(j["verdict"], "warn");
+  const Check back = CheckFromJson(j);
+  EXPECT_EQ(back.name, c.name);
+  EXPECT_EQ(back.advice, c.advice);
+  EXPECT_EQ(CheckFromJson(nlohmann::json{{"name", 5}}).name, "");  // wrong type: empty
 }
 
 TEST(Stats, Log2Histogram) {

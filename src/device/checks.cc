@@ -364,10 +364,7 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
 
 std::vector<Check> ChecksFromReport(const json& report) {
   std::vector<Check> out;
-  for (const json& c : report.value("checks", json::array())) {
-    out.push_back(Make(Str(c, "name"), Str(c, "verdict"), Str(c, "value"), Str(c, "expected"),
-                       Str(c, "advice")));
-  }
+  for (const json& c : report.value("checks", json::array())) out.push_back(CheckFromJson(c));
   return out;
 }
 

@@ -350,11 +350,7 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
   bool passed = true;
   std::string reason;
   for (const Check& c : checks) {
-    cj.push_back({{"name", c.name},
-                  {"verdict", c.verdict},
-                  {"value", c.value},
-                  {"expected", c.expected},
-                  {"advice", c.advice}});
+    cj.push_back(CheckToJson(c));
     if (c.verdict == "fail") {
       if (passed) reason = absl::StrCat(c.name, ": ", c.value);
       passed = false;

@@ -18,8 +18,9 @@ using nlohmann::json;
 
 Check Make(const PartOutcome& o, std::string name, std::string verdict, std::string value,
            std::string expected, std::string advice = "") {
-  return Check{std::move(name),     std::move(verdict), std::move(value),
-               std::move(expected), std::move(advice),  o.name};
+  return Check{{std::move(name), std::move(verdict), std::move(value), std::move(expected),
+                std::move(advice)},
+               o.name};
 }
 
 // The last non-empty line of a stream, for "why" messages.
@@ -104,10 +105,7 @@ std::vector<Check> EnvCheck(const PartOutcome& o, const json& j) {
 // selftest device publishes its own checks; doctor takes them as they are.
 std::vector<Check> Device(const PartOutcome& o, const json& j) {
   std::vector<Check> out;
-  for (const json& c : j.value("checks", json::array())) {
-    out.push_back(Make(o, Str(c, "name"), Str(c, "verdict"), Str(c, "value"), Str(c, "expected"),
-                       Str(c, "advice")));
-  }
+  for (const json& c : j.value("checks", json::array())) out.push_back({CheckFromJson(c), o.name});
   if (out.empty()) {
     bool passed = j.value("passed", o.exit_code == 0);
     out.push_back(Make(o, "device", passed ? "pass" : "fail", Str(j, "reason"), "passed",

@@ -12,12 +12,9 @@ nlohmann::json ReportToJson(const Report& r) {
   using nlohmann::json;
   json checks = json::array();
   for (const Check& c : r.checks) {
-    checks.push_back({{"name", c.name},
-                      {"verdict", c.verdict},
-                      {"value", c.value},
-                      {"expected", c.expected},
-                      {"advice", c.advice},
-                      {"part", c.part}});
+    json one = CheckToJson(c);
+    one["part"] = c.part;
+    checks.push_back(std::move(one));
   }
   json parts = json::array();
   for (const PartOutcome& o : r.parts) {

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/check.h"
 #include "trainscope/core/os.h"
 
 namespace trainscope::device {
@@ -113,14 +114,8 @@ struct SelftestOptions {
   double hot_margin_c = 5;           // within this of the limit: hot
 };
 
-// One entry of the summary: the same shape doctor reports.
-struct Check {
-  std::string name;
-  std::string verdict;  // "pass", "warn", "fail", "skip"
-  std::string value;
-  std::string expected;
-  std::string advice;
-};
+// One entry of the summary: the shape doctor reports (trainscope/core/check.h).
+using Check = ::trainscope::Check;
 
 // Runs the whole self-test on this machine. Errors only for failures of the test itself
 // (it cannot allocate, libtorch throws); device faults are checks with verdict "fail".

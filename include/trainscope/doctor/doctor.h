@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/check.h"
 
 namespace trainscope::doctor {
 
@@ -52,14 +53,10 @@ struct Options {
 //   quick               8       6     10     12     40      55
 std::vector<Part> DefaultParts(const std::string& self_exe, bool quick);
 
-// One line of the summary table, and of `doctor --json`.
-struct Check {
-  std::string name;
-  std::string verdict;  // "pass", "warn", "fail", "skip"
-  std::string value;
-  std::string expected;
-  std::string advice;
-  std::string part;  // which part produced it
+// One line of the summary table, and of `doctor --json`: a part's check
+// (trainscope/core/check.h) and the part that produced it.
+struct Check : ::trainscope::Check {
+  std::string part;
 };
 
 // How a part's child process ended.
