@@ -3,6 +3,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -294,7 +295,8 @@ TEST(Analysis, ExactHashNormalisation) {
 
 // The AVX2 pass (32-byte blocks, pext compaction) and the AVX-512 pass (64-byte blocks,
 // byte compress) must match the scalar pass byte for byte, whatever the mix of whitespace
-// runs, case, UTF-8 and block boundaries. Levels the CPU lacks run as the best it has.
+// runs, case, UTF-8 and block boundaries. Levels the CPU lacks run as the best it has. The
+// same for the word boundaries (FindWords).
 TEST(Analysis, SimdNormalisationMatchesScalar) {
   const std::string alphabet[] = {" ",
                                   "  ",
@@ -337,6 +339,19 @@ TEST(Analysis, SimdNormalisationMatchesScalar) {
     }
     uint32_t c1 = 0, w1 = 0;
     const std::string scalar = Normalised(text, 0, &c1, &w1);
+    std::vector<uint32_t> s0, l0, s1, l1;
+    FindWords(text, &s0, &l0, 0);
+    FindWords(text, &s1, &l1, 1);
+    ASSERT_EQ(s0.size(), w1) << "trial " << trial;
+    ASSERT_EQ(l0.size(), w1) << "trial " << trial;
+    ASSERT_EQ(s1, s0) << "trial " << trial;
+    ASSERT_EQ(l1, l0) << "trial " << trial;
+    for (size_t k = 0; k < s0.size(); ++k) {  // each is a maximal non-whitespace run
+      ASSERT_GT(l0[k], 0u);
+      ASSERT_TRUE(s0[k] == 0 || std::isspace(static_cast<unsigned char>(text[s0[k] - 1])));
+      ASSERT_TRUE(s0[k] + l0[k] == text.size() ||
+                  std::isspace(static_cast<unsigned char>(text[s0[k] + l0[k]])));
+    }
     for (int level = 1; level <= 2; ++level) {
       uint32_t c2 = 0, w2 = 0;
       const std::string simd = Normalised(text, level, &c2, &w2);

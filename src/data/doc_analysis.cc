@@ -127,46 +127,13 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   const bool valid = utf8_valid || simdjson::validate_utf8(text.data(), text.size());
   if (!valid) r->flags |= 1u << kFlagInvalidUtf8;
 
-  // One pass: character count and the normalised text (ASCII lower-case, whitespace runs
-  // collapsed to one space, trimmed).
-  norm_.resize(text.size());
-  char* out = norm_.data();
-  size_t o = 0;
-  uint32_t chars = 0;
-  bool pending_space = false;
-  // The same pass records the words (maximal runs of non-whitespace bytes).
-  word_start_.clear();
-  word_len_.clear();
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  bool in_word = false;
-  uint32_t start = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const unsigned char c = bytes[i];
-    chars += (c & 0xC0) != 0x80;
-    if (IsSpace(c)) {
-      pending_space = o > 0;
-      if (in_word) {
-        word_start_.push_back(start);
-        word_len_.push_back(static_cast<uint32_t>(i) - start);
-        in_word = false;
-      }
-      continue;
-    }
-    if (!in_word) {
-      in_word = true;
-      start = static_cast<uint32_t>(i);
-    }
-    if (pending_space) {
-      out[o++] = ' ';
-      pending_space = false;
-    }
-    out[o++] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : static_cast<char>(c);
-  }
-  if (in_word) {
-    word_start_.push_back(start);
-    word_len_.push_back(static_cast<uint32_t>(text.size()) - start);
-  }
-  norm_.resize(o);
+  // The normalised text (ASCII lower-case, whitespace runs collapsed to one space,
+  // trimmed) with the code point count, then the words (maximal runs of non-whitespace
+  // bytes) for the rules: two SIMD passes.
+  norm_.resize(text.size() + 1);
+  uint32_t chars = 0, words = 0;
+  norm_.resize(NormaliseForExactHash(text, norm_.data(), &chars, &words, /*simd_level=*/2));
+  FindWords(text, &word_start_, &word_len_, /*simd_level=*/2);
   r->chars = chars;
   r->norm_hash = XXH3_64bits(norm_.data(), norm_.size());
   if (norm_.empty()) r->flags |= 1u << kFlagEmpty;
@@ -390,6 +357,75 @@ void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const ui
       mins[i] = v < mins[i] ? v : mins[i];
     }
   }
+}
+
+namespace {
+
+// Word boundaries from a whitespace mask: bit k of `starts` is a word's first byte, of
+// `ends` the first whitespace byte after a word. Appends in position order.
+inline void EmitWords(uint64_t starts, uint64_t ends, size_t base, std::vector<uint32_t>* start,
+                      std::vector<uint32_t>* len) {
+  for (uint64_t t = starts | ends; t != 0; t &= t - 1) {
+    const uint64_t bit = t & (~t + 1);
+    const uint32_t pos = static_cast<uint32_t>(base + __builtin_ctzll(t));
+    if (starts & bit) {
+      start->push_back(pos);
+    } else {
+      len->push_back(pos - start->back());
+    }
+  }
+}
+
+void FindWordsScalar(const unsigned char* s, size_t i, size_t n, uint32_t* prev_space,
+                     std::vector<uint32_t>* start, std::vector<uint32_t>* len) {
+  uint32_t prev = *prev_space;
+  for (; i < n; ++i) {
+    const uint32_t sp = kByteClass.space[s[i]];
+    if (!sp && prev) start->push_back(static_cast<uint32_t>(i));
+    if (sp && !prev) len->push_back(static_cast<uint32_t>(i) - start->back());
+    prev = sp;
+  }
+  *prev_space = prev;
+}
+
+#ifdef __AVX2__
+size_t FindWordsAvx2(const unsigned char* s, size_t n, uint32_t* prev_space,
+                     std::vector<uint32_t>* start, std::vector<uint32_t>* len) {
+  const __m256i k9 = _mm256_set1_epi8(9), k4 = _mm256_set1_epi8(4);
+  const __m256i kSpace = _mm256_set1_epi8(' ');
+  uint32_t prev = *prev_space;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i t = _mm256_sub_epi8(v, k9);
+    const __m256i sp =
+        _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(t, k4), t), _mm256_cmpeq_epi8(v, kSpace));
+    const uint32_t spm = static_cast<uint32_t>(_mm256_movemask_epi8(sp));
+    const uint32_t before = (spm << 1) | prev;
+    EmitWords(~spm & before, spm & ~before, i, start, len);
+    prev = spm >> 31;
+  }
+  *prev_space = prev;
+  return i;
+}
+#endif
+
+}  // namespace
+
+void FindWords(std::string_view text, std::vector<uint32_t>* start, std::vector<uint32_t>* len,
+               int simd_level) {
+  start->clear();
+  len->clear();
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  uint32_t prev = 1;  // as if preceded by whitespace
+  size_t i = 0;
+#ifdef __AVX2__
+  if (simd_level >= 1) i = FindWordsAvx2(s, text.size(), &prev, start, len);
+#else
+  (void)simd_level;
+#endif
+  FindWordsScalar(s, i, text.size(), &prev, start, len);
+  if (!prev) len->push_back(static_cast<uint32_t>(text.size()) - start->back());
 }
 
 int NormaliseSimdLevel() {

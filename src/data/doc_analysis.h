@@ -93,6 +93,12 @@ size_t NormaliseForExactHash(std::string_view text, char* out, uint32_t* chars, 
 // The highest level NormaliseForExactHash can use on this build and CPU.
 int NormaliseSimdLevel();
 
+// The words of `text` (maximal runs of non-whitespace bytes): their byte offsets and
+// lengths, replacing the vectors' contents. simd_level >= 1: 32-byte AVX2 blocks (when
+// built for haswell), else scalar; the same words either way.
+void FindWords(std::string_view text, std::vector<uint32_t>* start, std::vector<uint32_t>* len,
+               int simd_level);
+
 // MinHash minima: mins[i] = min over shingles x of a[i] * x + b[i] (mod 2^64), i < p.
 // simd_level 2 uses AVX-512 (64-bit multiplies, 8 lanes) when the CPU has it, else scalar;
 // the results are the same integers either way.
