@@ -1,4 +1,5 @@
 // Unit tests of the data module: readers, analysis rules, scan, clean, pack, stats.
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/doc_analysis.h"
@@ -179,6 +181,36 @@ TEST(Reader, RawBlocksMatchTheLineReader) {
     EXPECT_EQ(got.bad.counts().at("oversized_record"), 1u);
     EXPECT_EQ(got.bad.counts().at("invalid_json"), 1u);
   }
+}
+
+// A pipe (`<(zcat ...)`, /dev/stdin) has no size to cut blocks from: with raw blocks on it
+// is read as a stream, and gives every document (it once gave none).
+TEST(Reader, PipeWithRawBlocksIsReadAsAStream) {
+  std::string s;
+  for (int i = 0; i < 3000; ++i) s += "{\"text\": \"piped document " + std::to_string(i) + "\"}\n";
+  const std::string fifo = Tmp("corpus.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { WriteFile(fifo, s); });
+  ReaderOptions o;
+  o.format = InputFormat::kJsonl;
+  o.raw_jsonl_blocks = true;
+  auto inputs = ExpandInputs({fifo}, o.format);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  size_t docs = 0;
+  BadRecords bad;
+  auto st = ReadCorpus(
+      *inputs, o,
+      [&](DocBatch&& b) {
+        EXPECT_FALSE(b.raw);
+        docs += b.docs.size();
+        return true;
+      },
+      &bad);
+  writer.join();
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(docs, 3000u);
+  EXPECT_EQ(bad.total(), 0u);
 }
 
 // A mapped input that shrinks during the read is a one-line error naming the file, exit 2

@@ -539,6 +539,13 @@ bool ReadMappedJsonl(int fd, uint64_t size, const InputFile& in, uint32_t file,
   return true;
 }
 
+// Raw blocks need a regular file (its size, pread, mmap); pipes and other streams, such
+// as `<(zcat ...)` or /dev/stdin, are read as a stream by the line reader.
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 // Reads an uncompressed JSONL file in raw blocks of whole lines (see raw_jsonl_blocks).
 absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOptions& opts,
                           BatchBuilder* out, BadRecords* bad) {
@@ -768,7 +775,7 @@ absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOption
     if (in.format == InputFormat::kMegatron) {
       TS_RETURN_IF_ERROR(ReadMegatron(in, f, options, &out));
     } else if (in.format == InputFormat::kJsonl && options.raw_jsonl_blocks &&
-               in.compression == InputFile::kNone) {
+               in.compression == InputFile::kNone && IsRegularFile(in.path)) {
       TS_RETURN_IF_ERROR(ReadRawJsonl(in, f, options, &out, rbad));
     } else if (in.format == InputFormat::kJsonl) {
       TS_RETURN_IF_ERROR(ForEachLine(
