@@ -371,9 +371,30 @@ TEST(Analysis, SimdNormalisationMatchesScalar) {
     }
     uint32_t c1 = 0, w1 = 0;
     const std::string scalar = Normalised(text, 0, &c1, &w1);
+    {  // MinHash tokens: SIMD vs scalar vs a plain split
+      const WordBreak brk = WordBreak::kAsciiPunctuation;
+      std::vector<uint32_t> ts0, tl0, ts1, tl1;
+      FindWords(text, brk, &ts0, &tl0, 0);
+      FindWords(text, brk, &ts1, &tl1, 1);
+      ASSERT_EQ(ts1, ts0) << "trial " << trial;
+      ASSERT_EQ(tl1, tl0) << "trial " << trial;
+      std::vector<uint32_t> want_start, want_len;
+      auto sep = [](unsigned char c) { return c < 0x80 && !std::isalnum(c); };
+      for (size_t i = 0; i < text.size();) {
+        while (i < text.size() && sep(text[i])) ++i;
+        const size_t b = i;
+        while (i < text.size() && !sep(text[i])) ++i;
+        if (i > b) {
+          want_start.push_back(static_cast<uint32_t>(b));
+          want_len.push_back(static_cast<uint32_t>(i - b));
+        }
+      }
+      ASSERT_EQ(ts0, want_start) << "trial " << trial;
+      ASSERT_EQ(tl0, want_len) << "trial " << trial;
+    }
     std::vector<uint32_t> s0, l0, s1, l1;
-    FindWords(text, &s0, &l0, 0);
-    FindWords(text, &s1, &l1, 1);
+    FindWords(text, WordBreak::kWhitespace, &s0, &l0, 0);
+    FindWords(text, WordBreak::kWhitespace, &s1, &l1, 1);
     ASSERT_EQ(s0.size(), w1) << "trial " << trial;
     ASSERT_EQ(l0.size(), w1) << "trial " << trial;
     ASSERT_EQ(s1, s0) << "trial " << trial;

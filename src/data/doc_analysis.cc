@@ -133,7 +133,7 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   norm_.resize(text.size() + 1);
   uint32_t chars = 0, words = 0;
   norm_.resize(NormaliseForExactHash(text, norm_.data(), &chars, &words, /*simd_level=*/2));
-  FindWords(text, &word_start_, &word_len_, /*simd_level=*/2);
+  FindWords(text, WordBreak::kWhitespace, &word_start_, &word_len_, /*simd_level=*/2);
   r->chars = chars;
   r->norm_hash = XXH3_64bits(norm_.data(), norm_.size());
   if (norm_.empty()) r->flags |= 1u << kFlagEmpty;
@@ -376,55 +376,70 @@ inline void EmitWords(uint64_t starts, uint64_t ends, size_t base, std::vector<u
   }
 }
 
-void FindWordsScalar(const unsigned char* s, size_t i, size_t n, uint32_t* prev_space,
+void FindWordsScalar(const unsigned char* s, size_t i, size_t n, WordBreak brk, uint32_t* prev_sep,
                      std::vector<uint32_t>* start, std::vector<uint32_t>* len) {
-  uint32_t prev = *prev_space;
+  uint32_t prev = *prev_sep;
   for (; i < n; ++i) {
-    const uint32_t sp = kByteClass.space[s[i]];
-    if (!sp && prev) start->push_back(static_cast<uint32_t>(i));
-    if (sp && !prev) len->push_back(static_cast<uint32_t>(i) - start->back());
-    prev = sp;
+    const uint32_t sep = brk == WordBreak::kWhitespace ? kByteClass.space[s[i]]
+                         : IsShingleSep(s[i])          ? 1
+                                                       : 0;
+    if (!sep && prev) start->push_back(static_cast<uint32_t>(i));
+    if (sep && !prev) len->push_back(static_cast<uint32_t>(i) - start->back());
+    prev = sep;
   }
-  *prev_space = prev;
+  *prev_sep = prev;
 }
 
 #ifdef __AVX2__
-size_t FindWordsAvx2(const unsigned char* s, size_t n, uint32_t* prev_space,
+size_t FindWordsAvx2(const unsigned char* s, size_t n, WordBreak brk, uint32_t* prev_sep,
                      std::vector<uint32_t>* start, std::vector<uint32_t>* len) {
   const __m256i k9 = _mm256_set1_epi8(9), k4 = _mm256_set1_epi8(4);
   const __m256i kSpace = _mm256_set1_epi8(' ');
-  uint32_t prev = *prev_space;
+  const __m256i kLowerA = _mm256_set1_epi8('a'), k25 = _mm256_set1_epi8(25);
+  const __m256i kZero = _mm256_set1_epi8('0'), k9d = _mm256_set1_epi8(9);
+  const __m256i kCase = _mm256_set1_epi8(0x20);
+  uint32_t prev = *prev_sep;
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i t = _mm256_sub_epi8(v, k9);
-    const __m256i sp =
-        _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(t, k4), t), _mm256_cmpeq_epi8(v, kSpace));
-    const uint32_t spm = static_cast<uint32_t>(_mm256_movemask_epi8(sp));
-    const uint32_t before = (spm << 1) | prev;
-    EmitWords(~spm & before, spm & ~before, i, start, len);
-    prev = spm >> 31;
+    uint32_t sepm;
+    if (brk == WordBreak::kWhitespace) {
+      const __m256i t = _mm256_sub_epi8(v, k9);
+      const __m256i sp = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(t, k4), t),
+                                         _mm256_cmpeq_epi8(v, kSpace));
+      sepm = static_cast<uint32_t>(_mm256_movemask_epi8(sp));
+    } else {  // ASCII other than letters and digits
+      const __m256i a = _mm256_sub_epi8(_mm256_or_si256(v, kCase), kLowerA);
+      const __m256i d = _mm256_sub_epi8(v, kZero);
+      const __m256i word = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(a, k25), a),
+                                           _mm256_cmpeq_epi8(_mm256_min_epu8(d, k9d), d));
+      const uint32_t high = static_cast<uint32_t>(_mm256_movemask_epi8(v));
+      sepm = ~(static_cast<uint32_t>(_mm256_movemask_epi8(word)) | high);
+    }
+    const uint32_t before = (sepm << 1) | prev;
+    EmitWords(~sepm & before, sepm & ~before, i, start, len);
+    prev = sepm >> 31;
   }
-  *prev_space = prev;
+  *prev_sep = prev;
   return i;
 }
 #endif
 
 }  // namespace
 
-void FindWords(std::string_view text, std::vector<uint32_t>* start, std::vector<uint32_t>* len,
-               int simd_level) {
+void FindWords(std::string_view text, WordBreak brk, std::vector<uint32_t>* start,
+               std::vector<uint32_t>* len, int simd_level) {
   start->clear();
   len->clear();
   const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
-  uint32_t prev = 1;  // as if preceded by whitespace
+  uint32_t prev = 1;  // as if preceded by a separator
   size_t i = 0;
 #ifdef __AVX2__
-  if (simd_level >= 1) i = FindWordsAvx2(s, text.size(), &prev, start, len);
+  if (simd_level >= 1) i = FindWordsAvx2(s, text.size(), brk, &prev, start, len);
 #else
   (void)simd_level;
 #endif
-  FindWordsScalar(s, i, text.size(), &prev, start, len);
+  FindWordsScalar(s, i, text.size(), brk, &prev, start, len);
   if (!prev) len->push_back(static_cast<uint32_t>(text.size()) - start->back());
 }
 
@@ -551,18 +566,14 @@ bool DocAnalyzer::MinHash(std::string_view norm, uint64_t* band_out, uint16_t* s
   word_hash_.clear();
   const unsigned char* s = reinterpret_cast<const unsigned char*>(norm.data());
   const size_t n = norm.size();
-  size_t non_ascii = 0;
-  for (size_t i = 0; i < n;) {
-    while (i < n && IsShingleSep(s[i])) ++i;
-    const size_t b = i;
-    while (i < n && !IsShingleSep(s[i])) {
-      non_ascii += s[i] >= 0x80;
-      ++i;
-    }
-    if (i > b) word_hash_.push_back(XXH3_64bits(s + b, i - b));
+  FindWords(norm, WordBreak::kAsciiPunctuation, &token_start_, &token_len_, /*simd_level=*/1);
+  for (size_t t = 0; t < token_start_.size(); ++t) {
+    word_hash_.push_back(XXH3_64bits(s + token_start_[t], token_len_[t]));
   }
   // Text without spaces (Chinese, Japanese, Thai): long "words" of non-ASCII characters.
-  if (!word_hash_.empty() && non_ascii * 2 > n && n / word_hash_.size() > 24) {
+  if (!word_hash_.empty() && n / word_hash_.size() > 24 &&
+      static_cast<size_t>(std::count_if(s, s + n, [](unsigned char c) { return c >= 0x80; })) * 2 >
+          n) {
     word_hash_.clear();
     for (size_t i = 0; i < n;) {
       unsigned char c = s[i];

@@ -93,11 +93,16 @@ size_t NormaliseForExactHash(std::string_view text, char* out, uint32_t* chars, 
 // The highest level NormaliseForExactHash can use on this build and CPU.
 int NormaliseSimdLevel();
 
-// The words of `text` (maximal runs of non-whitespace bytes): their byte offsets and
-// lengths, replacing the vectors' contents. simd_level >= 1: 32-byte AVX2 blocks (when
+// What separates words: whitespace (the noise rules' words), or any ASCII byte other than
+// a letter or digit (MinHash shingles: datatrove strips punctuation; bytes >= 0x80 always
+// belong to words).
+enum class WordBreak { kWhitespace, kAsciiPunctuation };
+
+// The words of `text` (maximal runs of bytes that are not separators): their byte offsets
+// and lengths, replacing the vectors' contents. simd_level >= 1: 32-byte AVX2 blocks (when
 // built for haswell), else scalar; the same words either way.
-void FindWords(std::string_view text, std::vector<uint32_t>* start, std::vector<uint32_t>* len,
-               int simd_level);
+void FindWords(std::string_view text, WordBreak brk, std::vector<uint32_t>* start,
+               std::vector<uint32_t>* len, int simd_level);
 
 // MinHash minima: mins[i] = min over shingles x of a[i] * x + b[i] (mod 2^64), i < p.
 // simd_level 2 uses AVX-512 (64-bit multiplies, 8 lanes) when the CPU has it, else scalar;
@@ -128,6 +133,7 @@ class DocAnalyzer {
   // Scratch, reused across documents.
   std::string norm_;
   std::vector<uint32_t> word_start_, word_len_;
+  std::vector<uint32_t> token_start_, token_len_;  // MinHash words
   std::vector<uint64_t> word_hash_, gram_, shingle_, mins_;
   std::vector<uint64_t> table_keys_;
   std::vector<uint32_t> table_vals_;
