@@ -197,13 +197,30 @@ size_t NormaliseScalar(const unsigned char* s, size_t i, size_t n, char* out, si
   return o;
 }
 
+void MinHashMinsScalar(const uint64_t* x, size_t n, const uint64_t* a, const uint64_t* b, int p,
+                       uint64_t* m) {
+  std::fill(m, m + p, std::numeric_limits<uint64_t>::max());
+  for (size_t k = 0; k < n; ++k) {
+    for (int i = 0; i < p; ++i) {
+      const uint64_t v = a[i] * x[k] + b[i];
+      m[i] = v < m[i] ? v : m[i];
+    }
+  }
+}
+
 #ifdef __AVX2__
+// 0xFF where a byte of v is ASCII whitespace (\t \n \v \f \r or space), else 0.
+inline __m256i WhitespaceBytes(__m256i v) {
+  const __m256i t = _mm256_sub_epi8(v, _mm256_set1_epi8(9));  // \t..\r -> 0..4
+  const __m256i ctl = _mm256_cmpeq_epi8(_mm256_min_epu8(t, _mm256_set1_epi8(4)), t);
+  return _mm256_or_si256(ctl, _mm256_cmpeq_epi8(v, _mm256_set1_epi8(' ')));
+}
+
 // The same pass 32 bytes at a time: masks of whitespace and continuation bytes, lower-case
 // and whitespace -> ' ' by compare and blend; a block with no space after a space is
 // stored whole, otherwise compacted 8 bytes at a time with BMI2 pext.
 size_t NormaliseAvx2(const unsigned char* s, size_t n, char* out, uint32_t* chars, uint32_t* words,
                      uint32_t* prev_space) {
-  const __m256i k9 = _mm256_set1_epi8(9), k4 = _mm256_set1_epi8(4);
   const __m256i kSpace = _mm256_set1_epi8(' '), kA = _mm256_set1_epi8('A');
   const __m256i k25 = _mm256_set1_epi8(25), kCase = _mm256_set1_epi8(0x20);
   const __m256i kContLimit = _mm256_set1_epi8(-64);  // continuation bytes are < -64 signed
@@ -212,9 +229,7 @@ size_t NormaliseAvx2(const unsigned char* s, size_t n, char* out, uint32_t* char
   uint32_t prev = *prev_space;
   for (; i + 32 <= n; i += 32) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i t = _mm256_sub_epi8(v, k9);  // \t..\r -> 0..4
-    const __m256i ctl = _mm256_cmpeq_epi8(_mm256_min_epu8(t, k4), t);
-    const __m256i sp = _mm256_or_si256(ctl, _mm256_cmpeq_epi8(v, kSpace));
+    const __m256i sp = WhitespaceBytes(v);
     const __m256i u = _mm256_sub_epi8(v, kA);
     const __m256i upper = _mm256_cmpeq_epi8(_mm256_min_epu8(u, k25), u);
     __m256i low = _mm256_add_epi8(v, _mm256_and_si256(upper, kCase));
@@ -326,11 +341,7 @@ __attribute__((target("avx512f,avx512dq"))) void MinHashMinsAvx512(const uint64_
     }
     _mm512_storeu_si512(m + i, vm);
   }
-  for (; i < p; ++i) {
-    uint64_t best = std::numeric_limits<uint64_t>::max();
-    for (size_t k = 0; k < n; ++k) best = std::min(best, a[i] * x[k] + b[i]);
-    m[i] = best;
-  }
+  MinHashMinsScalar(x, n, a + i, b + i, p - i, m + i);  // the permutations left over
 }
 #pragma GCC diagnostic pop
 #endif
@@ -349,14 +360,7 @@ void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const ui
 #else
   (void)simd_level;
 #endif
-  std::fill(mins, mins + p, std::numeric_limits<uint64_t>::max());
-  for (size_t k = 0; k < n; ++k) {
-    const uint64_t x = shingles[k];
-    for (int i = 0; i < p; ++i) {
-      const uint64_t v = a[i] * x + b[i];
-      mins[i] = v < mins[i] ? v : mins[i];
-    }
-  }
+  MinHashMinsScalar(shingles, n, a, b, p, mins);
 }
 
 namespace {
@@ -393,8 +397,6 @@ void FindWordsScalar(const unsigned char* s, size_t i, size_t n, WordBreak brk, 
 #ifdef __AVX2__
 size_t FindWordsAvx2(const unsigned char* s, size_t n, WordBreak brk, uint32_t* prev_sep,
                      std::vector<uint32_t>* start, std::vector<uint32_t>* len) {
-  const __m256i k9 = _mm256_set1_epi8(9), k4 = _mm256_set1_epi8(4);
-  const __m256i kSpace = _mm256_set1_epi8(' ');
   const __m256i kLowerA = _mm256_set1_epi8('a'), k25 = _mm256_set1_epi8(25);
   const __m256i kZero = _mm256_set1_epi8('0'), k9d = _mm256_set1_epi8(9);
   const __m256i kCase = _mm256_set1_epi8(0x20);
@@ -404,10 +406,7 @@ size_t FindWordsAvx2(const unsigned char* s, size_t n, WordBreak brk, uint32_t* 
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     uint32_t sepm;
     if (brk == WordBreak::kWhitespace) {
-      const __m256i t = _mm256_sub_epi8(v, k9);
-      const __m256i sp = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(t, k4), t),
-                                         _mm256_cmpeq_epi8(v, kSpace));
-      sepm = static_cast<uint32_t>(_mm256_movemask_epi8(sp));
+      sepm = static_cast<uint32_t>(_mm256_movemask_epi8(WhitespaceBytes(v)));
     } else {  // ASCII other than letters and digits
       const __m256i a = _mm256_sub_epi8(_mm256_or_si256(v, kCase), kLowerA);
       const __m256i d = _mm256_sub_epi8(v, kZero);
