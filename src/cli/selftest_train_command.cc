@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/stop_signals.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/table.h"
@@ -32,8 +33,10 @@ int RunSelftestTrain(const SelftestTrainFlags& f) {
                    FormatCount(static_cast<long long>(s.tokens_per_s)).c_str());
     };
   }
+  StopOnSignals signals;  // a stop ends the metrics file; exit 128 + the signal
+  o.stop = signals.stop();
   auto r = train::RunSelftestTrain(o);
-  if (!r.ok()) return ReportAndExitCode("selftest train", r.status());
+  if (!r.ok()) return signals.ExitCode("selftest train", r.status());
   if (f.json) {
     std::printf("%s\n", train::SelftestResultToJson(*r).dump(2).c_str());
   } else {

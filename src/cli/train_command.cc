@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
+#include "cli/stop_signals.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
@@ -87,11 +88,15 @@ int RunTrain(const TrainFlags& f) {
   }
   auto config = train::LoadTrainConfig(path);
   if (!config.ok()) return ReportAndExitCode("train", config.status());
+  // SIGINT/SIGTERM/SIGHUP stop the trainer between steps; it ends the metrics file with an
+  // "end" record and the exit code is 128 + the signal (stop_signals.h).
+  StopOnSignals signals;
   if (f.steps > 0) config->train.steps = f.steps;
   if (f.max_seconds >= 0) config->train.max_seconds = f.max_seconds;
   train::TrainOptions o;
   o.run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
   o.comm_backend = f.backend;
+  o.stop = signals.stop();
   const int log_every = config->train.log_every;
   const int total = config->train.steps;
   o.on_step = [log_every, total](const train::StepRecord& s) {
@@ -115,7 +120,7 @@ int RunTrain(const TrainFlags& f) {
     }
     o.on_step = nullptr;
     auto rows = train::SweepWorkers(*config, o, values, f.sweep_steps);
-    if (!rows.ok()) return ReportAndExitCode("train", rows.status());
+    if (!rows.ok()) return signals.ExitCode("train", rows.status());
     size_t best = 0;
     for (size_t i = 1; i < rows->size(); ++i) {
       if ((*rows)[i].tokens_per_s > (*rows)[best].tokens_per_s * 1.02) best = i;
@@ -146,7 +151,7 @@ int RunTrain(const TrainFlags& f) {
     return kExitOk;
   }
   auto r = train::Train(*config, o);
-  if (!r.ok()) return ReportAndExitCode("train", r.status());
+  if (!r.ok()) return signals.ExitCode("train", r.status());
   if (f.json) {
     nlohmann::json j = train::TrainResultToJson(*r);
     j["run_dir"] = o.run_dir;

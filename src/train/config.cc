@@ -6,14 +6,21 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/subprocess.h"
+#include "trainscope/core/table.h"
+#include "trainscope/train/trainer.h"
 
 namespace trainscope::train {
 namespace {
@@ -35,13 +42,28 @@ class Section {
  public:
   Section(std::string source, std::string prefix) : source_(std::move(source)), prefix_(prefix) {}
 
+  // A JSON integer, or a number with an integral value (1e9), within the int range.
   void Int(const std::string& key, int* out) {
     setters_[key] = [this, key, out](const json& v) -> absl::Status {
-      if (!v.is_number_integer() && !v.is_number_unsigned()) return TypeError(key, "integer", v);
-      int64_t x = v.get<int64_t>();
-      if (x < INT32_MIN || x > INT32_MAX) return Error(key, "integer out of range");
-      *out = static_cast<int>(x);
-      return absl::OkStatus();
+      if (v.is_number_unsigned()) {
+        if (v.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)) return OutOfRange(key, v);
+        *out = static_cast<int>(v.get<uint64_t>());
+        return absl::OkStatus();
+      }
+      if (v.is_number_integer()) {
+        int64_t x = v.get<int64_t>();
+        if (x < INT32_MIN || x > INT32_MAX) return OutOfRange(key, v);
+        *out = static_cast<int>(x);
+        return absl::OkStatus();
+      }
+      if (v.is_number_float()) {
+        double x = v.get<double>();
+        if (x != std::floor(x)) return Error(key, absl::StrCat("expected integer, got ", v.dump()));
+        if (x < INT32_MIN || x > INT32_MAX) return OutOfRange(key, v);
+        *out = static_cast<int>(x);
+        return absl::OkStatus();
+      }
+      return TypeError(key, "integer", v);
     };
   }
   void U64(const std::string& key, uint64_t* out) {
@@ -116,6 +138,9 @@ class Section {
   absl::Status Error(const std::string& key, const std::string& what) const {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": key \"", Path(key), "\": ", what));
   }
+  absl::Status OutOfRange(const std::string& key, const json& got) const {
+    return Error(key, absl::StrCat(got.dump(), " does not fit an integer (-2147483648..2147483647)"));
+  }
   absl::Status TypeError(const std::string& key, const char* want, const json& got) const {
     return Error(key, absl::StrCat("expected ", want, ", got ", TypeName(got), " ", got.dump()));
   }
@@ -130,49 +155,69 @@ absl::Status KeyError(const TrainConfig& c, const std::string& key, const std::s
       absl::StrCat(c.source.empty() ? "config" : c.source, ": key \"", key, "\": ", what));
 }
 
+// `key` must be in lo..hi (the documented range; hi is the key's cap).
+template <typename T>
+absl::Status InRange(const TrainConfig& c, const char* key, T v, T lo, T hi) {
+  if (v >= lo && v <= hi) return absl::OkStatus();
+  return KeyError(c, key, absl::StrCat(v, " is out of range: must be in ", lo, "..", hi));
+}
+
 }  // namespace
+
+int MaxTrainThreads() {
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return hw > 0 ? std::min(1024, 4 * hw) : 1024;
+}
 
 absl::Status ValidateTrainConfig(const TrainConfig& c) {
   const ModelConfig& m = c.model;
-  if (m.layers < 1) return KeyError(c, "model.layers", "must be >= 1");
-  if (m.heads < 1) return KeyError(c, "model.heads", "must be >= 1");
-  if (m.width < 1) return KeyError(c, "model.width", "must be >= 1");
+  TS_RETURN_IF_ERROR(InRange(c, "model.layers", m.layers, 1, kMaxLayers));
+  TS_RETURN_IF_ERROR(InRange(c, "model.heads", m.heads, 1, kMaxHeads));
+  TS_RETURN_IF_ERROR(InRange(c, "model.width", m.width, 1, kMaxWidth));
   if (m.width % m.heads != 0)
     return KeyError(
         c, "model.heads",
         absl::StrCat(m.heads, " heads do not divide model.width ", m.width, " (impossible shape)"));
-  if (m.seq_len < 2) return KeyError(c, "model.seq_len", "must be >= 2");
+  TS_RETURN_IF_ERROR(InRange(c, "model.seq_len", m.seq_len, 2, kMaxSeqLen));
   if (m.vocab < 0) return KeyError(c, "model.vocab", "must be >= 0 (0: from the tokenizer)");
-  if (m.mlp_ratio < 1) return KeyError(c, "model.mlp_ratio", "must be >= 1");
+  TS_RETURN_IF_ERROR(InRange(c, "model.vocab", m.vocab, 0, kMaxVocab));
+  TS_RETURN_IF_ERROR(InRange(c, "model.mlp_ratio", m.mlp_ratio, 1, kMaxMlpRatio));
   const DataConfig& d = c.data;
   if (d.corpus.empty()) return KeyError(c, "data.corpus", "no corpus given");
   if (d.format != "auto" && d.format != "text" && d.format != "jsonl")
     return KeyError(c, "data.format", absl::StrCat("\"", d.format, "\" is not auto|text|jsonl"));
-  if (d.num_workers < 0 || d.num_workers > 64)
-    return KeyError(c, "data.num_workers", "must be in 0..64");
-  if (d.prefetch < 1) return KeyError(c, "data.prefetch", "must be >= 1");
-  if (d.worker_delay_ms < 0) return KeyError(c, "data.worker_delay_ms", "must be >= 0");
+  TS_RETURN_IF_ERROR(InRange(c, "data.num_workers", d.num_workers, 0, kMaxWorkers));
+  TS_RETURN_IF_ERROR(InRange(c, "data.prefetch", d.prefetch, 1, kMaxPrefetch));
+  TS_RETURN_IF_ERROR(
+      InRange(c, "data.worker_delay_ms", d.worker_delay_ms, 0.0, kMaxWorkerDelayMs));
   const OptimConfig& o = c.optim;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return KeyError(c, "optim.lr", "must be >= 0");
   if (!(o.min_lr >= 0) || (o.min_lr > o.lr && o.lr > 0))
     return KeyError(c, "optim.min_lr", "must be in 0..optim.lr");
-  if (o.warmup_steps < 0) return KeyError(c, "optim.warmup_steps", "must be >= 0");
+  TS_RETURN_IF_ERROR(InRange(c, "optim.warmup_steps", o.warmup_steps, 0, kMaxSteps));
   if (!(o.weight_decay >= 0)) return KeyError(c, "optim.weight_decay", "must be >= 0");
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return KeyError(c, "optim.beta1", "must be in [0, 1)");
   if (!(o.beta2 >= 0 && o.beta2 < 1)) return KeyError(c, "optim.beta2", "must be in [0, 1)");
   if (!(o.eps > 0)) return KeyError(c, "optim.eps", "must be > 0");
   if (!(o.grad_clip >= 0)) return KeyError(c, "optim.grad_clip", "must be >= 0");
   const RunConfig& r = c.train;
-  if (r.steps < 1) return KeyError(c, "train.steps", "must be >= 1");
-  if (r.micro_batch < 1) return KeyError(c, "train.micro_batch", "must be >= 1");
-  if (r.grad_accum < 1) return KeyError(c, "train.grad_accum", "must be >= 1");
-  if (r.threads < 0) return KeyError(c, "train.threads", "must be >= 0");
+  TS_RETURN_IF_ERROR(InRange(c, "train.steps", r.steps, 1, kMaxSteps));
+  TS_RETURN_IF_ERROR(InRange(c, "train.micro_batch", r.micro_batch, 1, kMaxMicroBatch));
+  TS_RETURN_IF_ERROR(InRange(c, "train.grad_accum", r.grad_accum, 1, kMaxGradAccum));
+  if (r.threads < 0 || r.threads > MaxTrainThreads())
+    return KeyError(c, "train.threads",
+                    absl::StrCat(r.threads, " is out of range: must be in 0..", MaxTrainThreads(),
+                                 " (0 = automatic; at most 4 x the ",
+                                 std::thread::hardware_concurrency(),
+                                 " hardware threads, and 1024)"));
   if (r.precision != "fp32" && r.precision != "bf16")
     return KeyError(c, "train.precision", absl::StrCat("\"", r.precision, "\" is not fp32|bf16"));
   if (!(r.max_seconds >= 0)) return KeyError(c, "train.max_seconds", "must be >= 0");
   if (r.log_every < 0) return KeyError(c, "train.log_every", "must be >= 0");
   if (r.layer_norms_every < 0) return KeyError(c, "train.layer_norms_every", "must be >= 0");
-  if (!(r.bucket_mb > 0)) return KeyError(c, "train.bucket_mb", "must be > 0");
+  if (!(r.bucket_mb > 0 && r.bucket_mb <= kMaxBucketMb))
+    return KeyError(c, "train.bucket_mb",
+                    absl::StrCat(r.bucket_mb, " is out of range: must be in (0, ", kMaxBucketMb, "]"));
   if (!(r.target_loss >= 0)) return KeyError(c, "train.target_loss", "must be >= 0");
   return absl::OkStatus();
 }
@@ -187,6 +232,16 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(src, ": not valid JSON at byte ", e.byte, ": ", e.what()));
+  } catch (const json::exception& e) {
+    // A number too large for a double (1e309) is out_of_range.406, not a parse_error, and
+    // carries no position: find the literal the message quotes.
+    std::string what = e.what(), where;
+    size_t q1 = what.find('\''), q2 = what.rfind('\'');
+    if (q1 != std::string::npos && q2 > q1 + 1) {
+      size_t at = text.find(what.substr(q1 + 1, q2 - q1 - 1));
+      if (at != std::string::npos) where = absl::StrCat(" at byte ", at);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(src, ": not valid JSON", where, ": ", what));
   }
   if (!root.is_object())
     return absl::InvalidArgumentError(absl::StrCat(src, ": expected a JSON object at the top"));
@@ -316,6 +371,96 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                 {"bucket_mb", c.train.bucket_mb},
                 {"target_loss", c.train.target_loss}};
   return j;
+}
+
+// ---- Memory estimate ----
+
+int64_t CountParams(const ModelConfig& c, int vocab) {
+  const int64_t w = c.width, h = int64_t{c.mlp_ratio} * c.width;
+  int64_t block = 2 * (2 * w)                   // two LayerNorms
+                  + (w * 3 * w + 3 * w)         // qkv
+                  + (w * w + w)                 // proj
+                  + (w * h + h) + (h * w + w);  // MLP
+  int64_t total = int64_t{vocab} * w + int64_t{c.seq_len} * w + c.layers * block + 2 * w;
+  if (!c.tied_head) total += int64_t{vocab} * w;
+  return total;
+}
+
+// Each term follows what the model (model.cc) keeps alive at the peak, the end of the
+// forward pass of a micro-batch with everything backward needs still saved:
+//   state       16 B/param: fp32 weights, grads, AdamW exp_avg and exp_avg_sq (+2 B/param
+//               under bf16 for autocast's cached bf16 copies of the weights);
+//   activations per layer and token, fp32: (12 + 2 x mlp_ratio) x C floats (LayerNorm
+//               inputs/outputs, q k v, attention output before and after the projection,
+//               residuals, MLP hidden before and after GELU) and 3 x heads x T floats
+//               (attention scores, masked, softmax);
+//   logits      B x T x V floats, 3 times (logits, log-softmax saved by the loss, and their
+//               gradient);
+//   mask        the causal T x T bool mask;
+//   loader      (prefetch + num_workers + 1) batches of inputs and targets, int64.
+// It is a rough figure (allocator slack, libtorch's workspace and the corpus itself are not
+// in it): meant to refuse configs that are off by orders of magnitude, not to pack memory.
+MemoryEstimate EstimateTrainMemory(const TrainConfig& c, int vocab) {
+  const ModelConfig& m = c.model;
+  const RunConfig& r = c.train;
+  const double b = r.micro_batch, t = m.seq_len, w = m.width, v = vocab;
+  MemoryEstimate e;
+  e.params = static_cast<double>(CountParams(m, vocab));
+  e.state_bytes = e.params * (r.precision == "bf16" ? 18.0 : 16.0);
+  e.activation_bytes =
+      4.0 * m.layers * b * t * ((12.0 + 2.0 * m.mlp_ratio) * w + 3.0 * m.heads * t);
+  e.logits_bytes = 3.0 * 4.0 * b * t * v;
+  e.mask_bytes = t * t;
+  e.loader_bytes = (c.data.prefetch + c.data.num_workers + 1.0) * b * t * 16.0;
+  e.total_bytes = e.state_bytes + e.activation_bytes + e.logits_bytes + e.mask_bytes +
+                  e.loader_bytes;
+  // Name the keys of the largest term.
+  auto kv = [](const char* key, int value) { return absl::StrCat(key, "=", value); };
+  std::vector<std::pair<double, std::string>> terms = {
+      {e.state_bytes,
+       absl::StrCat(kv("model.layers", m.layers), ", ", kv("model.width", m.width),
+                    m.vocab > 0 ? ", " + kv("model.vocab", m.vocab) : std::string())},
+      {e.activation_bytes,
+       absl::StrCat(kv("model.layers", m.layers), ", ", kv("train.micro_batch", r.micro_batch),
+                    ", ", kv("model.seq_len", m.seq_len), ", ", kv("model.width", m.width))},
+      {e.logits_bytes, absl::StrCat(kv("train.micro_batch", r.micro_batch), ", ",
+                                    kv("model.seq_len", m.seq_len), ", ", kv("model.vocab", vocab))},
+      {e.mask_bytes, kv("model.seq_len", m.seq_len)},
+      {e.loader_bytes,
+       absl::StrCat(kv("data.prefetch", c.data.prefetch), ", ",
+                    kv("train.micro_batch", r.micro_batch), ", ", kv("model.seq_len", m.seq_len))}};
+  e.drivers = std::max_element(terms.begin(), terms.end())->second;
+  return e;
+}
+
+absl::Status CheckTrainMemory(const TrainConfig& c, int vocab, int local_ranks,
+                              int64_t available_bytes, const std::string& available_what) {
+  if (available_bytes < 0) return absl::OkStatus();
+  const MemoryEstimate e = EstimateTrainMemory(c, vocab);
+  const double need = e.total_bytes * std::max(1, local_ranks);
+  if (need <= static_cast<double>(available_bytes)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      c.source.empty() ? "config" : c.source, ": ", e.drivers, ": needs ~",
+      FormatBytes(e.total_bytes), local_ranks > 1 ? absl::StrCat(" per rank x ", local_ranks, " local ranks") : "",
+      ", ", FormatBytes(static_cast<double>(available_bytes)), " available (", available_what,
+      "); estimate: weights+grads+AdamW ", FormatBytes(e.state_bytes), ", activations ",
+      FormatBytes(e.activation_bytes), ", logits ", FormatBytes(e.logits_bytes),
+      " (docs/metrics.md, \"Trainer memory estimate\")"));
+}
+
+int64_t AvailableHostMemoryBytes(Os* os) {
+  auto text = os->ReadFile("/proc/meminfo");
+  if (!text.ok()) return -1;
+  // "MemAvailable:   21402340 kB"
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    if (!absl::ConsumeSuffix(&line, "kB")) return -1;
+    int64_t kb = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kb) || kb < 0) return -1;
+    return kb * 1024;
+  }
+  return -1;
 }
 
 std::string FindBundledConfig(const std::string& name) {

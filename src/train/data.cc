@@ -256,7 +256,15 @@ void BatchLoader::WorkerLoop() {
     if (stop_) return;
     int64_t index = next_to_build_++;
     lock.unlock();
-    Batch b = Build(index);
+    Batch b;
+    try {
+      b = Build(index);
+    } catch (...) {
+      lock.lock();
+      if (!error_) error_ = std::current_exception();
+      cv_.notify_all();
+      return;
+    }
     lock.lock();
     ready_.emplace(index, std::move(b));
     cv_.notify_all();
@@ -267,7 +275,8 @@ Batch BatchLoader::Next() {
   if (workers_.empty()) return Build(next_to_consume_++);
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t want = next_to_consume_;
-  cv_.wait(lock, [&] { return ready_.count(want) > 0; });
+  cv_.wait(lock, [&] { return ready_.count(want) > 0 || error_ != nullptr; });
+  if (ready_.count(want) == 0) std::rethrow_exception(error_);
   Batch b = std::move(ready_[want]);
   ready_.erase(want);
   ++next_to_consume_;

@@ -119,6 +119,12 @@ MetricsWriter::~MetricsWriter() {
 }
 
 absl::Status MetricsWriter::WriteLine(const json& j) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_) return absl::OkStatus();  // the end record stays the last line
+  return WriteLineLocked(j);
+}
+
+absl::Status MetricsWriter::WriteLineLocked(const json& j) {
   std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
   line.push_back('\n');
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0) {
@@ -144,6 +150,30 @@ absl::Status MetricsWriter::WriteLayerNorms(int step, const std::vector<LayerNor
 absl::Status MetricsWriter::WriteRecord(const std::string& type, json fields) {
   fields["type"] = type;
   return WriteLine(fields);
+}
+
+json EndRecordToJson(const EndRecord& e) {
+  json j = {{"type", "end"},
+            {"reason", e.reason},
+            {"step", e.step},
+            {"rank", e.rank},
+            {"time_unix_us", e.time_unix_us},
+            {"elapsed_s", Finite(e.elapsed_s)}};
+  if (!e.signal.empty()) j["signal"] = e.signal;
+  if (!e.error.empty()) j["error"] = e.error;
+  return j;
+}
+
+absl::Status MetricsWriter::WriteEnd(const EndRecord& end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_) return absl::OkStatus();
+  ended_ = true;
+  return WriteLineLocked(EndRecordToJson(end));
+}
+
+bool MetricsWriter::ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_;
 }
 
 // ---- Validation against docs/formats.md ----
@@ -172,11 +202,12 @@ std::string CheckFields(const json& j, std::initializer_list<Field> fields) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path) {
+absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read metrics file"));
   std::string line;
   int64_t line_no = 0, steps = 0;
+  MetricsFileInfo info;
   int64_t last_step = 0;
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", why));
@@ -184,10 +215,16 @@ absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path) {
   while (std::getline(in, line)) {
     ++line_no;
     json j = json::parse(line, nullptr, false);
+    if ((j.is_discarded() || !j.is_object()) && in.eof() && !info.ended && line_no > 1) {
+      // A last line without its newline: the writer was killed in the middle of it.
+      info.truncated_last_line = true;
+      break;
+    }
     if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
     if (!j.contains("type") || !j["type"].is_string()) return bad("missing string key \"type\"");
     const std::string type = j["type"];
     std::string why;
+    if (info.ended) return bad("a line after the end record");
     if (line_no == 1) {
       if (type != "header") return bad("first line is not the header");
       if (j.value("format", "") != kMetricsFormat)
@@ -237,6 +274,29 @@ absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path) {
           if (!why.empty()) break;
         }
       }
+    } else if (type == "end") {
+      why = CheckFields(j, {{"reason", [](const json& v) { return v.is_string(); }, "a string"},
+                            {"step", IsInt, "an integer"},
+                            {"rank", IsInt, "an integer"},
+                            {"time_unix_us", IsInt, "an integer"},
+                            {"elapsed_s", IsNumOrNull, "a number"}});
+      const std::string reason = why.empty() ? j["reason"].get<std::string>() : "";
+      if (why.empty() && reason != kEndDone && reason != kEndInterrupted && reason != kEndError)
+        why = absl::StrCat("end reason \"", reason, "\" is not done|interrupted|error");
+      for (const char* k : {"signal", "error"}) {
+        if (why.empty() && j.contains(k) && !j[k].is_string())
+          why = absl::StrCat("key \"", k, "\" is not a string");
+      }
+      if (why.empty()) {
+        info.ended = true;
+        info.end.reason = reason;
+        info.end.step = j["step"].get<int>();
+        info.end.rank = j["rank"].get<int>();
+        info.end.signal = j.value("signal", "");
+        info.end.error = j.value("error", "");
+        info.end.time_unix_us = j["time_unix_us"].get<int64_t>();
+        info.end.elapsed_s = j["elapsed_s"].is_number() ? j["elapsed_s"].get<double>() : 0;
+      }
     } else if (type == "event" || type == "summary" || type == "error") {
       // free-form payloads, documented per event
     } else {
@@ -245,7 +305,9 @@ absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path) {
     if (!why.empty()) return bad(why);
   }
   if (line_no == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty metrics file"));
-  return steps;
+  info.steps = steps;
+  info.state = info.ended ? info.end.reason : "running_or_killed";
+  return info;
 }
 
 }  // namespace trainscope::train

@@ -99,20 +99,11 @@ bool GptImpl::Decays(const std::string& name) const {
          name.rfind("wpe", 0) != 0;
 }
 
-int64_t CountParams(const ModelConfig& c, int vocab) {
-  const int64_t w = c.width, h = int64_t{c.mlp_ratio} * c.width;
-  int64_t block = 2 * (2 * w)                   // two LayerNorms
-                  + (w * 3 * w + 3 * w)         // qkv
-                  + (w * w + w)                 // proj
-                  + (w * h + h) + (h * w + w);  // MLP
-  int64_t total = int64_t{vocab} * w + int64_t{c.seq_len} * w + c.layers * block + 2 * w;
-  if (!c.tied_head) total += int64_t{vocab} * w;
-  return total;
-}
+// CountParams is in config.cc (libtorch-free: the memory estimate uses it).
 
-double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds) {
-  // A square matmul large enough to reach the BLAS peak but small enough to run many times
-  // within the budget; the best of several timed repetitions is the peak.
+namespace {
+
+double MeasurePeak(int threads, const std::string& precision, double seconds) {
   at::set_num_threads(std::max(1, threads));
   torch::NoGradGuard no_grad;
   const int64_t n = 512;
@@ -132,6 +123,19 @@ double MeasureMatmulPeakFlops(int threads, const std::string& precision, double 
       break;
   }
   return best;
+}
+
+}  // namespace
+
+double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds) {
+  // A square matmul large enough to reach the BLAS peak but small enough to run many times
+  // within the budget; the best of several timed repetitions is the peak. libtorch errors
+  // (an unsupported dtype) stay inside: the peak is then unknown, 0.
+  try {
+    return MeasurePeak(threads, precision, seconds);
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 }  // namespace trainscope::train

@@ -63,6 +63,7 @@ absl::StatusOr<SelftestResult> RunSelftestTrain(const SelftestOptions& options) 
   }
   to.distributed_from_env = false;  // the self-test is one rank on this machine
   to.on_step = options.on_step;
+  to.stop = options.stop;
   TS_ASSIGN_OR_RETURN(r.train, Train(config, to));
   r.loss_start = r.train.loss_start;
   r.loss_end = r.train.loss_end;

@@ -2,14 +2,22 @@
 // loader, metrics format, and short real training runs (determinism, convergence,
 // non-finite loss, bf16).
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "nlohmann/json.hpp"
+#include "trainscope/core/fake_os.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/train/config.h"
@@ -113,6 +121,139 @@ TEST(ConfigTest, TopLevelAndRangeChecks) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(again->model.tied_head);
   EXPECT_EQ(TrainConfigToJson(*again), TrainConfigToJson(*ok));
+}
+
+// ---- caps, integer keys, memory estimate (issue 11) ----
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string WithKey(const std::string& section, const std::string& key, const std::string& raw) {
+  if (section == "data") return R"({"data": {"corpus": "a", ")" + key + R"(": )" + raw + "}}";
+  return R"({"data": {"corpus": "a"}, ")" + section + R"(": {")" + key + R"(": )" + raw + "}}";
+}
+
+TEST(ConfigTest, SizeKeysOverTheirCapsAreRefusedFastNamingFileAndKey) {
+  struct Case {
+    const char* section;
+    const char* key;
+    const char* raw;
+  };
+  const Case cases[] = {{"train", "micro_batch", "1000000000"}, {"train", "threads", "100000"},
+                        {"model", "layers", "1e9"},             {"model", "width", "1000000"},
+                        {"model", "heads", "100000"},           {"model", "seq_len", "1e8"},
+                        {"model", "vocab", "1e9"},              {"model", "mlp_ratio", "1000"},
+                        {"train", "grad_accum", "1e9"},         {"train", "steps", "2e9"},
+                        {"optim", "warmup_steps", "2e9"},       {"data", "prefetch", "1e6"},
+                        {"data", "num_workers", "1000"},        {"data", "worker_delay_ms", "1e12"},
+                        {"train", "bucket_mb", "1e12"}};
+  for (const Case& k : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = ParseTrainConfig(WithKey(k.section, k.key, k.raw), "caps.json");
+    EXPECT_LT(SecondsSince(t0), 0.1) << k.key;
+    ASSERT_FALSE(c.ok()) << k.key;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string want = std::string("caps.json: key \"") + k.section + "." + k.key + "\": ";
+    EXPECT_NE(c.status().message().find(want), std::string::npos) << c.status();
+    EXPECT_NE(c.status().message().find("out of range"), std::string::npos) << c.status();
+  }
+  // At the caps themselves the keys parse.
+  EXPECT_TRUE(ParseTrainConfig(WithKey("model", "layers", std::to_string(kMaxLayers)), "").ok());
+  EXPECT_TRUE(
+      ParseTrainConfig(WithKey("train", "threads", std::to_string(MaxTrainThreads())), "").ok());
+  EXPECT_FALSE(
+      ParseTrainConfig(WithKey("train", "threads", std::to_string(MaxTrainThreads() + 1)), "").ok());
+  EXPECT_LE(MaxTrainThreads(), 1024);
+}
+
+TEST(ConfigTest, IntegerKeysTakeIntegralNumbersInIntRangeOnly) {
+  auto ok = ParseTrainConfig(WithKey("train", "micro_batch", "1e3"), "x.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train.micro_batch, 1000);
+  auto frac = ParseTrainConfig(WithKey("train", "micro_batch", "1.5"), "x.json");
+  ASSERT_FALSE(frac.ok());
+  EXPECT_NE(frac.status().message().find(
+                "x.json: key \"train.micro_batch\": expected integer, got 1.5"),
+            std::string::npos)
+      << frac.status();
+  for (const char* raw : {"1e12", "-1e12", "1000000000000", "18446744073709551615"}) {
+    auto big = ParseTrainConfig(WithKey("train", "steps", raw), "x.json");
+    ASSERT_FALSE(big.ok()) << raw;
+    EXPECT_NE(big.status().message().find("x.json: key \"train.steps\": "), std::string::npos);
+    EXPECT_NE(big.status().message().find("does not fit an integer"), std::string::npos)
+        << big.status();
+  }
+  // A number beyond a double is nlohmann's out_of_range, not a parse_error: still one
+  // InvalidArgument naming the file and the byte.
+  const std::string text = WithKey("optim", "lr", "1e309");
+  auto inf = ParseTrainConfig(text, "x.json");
+  ASSERT_FALSE(inf.ok());
+  EXPECT_EQ(inf.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(inf.status().message().find(
+                "x.json: not valid JSON at byte " + std::to_string(text.find("1e309"))),
+            std::string::npos)
+      << inf.status();
+}
+
+TEST(MemoryTest, EstimateFollowsTheDocumentedFormula) {
+  TrainConfig c = TinyConfig();  // layers 1, heads 2, width 32, seq 32, micro_batch 4
+  const MemoryEstimate e = EstimateTrainMemory(c, 257);
+  EXPECT_EQ(e.params, static_cast<double>(CountParams(c.model, 257)));
+  EXPECT_DOUBLE_EQ(e.state_bytes, 16.0 * e.params);
+  EXPECT_DOUBLE_EQ(e.activation_bytes, 4.0 * 1 * 4 * 32 * ((12 + 2 * 4) * 32 + 3 * 2 * 32));
+  EXPECT_DOUBLE_EQ(e.logits_bytes, 12.0 * 4 * 32 * 257);
+  EXPECT_DOUBLE_EQ(e.mask_bytes, 32.0 * 32);
+  EXPECT_DOUBLE_EQ(e.loader_bytes, (4 + 1 + 1) * 4.0 * 32 * 16);
+  EXPECT_DOUBLE_EQ(e.total_bytes, e.state_bytes + e.activation_bytes + e.logits_bytes +
+                                      e.mask_bytes + e.loader_bytes);
+  EXPECT_DOUBLE_EQ(e.total_bytes, 1186304);  // docs/metrics.md's worked check
+  EXPECT_EQ(CountParams(c.model, 257), 22016);
+  c.train.precision = "bf16";
+  EXPECT_DOUBLE_EQ(EstimateTrainMemory(c, 257).state_bytes, 18.0 * e.params);
+}
+
+TEST(MemoryTest, OverTheAvailableMemoryNamesTheKeysThatDriveIt) {
+  TrainConfig c = TinyConfig();
+  c.source = "big.json";
+  c.model.layers = kMaxLayers;
+  c.model.width = kMaxWidth;
+  c.model.heads = 16;
+  absl::Status st = CheckTrainMemory(c, 257, 1, int64_t{16} << 30, "MemAvailable");
+  ASSERT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("big.json: model.layers=1024, model.width=65536: needs ~"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("16.0 GiB available (MemAvailable)"), std::string::npos) << st;
+  // Activations dominate: a huge micro-batch is named.
+  c = TinyConfig();
+  c.train.micro_batch = kMaxMicroBatch;
+  c.model.seq_len = 1024;
+  st = CheckTrainMemory(c, 257, 1, int64_t{16} << 30, "MemAvailable");
+  ASSERT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("train.micro_batch=1048576"), std::string::npos) << st;
+  // The tiny config fits in 16 GiB, but not in 8 local ranks x 1 MB; unknown memory: no check.
+  c = TinyConfig();
+  EXPECT_TRUE(CheckTrainMemory(c, 257, 1, int64_t{16} << 30, "MemAvailable").ok());
+  const double one = EstimateTrainMemory(c, 257).total_bytes;
+  EXPECT_TRUE(CheckTrainMemory(c, 257, 1, static_cast<int64_t>(one) + 1, "x").ok());
+  st = CheckTrainMemory(c, 257, 8, static_cast<int64_t>(one) + 1, "x");
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("per rank x 8 local ranks"), std::string::npos) << st;
+  EXPECT_TRUE(CheckTrainMemory(c, 257, 1, -1, "x").ok());
+}
+
+TEST(MemoryTest, MemAvailableComesFromProcMeminfo) {
+  FakeOs os;
+  EXPECT_EQ(AvailableHostMemoryBytes(&os), -1);  // no /proc/meminfo
+  os.AddFile("/proc/meminfo",
+             "MemTotal:       32000000 kB\nMemFree:         1000000 kB\n"
+             "MemAvailable:   21402340 kB\nBuffers:          100 kB\n");
+  EXPECT_EQ(AvailableHostMemoryBytes(&os), int64_t{21402340} * 1024);
+  FakeOs bad;
+  bad.AddFile("/proc/meminfo", "MemAvailable:   lots\n");
+  EXPECT_EQ(AvailableHostMemoryBytes(&bad), -1);
+  EXPECT_GT(AvailableHostMemoryBytes(Os::Default()), 0);
 }
 
 // ---- LR schedule ----
@@ -264,7 +405,9 @@ TEST(MetricsTest, WriterOutputValidates) {
   w->reset();
   auto steps = ValidateMetricsFile(dir + "/m.jsonl");
   ASSERT_TRUE(steps.ok()) << steps.status();
-  EXPECT_EQ(*steps, 2);
+  EXPECT_EQ(steps->steps, 2);
+  EXPECT_FALSE(steps->ended);  // no end record: still running or killed
+  EXPECT_EQ(steps->state, "running_or_killed");
   {
     std::ofstream out(dir + "/m.jsonl", std::ios::app);
     out << R"({"type": "step", "step": 3, "loss": 1.0})"
@@ -274,6 +417,87 @@ TEST(MetricsTest, WriterOutputValidates) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("m.jsonl:5: missing key \"lr\""), std::string::npos)
       << bad.status();
+}
+
+std::vector<nlohmann::json> ReadLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(MetricsTest, EndRecordIsTheLastLineAndReadersSeeHowTheRunEnded) {
+  std::string dir = TempDir("metrics_end");
+  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 1},
+                                                  {"world_size", 2},
+                                                  {"params", 10},
+                                                  {"start_unix_us", 1},
+                                                  {"config", nlohmann::json::object()}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  StepRecord r;
+  r.step = 1;
+  ASSERT_TRUE((*w)->WriteStep(r).ok());
+  EndRecord e;
+  e.reason = kEndInterrupted;
+  e.step = 1;
+  e.rank = 1;
+  e.signal = "SIGTERM";
+  e.time_unix_us = 1700000000000000;
+  e.elapsed_s = 2.5;
+  ASSERT_TRUE((*w)->WriteEnd(e).ok());
+  EXPECT_TRUE((*w)->ended());
+  // The first end record wins; later lines of any kind are dropped.
+  EndRecord again = e;
+  again.reason = kEndDone;
+  ASSERT_TRUE((*w)->WriteEnd(again).ok());
+  r.step = 2;
+  ASSERT_TRUE((*w)->WriteStep(r).ok());
+  w->reset();
+  auto lines = ReadLines(dir + "/m.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines.back()["type"], "end");
+  EXPECT_EQ(lines.back()["reason"], "interrupted");
+  EXPECT_EQ(lines.back()["signal"], "SIGTERM");
+  EXPECT_FALSE(lines.back().contains("error"));
+  auto info = ValidateMetricsFile(dir + "/m.jsonl");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->ended);
+  EXPECT_EQ(info->state, "interrupted");
+  EXPECT_EQ(info->end.step, 1);
+  EXPECT_EQ(info->end.rank, 1);
+  EXPECT_EQ(info->end.signal, "SIGTERM");
+  EXPECT_DOUBLE_EQ(info->end.elapsed_s, 2.5);
+  // Nothing may follow the end record; an unknown reason is malformed.
+  {
+    std::ofstream out(dir + "/m.jsonl", std::ios::app);
+    out << R"({"type": "event"})" << "\n";
+  }
+  auto after = ValidateMetricsFile(dir + "/m.jsonl");
+  ASSERT_FALSE(after.ok());
+  EXPECT_NE(after.status().message().find("m.jsonl:4: a line after the end record"),
+            std::string::npos)
+      << after.status();
+  {
+    std::ofstream out(dir + "/bad_reason.jsonl");
+    out << lines[0].dump() << "\n"
+        << R"({"type": "end", "reason": "crashed", "step": 0, "rank": 0, "time_unix_us": 1,)"
+        << R"( "elapsed_s": 0})" << "\n";
+  }
+  auto reason = ValidateMetricsFile(dir + "/bad_reason.jsonl");
+  ASSERT_FALSE(reason.ok());
+  EXPECT_NE(reason.status().message().find(":2: end reason \"crashed\""), std::string::npos)
+      << reason.status();
+  // A last line cut short by a kill: the run is "running_or_killed", the file still valid.
+  {
+    std::ofstream out(dir + "/cut.jsonl");
+    out << lines[0].dump() << "\n" << lines[1].dump() << "\n" << R"({"type": "step", "st)";
+  }
+  auto cut = ValidateMetricsFile(dir + "/cut.jsonl");
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_TRUE(cut->truncated_last_line);
+  EXPECT_EQ(cut->steps, 1);
+  EXPECT_EQ(cut->state, "running_or_killed");
 }
 
 TEST(MetricsTest, LoaderVerdict) {
@@ -293,8 +517,15 @@ TEST(MetricsTest, HostRssIsReported) { EXPECT_GT(HostRssBytes(), 1 << 20); }
 
 // ---- training ----
 
-absl::StatusOr<TrainResult> RunTiny(const TrainConfig& c, const std::string& name) {
-  TrainOptions o;
+// The run directory RunTiny(c, name) used (without clearing it, as TempDir does).
+std::string RunDirOf(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("ts_train_test_" + std::to_string(getpid()) + "_" + name))
+      .string();
+}
+
+absl::StatusOr<TrainResult> RunTiny(const TrainConfig& c, const std::string& name,
+                                    TrainOptions o = {}) {
   o.run_dir = TempDir(name);
   o.distributed_from_env = false;
   return Train(c, o);
@@ -327,7 +558,15 @@ TEST(TrainTest, LossFallsAndMetricsValidate) {
   EXPECT_EQ(r->params, CountParams(c.model, 257));
   auto steps = ValidateMetricsFile(r->metrics_path);
   ASSERT_TRUE(steps.ok()) << steps.status();
-  EXPECT_EQ(*steps, 40);
+  EXPECT_EQ(steps->steps, 40);
+  // A finished run: summary, then the end record, last.
+  EXPECT_EQ(steps->state, "done");
+  EXPECT_EQ(steps->end.step, 40);
+  EXPECT_TRUE(steps->end.error.empty());
+  auto all = ReadLines(r->metrics_path);
+  ASSERT_GE(all.size(), 2u);
+  EXPECT_EQ(all[all.size() - 2]["type"], "summary");
+  EXPECT_EQ(all.back()["type"], "end");
   // Every step line carries the phases; layer norms every 4 steps (and step 1).
   std::ifstream in(r->metrics_path);
   std::string line;
@@ -359,6 +598,15 @@ TEST(TrainTest, NonFiniteLossStopsWithStepAndRank) {
   EXPECT_NE(r.status().message().find("non-finite loss"), std::string::npos) << r.status();
   EXPECT_NE(r.status().message().find("on rank 0"), std::string::npos);
   EXPECT_NE(r.status().message().find("at step "), std::string::npos);
+  // The metrics file ends with the error record, then the end record naming the error.
+  const std::string metrics = RunDirOf("nan") + "/train/metrics.rank0.jsonl";
+  auto info = ValidateMetricsFile(metrics);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, "error");
+  EXPECT_NE(info->end.error.find("non-finite loss"), std::string::npos) << info->end.error;
+  auto lines = ReadLines(metrics);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[lines.size() - 2]["type"], "error");
 }
 
 TEST(TrainTest, Bf16AutocastTrains) {
@@ -413,6 +661,184 @@ TEST(TrainTest, SentencePieceTokenizerTrains) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_LT(r->params, CountParams(c.model, 257));  // vocab 60, not 257
   EXPECT_NEAR(r->loss_start, std::log(60.0), 0.5);
+}
+
+// ---- stop, errors and exceptions end the metrics file (issue 11) ----
+
+TEST(TrainTest, StopTokenEndsTheFileWithInterrupted) {
+  TrainConfig c = TinyConfig();
+  c.train.steps = 50;
+  std::atomic<int> stop{0};
+  TrainOptions o;
+  o.stop = &stop;
+  o.on_step = [&](const StepRecord& s) {
+    if (s.step == 3) stop = SIGTERM;
+  };
+  auto r = RunTiny(c, "stop", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_NE(r.status().message().find("interrupted by SIGTERM after step 3 on rank 0"),
+            std::string::npos)
+      << r.status();
+  auto info = ValidateMetricsFile(RunDirOf("stop") + "/train/metrics.rank0.jsonl");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->steps, 3);
+  EXPECT_EQ(info->state, "interrupted");
+  EXPECT_EQ(info->end.step, 3);
+  EXPECT_EQ(info->end.signal, "SIGTERM");
+  EXPECT_TRUE(info->end.error.empty());
+}
+
+TEST(TrainTest, ExceptionsBecomeStatusesAndEndTheFileWithError) {
+  TrainConfig c = TinyConfig();
+  TrainOptions o;
+  o.on_step = [](const StepRecord& s) {
+    if (s.step == 2) throw std::runtime_error("injected failure\nsecond line");
+  };
+  auto r = RunTiny(c, "throw", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("trainer error after step 2 on rank 0: injected failure; "
+                                      "second line"),
+            std::string::npos)
+      << r.status();
+  auto info = ValidateMetricsFile(RunDirOf("throw") + "/train/metrics.rank0.jsonl");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, "error");
+  EXPECT_EQ(info->end.step, 2);
+  EXPECT_NE(info->end.error.find("injected failure"), std::string::npos);
+
+  o.on_step = [](const StepRecord& s) {
+    if (s.step == 1) throw std::bad_alloc();
+  };
+  r = RunTiny(c, "oom", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("out of host memory (std::bad_alloc) after step 1 on rank 0"),
+            std::string::npos)
+      << r.status();
+  info = ValidateMetricsFile(RunDirOf("oom") + "/train/metrics.rank0.jsonl");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, "error");
+}
+
+// A stop that comes while the training thread is busy (here: inside on_step, standing in
+// for a collective blocked on a dead peer) is recorded by the watchdog within stop_grace.
+TEST(TrainTest, WatchdogEndsTheFileWhileTheLoopIsBlocked) {
+  TrainConfig c = TinyConfig();
+  c.train.steps = 50;
+  std::atomic<int> stop{0};
+  TrainOptions o;
+  o.stop = &stop;
+  o.stop_grace = std::chrono::milliseconds(100);
+  const std::string metrics = RunDirOf("watchdog") + "/train/metrics.rank0.jsonl";
+  std::string last_type_while_blocked;
+  std::string error_while_blocked;
+  o.on_step = [&](const StepRecord& s) {
+    if (s.step != 2) return;
+    stop = SIGINT;
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    auto lines = ReadLines(metrics);
+    last_type_while_blocked = lines.back()["type"];
+    error_while_blocked = lines.back().value("error", "");
+  };
+  auto r = RunTiny(c, "watchdog", o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_EQ(last_type_while_blocked, "end");
+  EXPECT_NE(error_while_blocked.find("still busy"), std::string::npos) << error_while_blocked;
+  auto info = ValidateMetricsFile(metrics);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, "interrupted");
+  EXPECT_EQ(info->end.signal, "SIGINT");
+}
+
+TEST(TrainTest, MemoryEstimateRefusesBeforeAllocating) {
+  // The real machine: a config that needs petabytes fails in well under a second.
+  TrainConfig big = TinyConfig();
+  big.model.layers = kMaxLayers;
+  big.model.width = kMaxWidth;
+  big.model.heads = 16;
+  const int64_t rss_before = HostRssBytes();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = RunTiny(big, "mem_big");
+  EXPECT_LT(SecondsSince(t0), 1.0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("model.layers=1024, model.width=65536: needs ~"),
+            std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("MemAvailable"), std::string::npos);
+  EXPECT_LT(HostRssBytes() - rss_before, int64_t{64} << 20);
+  // An injected figure: even the tiny config does not fit in 1 MB; no metrics file is made.
+  TrainOptions o;
+  o.available_memory_bytes = [] { return int64_t{1} << 20; };
+  r = RunTiny(TinyConfig(), "mem_small", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("1.0 MiB available (given)"), std::string::npos)
+      << r.status();
+  EXPECT_FALSE(std::filesystem::exists(RunDirOf("mem_small") + "/train/metrics.rank0.jsonl"));
+}
+
+// ---- the CLI under SIGINT / SIGTERM ----
+
+// Runs `trainscope train` on the tiny config for up to 60 s, sends `sig` once the first step
+// record is in the metrics file, and returns the exit status and the metrics file's lines.
+void InterruptCli(int sig, const std::string& name, int* exit_code,
+                  std::vector<nlohmann::json>* lines) {
+  const std::string run = TempDir(name);
+  const std::string metrics = run + "/train/metrics.rank0.jsonl";
+  const std::string config = DataDir() + "/tiny_config.json";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    execl(TS_CLI_BINARY, TS_CLI_BINARY, "train", "--config", config.c_str(), "--run-dir",
+          run.c_str(), "--steps", "1000000", "--max-seconds", "60", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  bool stepped = false;
+  while (!stepped && SecondsSince(t0) < 60) {
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("\"type\":\"step\"") != std::string::npos) stepped = true;
+    }
+    int status = 0;
+    if (!stepped && waitpid(pid, &status, WNOHANG) == pid) {
+      FAIL() << "trainscope train exited early with status " << status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!stepped) kill(pid, SIGKILL);
+  ASSERT_TRUE(stepped) << "no step record in " << metrics;
+  kill(pid, sig);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_LT(SecondsSince(t0), 60);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  *exit_code = WEXITSTATUS(status);
+  *lines = ReadLines(metrics);
+}
+
+TEST(CliTest, SigintAndSigtermEndTheMetricsFileWithInterrupted) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    int code = -1;
+    std::vector<nlohmann::json> lines;
+    InterruptCli(sig, "cli_sig" + std::to_string(sig), &code, &lines);
+    EXPECT_EQ(code, 128 + sig);
+    ASSERT_GE(lines.size(), 3u);
+    const nlohmann::json& end = lines.back();
+    EXPECT_EQ(end["type"], "end") << end;
+    EXPECT_EQ(end["reason"], "interrupted") << end;
+    EXPECT_EQ(end["signal"], sig == SIGINT ? "SIGINT" : "SIGTERM") << end;
+    EXPECT_GE(end["step"].get<int>(), 1);
+    EXPECT_LT(end["step"].get<int>(), 1000000);
+    EXPECT_FALSE(end.contains("error")) << end;
+    EXPECT_EQ(lines[lines.size() - 2]["type"], "step");
+  }
 }
 
 TEST(TrainTest, VocabSmallerThanTokenizerIsNamed) {

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 #include <malloc.h>
 #include <sched.h>
+#include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -13,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -23,6 +26,7 @@
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
+#include "trainscope/core/table.h"
 #include "trainscope/tokenizer/tokenizer.h"
 #ifdef TS_TRAIN_WITH_COMM
 #include "train/ddp.h"
@@ -137,7 +141,8 @@ struct Setup {
   int threads = 1;
 };
 
-absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size) {
+absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size,
+                              const TrainOptions& options) {
   Setup s;
   s.config = config;
   TS_RETURN_IF_ERROR(ValidateTrainConfig(config));
@@ -153,6 +158,13 @@ absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size) {
         config.source.empty() ? "config" : config.source, ": key \"model.vocab\": ", s.vocab,
         " is smaller than the tokenizer's vocabulary ", s.tok->vocab_size()));
   }
+  // Before anything sized by the config is allocated: the memory estimate.
+  const int64_t available = options.available_memory_bytes
+                                ? options.available_memory_bytes()
+                                : AvailableHostMemoryBytes(Os::Default());
+  TS_RETURN_IF_ERROR(
+      CheckTrainMemory(config, s.vocab, local_world_size, available,
+                       options.available_memory_bytes ? "given" : "MemAvailable, /proc/meminfo"));
   TS_ASSIGN_OR_RETURN(s.corpus, LoadCorpus(config.data, *s.tok, config.model.seq_len));
   s.threads = ResolveThreads(config.train.threads, local_world_size);
   return s;
@@ -210,10 +222,65 @@ json TrainResultToJson(const TrainResult& r) {
 
 namespace {
 
-absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOptions& options) {
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return absl::StrCat("signal ", sig);
+  }
+}
+
+int StopValue(const TrainOptions& o) {
+  return o.stop != nullptr ? o.stop->load(std::memory_order_relaxed) : 0;
+}
+
+// What Train() needs to end the metrics file whatever way TrainImpl leaves: set by the
+// training thread, read by Train() afterwards and by the stop watchdog meanwhile.
+struct RunState {
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<MetricsWriter> metrics;      // owned here so it outlives TrainImpl's frame
+  std::atomic<MetricsWriter*> writer{nullptr};  // metrics.get() once the header is written
+  std::atomic<int> rank{0};
+  std::atomic<int> steps_done{0};  // optimizer steps completed
+  std::atomic<double> estimate_bytes{0};
+
+  EndRecord End(const char* reason) const {
+    EndRecord e;
+    e.reason = reason;
+    e.step = steps_done.load();
+    e.rank = rank.load();
+    e.time_unix_us = Os::Default()->WallUs();
+    e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    return e;
+  }
+};
+
+absl::Status Stopped(const TrainOptions& o, const RunState& st) {
+  const int sig = StopValue(o);
+  return absl::CancelledError(absl::StrCat(
+      "interrupted", sig > 0 ? " by " + SignalName(sig) : std::string(), " after step ",
+      st.steps_done.load(), " on rank ", st.rank.load(), "; the metrics file ends with an \"end\" record"));
+}
+
+// Polled between steps and phases.
+#define TS_RETURN_IF_STOPPED(o, st) \
+  do {                              \
+    if (StopValue(o) != 0) return Stopped(o, st); \
+  } while (0)
+
+absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOptions& options,
+                                      RunState* st) {
   if (options.run_dir.empty()) return absl::InvalidArgumentError("no run directory given");
   TS_ASSIGN_OR_RETURN(World world, JoinWorld(options));
-  TS_ASSIGN_OR_RETURN(Setup setup, Prepare(config, world.local_world_size));
+  st->rank = world.rank;
+  TS_RETURN_IF_STOPPED(options, *st);
+  TS_ASSIGN_OR_RETURN(Setup setup, Prepare(config, world.local_world_size, options));
+  st->estimate_bytes = EstimateTrainMemory(setup.config, setup.vocab).total_bytes;
+  TS_RETURN_IF_STOPPED(options, *st);
   const TrainConfig& c = setup.config;
   const RunConfig& rc = c.train;
   const int rank = world.rank;
@@ -270,7 +337,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   result.threads = setup.threads;
   result.tokens_per_step =
       int64_t{rc.micro_batch} * rc.grad_accum * c.model.seq_len * world.world_size;
-  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<MetricsWriter>& metrics = st->metrics;
   if (observe) {
     result.metrics_path = absl::StrCat(train_dir, "/metrics.rank", rank, ".jsonl");
     char host[256] = {0};
@@ -290,6 +357,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
                    {"corpus", CorpusStatsToJson(setup.corpus.stats)},
                    {"config", TrainConfigToJson(c)}};
     TS_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(result.metrics_path, header));
+    st->writer = metrics.get();
   }
 
   LoaderOptions lo;
@@ -309,6 +377,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   int timed_steps = 0;
   std::vector<double> timed_step_ms;
   for (int step = 1; step <= rc.steps; ++step) {
+    TS_RETURN_IF_STOPPED(options, *st);
     const auto step_start = Clock::now();
     PhaseTimes ph;
     const double lr = LearningRate(c.optim, step, rc.steps);
@@ -317,6 +386,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
     }
     double loss_sum = 0;
     for (int micro = 0; micro < rc.grad_accum; ++micro) {
+      if (micro > 0) TS_RETURN_IF_STOPPED(options, *st);
       auto t0 = Clock::now();
       Batch batch = loader.Next();
       ph.data_wait_ms += MsSince(t0);
@@ -351,6 +421,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
       (loss / rc.grad_accum).backward();
       ph.backward_ms += MsSince(t0);
     }
+    TS_RETURN_IF_STOPPED(options, *st);
     double step_loss = loss_sum / rc.grad_accum;
     bool stop_for_time =
         rc.max_seconds > 0 &&
@@ -415,6 +486,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
 #endif
     result.losses.push_back(step_loss);
     result.steps = step;
+    st->steps_done = step;
     if (step > 1 || rc.steps == 1) {
       phase_sum.Add(ph);
       comm_sum += rec.comm_ms;
@@ -513,15 +585,110 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
 
 }  // namespace
 
-absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options) {
-  // libtorch reports errors by exception; this is the adapter boundary.
-  try {
-    return TrainImpl(config, options);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("libtorch error: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("trainer error: ", e.what()));
+namespace {
+
+// One line: libtorch's messages span lines (and may carry a backtrace).
+std::string OneLine(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  std::string out;
+  for (char ch : s) {
+    if (ch == '\n') {
+      out += "; ";
+    } else {
+      out.push_back(ch);
+    }
   }
+  return out;
+}
+
+// Writes the end record when a stop was asked for and the training thread did not get to a
+// poll within options.stop_grace (see TrainOptions::stop_grace). Polls every 50 ms until
+// Finish().
+class StopWatchdog {
+ public:
+  StopWatchdog(const TrainOptions& options, RunState* st) : options_(options), st_(st) {
+    if (options.stop != nullptr) thread_ = std::thread([this] { Loop(); });
+  }
+  ~StopWatchdog() { Finish(); }
+  void Finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    Clock::time_point asked{};
+    while (!done_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (done_) return;
+      const int sig = StopValue(options_);
+      if (sig == 0) continue;
+      if (asked == Clock::time_point{}) asked = Clock::now();
+      if (Clock::now() - asked < options_.stop_grace) continue;
+      if (MetricsWriter* w = st_->writer.load()) {
+        EndRecord e = st_->End(kEndInterrupted);
+        if (sig > 0) e.signal = SignalName(sig);
+        e.error = absl::StrCat("the training thread was still busy (a collective or a long phase) ",
+                               std::chrono::duration<double>(options_.stop_grace).count(),
+                               " s after the stop was asked for");
+        (void)w->WriteEnd(e);
+      }
+      return;
+    }
+  }
+
+  const TrainOptions& options_;
+  RunState* st_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options) {
+  RunState st;
+  StopWatchdog watchdog(options, &st);
+  // libtorch reports errors by exception; this is the adapter boundary. Every exception
+  // becomes a Status naming the step and the rank.
+  absl::StatusOr<TrainResult> r = absl::UnknownError("unset");
+  auto where = [&] {
+    return absl::StrCat(" after step ", st.steps_done.load(), " on rank ", st.rank.load());
+  };
+  try {
+    r = TrainImpl(config, options, &st);
+  } catch (const std::bad_alloc&) {
+    r = absl::ResourceExhaustedError(absl::StrCat(
+        config.source.empty() ? "config" : config.source,
+        ": out of host memory (std::bad_alloc)", where(), "; the config's estimate was ~",
+        FormatBytes(st.estimate_bytes.load()),
+        " (docs/metrics.md): lower train.micro_batch, model.seq_len or the model size"));
+  } catch (const c10::Error& e) {
+    r = absl::InternalError(
+        absl::StrCat("libtorch error", where(), ": ", OneLine(e.what_without_backtrace())));
+  } catch (const std::exception& e) {
+    r = absl::InternalError(absl::StrCat("trainer error", where(), ": ", OneLine(e.what())));
+  } catch (...) {
+    r = absl::InternalError(absl::StrCat("trainer error", where(), ": unknown exception"));
+  }
+  watchdog.Finish();
+  // The end record: the file's last line on every path that can run code.
+  if (MetricsWriter* w = st.writer.load()) {
+    const int sig = StopValue(options);
+    const char* reason = r.ok() ? kEndDone : sig != 0 ? kEndInterrupted : kEndError;
+    EndRecord e = st.End(reason);
+    if (!r.ok() && sig > 0) e.signal = SignalName(sig);
+    if (!r.ok() && !absl::IsCancelled(r.status())) e.error = std::string(r.status().message());
+    absl::Status written = w->WriteEnd(e);
+    if (r.ok() && !written.ok()) r = written;
+  }
+  return r;
 }
 
 absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& config,

@@ -13,7 +13,31 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 
+namespace trainscope {
+class Os;
+}
+
 namespace trainscope::train {
+
+// Caps on the size-like keys (docs/formats.md, "Trainer config"). A value over its cap is an
+// InvalidArgument naming the file and the key, found while parsing, before anything is
+// allocated; the memory estimate below then bounds the combination of keys.
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxHeads = 1024;
+inline constexpr int kMaxWidth = 65536;
+inline constexpr int kMaxSeqLen = 131072;
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr int kMaxMlpRatio = 64;
+inline constexpr int kMaxMicroBatch = 1 << 20;
+inline constexpr int kMaxGradAccum = 1 << 20;
+inline constexpr int kMaxSteps = 100000000;  // also optim.warmup_steps
+inline constexpr int kMaxWorkers = 64;       // data.num_workers
+inline constexpr int kMaxPrefetch = 1024;    // data.prefetch
+inline constexpr double kMaxWorkerDelayMs = 60000;
+inline constexpr double kMaxBucketMb = 65536;
+// train.threads: at most 4 x the hardware threads, and never more than 1024 (1024 when the
+// hardware thread count is unknown).
+int MaxTrainThreads();
 
 struct ModelConfig {
   int layers = 4;
@@ -87,6 +111,33 @@ absl::Status ValidateTrainConfig(const TrainConfig& config);
 
 // The full config with every key (the form written to the run directory).
 nlohmann::json TrainConfigToJson(const TrainConfig& config);
+
+// ---- Memory estimate (docs/metrics.md, "Trainer memory estimate") ----
+// Rough peak host memory of one rank, from the config alone, so that a config that cannot fit
+// is refused before anything is allocated. Every term is in bytes (double: no overflow).
+struct MemoryEstimate {
+  double params = 0;            // CountParams(model, vocab)
+  double state_bytes = 0;       // weights + grads + AdamW moments: 16 B/param (+2 under bf16)
+  double activation_bytes = 0;  // saved for backward, one micro-batch, all layers
+  double logits_bytes = 0;      // logits, their log-softmax and gradient: 3 x 4 B x B x T x V
+  double mask_bytes = 0;        // the causal mask, T x T bytes
+  double loader_bytes = 0;      // batches in flight: (prefetch + workers + 1) x B x T x 16 B
+  double total_bytes = 0;       // sum of the above
+  // The keys of the largest term with their values, e.g. "model.layers=1024, model.width=65536".
+  std::string drivers;
+};
+// `vocab` is the resolved vocabulary (model.vocab, or the tokenizer's when that is 0).
+MemoryEstimate EstimateTrainMemory(const TrainConfig& config, int vocab);
+
+// Refuses (ResourceExhausted, naming the config file, the driving keys, the estimate and what
+// is available) a run whose estimate times `local_ranks` (ranks sharing this machine) is over
+// `available_bytes`. available_bytes < 0 means unknown: no check. `available_what` names the
+// figure in the message ("MemAvailable").
+absl::Status CheckTrainMemory(const TrainConfig& config, int vocab, int local_ranks,
+                              int64_t available_bytes, const std::string& available_what);
+
+// MemAvailable of /proc/meminfo, read through `os` (a FakeOs in tests); -1 when unknown.
+int64_t AvailableHostMemoryBytes(Os* os);
 
 // Bundled config files (configs/<name>): looked up next to the executable
 // (../share/trainscope/configs) then in the source tree. Empty when not found.

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,7 +94,8 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // Blocks until the next batch is ready.
+  // Blocks until the next batch is ready. An exception a worker hit while building a batch
+  // (std::bad_alloc) is rethrown here, on the caller's thread, instead of terminating.
   Batch Next();
 
  private:
@@ -113,6 +115,7 @@ class BatchLoader {
   int64_t next_to_consume_ = 0;
   std::map<int64_t, Batch> ready_;
   bool stop_ = false;
+  std::exception_ptr error_;  // first exception of a worker
 
   std::vector<std::thread> workers_;
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -79,9 +80,27 @@ struct LoaderVerdict {
 };
 LoaderVerdict JudgeDataLoader(double data_wait_ms, double step_ms, int num_workers);
 
+// The last line of a metrics file (docs/formats.md, "Run directory"): how the run ended.
+// A file without one belongs to a run that is still going or was killed (SIGKILL, a crash,
+// a lost machine) before it could write it.
+struct EndRecord {
+  std::string reason;      // "done" | "interrupted" | "error"
+  int step = 0;            // optimizer steps completed
+  int rank = 0;
+  std::string signal;      // "SIGINT", "SIGTERM", ... when a signal asked for the stop
+  std::string error;       // the error, one line, when there was one
+  int64_t time_unix_us = 0;
+  double elapsed_s = 0;    // since the trainer started (Train() was called)
+};
+inline constexpr char kEndDone[] = "done";
+inline constexpr char kEndInterrupted[] = "interrupted";
+inline constexpr char kEndError[] = "error";
+
 // Writes one JSONL file: a header line, then one object per line ("step", "layer_norms",
-// "event", "summary"). Each line is flushed, so a crashed run keeps every step it finished.
-// Not thread-safe.
+// "event", "error", "summary"), then the "end" record. Each line is flushed, so a crashed run
+// keeps every step it finished. Thread-safe (a watchdog thread may write the end record
+// while the training thread still runs); after the end record every further write is
+// dropped and returns OK, so the end record stays the last line.
 class MetricsWriter {
  public:
   // Creates parent directories. Internal naming the path on failure.
@@ -92,19 +111,39 @@ class MetricsWriter {
   absl::Status WriteLayerNorms(int step, const std::vector<LayerNorms>& layers);
   // {"type": type, ...fields}
   absl::Status WriteRecord(const std::string& type, nlohmann::json fields);
+  // Writes the end record unless one was written already (then returns OK: the first wins).
+  absl::Status WriteEnd(const EndRecord& end);
+  bool ended() const;
   const std::string& path() const { return path_; }
 
  private:
   MetricsWriter(std::string path, std::FILE* f) : path_(std::move(path)), f_(f) {}
+  absl::Status WriteLineLocked(const nlohmann::json& j);
   absl::Status WriteLine(const nlohmann::json& j);
-  std::string path_;
-  std::FILE* f_;
+  const std::string path_;
+  mutable std::mutex mu_;
+  std::FILE* f_;        // guarded by mu_
+  bool ended_ = false;  // guarded by mu_
+};
+nlohmann::json EndRecordToJson(const EndRecord& end);
+
+// What a metrics file says about its run.
+struct MetricsFileInfo {
+  int64_t steps = 0;  // step lines
+  // false: no end record, the run is still going or was killed before it could write one.
+  bool ended = false;
+  EndRecord end;      // when ended
+  // The last line was cut short (no newline, not JSON): the writer was killed while writing
+  // it. It is not counted; the file is otherwise valid.
+  bool truncated_last_line = false;
+  // "done", "interrupted", "error", or "running_or_killed" (no end record).
+  std::string state;
 };
 
 // Checks a metrics file against the documented format: header first with format/version,
 // every line a JSON object of a known type with the documented keys and types, steps
-// increasing. InvalidArgument naming the file and line. Returns the number of step lines.
-absl::StatusOr<int64_t> ValidateMetricsFile(const std::string& path);
+// increasing, nothing after an end record. InvalidArgument naming the file and line.
+absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path);
 
 }  // namespace trainscope::train
 

@@ -5,6 +5,7 @@
 #ifndef TRAINSCOPE_TRAIN_SELFTEST_H_
 #define TRAINSCOPE_TRAIN_SELFTEST_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -23,6 +24,7 @@ struct SelftestOptions {
   double max_seconds = 0;   // > 0: overrides train.max_seconds
   std::string run_dir;      // empty: a fresh directory under $TMPDIR
   std::function<void(const StepRecord&)> on_step;
+  const std::atomic<int>* stop = nullptr;  // TrainOptions::stop: a stop returns Cancelled
 };
 
 struct SelftestResult {

@@ -10,6 +10,8 @@
 #ifndef TRAINSCOPE_TRAIN_TRAINER_H_
 #define TRAINSCOPE_TRAIN_TRAINER_H_
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -23,6 +25,9 @@
 
 namespace trainscope::train {
 
+// TrainOptions::stop value for a stop that no signal asked for.
+inline constexpr int kStopNoSignal = -1;
+
 struct TrainOptions {
   std::string run_dir;  // required; created
   // Read RANK/WORLD_SIZE/MASTER_* (comm::OptionsFromEnvironment) and, when world_size > 1,
@@ -32,6 +37,23 @@ struct TrainOptions {
   // Called on rank 0 after each step (progress lines); may be empty.
   std::function<void(const StepRecord&)> on_step;
   bool write_weights = true;  // weights.rank<R>.json
+
+  // Cooperative stop (a cancellation token owned by the caller, who keeps it alive for the
+  // call). Non-zero: stop; the value is the number of the signal that asked for it (named in
+  // the end record), or kStopNoSignal. The trainer polls it between steps and between the
+  // phases of a step, writes the end record with reason "interrupted" and returns Cancelled.
+  // The trainer installs no signal handler: the caller's handler stores into this (an
+  // std::atomic<int> is lock-free, so a handler may store into it). Null: never stopped.
+  const std::atomic<int>* stop = nullptr;
+  // When a stop was asked for and the training thread has not come round to a poll within
+  // this time (blocked in a collective on a dead peer, or in one long phase), a watchdog
+  // thread writes the end record anyway, so a rank that is SIGKILLed soon after (launch's
+  // stop grace is 5 s) still leaves it. The training thread then stops at its next poll.
+  std::chrono::milliseconds stop_grace{1000};
+  // Host memory this rank may use, compared with the config's estimate (EstimateTrainMemory
+  // x local ranks) before the model, optimizer or corpus is allocated; -1 = unknown, no check.
+  // Empty: MemAvailable of /proc/meminfo. Tests inject a figure.
+  std::function<int64_t()> available_memory_bytes;
 };
 
 struct TrainResult {
@@ -66,8 +88,14 @@ struct TrainResult {
 nlohmann::json TrainResultToJson(const TrainResult& r);
 
 // Runs training. Errors: InvalidArgument / NotFound for config and corpus problems (naming
-// the key or file); Aborted for a non-finite loss ("non-finite loss nan at step 17 on rank
-// 1"); Unavailable / DeadlineExceeded from the communicator.
+// the key or file); ResourceExhausted when the config's memory estimate exceeds the memory
+// available (naming the keys that drive it) or when an allocation fails during training
+// (std::bad_alloc); Aborted for a non-finite loss ("non-finite loss nan at step 17 on rank
+// 1"); Cancelled when options.stop asked for a stop; Unavailable / DeadlineExceeded from the
+// communicator; Internal for any other exception (c10::Error, ...), naming step and rank.
+// No exception escapes. Once the metrics file is open, every return (and every exception)
+// ends it with an "end" record: reason "done", "interrupted" (a stop was asked for, whatever
+// the loop then returned) or "error".
 absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options);
 
 // Peak FLOP/s of a square fp32 (or bf16) matmul on this device with `threads` threads,
