@@ -1,5 +1,5 @@
 // `trainscope launch [-n N] [--nnodes K --node-rank R --master-addr A --master-port P]
-//                    [--run-dir DIR] -- CMD ARGS...`
+//                    [--timeout S] [--job-timeout S] [--run-dir DIR] -- CMD ARGS...`
 // One process per local device (or N on CPU) with the torchrun environment; see
 // include/trainscope/launch/launch.h for the contract.
 #include <cstdio>
@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "cli/command.h"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/launch/launch.h"
 
@@ -26,7 +29,13 @@ struct LaunchFlags {
   bool quiet = false;
   bool json = false;
   int tail_lines = 20;
+  double timeout_s = 0;
+  double job_timeout_s = 0;
 };
+
+std::chrono::milliseconds Ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
 // CLI11 splits the program's words between the `command` positional (plain words, and
 // everything after `--`) and remaining() (dash words), losing their order. Every word from
@@ -67,6 +76,12 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
     std::fprintf(stderr, "trainscope launch: error: --stop-grace-s must be >= 0\n");
     return kExitUsage;
   }
+  if (!(f.timeout_s >= 0) || !(f.job_timeout_s >= 0) || f.timeout_s > 1e9 ||
+      f.job_timeout_s > 1e9) {
+    std::fprintf(stderr,
+                 "trainscope launch: error: --timeout and --job-timeout must be seconds >= 0\n");
+    return kExitUsage;
+  }
   launch::LaunchOptions o;
   o.argv = std::move(argv);
   o.nproc_per_node = f.nproc;
@@ -75,11 +90,18 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
   o.master_addr = f.master_addr;
   o.master_port = f.master_port;
   o.run_dir = f.run_dir;
-  o.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(f.stop_grace_s * 1000));
+  o.stop_grace = Ms(f.stop_grace_s);
+  o.exit_timeout = Ms(f.timeout_s);
+  o.job_timeout = Ms(f.job_timeout_s);
   o.bind_cpus = !f.no_bind;
   o.live_output = !f.quiet;
   o.live_stdout = f.json ? stderr : stdout;  // --json keeps stdout for the summary
   o.tail_lines = f.tail_lines;
+  // Descendants that setsid() out of their rank's group are re-parented to us, so the
+  // launch can stop them at the end (launch.h); a refusal only loses that sweep.
+  if (absl::Status st = launch::BecomeChildSubreaper(); !st.ok()) {
+    std::fprintf(stderr, "trainscope launch: warning: %s\n", std::string(st.message()).c_str());
+  }
   auto r = launch::Launch(o);
   if (!r.ok()) return ReportAndExitCode("launch", r.status());
   if (f.json) std::printf("%s\n", launch::LaunchResultJson(*r, o).c_str());
@@ -96,16 +118,23 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
       if (s.rank == r->first_failed_rank) bad = &s;
       if (s.stopped_by_us) ++stopped;
     }
-    std::fprintf(stderr, "trainscope launch: error: %s; stopped the other %d rank%s\n",
-                 r->failure.c_str(), stopped, stopped == 1 ? "" : "s");
+    if (!r->timed_out_ranks.empty()) {
+      std::fprintf(stderr, "trainscope launch: error: %s\n", r->failure.c_str());
+    } else {
+      std::fprintf(stderr, "trainscope launch: error: %s; stopped the other %d rank%s\n",
+                   r->failure.c_str(), stopped, stopped == 1 ? "" : "s");
+    }
     if (bad != nullptr) {
       std::fprintf(stderr, "last %zu lines of rank %d (%s, %s):\n", bad->tail.size(), bad->rank,
                    bad->stdout_log.c_str(), bad->stderr_log.c_str());
       for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
     }
-    std::fprintf(stderr,
-                 "hint: read the failing rank's log above; the others were stopped by "
-                 "the launcher, not by their own error\n");
+    std::fprintf(stderr, "%s",
+                 r->timed_out_ranks.empty()
+                     ? "hint: read the failing rank's log above; the others were stopped by "
+                       "the launcher, not by their own error\n"
+                     : "hint: the rank above did not exit in time (stuck in a collective, a "
+                       "final barrier or shutdown?); its log shows where it was\n");
     return kExitProblems;
   }
   if (!f.quiet) {
@@ -136,15 +165,33 @@ void RegisterLaunchCommand(CLI::App& parent, CommandContext& ctx) {
                   "run directory for rank<R>/ logs and launch.json (default runs/launch-...)");
   cmd->add_option("--stop-grace-s", flags->stop_grace_s,
                   "seconds between SIGTERM and SIGKILL when stopping ranks");
+  cmd->add_option("--timeout", flags->timeout_s,
+                  "once the first rank exits OK, the others get S more seconds, then are "
+                  "stopped and named (default 0: wait forever)");
+  cmd->add_option("--job-timeout", flags->job_timeout_s,
+                  "the whole job gets S seconds, then every rank still running is stopped and "
+                  "named (default 0: no limit)");
   cmd->add_option("--tail", flags->tail_lines, "log lines shown for a failed rank")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-bind-cpus", flags->no_bind, "do not set CPU affinity per rank");
   cmd->add_flag("-q,--quiet", flags->quiet, "do not echo rank output (logs are still written)");
   cmd->add_flag("--json", flags->json, "print the launch summary as JSON on stdout");
   cmd->prefix_command();
-  cmd->footer(
+  cmd->footer(absl::StrCat(
       "Everything after the first non-option argument (or after --) is the program "
-      "and its arguments, passed as is (no shell).");
+      "and its arguments, passed as is (no shell).\n\n"
+      "Rendezvous: rank 0 hosts a key-value store for the ranks to meet. With one node it "
+      "listens on 127.0.0.1 only (MASTER_ADDR=127.0.0.1 whatever --master-addr says); with "
+      "--nnodes > 1 on --master-addr only, which must be an address of node 0. Every "
+      "connection must present the job token ",
+      envvar::kJobToken,
+      ", which the launcher hands to its ranks: one node generates a random one unless it is "
+      "set; with --nnodes > 1 set the same value on every node, e.g.\n  export ",
+      envvar::kJobToken,
+      "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')   # once, then copy it to each node\n"
+      "The token is never printed or written to launch.json.\n\n"
+      "Leftovers: processes the ranks started that are still alive at the end, even ones "
+      "that left the rank's process group (setsid), are stopped."));
   auto positional = std::make_shared<std::vector<std::string>>();
   cmd->add_option("command", *positional, "the program and its arguments");
   cmd->allow_extras();

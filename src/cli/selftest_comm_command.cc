@@ -4,6 +4,7 @@
 // Inside a launch or mpirun (RANK/WORLD_SIZE or OMPI_COMM_WORLD_* set) it runs as one rank;
 // otherwise it starts itself over N ranks: through `launch` for gloo/nccl, through mpirun
 // for mpi. Rank 0 prints the nccl-tests style table (or --json); exit 0 passed, 1 failed.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -46,6 +47,7 @@ struct CommFlags {
   double timeout_s = 0;  // 0: TRAINSCOPE_COMM_TIMEOUT_S or 60
   bool json = false;
   int inject_error_rank = -1;  // hidden: corrupt one element on this rank
+  int inject_crash_rank = -1;  // hidden: this rank kills itself (SIGKILL) once connected
 };
 
 constexpr char kVerb[] = "selftest comm";
@@ -86,6 +88,7 @@ int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
     return Usage(absl::StrCat("world sizes disagree: -n ", f.nranks, " but the ", f.backend,
                               " world has ", (*c)->world_size(), " ranks"));
   }
+  if ((*c)->rank() == f.inject_crash_rank) ::raise(SIGKILL);
   auto rep = comm::RunSelftest(**c, so);
   if (!rep.ok()) return ReportAndExitCode(kVerb, rep.status());
   if ((*c)->rank() == 0) {
@@ -123,11 +126,16 @@ std::vector<std::string> RankArgs(const std::string& self, const CommFlags& f,
                                 "--check-dtypes",
                                 f.check_dtypes,
                                 "--seconds-per-size",
-                                absl::StrCat(f.seconds_per_size)};
+                                absl::StrCat(f.seconds_per_size),
+                                "--slow-rank-ratio",
+                                absl::StrCat(f.slow_rank_ratio)};
   if (f.min_busbw > 0) a.insert(a.end(), {"--min-busbw", absl::StrCat(f.min_busbw)});
   if (f.timeout_s > 0) a.insert(a.end(), {"--timeout-s", absl::StrCat(f.timeout_s)});
   if (f.inject_error_rank >= 0) {
     a.insert(a.end(), {"--inject-error", std::to_string(f.inject_error_rank)});
+  }
+  if (f.inject_crash_rank >= 0) {
+    a.insert(a.end(), {"--inject-crash", std::to_string(f.inject_crash_rank)});
   }
   if (f.json) a.push_back("--json");
   return a;
@@ -150,7 +158,23 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
     std::fwrite(r->out.data(), 1, r->out.size(), stdout);
     std::fwrite(r->err.data(), 1, r->err.size(), stderr);
     if (r->ok()) return kExitOk;
-    return r->exited && r->exit_code == 1 ? kExitProblems : kExitProblems;
+    // Open MPI's banner says what happened but not in our words: name the rank in one line,
+    // unless the ranks merely returned the failed verdict (exit 1, reason already printed).
+    comm::MpirunFailure why = comm::ParseMpirunFailure(r->err + "\n" + r->out);
+    const bool verdict = why.rank >= 0 ? why.exit_code == kExitProblems
+                                       : r->exited && r->exit_code == kExitProblems;
+    if (!verdict) {
+      std::fprintf(stderr, "trainscope selftest comm: error: %s under mpirun; mpirun stopped "
+                   "the other ranks\n",
+                   why.sentence.empty()
+                       ? absl::StrCat("a rank failed (mpirun ",
+                                      r->exited ? absl::StrCat("exited with code ", r->exit_code)
+                                                : "was killed",
+                                      ", no rank named in its report)")
+                             .c_str()
+                       : why.sentence.c_str());
+    }
+    return kExitProblems;
   }
   char tmpl[] = "/tmp/trainscope-selftest-comm-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return Usage("cannot create a temporary run directory");
@@ -165,6 +189,8 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
     std::fprintf(stderr, "selftest comm: %d ranks (%s), %zu sizes from %zu to %zu bytes...\n", n,
                  f.backend.c_str(), sizes.size(), sizes.front(), sizes.back());
   }
+  // Lets the launch stop what a rank left behind, even outside its process group.
+  (void)launch::BecomeChildSubreaper();
   auto r = launch::Launch(lo);
   if (!r.ok()) return ReportAndExitCode(kVerb, r.status());
   std::ifstream rank0(r->ranks.at(0).stdout_log);
@@ -288,6 +314,9 @@ void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
   cmd->add_flag("--json", f->json, "print the report as JSON");
   cmd->add_option("--inject-error", f->inject_error_rank,
                   "testing: this rank corrupts one result element")
+      ->group("");
+  cmd->add_option("--inject-crash", f->inject_crash_rank,
+                  "testing: this rank kills itself with SIGKILL once connected")
       ->group("");
   cmd->callback([f, &ctx] { ctx.exit_code = RunSelftestComm(*f, ctx.argv0); });
 }

@@ -263,24 +263,73 @@ absl::StatusOr<int64_t> CheckOnce(Communicator& comm, SelftestOp op, DType d, si
   return 0;
 }
 
-// Each rank's memcpy bandwidth (best of 5, so that one descheduled copy on a busy machine
-// does not make a rank look slow), gathered.
-absl::StatusOr<std::vector<double>> MemcpyProbe(Communicator& comm, size_t bytes) {
+// Each rank's memcpy bandwidth in kMemcpyProbeRepetitions repetitions, gathered:
+// result[k][q] is rank q in repetition k. A barrier starts each repetition so that all ranks
+// copy under the same conditions, and each keeps its best of 3 copies.
+absl::StatusOr<std::vector<std::vector<double>>> MemcpyProbe(Communicator& comm, size_t bytes) {
+  const int reps = kMemcpyProbeRepetitions, n = comm.world_size();
   std::vector<char> a(bytes, 1), b(bytes, 0);
-  double best = 0;
-  for (int k = 0; k < 5; ++k) {
-    int64_t t0 = NowNs();
-    std::memcpy(b.data(), a.data(), bytes);
-    int64_t dt = std::max<int64_t>(NowNs() - t0, 1);
-    best = std::max(best, static_cast<double>(bytes) / dt);  // bytes/ns = GB/s
+  std::vector<double> mine(reps, 0.0);
+  for (int k = 0; k < reps; ++k) {
+    TS_RETURN_IF_ERROR(comm.Barrier());
+    for (int copy = 0; copy < 3; ++copy) {
+      int64_t t0 = NowNs();
+      std::memcpy(b.data(), a.data(), bytes);
+      int64_t dt = std::max<int64_t>(NowNs() - t0, 1);
+      mine[k] = std::max(mine[k], static_cast<double>(bytes) / dt);  // bytes/ns = GB/s
+    }
   }
-  std::vector<double> all(comm.world_size());
+  std::vector<double> all(static_cast<size_t>(n) * reps);
   static_assert(sizeof(double) == sizeof(int64_t));
-  TS_RETURN_IF_ERROR(comm.AllGather(&best, all.data(), 1, DType::kInt64));
-  return all;
+  TS_RETURN_IF_ERROR(comm.AllGather(mine.data(), all.data(), reps, DType::kInt64));
+  std::vector<std::vector<double>> out(reps, std::vector<double>(n));
+  for (int q = 0; q < n; ++q)
+    for (int k = 0; k < reps; ++k) out[k][q] = all[static_cast<size_t>(q) * reps + k];
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// The median of every entry of `v` but the one at `skip`.
+double MedianOfOthers(const std::vector<double>& v, size_t skip) {
+  std::vector<double> others;
+  for (size_t p = 0; p < v.size(); ++p)
+    if (p != skip) others.push_back(v[p]);
+  return Median(std::move(others));
 }
 
 }  // namespace
+
+SlowRankVerdict FindSlowRanks(const std::vector<std::vector<double>>& rep_gbps, double ratio) {
+  SlowRankVerdict v;
+  const size_t reps = rep_gbps.size();
+  const size_t n = reps > 0 ? rep_gbps[0].size() : 0;
+  v.median_gbps.assign(n, 0.0);
+  v.slow_repetitions.assign(n, 0);
+  for (size_t q = 0; q < n; ++q) {
+    std::vector<double> mine;
+    for (const auto& row : rep_gbps) mine.push_back(q < row.size() ? row[q] : 0.0);
+    v.median_gbps[q] = Median(std::move(mine));
+  }
+  if (n < 2 || reps == 0 || !(ratio > 0)) return v;
+  for (const auto& row : rep_gbps) {
+    if (row.size() != n) continue;  // malformed repetition: never evidence against a rank
+    for (size_t q = 0; q < n; ++q)
+      if (row[q] * ratio < MedianOfOthers(row, q)) ++v.slow_repetitions[q];
+  }
+  for (size_t q = 0; q < n; ++q) {
+    const bool majority = 2 * static_cast<size_t>(v.slow_repetitions[q]) > reps;
+    if (majority && v.median_gbps[q] * ratio < MedianOfOthers(v.median_gbps, q)) {
+      v.slow_ranks.push_back(static_cast<int>(q));
+    }
+  }
+  return v;
+}
 
 absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOptions& options) {
   SelftestReport rep;
@@ -303,7 +352,8 @@ absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOpt
   size_t max_bytes = *std::max_element(o.sizes.begin(), o.sizes.end());
   auto probe = MemcpyProbe(comm, std::clamp<size_t>(max_bytes, 1 << 20, 16 << 20));
   if (!probe.ok()) return probe.status();
-  rep.rank_memcpy_gbps = *probe;
+  const SlowRankVerdict slow = FindSlowRanks(*probe, o.slow_rank_ratio);
+  rep.rank_memcpy_gbps = slow.median_gbps;
 
   Progress progress("selftest comm", o.ops.size() * o.sizes.size(), false);
   const bool show_progress = r == 0;
@@ -394,22 +444,16 @@ absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOpt
       }
     }
   }
-  for (int q = 0; q < n && n > 1; ++q) {
-    std::vector<double> others;
-    for (int p = 0; p < n; ++p)
-      if (p != q) others.push_back(rep.rank_memcpy_gbps[p]);
-    std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
-    double median = others[others.size() / 2];
-    if (rep.rank_memcpy_gbps[q] * o.slow_rank_ratio < median) {
-      rep.slow_ranks.push_back(q);
-      if (rep.passed) {
-        rep.passed = false;
-        rep.reason = absl::StrFormat(
-            "rank %d is markedly slower: it copies memory at %.2f GB/s against %.2f GB/s for the "
-            "other ranks (memcpy probe); check its CPU binding, NUMA placement and load",
-            q, rep.rank_memcpy_gbps[q], median);
-      }
-    }
+  rep.slow_ranks = slow.slow_ranks;
+  if (rep.passed && !slow.slow_ranks.empty()) {
+    const int q = slow.slow_ranks.front();
+    rep.passed = false;
+    rep.reason = absl::StrFormat(
+        "rank %d is markedly slower: it copies memory at %.2f GB/s against %.2f GB/s for the "
+        "other ranks (memcpy probe, medians of %d repetitions; slower in %d of them); check "
+        "its CPU binding, NUMA placement and load",
+        q, slow.median_gbps[q], MedianOfOthers(slow.median_gbps, q),
+        static_cast<int>(probe->size()), slow.slow_repetitions[q]);
   }
   return rep;
 }

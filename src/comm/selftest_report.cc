@@ -1,7 +1,9 @@
 // Rendering of the self-test: the nccl-tests text layout and the JSON document.
 #include <cstdio>
 #include <string>
+#include <string_view>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -83,6 +85,59 @@ std::string RenderSelftestTable(const SelftestReport& rep) {
   absl::StrAppendFormat(&out, "# Result: %s\n",
                         rep.passed ? "PASSED" : absl::StrCat("FAILED: ", rep.reason));
   return out;
+}
+
+// mpirun prints a banner, not a rank: pull the rank out of its two usual reports.
+MpirunFailure ParseMpirunFailure(const std::string& text) {
+  MpirunFailure f;
+  // Reads the decimal number at `pos` (after optional spaces); -1 when there is none.
+  auto number_at = [&](size_t pos) -> int {
+    while (pos < text.size() && text[pos] == ' ') ++pos;
+    size_t end = pos;
+    while (end < text.size() && end - pos < 9 && text[end] >= '0' && text[end] <= '9') ++end;
+    int v;
+    if (end == pos || !absl::SimpleAtoi(absl::string_view(text).substr(pos, end - pos), &v)) {
+      return -1;
+    }
+    return v;
+  };
+  constexpr std::string_view kNoticed = "process rank ";
+  constexpr std::string_view kOnSignal = " exited on signal ";
+  if (size_t at = text.find(kNoticed); at != std::string::npos) {
+    size_t eol = text.find('\n', at);
+    size_t sig = text.find(kOnSignal, at);
+    if (sig != std::string::npos && (eol == std::string::npos || sig < eol)) {
+      f.rank = number_at(at + kNoticed.size());
+      f.signal = number_at(sig + kOnSignal.size());
+      std::string name;
+      size_t open = text.find('(', sig), close = text.find(')', sig);
+      if (open != std::string::npos && close != std::string::npos && open < close &&
+          (eol == std::string::npos || close < eol)) {
+        name = absl::StrCat(" (", text.substr(open + 1, close - open - 1), ")");
+      }
+      if (f.rank >= 0 && f.signal > 0) {
+        f.sentence = absl::StrCat("rank ", f.rank, " was killed by signal ", f.signal, name);
+        return f;
+      }
+      f = MpirunFailure();
+    }
+  }
+  constexpr std::string_view kProcess = "Process name: [[";
+  constexpr std::string_view kExit = "Exit code:";
+  if (size_t at = text.find(kProcess); at != std::string::npos) {
+    // "[[<jobid>,<step>],<rank>]"
+    size_t sep = text.find("],", at);
+    size_t code = text.find(kExit, at);
+    if (sep != std::string::npos && code != std::string::npos && sep < code) {
+      f.rank = number_at(sep + 2);
+      f.exit_code = number_at(code + kExit.size());
+      if (f.rank >= 0 && f.exit_code >= 0) {
+        f.sentence = absl::StrCat("rank ", f.rank, " exited with code ", f.exit_code);
+        return f;
+      }
+    }
+  }
+  return MpirunFailure();
 }
 
 std::string SelftestJson(const SelftestReport& rep) {

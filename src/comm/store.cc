@@ -9,56 +9,72 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "trainscope/core/env_vars.h"
 
 namespace trainscope::comm {
 namespace {
 
-enum Command : uint8_t { kHello = 1, kBye = 2, kSet = 3, kCheck = 4, kAdd = 5, kDead = 6 };
 enum Reply : uint8_t { kOk = 0, kMissing = 1, kError = 2 };
 
-void PutU32(std::vector<char>& out, uint32_t v) {
+// A connection that has not authenticated within this long is closed: a silent stray
+// client must not hold a slot forever.
+constexpr auto kAuthTimeout = std::chrono::seconds(10);
+// Connections beyond this many are closed on accept (a job has one per rank).
+constexpr size_t kMaxConnections = 8192;
+
+void PutU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
-void PutI64(std::vector<char>& out, int64_t v) {
+void PutI64(std::string& out, int64_t v) {
   uint64_t u = static_cast<uint64_t>(v);
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
 }
-void PutBytes(std::vector<char>& out, const char* p, size_t n) {
-  PutU32(out, static_cast<uint32_t>(n));
-  out.insert(out.end(), p, p + n);
+void PutBytes(std::string& out, std::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out.append(s.data(), s.size());
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
 }
 
-// Bounds-checked reader over one frame.
+// Bounds-checked reader over one frame: a field that runs past the end sets ok = false
+// and yields zero / empty, so a truncated frame never reads out of bounds.
 struct Reader {
-  const char* p;
-  size_t n;
+  std::string_view s;
   size_t pos = 0;
   bool ok = true;
   uint64_t Uint(int bytes) {
-    if (pos + bytes > n) {
+    if (!ok || s.size() - pos < static_cast<size_t>(bytes)) {
       ok = false;
       return 0;
     }
     uint64_t v = 0;
     for (int i = 0; i < bytes; ++i)
-      v |= static_cast<uint64_t>(static_cast<uint8_t>(p[pos + i])) << (8 * i);
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(s[pos + i])) << (8 * i);
     pos += bytes;
     return v;
   }
   std::string Bytes() {
     uint64_t len = Uint(4);
-    if (!ok || pos + len > n) {
+    if (!ok || len > s.size() - pos) {  // checked before anything is allocated
       ok = false;
       return {};
     }
-    std::string s(p + pos, len);
+    std::string out(s.substr(pos, len));
     pos += len;
-    return s;
+    return out;
   }
 };
 
@@ -82,27 +98,219 @@ bool WriteAll(int fd, const char* data, size_t n, int timeout_ms) {
   return true;
 }
 
+bool SendReply(int fd, uint8_t status, const std::string& payload) {
+  std::string frame;
+  PutU32(frame, static_cast<uint32_t>(payload.size() + 1));
+  frame.push_back(static_cast<char>(status));
+  frame += payload;
+  return WriteAll(fd, frame.data(), frame.size(), 5000);
+}
+
 void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+std::string NumericHost(const sockaddr* sa, socklen_t len) {
+  char host[NI_MAXHOST] = "?";
+  char serv[NI_MAXSERV] = "";
+  ::getnameinfo(sa, len, host, sizeof(host), serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+  return host;
+}
+
+std::string PeerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return absl::StrCat(NumericHost(reinterpret_cast<sockaddr*>(&ss), len), ":", port);
+}
+
+const char* OpName(StoreOp op) {
+  switch (op) {
+    case StoreOp::kHello:
+      return "hello";
+    case StoreOp::kBye:
+      return "bye";
+    case StoreOp::kSet:
+      return "set";
+    case StoreOp::kCheck:
+      return "check";
+    case StoreOp::kAdd:
+      return "add";
+    case StoreOp::kDead:
+      return "dead";
+    case StoreOp::kAuth:
+      return "auth";
+  }
+  return "?";
+}
+
 }  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Messages.
+
+absl::StatusOr<StoreRequest> DecodeStoreRequest(std::string_view frame) {
+  if (frame.empty()) return absl::InvalidArgumentError("store: empty request frame");
+  if (frame.size() > kMaxStoreFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("store: request frame of ", frame.size(),
+                                                   " bytes is over the ", kMaxStoreFrameBytes,
+                                                   "-byte cap"));
+  }
+  Reader r{frame};
+  StoreRequest req;
+  const uint8_t op = static_cast<uint8_t>(r.Uint(1));
+  req.op = static_cast<StoreOp>(op);
+  switch (req.op) {
+    case StoreOp::kAuth:
+      req.value = r.Bytes();
+      if (r.ok && req.value.size() > kMaxJobTokenBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("store: auth token of ", req.value.size(),
+                                                       " bytes is over the ", kMaxJobTokenBytes,
+                                                       "-byte cap"));
+      }
+      break;
+    case StoreOp::kHello:
+      req.rank = static_cast<int32_t>(static_cast<uint32_t>(r.Uint(4)));
+      req.world_size = static_cast<int32_t>(static_cast<uint32_t>(r.Uint(4)));
+      break;
+    case StoreOp::kBye:
+    case StoreOp::kDead:
+      break;
+    case StoreOp::kSet:
+      req.key = r.Bytes();
+      req.value = r.Bytes();
+      break;
+    case StoreOp::kCheck:
+      req.key = r.Bytes();
+      break;
+    case StoreOp::kAdd:
+      req.key = r.Bytes();
+      req.delta = static_cast<int64_t>(r.Uint(8));
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("store: unknown op ", op));
+  }
+  if (!r.ok) {
+    return absl::InvalidArgumentError(absl::StrCat("store: truncated ", OpName(req.op),
+                                                   " request (", frame.size(), " bytes)"));
+  }
+  if (r.pos != frame.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("store: ", frame.size() - r.pos,
+                                                   " trailing bytes after a ", OpName(req.op),
+                                                   " request"));
+  }
+  return req;
+}
+
+std::string EncodeStoreRequest(const StoreRequest& req) {
+  std::string out(1, static_cast<char>(req.op));
+  switch (req.op) {
+    case StoreOp::kAuth:
+      PutBytes(out, req.value);
+      break;
+    case StoreOp::kHello:
+      PutU32(out, static_cast<uint32_t>(req.rank));
+      PutU32(out, static_cast<uint32_t>(req.world_size));
+      break;
+    case StoreOp::kBye:
+    case StoreOp::kDead:
+      break;
+    case StoreOp::kSet:
+      PutBytes(out, req.key);
+      PutBytes(out, req.value);
+      break;
+    case StoreOp::kCheck:
+      PutBytes(out, req.key);
+      break;
+    case StoreOp::kAdd:
+      PutBytes(out, req.key);
+      PutI64(out, req.delta);
+      break;
+  }
+  return out;
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  // Every byte of the longer string is visited whatever the contents; the length
+  // difference is folded into the result rather than returned early.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned x = i < a.size() ? static_cast<uint8_t>(a[i]) : 0u;
+    unsigned y = i < b.size() ? static_cast<uint8_t>(b[i]) : 0u;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+std::string JobTokenFromEnvironment() {
+  const char* v = std::getenv(envvar::kJobToken);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+// ---------------------------------------------------------------------------------------
+// Server.
 
 struct TcpStoreServer::Conn {
   int fd = -1;
   int rank = -1;
   bool said_bye = false;
-  std::vector<char> in;
+  bool authed = false;
+  std::chrono::steady_clock::time_point accepted;
+  std::string peer;
+  std::string in;  // received bytes not yet consumed as whole frames
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port, int world_size) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  StoreServerOptions o;
+  o.port = port;
+  o.world_size = world_size;
+  return Start(o);
+}
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
+    const StoreServerOptions& options) {
+  const int port = options.port;
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("store: ", port, " is not a TCP port"));
+  }
+  if (options.token.size() > kMaxJobTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job token is longer than ", kMaxJobTokenBytes, " bytes"));
+  }
+  // One address: the first IPv4 result for bind_host, else the first result.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(options.bind_host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve the master address '",
+                                                   options.bind_host,
+                                                   "' for the rendezvous store: ",
+                                                   ::gai_strerror(gai)));
+  }
+  const addrinfo* pick = res;
+  for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      pick = ai;
+      break;
+    }
+  }
+  sockaddr_storage addr{};
+  std::memcpy(&addr, pick->ai_addr, pick->ai_addrlen);
+  socklen_t addr_len = pick->ai_addrlen;
+  const int family = pick->ai_family;
+  ::freeaddrinfo(res);
+  const std::string numeric = NumericHost(reinterpret_cast<sockaddr*>(&addr), addr_len);
+
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("store: socket: ", std::strerror(errno)));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
     int err = errno;
     ::close(fd);
     if (err == EADDRINUSE) {
@@ -111,8 +319,14 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port, 
                        " is already in use (another job or store listens there); pick another "
                        "MASTER_PORT or let `trainscope launch` choose a free one"));
     }
-    return absl::UnavailableError(
-        absl::StrCat("store: cannot bind port ", port, ": ", std::strerror(err)));
+    if (err == EADDRNOTAVAIL) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the master address ", options.bind_host, " (", numeric,
+          ") is not an address of this host, where rank 0 hosts the rendezvous store; set "
+          "MASTER_ADDR (--master-addr) to an address of node 0"));
+    }
+    return absl::UnavailableError(absl::StrCat("store: cannot bind ", numeric, " port ", port,
+                                               ": ", std::strerror(err)));
   }
   if (::listen(fd, 1024) != 0) {
     int err = errno;
@@ -120,15 +334,18 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port, 
     return absl::UnavailableError(
         absl::StrCat("store: cannot listen on port ", port, ": ", std::strerror(err)));
   }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr_len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len);
+  const int bound_port = family == AF_INET6
+                             ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                             : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   SetNonBlocking(fd);
-  std::unique_ptr<TcpStoreServer> server(new TcpStoreServer(fd, ntohs(addr.sin_port), world_size));
-  return server;
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(fd, numeric, bound_port, options));
 }
 
-TcpStoreServer::TcpStoreServer(int listen_fd, int port, int world_size)
-    : listen_fd_(listen_fd), port_(port), world_size_(world_size) {
+TcpStoreServer::TcpStoreServer(int listen_fd, std::string host, int port,
+                               StoreServerOptions options)
+    : listen_fd_(listen_fd), host_(std::move(host)), port_(port), options_(std::move(options)) {
   if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) wake_pipe_[0] = wake_pipe_[1] = -1;
   thread_ = std::thread([this] { Serve(); });
 }
@@ -146,6 +363,11 @@ TcpStoreServer::~TcpStoreServer() {
   if (wake_pipe_[1] >= 0) ::close(wake_pipe_[1]);
 }
 
+TcpStoreServer::Stats TcpStoreServer::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
 void TcpStoreServer::WaitForClientsToLeave(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -157,8 +379,21 @@ void TcpStoreServer::WaitForClientsToLeave(std::chrono::milliseconds timeout) {
   }
 }
 
+void TcpStoreServer::Refuse(bool auth, const std::string& why) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t& n = auth ? stats_.refused_auth : stats_.refused_malformed;
+    first = n == 0;
+    ++n;
+  }
+  if (first && options_.log) {
+    options_.log(absl::StrCat(why, "; connection closed (further refusals of this kind are "
+                                   "counted, not logged)"));
+  }
+}
+
 void TcpStoreServer::Serve() {
-  std::set<int> dead;
   std::vector<pollfd> fds;
   while (!stop_) {
     fds.clear();
@@ -167,155 +402,202 @@ void TcpStoreServer::Serve() {
     for (auto& c : conns_) fds.push_back({c->fd, POLLIN, 0});
     int r = ::poll(fds.data(), fds.size(), 1000);
     if (r < 0 && errno != EINTR) break;
-    if (r <= 0) continue;
-    if (fds[0].revents & POLLIN) {
-      while (true) {
-        int cfd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (cfd < 0) break;
-        int one = 1;
-        ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        auto conn = std::make_unique<Conn>();
-        conn->fd = cfd;
-        conns_.push_back(std::move(conn));
-      }
-    }
-    // Connections are indexed from 2 in fds; new ones accepted above are not polled yet.
+    const auto now = std::chrono::steady_clock::now();
     std::vector<size_t> to_close;
-    for (size_t i = 2; i < fds.size(); ++i) {
+    // Connections are indexed from 2 in fds; new ones accepted below are not polled yet.
+    for (size_t i = 2; r > 0 && i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Conn& c = *conns_[i - 2];
+      // Frames are handled after every chunk, so at most one frame (bounded by the cap
+      // checked on its length prefix) plus one chunk is ever buffered.
       bool open = true;
       char buf[65536];
-      while (true) {
+      while (open) {
         ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
         if (n > 0) {
-          c.in.insert(c.in.end(), buf, buf + n);
+          c.in.append(buf, static_cast<size_t>(n));
+          if (!Handle(c)) open = false;
           continue;
         }
-        if (n == 0) open = false;
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) open = false;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+          open = false;
+          if (!c.in.empty()) {
+            Refuse(false, absl::StrCat("rendezvous store: ", c.peer, " sent a truncated frame (",
+                                       c.in.size(), " bytes) and hung up"));
+          }
+        }
         break;
       }
-      if (!Handle(c)) open = false;
       if (!open) to_close.push_back(i - 2);
     }
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = *conns_[i];
+      if (!c.authed && now - c.accepted > kAuthTimeout &&
+          std::find(to_close.begin(), to_close.end(), i) == to_close.end()) {
+        Refuse(true, absl::StrCat("rendezvous store: ", c.peer, " did not authenticate within ",
+                                  kAuthTimeout.count(), " s"));
+        to_close.push_back(i);
+      }
+    }
+    std::sort(to_close.begin(), to_close.end());
     for (auto it = to_close.rbegin(); it != to_close.rend(); ++it) {
       Conn& c = *conns_[*it];
       if (c.rank >= 0) {
-        std::string key = "__dead__";
-        if (!c.said_bye) {
-          // Record the rank as gone; DeadRanks() reads this list.
-          auto& v = data_[key];
-          std::string s(v.begin(), v.end());
-          s += std::to_string(c.rank) + ",";
-          v.assign(s.begin(), s.end());
-        }
+        if (!c.said_bye) dead_.insert(c.rank);  // DeadRanks() reads this list
         std::lock_guard<std::mutex> lock(mu_);
         present_.erase(c.rank);
       }
       ::close(c.fd);
       conns_.erase(conns_.begin() + static_cast<long>(*it));
     }
+    if (r > 0 && (fds[0].revents & POLLIN)) {
+      while (true) {
+        int cfd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (cfd < 0) break;
+        if (conns_.size() >= kMaxConnections) {
+          ::close(cfd);
+          continue;
+        }
+        int one = 1;
+        ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        auto conn = std::make_unique<Conn>();
+        conn->fd = cfd;
+        conn->accepted = std::chrono::steady_clock::now();
+        conn->peer = PeerName(cfd);
+        conns_.push_back(std::move(conn));
+      }
+    }
+    if (r > 0 && (fds[1].revents & POLLIN)) {
+      char b[64];
+      while (::read(wake_pipe_[0], b, sizeof(b)) > 0) {
+      }
+    }
   }
 }
 
+// Consumes every whole frame in c.in. The length prefix is checked against the cap before
+// the frame is awaited, so a huge claimed length closes the connection at once.
 bool TcpStoreServer::Handle(Conn& c) {
   size_t consumed = 0;
   bool keep = true;
   while (keep && c.in.size() - consumed >= 4) {
-    Reader hdr{c.in.data() + consumed, 4};
-    uint32_t len = static_cast<uint32_t>(hdr.Uint(4));
-    if (len > (256u << 20)) return false;  // not our protocol
-    if (c.in.size() - consumed - 4 < len) break;
-    Reader r{c.in.data() + consumed + 4, len};
-    consumed += 4 + len;
-    uint8_t cmd = static_cast<uint8_t>(r.Uint(1));
-    std::vector<char> out;
-    uint8_t status = kOk;
-    switch (cmd) {
-      case kHello: {
-        int rank = static_cast<int32_t>(r.Uint(4));
-        int world = static_cast<int32_t>(r.Uint(4));
-        std::string err;
-        if (world != world_size_) {
-          err = absl::StrCat("world sizes disagree: rank ", rank, " has WORLD_SIZE=", world,
-                             " but rank 0 has WORLD_SIZE=", world_size_);
-        } else if (rank < 0 || rank >= world_size_) {
-          err = absl::StrCat("rank ", rank, " is out of range for world size ", world_size_);
-        } else {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (present_.count(rank)) {
-            err = absl::StrCat("two processes claim rank ", rank);
-          } else {
-            present_.insert(rank);
-            c.rank = rank;
-          }
-        }
-        if (!err.empty()) {
-          status = kError;
-          out.assign(err.begin(), err.end());
-        }
-        break;
-      }
-      case kBye:
-        c.said_bye = true;
-        break;
-      case kSet: {
-        std::string key = r.Bytes();
-        std::string value = r.Bytes();
-        data_[key].assign(value.begin(), value.end());
-        break;
-      }
-      case kCheck: {
-        std::string key = r.Bytes();
-        auto it = data_.find(key);
-        if (it == data_.end()) {
-          status = kMissing;
-        } else {
-          out = it->second;
-        }
-        break;
-      }
-      case kAdd: {
-        std::string key = r.Bytes();
-        int64_t delta = static_cast<int64_t>(r.Uint(8));
-        auto& v = data_[key];
-        int64_t cur = v.empty() ? 0 : std::stoll(std::string(v.begin(), v.end()));
-        cur += delta;
-        std::string s = std::to_string(cur);
-        v.assign(s.begin(), s.end());
-        PutI64(out, cur);
-        break;
-      }
-      case kDead: {
-        auto it = data_.find("__dead__");
-        if (it != data_.end()) out = it->second;
-        break;
-      }
-      default:
-        return false;
+    const uint32_t len = GetU32(c.in.data() + consumed);
+    const uint32_t cap = c.authed ? kMaxStoreFrameBytes : kMaxAuthFrameBytes;
+    if (len > cap) {
+      Refuse(!c.authed, absl::StrCat("rendezvous store: ", c.peer, " sent a length prefix of ",
+                                     len, " bytes, over the ", cap, "-byte cap",
+                                     c.authed ? "" : " before authenticating"));
+      return false;
     }
-    if (!r.ok) return false;
-    std::vector<char> frame;
-    PutU32(frame, static_cast<uint32_t>(out.size() + 1));
-    frame.push_back(static_cast<char>(status));
-    frame.insert(frame.end(), out.begin(), out.end());
-    if (!WriteAll(c.fd, frame.data(), frame.size(), 5000)) keep = false;
+    if (c.in.size() - consumed - 4 < len) break;
+    std::string_view frame(c.in.data() + consumed + 4, len);
+    consumed += 4 + static_cast<size_t>(len);
+    auto req = DecodeStoreRequest(frame);
+    if (!req.ok()) {
+      Refuse(!c.authed, absl::StrCat("rendezvous store: ", c.peer, " sent a malformed frame (",
+                                     req.status().message(), ")"));
+      return false;
+    }
+    if (!c.authed) {
+      // The first message must be Auth with this job's token; nothing else is looked at.
+      if (req->op != StoreOp::kAuth || !ConstantTimeEquals(req->value, options_.token)) {
+        Refuse(true, absl::StrCat("rendezvous store: refused ", c.peer, ": ",
+                                  req->op != StoreOp::kAuth ? "first message is not auth"
+                                                            : "wrong job token"));
+        (void)SendReply(c.fd, kError,
+                        "the rendezvous store refused this process's job token: "
+                        "TRAINSCOPE_JOB_TOKEN must be the same on every node of the job");
+        return false;
+      }
+      c.authed = true;
+      keep = SendReply(c.fd, kOk, "");
+      continue;
+    }
+    std::string out;
+    uint8_t status = Apply(c, *req, out);
+    keep = SendReply(c.fd, status, out);
   }
-  c.in.erase(c.in.begin(), c.in.begin() + static_cast<long>(consumed));
+  c.in.erase(0, consumed);
   return keep;
 }
 
+uint8_t TcpStoreServer::Apply(Conn& c, const StoreRequest& req, std::string& out) {
+  switch (req.op) {
+    case StoreOp::kAuth:
+      out = "already authenticated";
+      return kError;
+    case StoreOp::kHello: {
+      const int world_size = options_.world_size;
+      if (req.world_size != world_size) {
+        out = absl::StrCat("world sizes disagree: rank ", req.rank, " has WORLD_SIZE=",
+                           req.world_size, " but rank 0 has WORLD_SIZE=", world_size);
+        return kError;
+      }
+      if (req.rank < 0 || req.rank >= world_size) {
+        out = absl::StrCat("rank ", req.rank, " is out of range for world size ", world_size);
+        return kError;
+      }
+      if (c.rank >= 0) {
+        out = absl::StrCat("this connection already is rank ", c.rank);
+        return kError;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (present_.count(req.rank)) {
+        out = absl::StrCat("two processes claim rank ", req.rank);
+        return kError;
+      }
+      present_.insert(req.rank);
+      c.rank = req.rank;
+      return kOk;
+    }
+    case StoreOp::kBye:
+      c.said_bye = true;
+      return kOk;
+    case StoreOp::kSet:
+      data_[req.key] = req.value;
+      return kOk;
+    case StoreOp::kCheck: {
+      auto it = data_.find(req.key);
+      if (it == data_.end()) return kMissing;
+      out = it->second;
+      return kOk;
+    }
+    case StoreOp::kAdd: {
+      int64_t cur = 0;
+      auto it = data_.find(req.key);
+      if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
+        out = absl::StrCat("store key '", req.key, "' does not hold an integer");
+        return kError;
+      }
+      if (__builtin_add_overflow(cur, req.delta, &cur)) {
+        out = absl::StrCat("store key '", req.key, "' would overflow");
+        return kError;
+      }
+      data_[req.key] = std::to_string(cur);
+      PutI64(out, cur);
+      return kOk;
+    }
+    case StoreOp::kDead:
+      out = absl::StrJoin(dead_, ",");
+      return kOk;
+  }
+  out = "unknown op";
+  return kError;
+}
+
 // ---------------------------------------------------------------------------------------
+// Client.
 
 absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(
-    const std::string& host, int port, std::chrono::milliseconds timeout) {
+    const std::string& host, int port, std::chrono::milliseconds timeout,
+    const std::string& token) {
   std::string endpoint = absl::StrCat(host, ":", port);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string last_error = "no attempt";
   int delay_ms = 1;
-  while (true) {
+  std::unique_ptr<TcpStoreClient> client;
+  while (client == nullptr) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -329,32 +611,56 @@ absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(
       int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
       if (fd < 0) continue;
       if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-        ::freeaddrinfo(res);
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        return std::unique_ptr<TcpStoreClient>(new TcpStoreClient(fd, endpoint));
+        client.reset(new TcpStoreClient(fd, endpoint));
+        break;
       }
       last_error = std::strerror(errno);
       ::close(fd);
     }
     ::freeaddrinfo(res);
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (client != nullptr) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach the rendezvous store at ", endpoint, " within ", timeout.count(), " ms (",
+          last_error, "): is rank 0 running, and MASTER_ADDR/PORT right?"));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     delay_ms = std::min(delay_ms * 2, 100);
   }
-  return absl::UnavailableError(absl::StrCat("cannot reach the rendezvous store at ", endpoint,
-                                             " within ", timeout.count(), " ms (", last_error,
-                                             "): is rank 0 running, and MASTER_ADDR/PORT right?"));
+  StoreRequest auth;
+  auth.op = StoreOp::kAuth;
+  auth.value = token;
+  auto reply = client->Call(auth);
+  if (!reply.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the rendezvous store at ", endpoint,
+        " closed the connection on authentication (is TRAINSCOPE_JOB_TOKEN the same on every "
+        "node?)"));
+  }
+  if (reply->first != kOk) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(std::string(reply->second.begin(), reply->second.end()), " (store at ",
+                     endpoint, ")"));
+  }
+  return client;
 }
 
 TcpStoreClient::~TcpStoreClient() { ::close(fd_); }
 
 absl::StatusOr<std::pair<uint8_t, std::vector<char>>> TcpStoreClient::Call(
-    const std::vector<char>& request) {
+    const StoreRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<char> frame;
-  PutU32(frame, static_cast<uint32_t>(request.size()));
-  frame.insert(frame.end(), request.begin(), request.end());
+  const std::string body = EncodeStoreRequest(request);
+  if (body.size() > kMaxStoreFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("store: a ", body.size(),
+                                                   "-byte request is over the ",
+                                                   kMaxStoreFrameBytes, "-byte cap"));
+  }
+  std::string frame;
+  PutU32(frame, static_cast<uint32_t>(body.size()));
+  frame += body;
   auto lost = [&] {
     return absl::UnavailableError(absl::StrCat("lost the connection to the rendezvous store at ",
                                                endpoint_, " (rank 0, which hosts it, is gone)"));
@@ -376,19 +682,19 @@ absl::StatusOr<std::pair<uint8_t, std::vector<char>>> TcpStoreClient::Call(
   };
   char hdr[4];
   if (!read_n(hdr, 4)) return lost();
-  Reader r{hdr, 4};
-  uint32_t len = static_cast<uint32_t>(r.Uint(4));
-  if (len == 0 || len > (256u << 20)) return lost();
-  std::vector<char> body(len);
-  if (!read_n(body.data(), len)) return lost();
-  uint8_t status = static_cast<uint8_t>(body[0]);
-  return std::make_pair(status, std::vector<char>(body.begin() + 1, body.end()));
+  uint32_t len = GetU32(hdr);
+  if (len == 0 || len > kMaxStoreFrameBytes + 1) return lost();
+  std::vector<char> body_in(len);
+  if (!read_n(body_in.data(), len)) return lost();
+  uint8_t status = static_cast<uint8_t>(body_in[0]);
+  return std::make_pair(status, std::vector<char>(body_in.begin() + 1, body_in.end()));
 }
 
 absl::Status TcpStoreClient::Hello(int rank, int world_size) {
-  std::vector<char> req{static_cast<char>(kHello)};
-  PutU32(req, static_cast<uint32_t>(rank));
-  PutU32(req, static_cast<uint32_t>(world_size));
+  StoreRequest req;
+  req.op = StoreOp::kHello;
+  req.rank = rank;
+  req.world_size = world_size;
   auto reply = Call(req);
   if (!reply.ok()) return reply.status();
   if (reply->first == kError) {
@@ -398,26 +704,28 @@ absl::Status TcpStoreClient::Hello(int rank, int world_size) {
 }
 
 absl::Status TcpStoreClient::Bye() {
-  std::vector<char> req{static_cast<char>(kBye)};
+  StoreRequest req;
+  req.op = StoreOp::kBye;
   return Call(req).status();
 }
 
 absl::Status TcpStoreClient::Set(const std::string& key, const std::vector<char>& value) {
-  std::vector<char> req{static_cast<char>(kSet)};
-  PutBytes(req, key.data(), key.size());
-  PutBytes(req, value.data(), value.size());
+  StoreRequest req;
+  req.op = StoreOp::kSet;
+  req.key = key;
+  req.value.assign(value.begin(), value.end());
   return Call(req).status();
 }
 
 absl::StatusOr<std::optional<std::vector<char>>> TcpStoreClient::Check(const std::string& key) {
-  std::vector<char> req{static_cast<char>(kCheck)};
-  PutBytes(req, key.data(), key.size());
+  StoreRequest req;
+  req.op = StoreOp::kCheck;
+  req.key = key;
   auto reply = Call(req);
   if (!reply.ok()) return reply.status();
   if (reply->first == kMissing) return std::optional<std::vector<char>>();
   return std::optional<std::vector<char>>(std::move(reply->second));
 }
-
 absl::Status TcpStoreClient::Wait(const std::vector<std::string>& keys,
                                   std::chrono::milliseconds timeout) {
   // Polling keeps the protocol to one request in flight; rendezvous is not latency-bound.
@@ -451,50 +759,67 @@ absl::StatusOr<std::vector<char>> TcpStoreClient::Get(const std::string& key,
 }
 
 absl::StatusOr<int64_t> TcpStoreClient::Add(const std::string& key, int64_t delta) {
-  std::vector<char> req{static_cast<char>(kAdd)};
-  PutBytes(req, key.data(), key.size());
-  PutI64(req, delta);
+  StoreRequest req;
+  req.op = StoreOp::kAdd;
+  req.key = key;
+  req.delta = delta;
   auto reply = Call(req);
   if (!reply.ok()) return reply.status();
-  Reader r{reply->second.data(), reply->second.size()};
+  if (reply->first == kError) {
+    return absl::FailedPreconditionError(
+        std::string(reply->second.begin(), reply->second.end()));
+  }
+  Reader r{std::string_view(reply->second.data(), reply->second.size())};
   int64_t v = static_cast<int64_t>(r.Uint(8));
   if (!r.ok) return absl::InternalError("store: malformed add reply");
   return v;
 }
 
 absl::StatusOr<std::vector<int>> TcpStoreClient::DeadRanks() {
-  std::vector<char> req{static_cast<char>(kDead)};
+  StoreRequest req;
+  req.op = StoreOp::kDead;
   auto reply = Call(req);
   if (!reply.ok()) return reply.status();
   std::set<int> ranks;
   std::string s(reply->second.begin(), reply->second.end());
-  size_t start = 0;
-  while (start < s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string::npos) comma = s.size();
-    if (comma > start) ranks.insert(std::stoi(s.substr(start, comma - start)));
-    start = comma + 1;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    int rank;
+    if (!absl::SimpleAtoi(part, &rank)) return absl::InternalError("store: malformed dead list");
+    ranks.insert(rank);
   }
   return std::vector<int>(ranks.begin(), ranks.end());
 }
 
-}  // namespace trainscope::comm
-
-namespace trainscope::comm {
+// ---------------------------------------------------------------------------------------
+// Sessions.
 
 absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const std::string& master_addr,
                                                         int master_port, int rank, int world_size,
                                                         std::chrono::milliseconds timeout) {
   auto session = std::make_unique<StoreSession>();
   session->timeout = timeout;
+  const std::string token = JobTokenFromEnvironment();
+  if (token.size() > kMaxJobTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(envvar::kJobToken, " is longer than ",
+                                                   kMaxJobTokenBytes, " bytes"));
+  }
   if (rank == 0) {
-    auto server = TcpStoreServer::Start(master_port, world_size);
+    StoreServerOptions so;
+    so.bind_host = master_addr;
+    so.port = master_port;
+    so.world_size = world_size;
+    so.token = token;
+    so.log = [](const std::string& line) {
+      std::fprintf(stderr, "trainscope: %s\n", line.c_str());
+    };
+    auto server = TcpStoreServer::Start(so);
     if (!server.ok()) return server.status();
     session->server = std::move(*server);
   }
-  // Rank 0 reaches its own server over loopback, whatever MASTER_ADDR says.
-  int port = session->server != nullptr ? session->server->port() : master_port;
-  auto client = TcpStoreClient::Connect(rank == 0 ? "127.0.0.1" : master_addr, port, timeout);
+  // Rank 0 reaches its own server at the address it bound.
+  const std::string host = session->server != nullptr ? session->server->host() : master_addr;
+  const int port = session->server != nullptr ? session->server->port() : master_port;
+  auto client = TcpStoreClient::Connect(host, port, timeout, token);
   if (!client.ok()) return client.status();
   session->client = std::move(*client);
   auto st = session->client->Hello(rank, world_size);

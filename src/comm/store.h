@@ -7,21 +7,38 @@
 // which is how a surviving rank names the missing one after a failed collective.
 // It also checks that every rank agrees on the world size.
 //
-// Wire format (little-endian): request = u32 length, then u8 command and fields; strings
-// are u32 length + bytes. Response = u32 length, u8 status (0 ok, 1 missing, 2 error),
-// payload. One request in flight per connection.
+// Security: the server listens on one address only (127.0.0.1 for a single-node job, the
+// master address otherwise; never 0.0.0.0), and the first message of every connection
+// must be Auth carrying the job token (TRAINSCOPE_JOB_TOKEN, set by `trainscope launch`;
+// empty when the ranks were started some other way). A connection whose first message is
+// not an Auth with the right token (compared in constant time) is answered with an error
+// and closed before any of its requests touches the store.
+//
+// Wire format (little-endian): request = u32 length, then the frame: u8 op and its fields;
+// strings are u32 length + bytes; a frame has no trailing bytes. Response = u32 length,
+// u8 status (0 ok, 1 missing, 2 error), payload. One request in flight per connection.
+//   Auth  = 7: string token                 Hello = 1: i32 rank, i32 world_size
+//   Bye   = 2                               Set   = 3: string key, string value
+//   Check = 4: string key                   Add   = 5: string key, i64 delta
+//   Dead  = 6
+// Limits: a request frame is at most kMaxStoreFrameBytes (before Auth: kMaxAuthFrameBytes);
+// a length prefix beyond the cap, a truncated or malformed frame, or an unknown op closes
+// the connection without reading (or allocating) the claimed size; the server counts each
+// refusal (TcpStoreServer::stats) and reports the first of each kind through its log hook.
 #ifndef TRAINSCOPE_SRC_COMM_STORE_H_
 #define TRAINSCOPE_SRC_COMM_STORE_H_
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -30,46 +47,119 @@
 
 namespace trainscope::comm {
 
+// Largest request frame the server accepts once a connection is authenticated (64 MiB:
+// rendezvous values are addresses, a few KiB even for thousands of ranks).
+inline constexpr uint32_t kMaxStoreFrameBytes = 64u << 20;
+// Largest frame before Auth succeeded: an unauthenticated peer cannot make the server
+// buffer more than this.
+inline constexpr uint32_t kMaxAuthFrameBytes = 1024;
+// Largest job token (bytes).
+inline constexpr size_t kMaxJobTokenBytes = 512;
+
+enum class StoreOp : uint8_t {
+  kHello = 1,
+  kBye = 2,
+  kSet = 3,
+  kCheck = 4,
+  kAdd = 5,
+  kDead = 6,
+  kAuth = 7,
+};
+
+// One decoded request. Fields an op does not carry are left at their defaults.
+struct StoreRequest {
+  StoreOp op = StoreOp::kBye;
+  int32_t rank = 0;        // Hello
+  int32_t world_size = 0;  // Hello
+  std::string key;         // Set, Check, Add
+  std::string value;       // Set: the value; Auth: the token
+  int64_t delta = 0;       // Add
+};
+
+// Decodes one request frame (the bytes after the u32 length prefix). Pure: no allocation
+// beyond the decoded strings, which are bounded by the frame itself. InvalidArgument naming
+// what is wrong: empty frame, unknown op, a field running past the end, trailing bytes,
+// a frame over kMaxStoreFrameBytes.
+absl::StatusOr<StoreRequest> DecodeStoreRequest(std::string_view frame);
+// The frame for `request` (without the length prefix); DecodeStoreRequest inverts it.
+std::string EncodeStoreRequest(const StoreRequest& request);
+
+// True when `a` equals `b`; the time taken depends only on the lengths, not on where the
+// strings differ.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+// The job token handed to this process (TRAINSCOPE_JOB_TOKEN), "" when unset.
+std::string JobTokenFromEnvironment();
+
+struct StoreServerOptions {
+  std::string bind_host = "127.0.0.1";  // numeric address or host name; one address is bound
+  int port = 0;                         // 0: any free port
+  int world_size = 1;                   // the host rank's view, against which Hellos are checked
+  std::string token;                    // what Auth must present ("" allowed, still required)
+  // Called on the server thread with one line for the first refused connection of each kind
+  // (bad token, malformed frame); never with the token. Unset: refusals are only counted.
+  std::function<void(const std::string&)> log;
+};
+
 // Serves the store on a background thread. Thread-safe; the destructor stops it.
 class TcpStoreServer {
  public:
-  // Binds 0.0.0.0:port (port 0: any free port). Unavailable naming the port when it is
-  // in use. `world_size` is the host rank's view, against which Hellos are checked.
+  // Binds options.bind_host:port. Unavailable naming the port when it is in use,
+  // InvalidArgument when bind_host does not resolve or is not an address of this host.
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(const StoreServerOptions& options);
+  // Loopback, no token: Start({"127.0.0.1", port, world_size, ""}).
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(int port, int world_size);
   ~TcpStoreServer();
 
   int port() const { return port_; }
+  // The address actually bound, numeric ("127.0.0.1", "10.0.0.1", "::1").
+  const std::string& host() const { return host_; }
+
+  struct Stats {
+    int64_t refused_auth = 0;      // first message not Auth, or the wrong token
+    int64_t refused_malformed = 0;  // over the cap, truncated, unknown op, garbage
+  };
+  Stats stats() const;
+
   // Blocks until every rank that said Hello has said Bye or disconnected, or `timeout`.
   void WaitForClientsToLeave(std::chrono::milliseconds timeout);
 
  private:
-  TcpStoreServer(int listen_fd, int port, int world_size);
+  TcpStoreServer(int listen_fd, std::string host, int port, StoreServerOptions options);
   void Serve();
   struct Conn;
   bool Handle(Conn& conn);  // false: close the connection
+  // The reply to one decoded request of an authenticated connection.
+  uint8_t Apply(Conn& conn, const StoreRequest& request, std::string& out);
+  void Refuse(bool auth, const std::string& why);
 
   // Constant after construction.
   const int listen_fd_;
+  const std::string host_;
   const int port_;
-  const int world_size_;
+  const StoreServerOptions options_;
   int wake_pipe_[2] = {-1, -1};
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
   // Owned by the server thread.
-  std::map<std::string, std::vector<char>> data_;
+  std::map<std::string, std::string> data_;
+  std::set<int> dead_;  // ranks whose connection closed without Bye
   std::vector<std::unique_ptr<Conn>> conns_;
-  // Guarded by mu_ (read by WaitForClientsToLeave).
-  std::mutex mu_;
+  // Guarded by mu_ (read by WaitForClientsToLeave and stats()).
+  mutable std::mutex mu_;
   std::set<int> present_;  // ranks with an open, greeted connection
+  Stats stats_;
 };
 
 // One connection to a TcpStoreServer. Thread-safe (requests are serialised).
 class TcpStoreClient {
  public:
-  // Connects to host:port, retrying until `timeout` (the server may start later).
+  // Connects to host:port, retrying until `timeout` (the server may start later), and
+  // authenticates with `token`. PermissionDenied when the server refuses the token.
   static absl::StatusOr<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, int port,
-                                                                 std::chrono::milliseconds timeout);
+                                                                 std::chrono::milliseconds timeout,
+                                                                 const std::string& token = "");
   ~TcpStoreClient();
 
   // Registers this connection as `rank` of `world_size`. InvalidArgument when the world
@@ -85,6 +175,7 @@ class TcpStoreClient {
   absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   absl::StatusOr<std::vector<char>> Get(const std::string& key, std::chrono::milliseconds timeout);
   // Atomically adds `delta` to the integer at `key` (absent: 0); returns the new value.
+  // FailedPrecondition when the key holds something that is not an integer.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
   // Ranks whose connection closed without Bye, ascending.
   absl::StatusOr<std::vector<int>> DeadRanks();
@@ -93,7 +184,7 @@ class TcpStoreClient {
 
  private:
   TcpStoreClient(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
-  absl::StatusOr<std::pair<uint8_t, std::vector<char>>> Call(const std::vector<char>& request);
+  absl::StatusOr<std::pair<uint8_t, std::vector<char>>> Call(const StoreRequest& request);
 
   std::mutex mu_;
   int fd_;
@@ -117,8 +208,12 @@ struct StoreSession {
                                    std::chrono::milliseconds wait);
 };
 
-// Starts the server on rank 0 (at master_port), connects and greets. Errors: Unavailable
-// (port in use, store unreachable), InvalidArgument (world sizes disagree, duplicate rank).
+// Starts the server on rank 0, bound to master_addr (resolved; one address, not 0.0.0.0)
+// at master_port, connects and greets; the job token is JobTokenFromEnvironment(). On
+// rank 0 the first refused connection of each kind is reported as one line on stderr
+// ("trainscope: rendezvous store: ..."). Errors: Unavailable (port in use, store
+// unreachable), InvalidArgument (world sizes disagree, duplicate rank, master_addr not an
+// address of rank 0's host), PermissionDenied (this rank's job token is not rank 0's).
 absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const std::string& master_addr,
                                                         int master_port, int rank, int world_size,
                                                         std::chrono::milliseconds timeout);

@@ -16,6 +16,7 @@ namespace trainscope::launch {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "ts_launch_XXXXXX").string();
@@ -194,6 +195,111 @@ TEST(LaunchTest, BadOptions) {
   o.master_port = 29500;
   o.node_rank = 2;
   EXPECT_EQ(Launch(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// True when /proc/<pid> is gone (or only a zombie that is not ours to reap).
+bool Gone(int pid) {
+  std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+  return stat.empty() || stat.find(") Z") != std::string::npos;
+}
+
+TEST(LaunchTest, TimeoutStopsARankThatNeverExitsAndNamesIt) {
+  LaunchOptions o = Sh("if [ $RANK = 1 ]; then exec sleep 1000; fi; exit 0", 3);
+  o.exit_timeout = std::chrono::milliseconds(1000);
+  o.stop_grace = std::chrono::milliseconds(500);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok());
+  EXPECT_EQ(r->first_failed_rank, 1);
+  EXPECT_EQ(r->timed_out_ranks, std::vector<int>{1});
+  EXPECT_THAT(r->failure, HasSubstr("rank 1 (pid "));
+  EXPECT_THAT(r->failure, HasSubstr("still running 1 s after rank 0 exited OK (--timeout 1 s)"));
+  EXPECT_EQ(r->ranks[1].term_signal, SIGTERM);
+  EXPECT_EQ(r->ranks[0].exit_code, 0);
+  EXPECT_EQ(r->ranks[2].exit_code, 0);
+  EXPECT_LT(r->total_s, 1.0 + 0.5 + 2.0);
+  EXPECT_THAT(ReadAll(o.run_dir + "/launch.json"), HasSubstr("\"timed_out_ranks\": [\n    1\n  ]"));
+}
+
+TEST(LaunchTest, JobTimeoutStopsEveryRankStillRunning) {
+  LaunchOptions o = Sh("trap '' TERM; sleep 1000", 2);
+  o.job_timeout = std::chrono::milliseconds(600);
+  o.stop_grace = std::chrono::milliseconds(300);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->timed_out_ranks, (std::vector<int>{0, 1}));
+  EXPECT_THAT(r->failure, HasSubstr("ranks 0 (pid "));
+  EXPECT_THAT(r->failure, HasSubstr("were still running when the job timeout expired"));
+  for (const auto& s : r->ranks) EXPECT_EQ(s.term_signal, SIGKILL);  // ignored SIGTERM
+  EXPECT_LT(r->total_s, 0.6 + 0.3 + 2.0);
+}
+
+TEST(LaunchTest, NoTimeoutWhenEveryRankExitsInTime) {
+  LaunchOptions o = Sh("if [ $RANK = 1 ]; then sleep 0.3; fi; exit 0", 2);
+  o.exit_timeout = std::chrono::milliseconds(3000);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok()) << r->failure;
+  EXPECT_TRUE(r->timed_out_ranks.empty());
+}
+
+TEST(LaunchTest, ChildThatSetsidsOutOfTheGroupIsGoneAfterTheJob) {
+  ASSERT_TRUE(BecomeChildSubreaper().ok());
+  const std::string dir = TempDir();
+  // Rank 1 starts a process in its own session (out of reach of process-group signals),
+  // with and without holding the rank's output pipe, then both ranks exit normally.
+  LaunchOptions o = Sh("if [ $RANK = 1 ]; then setsid sleep 1000 >/dev/null 2>&1 & echo $! > " +
+                           dir + "/a.pid; setsid sleep 1000 & echo $! > " + dir +
+                           "/b.pid; sleep 0.2; fi; exit 0",
+                       2);
+  auto start = std::chrono::steady_clock::now();
+  auto r = Launch(o);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok()) << r->failure;
+  EXPECT_EQ(r->strays_killed, 2);
+  for (const char* f : {"/a.pid", "/b.pid"}) {
+    int pid = std::stoi(ReadAll(dir + f));
+    // Really in another session: the event loop's group signals could not have reached it.
+    EXPECT_TRUE(Gone(pid)) << "pid " << pid << " from " << f << " outlived the job";
+  }
+  EXPECT_LT(s, 3.0);
+}
+
+TEST(LaunchTest, RanksGetAJobTokenThatIsNotLogged) {
+  LaunchOptions o = Sh("echo ${#TRAINSCOPE_JOB_TOKEN} > $TRAINSCOPE_RUN_DIR/len$RANK; "
+                       "echo $TRAINSCOPE_JOB_TOKEN > $TRAINSCOPE_RUN_DIR/tok$RANK",
+                       2);
+  o.master_addr = "10.1.2.3";  // ignored with one node: the store stays on loopback
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->master_addr, "127.0.0.1");
+  EXPECT_EQ(ReadAll(o.run_dir + "/len0"), "32\n");
+  const std::string token = ReadAll(o.run_dir + "/tok0");
+  EXPECT_EQ(ReadAll(o.run_dir + "/tok1"), token);
+  EXPECT_THAT(ReadAll(o.run_dir + "/launch.json"), Not(HasSubstr(token.substr(0, 32))));
+  // A second job gets another token; a given one is passed through.
+  o.run_dir = TempDir();
+  o.job_token = "given-token";
+  ASSERT_TRUE(Launch(o).ok());
+  EXPECT_EQ(ReadAll(o.run_dir + "/tok0"), "given-token\n");
+  EXPECT_NE(NewJobToken().value(), NewJobToken().value());
+}
+
+TEST(LaunchTest, MultiNodeNeedsATokenAndALocalMasterAddress) {
+  LaunchOptions o = Sh("true", 1);
+  o.nnodes = 2;
+  o.master_port = 29500;
+  o.master_addr = "127.0.0.1";
+  auto r = Launch(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("TRAINSCOPE_JOB_TOKEN on every node"));
+  o.job_token = "shared";
+  o.master_addr = "192.0.2.1";  // TEST-NET-1: not ours
+  r = Launch(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("is not an address of this host"));
 }
 
 TEST(LaunchTest, DevicePinningFollowsTheVisibleList) {

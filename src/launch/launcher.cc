@@ -4,12 +4,17 @@
 // Single-threaded on purpose: fork() from a multi-threaded process is a minefield, and one
 // poll() loop over the output pipes, a self-pipe for signals and a short timeout for
 // waitpid() is all the concurrency a launcher needs.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -21,11 +26,13 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "launch/reaper.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/launch/launch.h"
@@ -148,6 +155,78 @@ void Drain(Child& c, Stream& s, const LaunchOptions& o) {
   }
 }
 
+// The same cap as the store's (comm/store.h kMaxJobTokenBytes); launch does not link comm.
+constexpr size_t kMaxJobTokenBytes = 512;
+
+// The job token every rank gets: given, inherited, or (one node only) generated.
+absl::StatusOr<std::string> ResolveJobToken(const LaunchOptions& o) {
+  std::string token = o.job_token;
+  if (token.empty()) {
+    if (auto it = o.env.find(envvar::kJobToken); it != o.env.end()) {
+      token = it->second;
+    } else if (const char* v = std::getenv(envvar::kJobToken)) {
+      token = v;
+    }
+  }
+  if (token.size() > kMaxJobTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(envvar::kJobToken, " is longer than ", kMaxJobTokenBytes, " bytes"));
+  }
+  if (!token.empty()) return token;
+  if (o.nnodes > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes > 1 needs the same ", envvar::kJobToken,
+        " on every node (the rendezvous store refuses ranks without it); e.g. "
+        "export ", envvar::kJobToken, "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+        "and pass that value to every node's launcher"));
+  }
+  return NewJobToken();
+}
+
+// Node 0 hosts rank 0's store on exactly the master address: it must be one of ours.
+absl::Status CheckMasterAddressIsLocal(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(addr.c_str(), "0", &hints, &res);
+  if (gai != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve --master-addr '", addr, "': ", ::gai_strerror(gai)));
+  }
+  const addrinfo* pick = res;
+  for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      pick = ai;
+      break;
+    }
+  }
+  int fd = ::socket(pick->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int err = 0;
+  if (fd < 0 || ::bind(fd, pick->ai_addr, pick->ai_addrlen) != 0) err = errno;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  if (err == EADDRNOTAVAIL) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--master-addr ", addr,
+        " is not an address of this host, but node 0 hosts rank 0's rendezvous store there; "
+        "give node 0's own address (the store listens on it only)"));
+  }
+  return absl::OkStatus();
+}
+
+// "rank 1 (pid 42) was" / "ranks 1 (pid 42), 3 (pid 44) were".
+std::string NameRanks(const std::vector<const Child*>& ranks) {
+  std::vector<std::string> names;
+  for (const Child* c : ranks) names.push_back(absl::StrCat(c->status.rank, " (pid ", c->pid, ")"));
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(names, ", "),
+                      ranks.size() == 1 ? " was" : " were");
+}
+
+std::string Seconds(std::chrono::milliseconds d) {
+  return absl::StrFormat("%g s", static_cast<double>(d.count()) / 1000.0);
+}
+
 std::string DefaultRunDir() {
   time_t now = ::time(nullptr);
   tm utc;
@@ -158,6 +237,31 @@ std::string DefaultRunDir() {
 }
 
 }  // namespace
+
+absl::Status BecomeChildSubreaper() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot become a child subreaper: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> NewJobToken() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot generate a job token: getrandom: ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  std::string out;
+  for (unsigned char b : bytes) absl::StrAppendFormat(&out, "%02x", b);
+  return out;
+}
 
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   const int64_t t0 = NowNs();
@@ -177,13 +281,23 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     return absl::InvalidArgumentError(
         "--master-port is required with --nnodes > 1 (every node must agree on it)");
   }
+  if (o.exit_timeout.count() < 0 || o.job_timeout.count() < 0) {
+    return absl::InvalidArgumentError("--timeout and --job-timeout must be >= 0");
+  }
+  auto token = ResolveJobToken(o);
+  if (!token.ok()) return token.status();
+  if (o.nnodes > 1 && o.node_rank == 0) {
+    absl::Status local = CheckMasterAddressIsLocal(o.master_addr);
+    if (!local.ok()) return local;
+  }
 
   LaunchResult result;
   LocalDevices devices = DetectLocalDevices(o.dev_root);
   const int nproc = o.nproc_per_node > 0 ? o.nproc_per_node : std::max(devices.count, 1);
   result.nproc_per_node = nproc;
   result.world_size = nproc * o.nnodes;
-  result.master_addr = o.master_addr;
+  // One node: the store listens on loopback only, whatever --master-addr says.
+  result.master_addr = o.nnodes == 1 ? std::string("127.0.0.1") : o.master_addr;
   if (o.master_port > 0) {
     result.master_port = o.master_port;
   } else {
@@ -242,6 +356,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : o.env) base[k] = v;
+  base[envvar::kJobToken] = *token;
   for (int lr = 0; lr < nproc; ++lr) {
     Child& c = children[lr];
     c.status.local_rank = lr;
@@ -312,6 +427,8 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   };
 
   const pid_t launcher_pid = ::getpid();
+  // The caller's own children are not the job's: the end-of-job sweep leaves them alone.
+  const std::set<pid_t> callers_children = ChildrenOfSelf();
   absl::Status start_error;
   for (int lr = 0; lr < nproc && start_error.ok(); ++lr) {
     Child& c = children[lr];
@@ -407,6 +524,20 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     kill_deadline_ns = NowNs();
   }
 
+  // Timeouts: stop the ranks still running and name them as the failure.
+  int64_t first_ok_exit_ns = 0;  // when the first rank exited with code 0
+  std::string first_ok_name;
+  auto time_out = [&](const std::string& why) {
+    std::vector<const Child*> running;
+    for (const Child& c : children)
+      if (c.pid > 0 && !c.reaped) running.push_back(&c);
+    if (running.empty()) return;
+    for (const Child* c : running) result.timed_out_ranks.push_back(c->status.rank);
+    result.first_failed_rank = running.front()->status.rank;
+    result.failure = absl::StrCat(NameRanks(running), " still running ", why, "; stopped");
+    begin_stop(SIGTERM);
+  };
+
   // Event loop.
   int signals_handled = 0;
   int64_t all_reaped_ns = 0;
@@ -477,6 +608,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
         c.status.term_signal = WTERMSIG(wstatus);
       }
       ::kill(-c.pid, SIGTERM);  // the rank's own leftovers, if any
+      if (!c.status.failed() && first_ok_exit_ns == 0) {
+        first_ok_exit_ns = NowNs();
+        first_ok_name = absl::StrCat("rank ", c.status.rank);
+      }
       if (c.status.failed() && !c.status.stopped_by_us && result.first_failed_rank < 0 &&
           result.interrupted_by == 0) {
         result.first_failed_rank = c.status.rank;
@@ -491,8 +626,24 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
         begin_stop(SIGTERM);
       }
     }
+    if (kill_deadline_ns == 0 && result.interrupted_by == 0 && result.first_failed_rank < 0) {
+      const int64_t now = NowNs();
+      if (o.exit_timeout.count() > 0 && first_ok_exit_ns != 0 &&
+          now - first_ok_exit_ns >= std::chrono::nanoseconds(o.exit_timeout).count()) {
+        time_out(absl::StrCat(Seconds(o.exit_timeout), " after ", first_ok_name,
+                              " exited OK (--timeout ", Seconds(o.exit_timeout), ")"));
+      } else if (o.job_timeout.count() > 0 &&
+                 now - t0 >= std::chrono::nanoseconds(o.job_timeout).count()) {
+        time_out(absl::StrCat("when the job timeout expired (--job-timeout ",
+                              Seconds(o.job_timeout), ")"));
+      }
+    }
     if (kill_deadline_ns != 0 && NowNs() >= kill_deadline_ns) signal_all(SIGKILL, true);
   }
+  // Descendants that escaped their rank's process group (setsid, double fork) were
+  // re-parented to us if the caller made us a subreaper: stop them now.
+  result.strays_killed =
+      KillStrays(callers_children, std::min(o.stop_grace, std::chrono::milliseconds(1000)));
   restore();
   for (Child& c : children) {
     ::close(c.out.log_fd);
@@ -528,6 +679,8 @@ std::string LaunchResultJson(const LaunchResult& r, const LaunchOptions& o) {
   j["first_failed_rank"] =
       r.first_failed_rank >= 0 ? nlohmann::json(r.first_failed_rank) : nlohmann::json(nullptr);
   j["failure"] = r.failure;
+  j["timed_out_ranks"] = r.timed_out_ranks;
+  j["strays_killed"] = r.strays_killed;
   j["interrupted_by"] = r.interrupted_by != 0 ? nlohmann::json(SignalName(r.interrupted_by))
                                               : nlohmann::json(nullptr);
   nlohmann::json ranks = nlohmann::json::array();

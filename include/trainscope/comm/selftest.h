@@ -48,7 +48,9 @@ struct SelftestOptions {
   // (never fewer than 1); 0: always `iters`.
   double seconds_per_size = 1.0;
   double min_busbw_gbps = 0;     // > 0: the busbw at each op's largest size must reach it
-  double slow_rank_ratio = 2.0;  // a rank whose memcpy probe is this much slower is flagged
+  // A rank whose memcpy probe is this much slower than the others' median is flagged
+  // (see FindSlowRanks: in a majority of kMemcpyProbeRepetitions and in the median).
+  double slow_rank_ratio = 2.0;
   int inject_error_rank = -1;    // >= 0: that rank corrupts one result element (tests)
 };
 
@@ -74,16 +76,47 @@ struct SelftestReport {
   int world_size = 1;
   SelftestOptions options;
   std::vector<SelftestRow> rows;
-  std::vector<double> rank_memcpy_gbps;  // each rank's memcpy probe
+  std::vector<double> rank_memcpy_gbps;  // each rank's memcpy probe (median of repetitions)
   std::vector<int> slow_ranks;
   bool passed = true;
   std::string reason;  // first failure, in a sentence; empty when passed
   int64_t wrong_total = 0;
 };
 
+// The memcpy probe runs this many repetitions; in each, every rank copies at the same time
+// (a barrier starts it) and keeps its best of a few copies.
+inline constexpr int kMemcpyProbeRepetitions = 5;
+
+// The slow-rank rule. rep_gbps[k][q] is rank q's memcpy bandwidth in repetition k (every
+// row has one entry per rank). Rank q is slow when, with m(k, q) the median of the other
+// ranks in repetition k:
+//   - rep_gbps[k][q] * ratio < m(k, q) in a strict majority of the repetitions, and
+//   - its median over repetitions * ratio < the median of the other ranks' medians,
+// so one descheduled repetition on a busy machine never flags a rank, while a rank that is
+// consistently slow is. Fewer than 2 ranks, no repetitions or ratio <= 0: nobody is slow.
+struct SlowRankVerdict {
+  std::vector<double> median_gbps;  // per rank, over repetitions
+  std::vector<int> slow_repetitions;  // per rank: repetitions in which it was slow
+  std::vector<int> slow_ranks;       // ascending
+};
+SlowRankVerdict FindSlowRanks(const std::vector<std::vector<double>>& rep_gbps, double ratio);
+
 // Runs the sweep. Errors: a failing op (with the communicator's message), InvalidArgument.
 // Rank 0 reports progress on stderr (core/progress.h).
 absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOptions& options);
+
+// Which rank ended an mpirun job, from mpirun's own report (Open MPI 4/5 wording):
+// "rank 1 was killed by signal 9 (Killed)" from "mpirun noticed that process rank 1 with PID
+// ... exited on signal 9 (Killed).", or "rank 1 exited with code 5" from the "Process name:
+// [[job,1],1] / Exit code: 5" block. `rank`/`exit_code`/`signal` are -1/-1/0 when unknown;
+// `sentence` is "" when mpirun's output names no rank.
+struct MpirunFailure {
+  int rank = -1;
+  int exit_code = -1;
+  int signal = 0;
+  std::string sentence;
+};
+MpirunFailure ParseMpirunFailure(const std::string& mpirun_output);
 
 // nccl-tests style text (one block per op, with its footer) and the JSON document
 // (format "trainscope.selftest.comm", version 1).

@@ -27,6 +27,11 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 inline constexpr char kOmpWaitPolicy[] = "OMP_WAIT_POLICY";
 // --- trainscope's own ---
 inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";               // run directory of a launch
+// Per-job secret that every rank presents to rank 0's rendezvous store (comm/store.h); the
+// store refuses connections without it. `trainscope launch` generates it for a single-node
+// job (unless set) and passes it to its ranks; with --nnodes > 1 the user sets the same
+// value on every node. Never printed or written to launch.json.
+inline constexpr char kJobToken[] = "TRAINSCOPE_JOB_TOKEN";
 inline constexpr char kCommTimeoutS[] = "TRAINSCOPE_COMM_TIMEOUT_S";  // op timeout override
 inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";       // "1": no progress lines
 inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions

@@ -13,6 +13,25 @@
 //    `stop_grace`, SIGKILL (whole process groups): the launch ends within a bounded time.
 //    SIGINT/SIGTERM/SIGHUP sent to the launcher are forwarded the same way. Ranks get
 //    PR_SET_PDEATHSIG, so a killed launcher leaves no strays.
+//  - Timeouts (both off by default): `exit_timeout` — once the first rank exits with code 0,
+//    the others get this long to exit as well; `job_timeout` — the whole job, from the first
+//    fork, gets this long. When either expires, the ranks still running are stopped like a
+//    failure (SIGTERM, then SIGKILL after `stop_grace`) and named in LaunchResult::failure
+//    and timed_out_ranks; the launch ends within timeout + stop_grace + about a second.
+//  - Leftovers: when the job ends, every process descended from the ranks that is still
+//    alive (e.g. one that setsid()'d out of its rank's process group) is stopped and reaped
+//    — provided the calling process is a child subreaper, so that such orphans are
+//    re-parented to it rather than to init. Call BecomeChildSubreaper() first (the CLI
+//    does); Launch() does not change that process-wide setting itself. Processes that were
+//    the caller's children before Launch() started, and their descendants, are left alone.
+//  - Rendezvous security: with one node, MASTER_ADDR is 127.0.0.1 (the store that rank 0
+//    hosts listens there only); with several, it is `master_addr`, and node 0 checks that it
+//    is an address of this host (the store binds exactly that address). Every rank gets
+//    TRAINSCOPE_JOB_TOKEN (core/env_vars.h), the secret the store asks of each connection:
+//    `job_token`, else TRAINSCOPE_JOB_TOKEN from `env` or the launcher's environment, else
+//    (one node only) a fresh random one. With nnodes > 1 the same token must be given to
+//    every node's launcher (InvalidArgument otherwise). The token is never logged and is
+//    not in launch.json.
 //  - <run_dir>/launch.json records the job (format "trainscope.launch", version 1).
 // Launch() is not thread-safe (it installs signal handlers for its duration) and must be
 // called from a single-threaded process state (it forks).
@@ -46,6 +65,9 @@ struct LaunchOptions {
   std::string sysfs_root = "/sys";         // topology source (tests use a fake tree)
   std::string dev_root = "/dev";           // device nodes (nvidia*, davinci*)
   std::map<std::string, std::string> env;  // extra variables for every rank
+  std::chrono::milliseconds exit_timeout{0};  // after the first clean exit (0: wait forever)
+  std::chrono::milliseconds job_timeout{0};   // whole job (0: no limit)
+  std::string job_token;  // "" : from env / environment / generated (see the contract above)
 };
 
 struct RankStatus {
@@ -77,6 +99,8 @@ struct LaunchResult {
   int first_failed_rank = -1;  // -1: none failed on their own
   std::string failure;         // one sentence on the first failure ("" when none)
   int interrupted_by = 0;      // signal that interrupted the launcher (0: none)
+  std::vector<int> timed_out_ranks;  // stopped by exit_timeout / job_timeout, ascending
+  int strays_killed = 0;             // leftover descendants stopped at the end (see above)
   std::vector<RankStatus> ranks;
   bool ok() const { return first_failed_rank < 0 && interrupted_by == 0; }
 };
@@ -85,6 +109,17 @@ struct LaunchResult {
 // (bad options), NotFound (program cannot be executed, naming it), Internal (fork/pipe).
 // A rank failing is not an error: see LaunchResult::first_failed_rank / failure.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
+
+// Makes the calling process a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so that
+// descendants of its children that are orphaned are re-parented to it and Launch() can stop
+// them at the end of a job. Process-wide and inherited by nothing: the executable calls it
+// (the CLI's launch and selftest verbs do), never a library behind its caller's back.
+// Internal when the kernel refuses.
+absl::Status BecomeChildSubreaper();
+
+// A fresh job token: 32 hex digits (128 bits) from getrandom(2). Internal when the kernel
+// gives no randomness.
+absl::StatusOr<std::string> NewJobToken();
 
 // The launch summary as JSON (what launch.json holds).
 std::string LaunchResultJson(const LaunchResult& result, const LaunchOptions& options);
