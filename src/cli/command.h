@@ -4,11 +4,24 @@
 #ifndef TRAINSCOPE_CLI_COMMAND_H_
 #define TRAINSCOPE_CLI_COMMAND_H_
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
 namespace trainscope::cli {
+
+// Flags and options that the CLI11 tree's callbacks point at must live as long as the
+// process: KeepAlive owns them, reachable from a static (so leak checkers stay quiet). Main
+// thread only.
+template <class T, class... Args>
+T* KeepAlive(Args&&... args) {
+  static std::vector<std::unique_ptr<T>>* owned = new std::vector<std::unique_ptr<T>>;
+  owned->push_back(std::make_unique<T>(std::forward<Args>(args)...));
+  return owned->back().get();
+}
 
 struct CommandContext {
   int exit_code = 0;

@@ -3,6 +3,8 @@
 //   1  the check ran and found problems (a failed self-test, an error-level finding,
 //      a version difference)
 //   2  bad usage or unreadable / malformed input
+//   3  internal error: an exception escaped a verb (a bug; the message names the verb and
+//      the command line so it can be reported)
 #ifndef TRAINSCOPE_CORE_EXIT_H_
 #define TRAINSCOPE_CORE_EXIT_H_
 
@@ -15,6 +17,7 @@ namespace trainscope {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitProblems = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInternal = 3;
 
 // Prints "trainscope <verb>: error: <message>" (one line) to stderr, plus a hint line when
 // one is known for the status code, and returns the exit code for `status`:
