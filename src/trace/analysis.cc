@@ -367,16 +367,11 @@ nlohmann::json StatsJson(const ParseStats& s) {
                       {"metadata_events", s.metadata_events},
                       {"python_functions_skipped", s.python_functions_skipped},
                       {"other_phases", s.other_phases},
-                      {"malformed", s.malformed},
-                      {"missing_fields", s.missing_fields},
-                      {"unknown_category", s.unknown_category},
-                      {"out_of_order", s.out_of_order},
-                      {"ids_above_2p53", s.ids_above_2p53},
-                      {"negative_or_huge_dur", s.negative_or_huge_dur},
                       {"truncated", s.truncated},
                       {"truncated_at_byte", s.truncated_at_byte},
                       {"unknown_categories", s.unknown_categories},
                       {"warnings", s.warnings}};
+  for (const auto& [name, n] : BadRecordCounts(s)) j[name] = n;
   return j;
 }
 
@@ -411,7 +406,7 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   r.path = t.path;
   r.format = t.format;
   r.rank_source = t.rank_source;
-  r.parse = StatsJson(t.stats);
+  r.stats = t.stats;
   HostView hv = PrepareHost(t);
   const auto& ev = t.events;
 
@@ -540,6 +535,8 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   r.compute_pct = Pct(r.compute_us, r.kernel_time_us);
   r.non_compute_pct = Pct(r.non_compute_us, r.kernel_time_us);
   AnalyzeOperators(t, hv, opt, &r);
+  t.stats.negative_launch_delay = r.stats.negative_launch_delay;
+  r.parse = StatsJson(r.stats);
   RankFindings(opt, &r);
   return r;
 }

@@ -319,12 +319,16 @@ absl::Status Reader::ReadHeaderKeys(bool after_events, bool* found_events) {
       od::document doc;
       if (small.iterate(js).get(doc) == SUCCESS) {
         int64_t r = -1;
-        if (doc["rank"].get_int64().get(r) == SUCCESS && r >= 0) {
+        auto rank_err = doc["rank"].get_int64().get(r);
+        if (rank_err == SUCCESS && r >= 0 && r < kMaxRank) {
           out_->rank = static_cast<int>(r);
           out_->rank_source = "distributedInfo";
+        } else if (rank_err != simdjson::NO_SUCH_FIELD) {
+          Warn(absl::StrCat("byte ", Off(v),
+                            ": distributedInfo rank is not an integer in [0, 2^20), ignored"));
         }
         int64_t w = 0;
-        if (doc["world_size"].get_int64().get(w) == SUCCESS && w > 0) {
+        if (doc["world_size"].get_int64().get(w) == SUCCESS && w > 0 && w <= kMaxRank) {
           out_->world_size = static_cast<int>(w);
         }
       }

@@ -1,12 +1,14 @@
 #include "trace/event_parser.h"
 
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trace/chrome_reader.h"
+#include "trainscope/core/status.h"
 
 namespace trainscope::trace {
 namespace {
@@ -84,6 +86,55 @@ bool ParseUsToNs(std::string_view t, int64_t* ns) {
   return true;
 }
 
+std::vector<std::pair<std::string, int64_t>> BadRecordCounts(const ParseStats& s) {
+  return {{"malformed", s.malformed},
+          {"missing_fields", s.missing_fields},
+          {"unknown_category", s.unknown_category},
+          {"out_of_order", s.out_of_order},
+          {"ids_above_2p53", s.ids_above_2p53},
+          {"negative_or_huge_dur", s.negative_or_huge_dur},
+          {"bad_ts", s.bad_ts},
+          {"bad_dur", s.bad_dur},
+          {"bad_pid_tid", s.bad_pid_tid},
+          {"bad_category", s.bad_category},
+          {"bad_args", s.bad_args},
+          {"bad_values", s.bad_values},
+          {"negative_launch_delay", s.negative_launch_delay}};
+}
+
+bool HasBadRecords(const ParseStats& s) {
+  if (s.truncated) return true;
+  for (const auto& [name, n] : BadRecordCounts(s))
+    if (n) return true;
+  return false;
+}
+
+std::string DescribeBadRecords(const ParseStats& s) {
+  // The first five always (a stable prefix that scripts grep), the others when non-zero.
+  static constexpr const char* kLabels[] = {"malformed",
+                                            "missing fields",
+                                            "unknown category",
+                                            "out of order",
+                                            "ids above 2^53",
+                                            "negative or > 7 day dur",
+                                            "bad ts",
+                                            "bad dur",
+                                            "bad pid/tid",
+                                            "bad cat",
+                                            "bad args",
+                                            "bad values",
+                                            "negative launch delay"};
+  std::string out;
+  size_t i = 0;
+  for (const auto& [name, n] : BadRecordCounts(s)) {
+    TS_CHECK(i < std::size(kLabels));
+    if (i < 5 || n) absl::StrAppend(&out, out.empty() ? "" : ", ", n, " ", kLabels[i]);
+    ++i;
+  }
+  if (s.truncated) absl::StrAppend(&out, ", truncated at byte ", s.truncated_at_byte);
+  return out;
+}
+
 DeviceKind ClassifyDeviceName(std::string_view name) {
   auto starts = [&](std::string_view p) { return StartsNoCase(name, p); };
   if (starts("nccl") || starts("hccl") || starts("hcom") || starts("rccl") ||
@@ -130,30 +181,47 @@ Category CategoryOf(std::string_view cat, bool* known) {
   return Category::kUnknown;
 }
 
+// What a scalar field held.
+enum class Kind : uint8_t {
+  kAbsent,  // no such key, or null
+  kString,
+  kNumber,  // the token as written (not validated: "1.2.3" and "-" are possible)
+  kOther,   // an object or an array (a wrong type for every field read this way)
+};
+struct Scalar {
+  std::string_view text;
+  Kind kind = Kind::kAbsent;
+};
+
 // Raw text of a scalar without asking its type first: numbers as written, strings without their
-// quotes (timestamps and ids carry no escapes). Objects/arrays/null give "" (skipped).
-simdjson::error_code FastScalar(od::value v, std::string_view* out) {
+// quotes (timestamps and ids carry no escapes). Objects/arrays give kOther with no text, null
+// kAbsent; true/false and anything else that is not JSON are an error (the event is malformed).
+simdjson::error_code FastScalar(od::value v, Scalar* out) {
   std::string_view tok = v.raw_json_token();
+  *out = Scalar();
   if (tok.empty()) return SUCCESS;
   char c = tok[0];
   if (c == '"') {
+    out->kind = Kind::kString;
     size_t q = tok.find('"', 1);
     if (q == std::string_view::npos || tok.substr(1, q - 1).find('\\') != std::string_view::npos) {
-      return v.get_string().get(*out);
+      return v.get_string().get(out->text);
     }
-    *out = tok.substr(1, q - 1);
+    out->text = tok.substr(1, q - 1);
     return SUCCESS;
   }
-  if (c == '{' || c == '[' || c == 'n') {
-    *out = std::string_view();
+  if (c == '{' || c == '[') {
+    out->kind = Kind::kOther;
     return SUCCESS;
   }
+  if (c == 'n') return SUCCESS;
   if (c != '-' && (c < '0' || c > '9')) return simdjson::INCORRECT_TYPE;  // not JSON
   while (!tok.empty() &&
          (tok.back() == ' ' || tok.back() == '\n' || tok.back() == '\r' || tok.back() == '\t' ||
           tok.back() == ',' || tok.back() == '}' || tok.back() == ']'))
     tok.remove_suffix(1);
-  *out = tok;
+  out->kind = Kind::kNumber;
+  out->text = tok;
   return SUCCESS;
 }
 
@@ -189,18 +257,53 @@ simdjson::error_code KeyOf(od::field& f, std::string_view* key) {
   return f.unescaped_key().get(*key);
 }
 
+// Decimal digits to uint64; false for anything else, and beyond 2^64 - 1 (no saturation: two
+// different overflowing ids must not become equal).
 bool ParseU64(std::string_view s, uint64_t* v) {
   if (s.empty()) return false;
   uint64_t x = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
-    if (x > (UINT64_MAX - 9) / 10) {  // beyond 64 bits: saturate (still "above 2^53")
-      x = UINT64_MAX;
-      break;
-    }
-    x = x * 10 + (c - '0');
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (x > (UINT64_MAX - d) / 10) return false;
+    x = x * 10 + d;
   }
   *v = x;
+  return true;
+}
+
+// A pid or tid: any string (torch_npu and old Kineto name some tracks), or an integer that fits
+// int64 or uint64. Absent is valid too (legacy traces): the event lands on the "" track.
+bool ValidPidTid(const Scalar& s) {
+  if (s.kind == Kind::kAbsent || s.kind == Kind::kString) return true;
+  if (s.kind != Kind::kNumber) return false;
+  std::string_view t = s.text;
+  uint64_t v = 0;
+  if (!t.empty() && t[0] == '-') return ParseU64(t.substr(1), &v) && v <= (uint64_t{1} << 63);
+  return ParseU64(t, &v);
+}
+
+// An id in args (correlation, External id): a non-negative integer below 2^64, as a number or
+// a string. Absent: 0 ("none"). False: the value is unusable (counted, the id ignored).
+bool ParseArgId(const Scalar& s, uint64_t* id) {
+  *id = 0;
+  if (s.kind == Kind::kAbsent) return true;
+  if (s.kind == Kind::kOther) return false;
+  if (!ParseU64(s.text, id)) {
+    *id = 0;
+    return false;
+  }
+  return true;
+}
+
+// A device stream: an integer that fits int32 ("7", 7, "7.0"). Absent: -1 (host).
+bool ParseStream(const Scalar& s, int64_t* stream) {
+  if (s.kind == Kind::kAbsent) return true;
+  int64_t ns = 0;  // ParseUsToNs keeps 3 decimals exactly: stream * 1000
+  if (s.kind == Kind::kOther || !ParseUsToNs(s.text, &ns) || ns % 1000 != 0 ||
+      ns / 1000 < INT32_MIN || ns / 1000 > INT32_MAX)
+    return false;
+  *stream = ns / 1000;
   return true;
 }
 
@@ -212,13 +315,64 @@ void EventParser::Warn(int64_t offset, const char* what) {
     out_->stats.warnings.push_back(absl::StrCat("byte ", offset, ": ", what));
 }
 
-simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
-  std::string_view ph, cat, name, ts_text, dur_text, pid_text, tid_text, id_text;
+// Everything Parse reads from one event object, before any of it is checked.
+struct RawEvent {
+  Scalar ph, cat, name, ts, dur, pid, tid, id;
+  Scalar stream, correlation, external_id;  // from args
+  bool args_not_object = false;
+  bool collective = false;
   std::string_view meta_value, input_dims, input_type;
-  bool has_ts = false, has_dur = false, collective = false;
-  int64_t stream = -1;
-  uint64_t correlation = 0, external_id = 0;
-  bool big_id = false;
+};
+
+simdjson::error_code EventParser::ReadArgs(od::object args, RawEvent* r) {
+  for (auto af_result : args) {
+    od::field af;
+    auto err = std::move(af_result).get(af);
+    if (err) return err;
+    std::string_view ak;
+    err = KeyOf(af, &ak);
+    if (err) return err;
+    od::value av = af.value();
+    if (ak == "stream" || ak == "Stream Id") {
+      err = FastScalar(av, &r->stream);
+    } else if (ak == "correlation") {
+      err = FastScalar(av, &r->correlation);
+    } else if (ak == "External id") {
+      err = FastScalar(av, &r->external_id);
+    } else if (ak == "Input Dims" || ak == "Input Shapes") {
+      od::json_type t;
+      err = av.type().get(t);
+      if (!err) {
+        if (t == od::json_type::string) {
+          err = av.get_string().get(r->input_dims);
+        } else if (t == od::json_type::array) {
+          od::array a;
+          err = av.get_array().get(a);
+          if (!err) err = a.raw_json().get(r->input_dims);
+        }
+      }
+    } else if (ak == "Input type") {
+      od::json_type t;
+      err = av.type().get(t);
+      if (!err && t == od::json_type::array) {
+        od::array a;
+        err = av.get_array().get(a);
+        if (!err) err = a.raw_json().get(r->input_type);
+      } else if (!err && t == od::json_type::string) {
+        err = av.get_string().get(r->input_type);
+      }
+    } else if (ak == "Collective name") {
+      r->collective = true;
+    } else if (ak == "name" || ak == "labels") {
+      err = ScalarText(av, &r->meta_value);
+    }
+    if (err) return err;
+  }
+  return SUCCESS;
+}
+
+simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
+  RawEvent r;
   for (auto field_result : obj) {
     od::field field;
     auto err = std::move(field_result).get(field);
@@ -228,119 +382,109 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
     if (err) return err;
     od::value v = field.value();
     if (key == "ph") {
-      err = FastScalar(v, &ph);
+      err = FastScalar(v, &r.ph);
     } else if (key == "name") {
-      err = FastScalar(v, &name);
+      err = FastScalar(v, &r.name);
     } else if (key == "cat") {
-      err = FastScalar(v, &cat);
+      err = FastScalar(v, &r.cat);
     } else if (key == "ts") {
-      err = FastScalar(v, &ts_text);
-      has_ts = !ts_text.empty();
+      err = FastScalar(v, &r.ts);
     } else if (key == "dur") {
-      err = FastScalar(v, &dur_text);
-      has_dur = !dur_text.empty();
+      err = FastScalar(v, &r.dur);
     } else if (key == "pid") {
-      err = FastScalar(v, &pid_text);
+      err = FastScalar(v, &r.pid);
     } else if (key == "tid") {
-      err = FastScalar(v, &tid_text);
+      err = FastScalar(v, &r.tid);
     } else if (key == "id") {
-      err = FastScalar(v, &id_text);
+      err = FastScalar(v, &r.id);
     } else if (key == "args") {
       // Annotations and Python frames carry nothing the analyses use: let ondemand skip them.
-      if (cat == "python_function" || cat == "user_annotation" || cat == "gpu_user_annotation" ||
-          cat == "Trace")
+      std::string_view c = r.cat.text;
+      if (c == "python_function" || c == "user_annotation" || c == "gpu_user_annotation" ||
+          c == "Trace")
         continue;
       od::object args;
-      if (v.get_object().get(args) != SUCCESS) continue;
-      for (auto af_result : args) {
-        od::field af;
-        err = std::move(af_result).get(af);
-        if (err) return err;
-        std::string_view ak;
-        err = KeyOf(af, &ak);
-        if (err) return err;
-        od::value av = af.value();
-        std::string_view text;
-        if (ak == "stream" || ak == "Stream Id") {
-          err = FastScalar(av, &text);
-          int64_t s = 0;
-          if (!err && !text.empty() && ParseUsToNs(text, &s)) stream = s / 1000;
-        } else if (ak == "correlation") {
-          err = FastScalar(av, &text);
-          if (!err && ParseU64(text, &correlation) && correlation > k2p53) big_id = true;
-        } else if (ak == "External id") {
-          err = FastScalar(av, &text);
-          if (!err && ParseU64(text, &external_id) && external_id > k2p53) big_id = true;
-        } else if (ak == "Input Dims" || ak == "Input Shapes") {
-          od::json_type t;
-          err = av.type().get(t);
-          if (!err) {
-            if (t == od::json_type::string) {
-              err = av.get_string().get(input_dims);
-            } else if (t == od::json_type::array) {
-              od::array a;
-              err = av.get_array().get(a);
-              if (!err) err = a.raw_json().get(input_dims);
-            }
-          }
-        } else if (ak == "Input type") {
-          od::json_type t;
-          err = av.type().get(t);
-          if (!err && t == od::json_type::array) {
-            od::array a;
-            err = av.get_array().get(a);
-            if (!err) err = a.raw_json().get(input_type);
-          } else if (!err && t == od::json_type::string) {
-            err = av.get_string().get(input_type);
-          }
-        } else if (ak == "Collective name") {
-          collective = true;
-        } else if (ak == "name" || ak == "labels") {
-          err = ScalarText(av, &meta_value);
-        }
-        if (err) return err;
+      if (v.get_object().get(args) == SUCCESS) {
+        err = ReadArgs(args, &r);
+      } else {
+        // null is "no args"; a string, number or array cannot hold the ids read here.
+        od::json_type t;
+        err = v.type().get(t);
+        r.args_not_object = !err && t != od::json_type::null;
       }
-      continue;
     }
     if (err) return err;
   }
-  if (big_id) ++out_->stats.ids_above_2p53;
-  if (ph.empty() && has_dur) ph = "X";
+  // The object was read completely: from here on every outcome is counted exactly once.
+  std::string_view ph = r.ph.text;
+  if (ph.empty() && r.dur.kind != Kind::kAbsent) ph = "X";
   if (ph == "s" || ph == "f" || ph == "t") {
     ++out_->stats.flow_events;
-    uint64_t id = 0;
-    if (ParseU64(id_text, &id) && id > k2p53) ++out_->stats.ids_above_2p53;
+    uint64_t flow_id = 0;
+    if (ParseArgId(r.id, &flow_id) && flow_id > k2p53) ++out_->stats.ids_above_2p53;
     return SUCCESS;
   }
   if (ph == "M") {
     ++out_->stats.metadata_events;
-    if (!meta_value.empty()) {
-      uint32_t pid = out_->strings.Intern(pid_text);
-      if (name == "process_name" || name == "process_labels") {
-        std::string& pn = out_->process_names[pid];
-        if (pn.empty() || name == "process_name") pn = std::string(meta_value);
-      } else if (name == "thread_name") {
-        out_->thread_names[{pid, out_->strings.Intern(tid_text)}] = std::string(meta_value);
-      }
-    }
+    StoreMetadata(r, offset);
     return SUCCESS;
   }
   if (ph != "X") {
     ++out_->stats.other_phases;
     return SUCCESS;
   }
+  StoreComplete(r, offset);
+  return SUCCESS;
+}
+
+void EventParser::StoreMetadata(const RawEvent& r, int64_t offset) {
+  if (!ValidPidTid(r.pid) || !ValidPidTid(r.tid)) {
+    ++out_->stats.bad_pid_tid;
+    Warn(offset,
+         "metadata event with a pid or tid that is not a string or a 64-bit integer "
+         "skipped");
+    return;
+  }
+  if (r.meta_value.empty()) return;
+  uint32_t pid = out_->strings.Intern(r.pid.text);
+  if (r.name.text == "process_name" || r.name.text == "process_labels") {
+    std::string& pn = out_->process_names[pid];
+    if (pn.empty() || r.name.text == "process_name") pn = std::string(r.meta_value);
+  } else if (r.name.text == "thread_name") {
+    out_->thread_names[{pid, out_->strings.Intern(r.tid.text)}] = std::string(r.meta_value);
+  }
+}
+
+// Checks a complete ("X") event field by field; the first bad field decides the one counter it
+// is dropped under. Args are checked last: an unusable id or stream is ignored (the event keeps
+// its own times) and counted in bad_args.
+bool EventParser::CheckComplete(const RawEvent& r, int64_t offset, int64_t* ts, int64_t* dur) {
+  auto drop = [&](int64_t* counter, const char* why) {
+    ++*counter;
+    Warn(offset, why);
+    return false;
+  };
+  ParseStats& st = out_->stats;
+  if (r.name.text.empty() || r.ts.kind == Kind::kAbsent || r.dur.kind == Kind::kAbsent)
+    return drop(&st.missing_fields, "event without name, ts or dur skipped");
+  if (r.ts.kind == Kind::kOther || !ParseUsToNs(r.ts.text, ts) || *ts < kMinTsNs || *ts > kMaxTsNs)
+    return drop(&st.bad_ts, "event with a ts that is not a number in range skipped");
+  if (r.dur.kind == Kind::kOther || !ParseUsToNs(r.dur.text, dur))
+    return drop(&st.bad_dur, "event with a dur that is not a number skipped");
+  if (*dur < 0 || *dur > kMaxDurNs)
+    return drop(&st.negative_or_huge_dur, "event with negative or > 7 day duration skipped");
+  if (!ValidPidTid(r.pid) || !ValidPidTid(r.tid))
+    return drop(&st.bad_pid_tid,
+                "event with a pid or tid that is not a string or a 64-bit integer skipped");
+  if (r.cat.kind != Kind::kAbsent && r.cat.kind != Kind::kString)
+    return drop(&st.bad_category, "event with a cat that is not a string skipped");
+  return true;
+}
+
+void EventParser::StoreComplete(const RawEvent& r, int64_t offset) {
   int64_t ts = 0, dur = 0;
-  if (name.empty() || !has_ts || !has_dur || !ParseUsToNs(ts_text, &ts) ||
-      !ParseUsToNs(dur_text, &dur)) {
-    ++out_->stats.missing_fields;
-    Warn(offset, "event without name, ts or dur skipped");
-    return SUCCESS;
-  }
-  if (dur < 0 || dur > int64_t{604800000000} * 1000) {
-    ++out_->stats.negative_or_huge_dur;
-    Warn(offset, "event with negative or > 7 day duration skipped");
-    return SUCCESS;
-  }
+  if (!CheckComplete(r, offset, &ts, &dur)) return;
+  std::string_view cat = r.cat.text;
   bool known = true;
   Category c = CategoryOf(cat, &known);
   if (!known) {
@@ -350,29 +494,40 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
   }
   if (c == Category::kPythonFunction && !opt_.keep_python_functions) {
     ++out_->stats.python_functions_skipped;
-    return SUCCESS;
+    return;
   }
   Event e;
+  int64_t stream = -1;
+  bool args_ok = !r.args_not_object;
+  args_ok &= ParseArgId(r.correlation, &e.correlation);
+  args_ok &= ParseArgId(r.external_id, &e.external_id);
+  args_ok &= ParseStream(r.stream, &stream);
+  if (!args_ok) {
+    ++out_->stats.bad_args;
+    Warn(offset,
+         "args that are not an object, or a correlation, External id or stream that is "
+         "not an integer in range: ignored");
+  }
+  if (e.correlation > k2p53 || e.external_id > k2p53) ++out_->stats.ids_above_2p53;
   e.ts_ns = ts;
   e.dur_ns = dur;
-  e.correlation = correlation;
-  e.external_id = external_id;
-  e.name = out_->strings.Intern(name);
-  if (pid_text != last_pid_text_) {
-    last_pid_ = out_->strings.Intern(pid_text);
-    last_pid_text_.assign(pid_text);
+  e.name = out_->strings.Intern(r.name.text);
+  if (r.pid.text != last_pid_text_) {
+    last_pid_ = out_->strings.Intern(r.pid.text);
+    last_pid_text_.assign(r.pid.text);
   }
-  if (tid_text != last_tid_text_) {
-    last_tid_ = out_->strings.Intern(tid_text);
-    last_tid_text_.assign(tid_text);
+  if (r.tid.text != last_tid_text_) {
+    last_tid_ = out_->strings.Intern(r.tid.text);
+    last_tid_text_.assign(r.tid.text);
   }
   e.pid = last_pid_;
   e.tid = last_tid_;
   e.stream = static_cast<int32_t>(stream);
   e.cat = c;
-  if (!input_dims.empty() && input_dims != "[]") e.input_dims = out_->strings.Intern(input_dims);
-  if (Has(input_type, "double") || Has(input_type, "DT_DOUBLE")) e.flags |= kFlagFloat64;
-  if (collective) e.flags |= kFlagCollective;
+  if (!r.input_dims.empty() && r.input_dims != "[]")
+    e.input_dims = out_->strings.Intern(r.input_dims);
+  if (Has(r.input_type, "double") || Has(r.input_type, "DT_DOUBLE")) e.flags |= kFlagFloat64;
+  if (r.collective) e.flags |= kFlagCollective;
   if (c == Category::kKernel || c == Category::kGpuMemcpy || c == Category::kGpuMemset) {
     e.flags |= kFlagDevice;
   }
@@ -393,7 +548,6 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
   }
   out_->events.push_back(e);
   ++out_->stats.events_kept;
-  return SUCCESS;
 }
 
 void ClassifyDeviceEvents(RankTrace* t) {

@@ -12,17 +12,25 @@
 
 namespace trainscope::trace::internal {
 
+struct RawEvent;  // the fields of one event object as read, before checking (event_parser.cc)
+
 class EventParser {
  public:
   EventParser(RankTrace* out, const ReadOptions& options) : out_(out), opt_(options) {}
 
   // Parses one event. Returns a simdjson error when the object is not valid JSON (nothing is
-  // stored then); semantic problems (missing fields, unknown category, ...) are counted in
-  // out->stats and return SUCCESS. `offset`: byte offset of the object, for warnings.
+  // stored or counted then); semantic problems (missing fields, fields of the wrong type or out
+  // of range, unknown category, ...) are counted in out->stats, each event under one counter,
+  // and return SUCCESS. `offset`: byte offset of the object, for warnings.
   simdjson::error_code Parse(simdjson::ondemand::object obj, int64_t offset);
 
  private:
   void Warn(int64_t offset, const char* what);
+  simdjson::error_code ReadArgs(simdjson::ondemand::object args, RawEvent* r);
+  void StoreMetadata(const RawEvent& r, int64_t offset);
+  // False (and counted) when a field of a complete event is missing, mistyped or out of range.
+  bool CheckComplete(const RawEvent& r, int64_t offset, int64_t* ts, int64_t* dur);
+  void StoreComplete(const RawEvent& r, int64_t offset);
 
   RankTrace* out_;
   const ReadOptions& opt_;

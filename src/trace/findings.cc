@@ -197,18 +197,39 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         absl::StrCat(N(f["total_us"].get<double>()), " us in total"),
         "use a fused kernel (fused LayerNorm/bias-activation, torch.compile)");
   }
-  const auto& p = r->parse;
-  if (p["truncated"].get<bool>() || p["malformed"].get<int64_t>() > 0) {
+  const ParseStats& p = r->stats;
+  if (p.truncated || p.malformed > 0) {
     Add(r, "warning", "bad_input",
-        absl::StrCat(who, ": the trace is ",
-                     p["truncated"].get<bool>() ? "truncated" : "partly malformed",
+        absl::StrCat(who, ": the trace is ", p.truncated ? "truncated" : "partly malformed",
                      "; analysed what is there"),
-        absl::StrCat(p["malformed"].get<int64_t>(), " malformed events",
-                     p["truncated"].get<bool>()
-                         ? absl::StrCat(", cut at byte ", p["truncated_at_byte"].get<int64_t>())
-                         : ""),
+        absl::StrCat(p.malformed, " malformed events",
+                     p.truncated ? absl::StrCat(", cut at byte ", p.truncated_at_byte) : ""),
         "the profiler probably crashed or was killed while writing; re-profile with a shorter "
         "schedule (active steps) to get complete steps");
+  }
+  // Records whose fields are of the wrong type or out of range: not what a profiler writes.
+  int64_t invalid = p.bad_ts + p.bad_dur + p.bad_pid_tid + p.bad_category + p.bad_args +
+                    p.bad_values + p.negative_or_huge_dur;
+  if (invalid > 0) {
+    Add(r, "warning", "bad_records",
+        absl::StrCat(who, ": ", invalid, invalid == 1 ? " record has" : " records have",
+                     " fields of the wrong type or out of range; left out, the rest analysed"),
+        DescribeBadRecords(p),
+        "the trace was edited or written by another tool: regenerate it with the profiler, or "
+        "fix the fields named in the warnings (byte offsets)");
+  }
+  if (p.negative_launch_delay > 0) {
+    Add(r, "info", "negative_launch_delay",
+        absl::StrCat(who, ": ", p.negative_launch_delay,
+                     p.negative_launch_delay == 1 ? " kernel starts before its launch call"
+                                                  : " kernels start before their launch call",
+                     " ends; left out of the launch delay statistics"),
+        absl::StrCat(p.negative_launch_delay,
+                     " kernel/launch pairs (by correlation id) with a "
+                     "negative launch delay"),
+        "the host and device clocks disagree (CUPTI clock skew, seen with tightly packed "
+        "launches on an idle device) or the correlation ids pair the wrong events: read this "
+        "trace's launch delays with care and check the pairs on the timeline in Perfetto");
   }
 }
 

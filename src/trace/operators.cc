@@ -212,13 +212,16 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       R2(first_level.empty() ? 0 : 100.0 * short_ops / first_level.size());
 
   // --- Launch overhead (HTA cuda kernel launch stats): runtime launch <-> kernel by
-  // correlation; launch delay = kernel start - launch end. ---
+  // correlation; launch delay = kernel start - launch end. A kernel cannot start before its
+  // launch call returns on one clock; when it appears to (CUPTI host/device clock skew, or a
+  // correlation that pairs the wrong events) its delay is not a measurement: it is counted in
+  // negative_launch_delay and left out of the delay statistics (the two durations stay). ---
   absl::flat_hash_map<uint64_t, uint32_t> launches;
   for (uint32_t i : hv.order)
     if (ev[i].correlation && hv.names[ev[i].name].launch) launches[ev[i].correlation] = i;
   if (!launches.empty()) {
     std::vector<double> cpu, gpu, delay;
-    int64_t short_k = 0, runtime_out = 0, delay_out = 0;
+    int64_t short_k = 0, runtime_out = 0, delay_out = 0, negative = 0;
     for (uint32_t i : k_members) {
       const Event& k = ev[i];
       if (!k.correlation) continue;
@@ -227,12 +230,17 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       const Event& l = ev[it->second];
       cpu.push_back(l.dur_ns / 1e3);
       gpu.push_back(k.dur_ns / 1e3);
-      int64_t dl = k.ts_ns - l.end_ns();
-      delay.push_back(dl / 1e3);
       if (k.dur_ns < l.dur_ns && l.dur_ns <= opt.launch_runtime_cutoff_ns) ++short_k;
       if (l.dur_ns > opt.launch_runtime_cutoff_ns) ++runtime_out;
+      int64_t dl = k.ts_ns - l.end_ns();
+      if (dl < 0) {
+        ++negative;
+        continue;
+      }
+      delay.push_back(dl / 1e3);
       if (dl > opt.launch_delay_cutoff_ns) ++delay_out;
     }
+    out->stats.negative_launch_delay = negative;
     if (!cpu.empty()) {
       auto mean = [](const std::vector<double>& v) {
         double x = 0;
@@ -247,18 +255,22 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       struct {
         double mean;
       } sc{mean(cpu)}, sg{mean(gpu)};
-      struct {
-        double p50, p95;
-      } sd{pct(delay, 50), pct(delay, 95)};
+      // No valid delay at all: the percentiles are null, not a made-up 0.
+      nlohmann::json p50, p95;
+      if (!delay.empty()) {
+        p50 = R2(pct(delay, 50));
+        p95 = R2(pct(delay, 95));
+      }
       frag["launch"] = {{"launches", static_cast<int64_t>(cpu.size())},
                         {"cpu_launch_mean_us", R2(sc.mean)},
                         {"kernel_mean_us", R2(sg.mean)},
                         {"kernels_shorter_than_launch", short_k},
                         {"kernels_shorter_than_launch_pct", R2(100.0 * short_k / cpu.size())},
                         {"launch_runtime_outliers", runtime_out},
-                        {"launch_delay_p50_us", R2(sd.p50)},
-                        {"launch_delay_p95_us", R2(sd.p95)},
-                        {"launch_delay_outliers", delay_out}};
+                        {"launch_delay_p50_us", p50},
+                        {"launch_delay_p95_us", p95},
+                        {"launch_delay_outliers", delay_out},
+                        {"negative_launch_delays", negative}};
     }
   }
   d["fragmentation"] = frag;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -118,14 +120,35 @@ int Col(const std::vector<std::string>& header, std::initializer_list<const char
   return -1;
 }
 
-double Num(const std::vector<std::string>& row, int col, bool* ok) {
+// A time in us: finite, >= 0 and at most 7 days (SimpleAtod also reads "nan" and "inf").
+bool ValidUs(double us) { return std::isfinite(us) && us >= 0 && us <= kMaxDurNs / 1e3; }
+
+// Cell `col` as a number. *ok = false when it is absent, "N/A" or not a number; *bad = true
+// when it is a number out of range for a time (negative, non-finite, > 7 days).
+double Num(const std::vector<std::string>& row, int col, bool* ok, bool* bad) {
   double v = 0;
   if (col < 0 || col >= static_cast<int>(row.size()) || row[col] == "N/A" || row[col].empty() ||
       !absl::SimpleAtod(row[col], &v)) {
     *ok = false;
     return 0;
   }
+  if (!ValidUs(v)) {
+    *bad = true;
+    return 0;
+  }
   return v;
+}
+
+// A step number: an integer in [0, 2^53] (exact as a double and as int64).
+bool ValidStep(double v) {
+  return std::isfinite(v) && v >= 0 && v <= 9007199254740992.0 && v == std::floor(v);
+}
+
+void BadRow(RankTrace* t, int64_t* counter, const std::string& path, int64_t line,
+            const char* why) {
+  ++*counter;
+  if (t->stats.warnings.size() < 20)
+    t->stats.warnings.push_back(absl::StrCat(Base(path), ": line ", line, ": ", why));
 }
 
 absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t) {
@@ -146,24 +169,30 @@ absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t) {
   for (size_t i = 1; i < rows.size(); ++i) {
     const auto& r = rows[i];
     if (r.size() <= 1 && (r.empty() || r[0].empty())) continue;
-    bool ok = true;
+    bool ok = true, bad = false;
     AscendStepRow s;
-    bool step_ok = true;
-    s.step = static_cast<int64_t>(Num(r, c_step, &step_ok));
-    if (!step_ok) s.step = -1;
-    s.computing_us = Num(r, c_comp, &ok);
-    s.comm_not_overlapped_us = Num(r, c_cno, &ok);
-    s.free_us = Num(r, c_free, &ok);
+    // The step column is optional ("N/A" or absent: -1); a number there must be a step number.
+    double step = -1;
+    if (c_step >= 0 && c_step < static_cast<int>(r.size()) && !r[c_step].empty() &&
+        r[c_step] != "N/A" && (!absl::SimpleAtod(r[c_step], &step) || !ValidStep(step)))
+      bad = true;
+    s.step = bad ? -1 : static_cast<int64_t>(step);
+    s.computing_us = Num(r, c_comp, &ok, &bad);
+    s.comm_not_overlapped_us = Num(r, c_cno, &ok, &bad);
+    s.free_us = Num(r, c_free, &ok, &bad);
     bool opt = true;
-    s.overlapped_us = Num(r, c_ov, &opt);
-    s.comm_us = Num(r, c_comm, &opt);
-    s.stage_us = Num(r, c_stage, &opt);
-    s.bubble_us = Num(r, c_bub, &opt);
-    s.preparing_us = Num(r, c_prep, &opt);
+    s.overlapped_us = Num(r, c_ov, &opt, &bad);
+    s.comm_us = Num(r, c_comm, &opt, &bad);
+    s.stage_us = Num(r, c_stage, &opt, &bad);
+    s.bubble_us = Num(r, c_bub, &opt, &bad);
+    s.preparing_us = Num(r, c_prep, &opt, &bad);
     if (!ok) {
-      ++t->stats.malformed;
-      if (t->stats.warnings.size() < 20)
-        t->stats.warnings.push_back(absl::StrCat(Base(path), ": line ", i + 1, ": bad row"));
+      BadRow(t, &t->stats.malformed, path, static_cast<int64_t>(i + 1), "bad row");
+      continue;
+    }
+    if (bad) {
+      BadRow(t, &t->stats.bad_values, path, i + 1,
+             "a step that is not an integer, or a time that is negative, non-finite or > 7 days");
       continue;
     }
     t->ascend_steps.push_back(s);
@@ -189,12 +218,25 @@ absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_dev
     const auto& r = rows[i];
     if (r.size() <= 1) continue;
     int64_t ts = 0, dur = 0;
-    if (static_cast<int>(r.size()) <= std::max(c_start, c_dur) || !ParseUsToNs(r[c_start], &ts) ||
-        !ParseUsToNs(r[c_dur], &dur)) {
-      ++t->stats.missing_fields;
-      if (t->stats.warnings.size() < 20)
-        t->stats.warnings.push_back(
-            absl::StrCat(Base(path), ": line ", i + 1, ": row without start or duration"));
+    if (static_cast<int>(r.size()) <= std::max(c_start, c_dur) || r[c_start].empty() ||
+        r[c_dur].empty() || r[c_start] == "N/A" || r[c_dur] == "N/A") {
+      BadRow(t, &t->stats.missing_fields, path, static_cast<int64_t>(i + 1),
+             "row without start or duration");
+      continue;
+    }
+    if (!ParseUsToNs(r[c_start], &ts) || ts < kMinTsNs || ts > kMaxTsNs) {
+      BadRow(t, &t->stats.bad_ts, path, static_cast<int64_t>(i + 1),
+             "start time that is not a number in range");
+      continue;
+    }
+    if (!ParseUsToNs(r[c_dur], &dur)) {
+      BadRow(t, &t->stats.bad_dur, path, static_cast<int64_t>(i + 1),
+             "duration that is not a number");
+      continue;
+    }
+    if (dur < 0 || dur > kMaxDurNs) {
+      BadRow(t, &t->stats.negative_or_huge_dur, path, static_cast<int64_t>(i + 1),
+             "negative or > 7 day duration");
       continue;
     }
     auto cell = [&](int c) -> std::string {
@@ -206,7 +248,7 @@ absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_dev
     e.name = t->strings.Intern(cell(c_name));
     e.pid = pid;
     std::string stream = cell(c_stream);
-    int s = -1;
+    int32_t s = -1;
     e.stream = absl::SimpleAtoi(stream, &s) ? s : 0;
     e.tid = t->strings.Intern(stream);
     e.cat = Category::kKernel;
@@ -229,6 +271,22 @@ absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_dev
   return absl::OkStatus();
 }
 
+// j[key] when it is an integer in [0, INT_MAX] (nlohmann's get<int> would wrap larger ones).
+bool SmallInt(const nlohmann::json& j, const char* key, int* out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return false;
+  if (it->is_number_unsigned()) {
+    uint64_t v = it->get<uint64_t>();
+    if (v > static_cast<uint64_t>(INT_MAX)) return false;
+    *out = static_cast<int>(v);
+    return true;
+  }
+  int64_t v = it->get<int64_t>();
+  if (v < 0 || v > INT_MAX) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
 // trainscope phase log: one JSON object per line, {"step": N, "phases": {"data_wait_ms": ..}}
 // or the phases flat on the line ({"step": N, "forward_ms": ..}); "rank" when present.
 absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
@@ -245,17 +303,23 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
         t->stats.warnings.push_back(absl::StrCat("line ", line_no, ": not a JSON object"));
       continue;
     }
-    if (j.contains("rank") && j["rank"].is_number_integer() && t->rank < 0) {
-      t->rank = j["rank"].get<int>();
+    int rank = -1;
+    if (t->rank < 0 && SmallInt(j, "rank", &rank) && rank < kMaxRank) {
+      t->rank = rank;
       t->rank_source = "phase log";
     }
-    if (j.contains("world_size") && j["world_size"].is_number_integer())
-      t->world_size = j["world_size"].get<int>();
+    int world = 0;
+    if (SmallInt(j, "world_size", &world) && world > 0 && world <= kMaxRank) t->world_size = world;
     // trainscope train's metrics.rank<R>.jsonl: only "step" records carry phases.
     if (j.contains("type") && j["type"] != "step") continue;
     if (!j.contains("step") || !j["step"].is_number()) continue;  // other records
+    double step = j["step"].get<double>();
+    if (!ValidStep(step)) {
+      BadRow(t, &t->stats.bad_values, path, line_no, "a step that is not an integer in [0, 2^53]");
+      continue;
+    }
     PhaseStep ps;
-    ps.step = j["step"].get<int64_t>();
+    ps.step = static_cast<int64_t>(step);
     const nlohmann::json* src = &j;
     bool nested = false;
     for (const char* k : {"phases_ms", "phases"}) {
@@ -265,6 +329,7 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
         break;
       }
     }
+    bool bad = false;
     for (auto it = src->begin(); it != src->end(); ++it) {
       if (!it.value().is_number()) continue;
       std::string k = it.key();
@@ -279,10 +344,20 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
         scale = 1;  // bare numbers inside "phases"/"phases_ms" are ms
       }
       if (scale == 0 || k == "step" || k == "rank" || (!nested && k == "comm")) continue;
-      ps.phases_ms[k] = it.value().get<double>() * scale;
+      double ms = it.value().get<double>() * scale;
+      bad |= !ValidUs(ms * 1e3);
+      ps.phases_ms[k] = ms;
     }
-    if (nested && j.contains("step_ms") && j["step_ms"].is_number())
-      ps.phases_ms["step"] = j["step_ms"].get<double>();
+    if (nested && j.contains("step_ms") && j["step_ms"].is_number()) {
+      double ms = j["step_ms"].get<double>();
+      bad |= !ValidUs(ms * 1e3);
+      ps.phases_ms["step"] = ms;
+    }
+    if (bad) {
+      BadRow(t, &t->stats.bad_values, path, line_no,
+             "a phase time that is negative or longer than 7 days");
+      continue;
+    }
     if (ps.phases_ms.empty()) {
       ++t->stats.missing_fields;
       continue;
@@ -353,7 +428,7 @@ int RankFromFileName(std::string_view path) {
     size_t j = i;
     while (j < b.size() && isdigit(static_cast<unsigned char>(b[j]))) ++j;
     int r = 0;
-    if (j > i && absl::SimpleAtoi(b.substr(i, j - i), &r)) return r;
+    if (j > i && absl::SimpleAtoi(b.substr(i, j - i), &r) && r < kMaxRank) return r;
   }
   return -1;
 }

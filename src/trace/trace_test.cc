@@ -442,5 +442,239 @@ TEST(Readers, TrainerRunDirectory) {
   EXPECT_EQ(rep.stragglers[0].cause, "data_loading");
 }
 
+// One X event with `fields` spliced in (later keys win over none: each field appears once).
+std::string OneEvent(const std::string& fields) {
+  return "[\n{\"ph\": \"X\", \"name\": \"e\", " + fields + "}\n]\n";
+}
+std::string Fields(const std::string& ts, const std::string& dur, const std::string& pid,
+                   const std::string& tid, const std::string& extra = "") {
+  return "\"ts\": " + ts + ", \"dur\": " + dur + ", \"pid\": " + pid + ", \"tid\": " + tid + extra;
+}
+int64_t Counter(const ParseStats& st, const std::string& name) {
+  for (const auto& [n, v] : BadRecordCounts(st))
+    if (n == name) return v;
+  ADD_FAILURE() << "no counter " << name;
+  return -1;
+}
+
+// Every field read with the "raw token" pattern: a value of the wrong type or out of range is
+// counted under its own name (and nothing else), never read as a made-up value.
+TEST(ChromeReader, FieldsOfTheWrongTypeOrOutOfRangeAreCounted) {
+  struct Case {
+    std::string fields;
+    const char* counter;  // nullptr: valid
+    bool kept;
+  };
+  const std::string ok_ts = "10", ok_dur = "5", ok_id = "1";
+  const std::vector<Case> cases = {
+      // Valid edge cases: fractional times, 64-bit pid/tid limits, string pids.
+      {Fields("10.5", "0.25", "1", "1"), nullptr, true},
+      {Fields("\"1704161511422904.204\"", "5", "1", "1"), nullptr, true},
+      {Fields(ok_ts, ok_dur, "-9223372036854775808", "18446744073709551615"), nullptr, true},
+      {Fields(ok_ts, ok_dur, "\"Spans\"", "\"stream 7\""), nullptr, true},
+      {Fields(ok_ts, ok_dur, "null", "null"), nullptr, true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"correlation\": 18446744073709551615}"),
+       nullptr, true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"stream\": \"7\"}"), nullptr, true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": null"), nullptr, true},
+      // ts
+      {Fields("1e309", ok_dur, ok_id, ok_id), "bad_ts", false},
+      {Fields("\"x\"", ok_dur, ok_id, ok_id), "bad_ts", false},
+      {Fields("{}", ok_dur, ok_id, ok_id), "bad_ts", false},
+      {Fields("[]", ok_dur, ok_id, ok_id), "bad_ts", false},
+      {Fields("18446744073709551616", ok_dur, ok_id, ok_id), "bad_ts", false},
+      {Fields("9e15", ok_dur, ok_id, ok_id), "bad_ts", false},  // > 2^62 ns
+      {Fields("-1e300", ok_dur, ok_id, ok_id), "bad_ts", false},
+      {Fields("\"nan\"", ok_dur, ok_id, ok_id), "bad_ts", false},
+      // dur
+      {Fields(ok_ts, "1e309", ok_id, ok_id), "bad_dur", false},
+      {Fields(ok_ts, "{}", ok_id, ok_id), "bad_dur", false},
+      {Fields(ok_ts, "\"x\"", ok_id, ok_id), "bad_dur", false},
+      {Fields(ok_ts, "18446744073709551616", ok_id, ok_id), "bad_dur", false},
+      {Fields(ok_ts, "-1", ok_id, ok_id), "negative_or_huge_dur", false},
+      {Fields(ok_ts, "1e15", ok_id, ok_id), "negative_or_huge_dur", false},
+      // pid / tid
+      {Fields(ok_ts, ok_dur, ok_id, "18446744073709551616"), "bad_pid_tid", false},
+      {Fields(ok_ts, ok_dur, "-9223372036854775809", ok_id), "bad_pid_tid", false},
+      {Fields(ok_ts, ok_dur, "1.5", ok_id), "bad_pid_tid", false},
+      {Fields(ok_ts, ok_dur, "{}", ok_id), "bad_pid_tid", false},
+      {Fields(ok_ts, ok_dur, ok_id, "[]"), "bad_pid_tid", false},
+      {Fields(ok_ts, ok_dur, ok_id, "1e3"), "bad_pid_tid", false},
+      // cat
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"cat\": {}"), "bad_category", false},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"cat\": 5"), "bad_category", false},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"cat\": [\"kernel\"]"), "bad_category", false},
+      // args: the event stays, the field is ignored
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"correlation\": -1}"), "bad_args", true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"correlation\": 18446744073709551616}"),
+       "bad_args", true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"correlation\": 1e309}"), "bad_args",
+       true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"External id\": {}}"), "bad_args", true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"External id\": \"x\"}"), "bad_args",
+       true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"stream\": 1e10}"), "bad_args", true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"stream\": 7.5}"), "bad_args", true},
+      {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": [1, 2]"), "bad_args", true},
+  };
+  const char* kNames[] = {"malformed", "missing_fields",       "bad_ts",
+                          "bad_dur",   "bad_pid_tid",          "bad_category",
+                          "bad_args",  "negative_or_huge_dur", "unknown_category"};
+  for (const Case& c : cases) {
+    auto t = ParseChromeTrace(OneEvent(c.fields), "fields.json");
+    ASSERT_TRUE(t.ok()) << c.fields << ": " << t.status();
+    for (const char* n : kNames)
+      EXPECT_EQ(Counter(t->stats, n), c.counter && std::string(n) == c.counter ? 1 : 0)
+          << c.fields << ": " << n;
+    EXPECT_EQ(t->stats.events_kept, c.kept ? 1 : 0) << c.fields;
+    // ids above 2^53 are kept exactly but still reported (a double-based tool would corrupt them).
+    EXPECT_EQ(HasBadRecords(t->stats), c.counter != nullptr || t->stats.ids_above_2p53 > 0)
+        << c.fields;
+    if (c.fields.find("18446744073709551615}") != std::string::npos) {
+      EXPECT_EQ(t->events[0].correlation, 18446744073709551615u);
+      EXPECT_EQ(t->stats.ids_above_2p53, 1);
+    }
+    if (c.kept && c.counter) {  // the ignored field reads as "none"
+      EXPECT_EQ(t->events[0].correlation, 0u) << c.fields;
+      EXPECT_EQ(t->events[0].external_id, 0u) << c.fields;
+      EXPECT_EQ(t->events[0].stream, -1) << c.fields;
+    }
+  }
+}
+
+// Two ids beyond 2^64 used to saturate to the same value and pair a kernel with the wrong launch.
+TEST(ChromeReader, OverflowingIdsDoNotPair) {
+  auto t = ParseChromeTrace(
+      "[\n{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1, \"dur\": 1, \"args\": {\"correlation\": "
+      "18446744073709551617}},\n{\"ph\": \"X\", \"name\": \"b\", \"ts\": 2, \"dur\": 1, "
+      "\"args\": {\"correlation\": 18446744073709551618}}\n]\n",
+      "ids.json");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 2u);
+  EXPECT_EQ(t->events[0].correlation, 0u);
+  EXPECT_EQ(t->events[1].correlation, 0u);
+  EXPECT_EQ(t->stats.bad_args, 2);
+}
+
+TEST(ChromeReader, DescribeBadRecords) {
+  ParseStats st;
+  EXPECT_FALSE(HasBadRecords(st));
+  EXPECT_EQ(DescribeBadRecords(st),
+            "0 malformed, 0 missing fields, 0 unknown category, 0 out of order, 0 ids above 2^53");
+  st.bad_pid_tid = 2;
+  st.negative_launch_delay = 1;
+  st.truncated = true;
+  st.truncated_at_byte = 77;
+  EXPECT_TRUE(HasBadRecords(st));
+  EXPECT_EQ(DescribeBadRecords(st),
+            "0 malformed, 0 missing fields, 0 unknown category, 0 out of order, 0 ids above "
+            "2^53, 2 bad pid/tid, 1 negative launch delay, truncated at byte 77");
+}
+
+// A kernel that starts before its launch call ends (clock skew, broken correlation): counted,
+// and its delay is not in the percentiles.
+TEST(Analysis, NegativeLaunchDelayIsCountedAndExcluded) {
+  auto trace = [](int64_t kernel2_ts) {
+    return absl::StrCat(
+        "[\n{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#1\", \"pid\": "
+        "1, \"tid\": 1, \"ts\": 0, \"dur\": 1000},\n",
+        "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, "
+        "\"tid\": 1, \"ts\": 20, \"dur\": 8, \"args\": {\"correlation\": 1}},\n",
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k1\", \"pid\": 0, \"tid\": 7, \"ts\": "
+        "100, \"dur\": 50, \"args\": {\"correlation\": 1, \"stream\": 7}},\n",
+        "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, "
+        "\"tid\": 1, \"ts\": 510, \"dur\": 8, \"args\": {\"correlation\": 2}},\n",
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k2\", \"pid\": 0, \"tid\": 7, \"ts\": ",
+        kernel2_ts, ", \"dur\": 50, \"args\": {\"correlation\": 2, \"stream\": 7}}\n]\n");
+  };
+  auto analyze = [](const std::string& s) {
+    auto t = ParseChromeTrace(s, "launch.json");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return AnalyzeRank(&*t);
+  };
+  RankResult good = analyze(trace(600));  // delays 72 and 82 us
+  const auto& gl = good.details["fragmentation"]["launch"];
+  EXPECT_EQ(gl["launches"], 2);
+  EXPECT_EQ(gl["launch_delay_p50_us"], 72.0);
+  EXPECT_EQ(gl["negative_launch_delays"], 0);
+  EXPECT_EQ(good.stats.negative_launch_delay, 0);
+
+  for (int64_t ts : {505, 515}) {  // before the launch starts; inside the launch call
+    RankResult r = analyze(trace(ts));
+    const auto& l = r.details["fragmentation"]["launch"];
+    EXPECT_EQ(l["launches"], 2) << ts;  // both durations are still measurements
+    EXPECT_EQ(l["launch_delay_p50_us"], 72.0) << ts;
+    EXPECT_EQ(l["launch_delay_p95_us"], 72.0) << ts;
+    EXPECT_EQ(l["negative_launch_delays"], 1) << ts;
+    EXPECT_EQ(r.stats.negative_launch_delay, 1) << ts;
+    EXPECT_EQ(r.parse["negative_launch_delay"], 1) << ts;
+    bool finding = false;
+    for (const Finding& f : r.findings) finding |= f.code == "negative_launch_delay";
+    EXPECT_TRUE(finding) << ts;
+  }
+  // Every delay negative: no percentile at all rather than a made-up one.
+  std::string s = trace(505);
+  s.replace(s.find("\"ts\": 100,"), 10, "\"ts\": 10,");
+  RankResult none = analyze(s);
+  const auto& nl = none.details["fragmentation"]["launch"];
+  EXPECT_TRUE(nl["launch_delay_p50_us"].is_null());
+  EXPECT_TRUE(nl["launch_delay_p95_us"].is_null());
+  EXPECT_EQ(nl["negative_launch_delays"], 2);
+}
+
+TEST(Readers, PhaseLogAndCsvValuesOutOfRangeAreCounted) {
+  std::string dir = TempDir();
+  WriteFile(dir + "/rank0.jsonl",
+            "{\"step\": 1, \"rank\": 4294967296, \"phases_ms\": {\"forward\": 10}}\n"
+            "{\"step\": 1e300, \"phases_ms\": {\"forward\": 10}}\n"
+            "{\"step\": 2.5, \"phases_ms\": {\"forward\": 10}}\n"
+            "{\"step\": 3, \"phases_ms\": {\"forward\": -4}}\n"
+            "{\"step\": 4, \"phases_ms\": {\"forward\": 1e308}}\n"
+            "{\"step\": 5, \"forward_ms\": 12}\n");
+  auto t = ReadRankTrace(dir + "/rank0.jsonl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->stats.bad_values, 4);
+  ASSERT_EQ(t->phase_steps.size(), 2u);
+  EXPECT_EQ(t->phase_steps[1].step, 5);
+  EXPECT_EQ(t->rank, 0);  // 2^32 is not a rank: the file name's 0 is used
+
+  WriteFile(dir + "/step_trace_time.csv",
+            "Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free\n"
+            "1,100,10,5,15,20\n"
+            "2,nan,10,5,15,20\n"
+            "3,100,-10,5,15,20\n"
+            "4.5,100,10,5,15,20\n"
+            "5,100,10,inf,15,20\n"
+            "6,x,10,5,15,20\n");
+  auto c = ReadRankTrace(dir + "/step_trace_time.csv");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->stats.bad_values, 4);
+  EXPECT_EQ(c->stats.malformed, 1);
+  ASSERT_EQ(c->ascend_steps.size(), 1u);
+
+  WriteFile(dir + "/kernel_details.csv",
+            "Name,Type,Accelerator Core,Start Time(us),Duration(us),Stream ID\n"
+            "MatMul,MatMul,AI_CORE,1000,10,3\n"
+            "\xff\xfe bad name,MatMul,AI_CORE,1020,10,3\n"
+            "MatMul,MatMul,AI_CORE,1e309,10,3\n"
+            "MatMul,MatMul,AI_CORE,1040,x,3\n"
+            "MatMul,MatMul,AI_CORE,1060,-3,3\n"
+            "MatMul,MatMul,AI_CORE,N/A,3,3\n");
+  auto k = ReadRankTrace(dir + "/kernel_details.csv");
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->stats.bad_ts, 1);
+  EXPECT_EQ(k->stats.bad_dur, 1);
+  EXPECT_EQ(k->stats.negative_or_huge_dur, 1);
+  EXPECT_EQ(k->stats.missing_fields, 1);
+  EXPECT_EQ(k->events.size(), 2u);
+  // A name that is not UTF-8 reaches the JSON report as U+FFFD (dump() would throw otherwise).
+  std::vector<RankTrace> v;
+  v.push_back(std::move(*k));
+  Report rep = AnalyzeRanks(&v);
+  std::string json = ReportToJson(rep).dump();
+  EXPECT_NE(json.find("\xEF\xBF\xBD\xEF\xBF\xBD bad name"), std::string::npos);
+  EXPECT_FALSE(ExportChromeTrace(rep).dump().empty());
+}
+
 }  // namespace
 }  // namespace trainscope::trace

@@ -71,7 +71,8 @@ struct RankResult {
   double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;
   std::optional<double> comm_comp_overlap_pct;  // none without communication
   nlohmann::json details;  // top_operators, top_kernels, kernel_types, fragmentation, ...
-  nlohmann::json parse;    // ParseStats
+  ParseStats stats;        // the reader's counts, plus negative_launch_delay from the analysis
+  nlohmann::json parse;    // `stats` as JSON (docs/formats.md "parse")
   std::vector<Finding> findings;
   double MeanStepUs() const;
   double MeanHostUs(const std::string& phase) const;

@@ -10,7 +10,8 @@
 // (ondemand) and keeps one small Event per trace event (interned strings, int64 ns times),
 // never a JSON tree; peak memory is the chunk buffer plus the event table.
 // Bad records (truncation, missing fields, unknown categories, out-of-order timestamps,
-// ids above 2^53) are counted in ParseStats with byte offsets, never fatal.
+// ids above 2^53, fields of the wrong type or out of range) are counted in ParseStats with byte
+// offsets, never fatal; no exception escapes a reader, whatever the input.
 // Thread-safety: the functions are reentrant; a RankTrace is not synchronised.
 #ifndef TRAINSCOPE_TRACE_TRACE_H_
 #define TRAINSCOPE_TRACE_TRACE_H_
@@ -19,6 +20,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -98,13 +100,44 @@ struct ParseStats {
   int64_t out_of_order = 0;          // ts earlier than the previous event of the same thread
   int64_t ids_above_2p53 = 0;        // ids a double-based tool would corrupt (kept exact here)
   int64_t negative_or_huge_dur = 0;  // dur < 0 or > 7 days (CUPTI overflow): dropped
-  bool truncated = false;            // the file ended inside the event array
+  // Fields of the wrong type or out of range (docs/formats.md "parse"); the event is dropped
+  // unless said otherwise, never analysed with a made-up value.
+  int64_t bad_ts = 0;        // ts not a number, or outside [kMinTsNs, kMaxTsNs]
+  int64_t bad_dur = 0;       // dur not a number (or beyond int64 ns)
+  int64_t bad_pid_tid = 0;   // pid/tid neither a string nor an integer in [-2^63, 2^64)
+  int64_t bad_category = 0;  // "cat" not a string (object, array, number)
+  int64_t bad_args = 0;      // args correlation/External id/stream not an integer in range,
+                             // or args not an object: the field is ignored, the event kept
+  int64_t bad_values = 0;    // phase logs and torch_npu CSVs: a step that is not an integer,
+                             // a time that is negative, non-finite or > 7 days: row dropped
+  // Set by AnalyzeRank: kernels that start before their launch call ends (host/device clock
+  // skew or a broken correlation): left out of the launch-delay statistics.
+  int64_t negative_launch_delay = 0;
+  bool truncated = false;  // the file ended inside the event array
   int64_t truncated_at_byte = -1;
   std::map<std::string, int64_t> unknown_categories;  // name -> count
   std::vector<std::string> warnings;                  // first few, each with a byte offset
 };
 
 // step_trace_time.csv row (torch_npu definitions, all in us).
+// Bad-record counters by their stable names (the keys of the "parse" JSON), in report order:
+// malformed, missing_fields, unknown_category, out_of_order, ids_above_2p53, then the rest.
+std::vector<std::pair<std::string, int64_t>> BadRecordCounts(const ParseStats& s);
+// True when any bad-record counter is non-zero or the input was truncated.
+bool HasBadRecords(const ParseStats& s);
+// "2 malformed, 1 missing fields, 0 unknown category, 0 out of order, 0 ids above 2^53" plus
+// every other non-zero counter ("1 bad pid/tid", ...) and ", truncated at byte N".
+std::string DescribeBadRecords(const ParseStats& s);
+
+// Timestamps outside [kMinTsNs, kMaxTsNs] (about -36 and +146 years around the clock's zero)
+// are bad records: every difference of two event times then fits in int64.
+inline constexpr int64_t kMinTsNs = -(int64_t{1} << 60);
+inline constexpr int64_t kMaxTsNs = int64_t{1} << 62;
+// Longest duration kept (CUPTI writes overflowed durations): 7 days.
+inline constexpr int64_t kMaxDurNs = int64_t{7} * 24 * 3600 * 1'000'000'000;
+// Ranks and world sizes above this are not believed (distributedInfo, phase logs, file names).
+inline constexpr int kMaxRank = 1 << 20;
+
 struct AscendStepRow {
   int64_t step = -1;
   double computing_us = 0, comm_not_overlapped_us = 0, overlapped_us = 0, comm_us = 0;
