@@ -35,17 +35,9 @@ int RunAnalyze(const TraceArgs& a) {
     auto t = trace::ReadRankTrace(p);
     if (!t.ok()) return ReportAndExitCode("trace analyze", t.status());
     const auto& s = t->stats;
-    if (s.truncated || s.malformed || s.missing_fields || s.unknown_category || s.out_of_order ||
-        s.ids_above_2p53) {
-      std::fprintf(
-          stderr,
-          "trainscope trace analyze: warning: %s: %lld malformed, %lld missing fields, "
-          "%lld unknown category, %lld out of order, %lld ids above 2^53%s\n",
-          p.c_str(), static_cast<long long>(s.malformed), static_cast<long long>(s.missing_fields),
-          static_cast<long long>(s.unknown_category), static_cast<long long>(s.out_of_order),
-          static_cast<long long>(s.ids_above_2p53),
-          s.truncated ? (", truncated at byte " + std::to_string(s.truncated_at_byte)).c_str()
-                      : "");
+    if (trace::HasBadRecords(s)) {
+      std::fprintf(stderr, "trainscope trace analyze: warning: %s: %s\n", p.c_str(),
+                   trace::DescribeBadRecords(s).c_str());
       for (const std::string& w : s.warnings)
         std::fprintf(stderr, "trainscope trace analyze: warning: %s: %s\n", p.c_str(), w.c_str());
       if (a.strict) {
