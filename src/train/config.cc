@@ -4,9 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <thread>
@@ -139,7 +139,8 @@ class Section {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": key \"", Path(key), "\": ", what));
   }
   absl::Status OutOfRange(const std::string& key, const json& got) const {
-    return Error(key, absl::StrCat(got.dump(), " does not fit an integer (-2147483648..2147483647)"));
+    return Error(key,
+                 absl::StrCat(got.dump(), " does not fit an integer (-2147483648..2147483647)"));
   }
   absl::Status TypeError(const std::string& key, const char* want, const json& got) const {
     return Error(key, absl::StrCat("expected ", want, ", got ", TypeName(got), " ", got.dump()));
@@ -188,8 +189,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
     return KeyError(c, "data.format", absl::StrCat("\"", d.format, "\" is not auto|text|jsonl"));
   TS_RETURN_IF_ERROR(InRange(c, "data.num_workers", d.num_workers, 0, kMaxWorkers));
   TS_RETURN_IF_ERROR(InRange(c, "data.prefetch", d.prefetch, 1, kMaxPrefetch));
-  TS_RETURN_IF_ERROR(
-      InRange(c, "data.worker_delay_ms", d.worker_delay_ms, 0.0, kMaxWorkerDelayMs));
+  TS_RETURN_IF_ERROR(InRange(c, "data.worker_delay_ms", d.worker_delay_ms, 0.0, kMaxWorkerDelayMs));
   const OptimConfig& o = c.optim;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return KeyError(c, "optim.lr", "must be >= 0");
   if (!(o.min_lr >= 0) || (o.min_lr > o.lr && o.lr > 0))
@@ -205,19 +205,20 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   TS_RETURN_IF_ERROR(InRange(c, "train.micro_batch", r.micro_batch, 1, kMaxMicroBatch));
   TS_RETURN_IF_ERROR(InRange(c, "train.grad_accum", r.grad_accum, 1, kMaxGradAccum));
   if (r.threads < 0 || r.threads > MaxTrainThreads())
-    return KeyError(c, "train.threads",
-                    absl::StrCat(r.threads, " is out of range: must be in 0..", MaxTrainThreads(),
-                                 " (0 = automatic; at most 4 x the ",
-                                 std::thread::hardware_concurrency(),
-                                 " hardware threads, and 1024)"));
+    return KeyError(
+        c, "train.threads",
+        absl::StrCat(r.threads, " is out of range: must be in 0..", MaxTrainThreads(),
+                     " (0 = automatic; at most 4 x the ", std::thread::hardware_concurrency(),
+                     " hardware threads, and 1024)"));
   if (r.precision != "fp32" && r.precision != "bf16")
     return KeyError(c, "train.precision", absl::StrCat("\"", r.precision, "\" is not fp32|bf16"));
   if (!(r.max_seconds >= 0)) return KeyError(c, "train.max_seconds", "must be >= 0");
   if (r.log_every < 0) return KeyError(c, "train.log_every", "must be >= 0");
   if (r.layer_norms_every < 0) return KeyError(c, "train.layer_norms_every", "must be >= 0");
   if (!(r.bucket_mb > 0 && r.bucket_mb <= kMaxBucketMb))
-    return KeyError(c, "train.bucket_mb",
-                    absl::StrCat(r.bucket_mb, " is out of range: must be in (0, ", kMaxBucketMb, "]"));
+    return KeyError(
+        c, "train.bucket_mb",
+        absl::StrCat(r.bucket_mb, " is out of range: must be in (0, ", kMaxBucketMb, "]"));
   if (!(r.target_loss >= 0)) return KeyError(c, "train.target_loss", "must be >= 0");
   return absl::OkStatus();
 }
@@ -412,8 +413,8 @@ MemoryEstimate EstimateTrainMemory(const TrainConfig& c, int vocab) {
   e.logits_bytes = 3.0 * 4.0 * b * t * v;
   e.mask_bytes = t * t;
   e.loader_bytes = (c.data.prefetch + c.data.num_workers + 1.0) * b * t * 16.0;
-  e.total_bytes = e.state_bytes + e.activation_bytes + e.logits_bytes + e.mask_bytes +
-                  e.loader_bytes;
+  e.total_bytes =
+      e.state_bytes + e.activation_bytes + e.logits_bytes + e.mask_bytes + e.loader_bytes;
   // Name the keys of the largest term.
   auto kv = [](const char* key, int value) { return absl::StrCat(key, "=", value); };
   std::vector<std::pair<double, std::string>> terms = {
@@ -423,8 +424,9 @@ MemoryEstimate EstimateTrainMemory(const TrainConfig& c, int vocab) {
       {e.activation_bytes,
        absl::StrCat(kv("model.layers", m.layers), ", ", kv("train.micro_batch", r.micro_batch),
                     ", ", kv("model.seq_len", m.seq_len), ", ", kv("model.width", m.width))},
-      {e.logits_bytes, absl::StrCat(kv("train.micro_batch", r.micro_batch), ", ",
-                                    kv("model.seq_len", m.seq_len), ", ", kv("model.vocab", vocab))},
+      {e.logits_bytes,
+       absl::StrCat(kv("train.micro_batch", r.micro_batch), ", ", kv("model.seq_len", m.seq_len),
+                    ", ", kv("model.vocab", vocab))},
       {e.mask_bytes, kv("model.seq_len", m.seq_len)},
       {e.loader_bytes,
        absl::StrCat(kv("data.prefetch", c.data.prefetch), ", ",
@@ -439,13 +441,14 @@ absl::Status CheckTrainMemory(const TrainConfig& c, int vocab, int local_ranks,
   const MemoryEstimate e = EstimateTrainMemory(c, vocab);
   const double need = e.total_bytes * std::max(1, local_ranks);
   if (need <= static_cast<double>(available_bytes)) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      c.source.empty() ? "config" : c.source, ": ", e.drivers, ": needs ~",
-      FormatBytes(e.total_bytes), local_ranks > 1 ? absl::StrCat(" per rank x ", local_ranks, " local ranks") : "",
-      ", ", FormatBytes(static_cast<double>(available_bytes)), " available (", available_what,
-      "); estimate: weights+grads+AdamW ", FormatBytes(e.state_bytes), ", activations ",
-      FormatBytes(e.activation_bytes), ", logits ", FormatBytes(e.logits_bytes),
-      " (docs/metrics.md, \"Trainer memory estimate\")"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(c.source.empty() ? "config" : c.source, ": ", e.drivers, ": needs ~",
+                   FormatBytes(e.total_bytes),
+                   local_ranks > 1 ? absl::StrCat(" per rank x ", local_ranks, " local ranks") : "",
+                   ", ", FormatBytes(static_cast<double>(available_bytes)), " available (",
+                   available_what, "); estimate: weights+grads+AdamW ", FormatBytes(e.state_bytes),
+                   ", activations ", FormatBytes(e.activation_bytes), ", logits ",
+                   FormatBytes(e.logits_bytes), " (docs/metrics.md, \"Trainer memory estimate\")"));
 }
 
 int64_t AvailableHostMemoryBytes(Os* os) {

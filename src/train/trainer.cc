@@ -224,13 +224,20 @@ namespace {
 
 std::string SignalName(int sig) {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGUSR2: return "SIGUSR2";
-    default: return absl::StrCat("signal ", sig);
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    default:
+      return absl::StrCat("signal ", sig);
   }
 }
 
@@ -242,7 +249,7 @@ int StopValue(const TrainOptions& o) {
 // training thread, read by Train() afterwards and by the stop watchdog meanwhile.
 struct RunState {
   const Clock::time_point start = Clock::now();
-  std::unique_ptr<MetricsWriter> metrics;      // owned here so it outlives TrainImpl's frame
+  std::unique_ptr<MetricsWriter> metrics;       // owned here so it outlives TrainImpl's frame
   std::atomic<MetricsWriter*> writer{nullptr};  // metrics.get() once the header is written
   std::atomic<int> rank{0};
   std::atomic<int> steps_done{0};  // optimizer steps completed
@@ -261,14 +268,15 @@ struct RunState {
 
 absl::Status Stopped(const TrainOptions& o, const RunState& st) {
   const int sig = StopValue(o);
-  return absl::CancelledError(absl::StrCat(
-      "interrupted", sig > 0 ? " by " + SignalName(sig) : std::string(), " after step ",
-      st.steps_done.load(), " on rank ", st.rank.load(), "; the metrics file ends with an \"end\" record"));
+  return absl::CancelledError(
+      absl::StrCat("interrupted", sig > 0 ? " by " + SignalName(sig) : std::string(),
+                   " after step ", st.steps_done.load(), " on rank ", st.rank.load(),
+                   "; the metrics file ends with an \"end\" record"));
 }
 
 // Polled between steps and phases.
-#define TS_RETURN_IF_STOPPED(o, st) \
-  do {                              \
+#define TS_RETURN_IF_STOPPED(o, st)               \
+  do {                                            \
     if (StopValue(o) != 0) return Stopped(o, st); \
   } while (0)
 
@@ -665,9 +673,8 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions&
     r = TrainImpl(config, options, &st);
   } catch (const std::bad_alloc&) {
     r = absl::ResourceExhaustedError(absl::StrCat(
-        config.source.empty() ? "config" : config.source,
-        ": out of host memory (std::bad_alloc)", where(), "; the config's estimate was ~",
-        FormatBytes(st.estimate_bytes.load()),
+        config.source.empty() ? "config" : config.source, ": out of host memory (std::bad_alloc)",
+        where(), "; the config's estimate was ~", FormatBytes(st.estimate_bytes.load()),
         " (docs/metrics.md): lower train.micro_batch, model.seq_len or the model size"));
   } catch (const c10::Error& e) {
     r = absl::InternalError(

@@ -84,13 +84,13 @@ LoaderVerdict JudgeDataLoader(double data_wait_ms, double step_ms, int num_worke
 // A file without one belongs to a run that is still going or was killed (SIGKILL, a crash,
 // a lost machine) before it could write it.
 struct EndRecord {
-  std::string reason;      // "done" | "interrupted" | "error"
-  int step = 0;            // optimizer steps completed
+  std::string reason;  // "done" | "interrupted" | "error"
+  int step = 0;        // optimizer steps completed
   int rank = 0;
-  std::string signal;      // "SIGINT", "SIGTERM", ... when a signal asked for the stop
-  std::string error;       // the error, one line, when there was one
+  std::string signal;  // "SIGINT", "SIGTERM", ... when a signal asked for the stop
+  std::string error;   // the error, one line, when there was one
   int64_t time_unix_us = 0;
-  double elapsed_s = 0;    // since the trainer started (Train() was called)
+  double elapsed_s = 0;  // since the trainer started (Train() was called)
 };
 inline constexpr char kEndDone[] = "done";
 inline constexpr char kEndInterrupted[] = "interrupted";
@@ -132,7 +132,7 @@ struct MetricsFileInfo {
   int64_t steps = 0;  // step lines
   // false: no end record, the run is still going or was killed before it could write one.
   bool ended = false;
-  EndRecord end;      // when ended
+  EndRecord end;  // when ended
   // The last line was cut short (no newline, not JSON): the writer was killed while writing
   // it. It is not counted; the file is otherwise valid.
   bool truncated_last_line = false;
