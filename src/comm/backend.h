@@ -24,8 +24,10 @@ class Backend {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
-  // `tag` is the op's sequence number (distinct per op, the same on every rank), for
-  // engines that match messages by tag.
+  // `tag` is the collective's sequence number (OpRecord::collective_seq: from 1, distinct
+  // per collective, the same on every rank however many sends and receives each rank made;
+  // wraps at 2^32), for engines that match messages by tag. Send/Recv get the caller's own
+  // tag instead; they do not advance the collective numbers.
   virtual absl::Status AllReduce(void* buf, size_t count, DType dtype, ReduceOp op,
                                  uint32_t tag) = 0;
   virtual absl::Status AllGather(const void* send, void* recv, size_t count, DType dtype,
@@ -41,7 +43,9 @@ class Backend {
 
   // After an op failed: which ranks the backend knows to be gone, as text for the error
   // ("rank 1 exited (its store connection closed)"), waiting at most `wait` for the news.
-  // Empty when unknown.
+  // `seq` is the failed op's collective_seq (for a send/recv, that of the last collective
+  // before it): the same value on every rank that failed at the same point. Empty when
+  // unknown.
   virtual std::string DescribeMissingRanks(int64_t seq, std::chrono::milliseconds wait) {
     return "";
   }

@@ -1,6 +1,6 @@
 // trainscope::comm — one narrow collective interface over real engines (Gloo over TCP,
-// OpenMPI, NCCL). The trainer, `selftest comm`, and the flight recorder (later) use only
-// this header.
+// OpenMPI, NCCL). The trainer, `selftest comm`, and the flight recorder (flight_recorder.h)
+// use only this header.
 //
 // Contract:
 //  - Buffers are contiguous host memory (device memory for NCCL) of `count` elements of
@@ -10,8 +10,11 @@
 //    yields DeadlineExceeded/Unavailable naming the op, sequence number and, where the
 //    engine can tell, the missing rank. Never hangs.
 //  - Every op, synchronous or asynchronous, passes through Communicator::Dispatch(), the
-//    single place that assigns the sequence number, takes timestamps and notifies the
-//    OpObserver (the flight recorder hook).
+//    single place that assigns the sequence numbers, takes timestamps, fills the flight
+//    recorder and notifies the OpObservers. Sequence numbers follow c10d: collectives and
+//    point-to-point ops count separately (OpRecord::collective_seq / p2p_seq), so however
+//    many sends and receives each rank made, the k-th collective has the same number (and
+//    the same engine tag) on every rank.
 //  - A Communicator is used by one thread at a time, except that async Work may be waited
 //    on from that thread while the communicator's progress thread runs it.
 #ifndef TRAINSCOPE_COMM_COMM_H_
@@ -22,9 +25,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -48,6 +53,10 @@ const char* DTypeName(DType dtype);  // "float32", "bfloat16", "float16", "int32
 absl::StatusOr<DType> ParseDType(const std::string& name);  // also "fp32", "bf16", ...
 const char* OpName(OpType op);  // "all_reduce", "all_gather", "reduce_scatter", ...
 absl::StatusOr<OpType> ParseOp(const std::string& name);
+// True for kSend and kRecv (counted by p2p_seq, not collective_seq).
+inline bool IsP2P(OpType op) { return op == OpType::kSend || op == OpType::kRecv; }
+
+class FlightRecorder;  // flight_recorder.h
 
 struct CommOptions {
   std::string backend = "gloo";  // "gloo" | "mpi" | "nccl"
@@ -59,6 +68,18 @@ struct CommOptions {
   int master_port = 29500;
   std::chrono::milliseconds timeout{60000};  // every blocking op and the rendezvous
   std::string iface;  // network interface for gloo (empty: resolve master_addr's route)
+
+  // Flight recorder (flight_recorder.h): a ring of this communicator's last ops, dumped to
+  // diagnose hangs. Measured at ~0.1 us per op (docs/PERFORMANCE.md), hence on by default.
+  // 0 turns it off; at most FlightRecorder::kMaxCapacity.
+  int flight_recorder_entries = 2000;
+  // Record into this recorder (shared by several communicators of this rank, as c10d keeps
+  // one per process) instead of creating one; flight_recorder_entries is then ignored.
+  std::shared_ptr<FlightRecorder> flight_recorder;
+  // The process group as the recorder names it (PyTorch's defaults for the world group).
+  // Names must differ between communicators that share a recorder.
+  std::string group_name = "0";
+  std::string group_desc = "default_pg";
 };
 
 // Reads the torchrun conventions (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
@@ -66,25 +87,43 @@ struct CommOptions {
 // Missing variables mean a single-process world. InvalidArgument on malformed values.
 absl::StatusOr<CommOptions> OptionsFromEnvironment(CommOptions defaults = {});
 
-// What the flight recorder logs for each op.
+// One op as Dispatch() sees it; what observers receive.
 struct OpRecord {
-  int64_t seq = 0;  // per-communicator sequence number, from 0, in issue order
+  int64_t seq = 0;  // op id: every op of this communicator, from 0, in issue order
+  // c10d's two counters, both per communicator (= process group). A collective gets the
+  // next collective_seq (from 1; equal on every rank for the same collective; the engine
+  // tag) and carries the p2p_seq of the last send/recv before it; a send/recv gets the
+  // next p2p_seq (from 1) and carries the collective_seq of the last collective.
+  int64_t collective_seq = 0;
+  int64_t p2p_seq = 0;
   OpType op = OpType::kBarrier;
   DType dtype = DType::kFloat32;
   size_t count = 0;  // elements (per rank for all_gather / reduce_scatter / all_to_all)
   int peer = -1;     // root for broadcast, peer for send/recv
   int rank = 0;
   int world_size = 1;
-  int64_t start_ns = 0;  // CLOCK_MONOTONIC
-  int64_t end_ns = 0;
+  bool async = false;      // issued with *Async (run on the progress thread)
+  int64_t enqueue_ns = 0;  // CLOCK_MONOTONIC: when the op was issued (async: enqueued)
+  int64_t start_ns = 0;    // when the engine call began (0 until then)
+  int64_t end_ns = 0;      // when it returned (0 until then)
+  int64_t trace_id = -1;   // the flight recorder's record_id; -1 when not recorded
   absl::Status status;
 };
 
+// Sees every op of a communicator. Callbacks run on the thread that runs the op's stage:
+// OnEnqueue on the issuing thread (the user's), OnStart/OnEnd on the thread that runs the
+// op (the issuing thread for synchronous ops, the communicator's progress thread for
+// *Async ops), in op order, never two at once for one communicator. They are called with
+// the communicator's observer lock held and inside the op's timing: they must be quick,
+// must not block, and must not call AddObserver/RemoveObserver or any op of the
+// communicator (that would deadlock). An op refused because the communicator is already
+// broken gets OnEnqueue but no OnStart/OnEnd.
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
-  virtual void OnStart(const OpRecord& record) = 0;
-  virtual void OnEnd(const OpRecord& record) = 0;  // status and end_ns set
+  virtual void OnEnqueue(const OpRecord& record) {}  // seq ids and enqueue_ns set
+  virtual void OnStart(const OpRecord& record) = 0;  // start_ns set
+  virtual void OnEnd(const OpRecord& record) = 0;    // status and end_ns set
 };
 
 // Handle for an op running on the communicator's progress thread.
@@ -113,8 +152,21 @@ class Communicator {
   const std::string& backend_name() const;
   const CommOptions& options() const { return options_; }
 
-  // Not owned; may be null. Called from the thread that runs the op.
-  void set_observer(OpObserver* observer) { observer_ = observer; }
+  // Observers (not owned) are called in the order they were added; see OpObserver for
+  // which thread calls them. Thread-safe, callable from any thread, also while ops run.
+  // Adding one twice calls it twice. After RemoveObserver returns, the observer is not
+  // called again and may be destroyed; removing one that is not there does nothing.
+  void AddObserver(OpObserver* observer);
+  void RemoveObserver(OpObserver* observer);
+  // Older single-observer setter, kept for callers not yet moved to AddObserver: replaces
+  // the observer that the previous set_observer call installed (null: just removes it);
+  // observers added with AddObserver stay.
+  void set_observer(OpObserver* observer);
+
+  // This communicator's flight recorder (possibly shared with other communicators, see
+  // CommOptions::flight_recorder); null when off. It outlives the communicator as long as
+  // the caller holds it, so a watchdog can dump it after the communicator is gone.
+  const std::shared_ptr<FlightRecorder>& flight_recorder() const { return recorder_; }
 
   absl::Status AllReduce(void* buf, size_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
   // recv holds world_size * count elements, rank r's block at r * count.
@@ -132,18 +184,39 @@ class Communicator {
   // Enqueues an all-reduce on the progress thread (FIFO with other async ops) and returns
   // at once; the buffer must stay alive and untouched until Wait() returns. Used by the
   // trainer to overlap gradient all-reduce with backward.
+  // The op's enqueue time (OpRecord::enqueue_ns), its sequence numbers and its flight
+  // recorder entry are taken here, on the calling thread; start and end on the progress
+  // thread.
   std::unique_ptr<Work> AllReduceAsync(void* buf, size_t count, DType dtype,
                                        ReduceOp op = ReduceOp::kSum);
 
  private:
-  Communicator(CommOptions options, std::unique_ptr<Backend> backend);
-  // The single place every op passes through: seq, timestamps, observer, error context.
-  absl::Status Dispatch(OpRecord record, const std::function<absl::Status()>& run);
+  using RunFn = absl::FunctionRef<absl::Status(const OpRecord&)>;  // the engine call
+  Communicator(CommOptions options, std::unique_ptr<Backend> backend,
+               std::shared_ptr<FlightRecorder> recorder, int pg_id);
+  // The single place every op passes through, in two halves so that an async op is
+  // stamped when it is issued: Schedule (issuing thread: sequence numbers, enqueue time,
+  // flight recorder entry, OnEnqueue) and Execute (running thread: broken check, start,
+  // the engine call, end, error context, OnStart/OnEnd). Dispatch = both, for sync ops.
+  OpRecord Schedule(OpRecord record);
+  absl::Status Execute(OpRecord& record, RunFn run);
+  absl::Status Dispatch(OpRecord record, RunFn run);
+  template <typename Fn>
+  void Notify(Fn&& fn);
 
-  CommOptions options_;
-  std::unique_ptr<Backend> backend_;
-  OpObserver* observer_ = nullptr;
+  // Constant after construction.
+  const CommOptions options_;
+  const std::unique_ptr<Backend> backend_;
+  const std::shared_ptr<FlightRecorder> recorder_;  // null: off
+  const int pg_id_;                                 // our group in recorder_
+  // Touched only by Schedule, i.e. by the one thread that issues ops (see the contract).
   int64_t next_seq_ = 0;
+  int64_t collective_seq_ = 0;
+  int64_t p2p_seq_ = 0;
+  // Guards observers_ and legacy_observer_; held while observers are called.
+  std::mutex observer_mu_;
+  std::vector<OpObserver*> observers_;
+  OpObserver* legacy_observer_ = nullptr;  // installed by set_observer
   struct AsyncQueue;
   std::unique_ptr<AsyncQueue> async_;
 };

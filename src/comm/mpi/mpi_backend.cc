@@ -162,7 +162,7 @@ class Watchdog {
                      "trainscope comm (mpi): %s%s on rank %d did not finish within %.3g s; "
                      "MPI has no per-op timeout, so the job is aborted (MPI_Abort). A peer "
                      "is dead, stopped, or stuck in other work.\n",
-                     op_, tag_ > 0 ? absl::StrCat(" #", tag_ - 1).c_str() : "", rank_,
+                     op_, tag_ > 0 ? absl::StrCat(" #", tag_).c_str() : "", rank_,
                      timeout_.count() / 1000.0);
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
