@@ -151,6 +151,7 @@ std::string SelftestJson(const SelftestReport& rep) {
   j["iters"] = rep.options.iters;
   j["warmup"] = rep.options.warmup;
   j["min_busbw_gbps"] = rep.options.min_busbw_gbps;
+  j["slow_rank_ratio"] = rep.options.slow_rank_ratio;  // as the ranks applied it (0: off)
   std::vector<std::string> dtypes, ops;
   for (DType d : rep.options.check_dtypes) dtypes.push_back(DTypeName(d));
   for (SelftestOp op : rep.options.ops) ops.push_back(SelftestOpName(op));

@@ -2,7 +2,9 @@
 # Two "hosts" on one machine: network namespaces ts_a/ts_b joined by a veth pair. Node 0
 # (in ts_a) and node 1 (in ts_b) each run `trainscope launch -n 2 --nnodes 2` of
 # `trainscope selftest comm --backend gloo`; the 4 ranks meet through rank 0's store on
-# ts_a's veth address, and every collective crosses the veth. Needs root (CAP_NET_ADMIN,
+# ts_a's veth address (bound to that address only), and every collective crosses the veth.
+# Both nodes get the same TRAINSCOPE_JOB_TOKEN, as multi-node launches require; meanwhile a
+# stray client in ts_b without it sends garbage to the store, which must not hurt the job. Needs root (CAP_NET_ADMIN,
 # CAP_SYS_ADMIN); exits 77 (ctest: skipped) with a clear message without them.
 # Usage: two_node_test.sh /path/to/trainscope
 set -uo pipefail
@@ -39,16 +41,36 @@ set +e
 common=(--nnodes 2 --master-addr "$addr_a" --master-port 29411 --stop-grace-s 2 -q --
         "$bin" selftest comm --backend gloo --ops all_reduce,all_gather,send_recv --sizes 8,64K
         --iters 2 --warmup 1 --seconds-per-size 0 --slow-rank-ratio 0 --timeout-s 20 --json)
+TRAINSCOPE_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export TRAINSCOPE_JOB_TOKEN
 start=$(date +%s%N)
 timeout 90 ip netns exec "$a" "$bin" launch -n 2 --node-rank 0 --run-dir "$tmp/a" "${common[@]}" &
 pid_a=$!
 timeout 90 ip netns exec "$b" "$bin" launch -n 2 --node-rank 1 --run-dir "$tmp/b" "${common[@]}" &
 pid_b=$!
+# The stray: connects from node 1 (retrying until the store is up) and sends a bogus frame.
+timeout 20 ip netns exec "$b" bash -c "for i in \$(seq 100); do
+    { exec 3<>/dev/tcp/$addr_a/29411; } 2>/dev/null && { printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; exit 0; }
+    sleep 0.1; done; exit 1" &
+pid_stray=$!
 wait $pid_a; rc_a=$?
 wait $pid_b; rc_b=$?
+wait $pid_stray; rc_stray=$?
 end=$(date +%s%N)
 
 fail=0
+if [ $rc_stray -ne 0 ]; then
+  echo "FAIL: the stray client never reached the store at $addr_a:29411"
+  fail=1
+fi
+if ! grep -q "rendezvous store: .* (further refusals" "$tmp/a/rank0/stderr.log"; then
+  echo "FAIL: rank 0 did not report the refused stray client"
+  fail=1
+fi
+if grep -rq "$TRAINSCOPE_JOB_TOKEN" "$tmp/a" "$tmp/b"; then
+  echo "FAIL: the job token appears in a log or launch.json"
+  fail=1
+fi
 if [ $rc_a -ne 0 ] || [ $rc_b -ne 0 ]; then
   echo "FAIL: launch exit codes: node 0 $rc_a, node 1 $rc_b"
   fail=1

@@ -49,7 +49,7 @@ struct SelftestOptions {
   double seconds_per_size = 1.0;
   double min_busbw_gbps = 0;     // > 0: the busbw at each op's largest size must reach it
   // A rank whose memcpy probe is this much slower than the others' median is flagged
-  // (see FindSlowRanks: in a majority of kMemcpyProbeRepetitions and in the median).
+  // (see FindSlowRanks: in a majority of kMemcpyProbeRepetitions and in the median); 0: off.
   double slow_rank_ratio = 2.0;
   int inject_error_rank = -1;    // >= 0: that rank corrupts one result element (tests)
 };
