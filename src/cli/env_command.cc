@@ -24,6 +24,12 @@ struct EnvArgs {
 
 void Print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
+// JSON text of a document that may carry bytes from the command line or the machine (file
+// names, environment values): invalid UTF-8 becomes U+FFFD instead of an exception.
+std::string Dump(const nlohmann::json& doc) {
+  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 env::FingerprintOptions ProbeOptions(const EnvArgs& args) {
   env::FingerprintOptions o;
   o.tool_timeout = std::chrono::milliseconds(args.timeout_ms);
@@ -34,7 +40,7 @@ env::FingerprintOptions ProbeOptions(const EnvArgs& args) {
 int RunFingerprint(const EnvArgs& args) {
   absl::StatusOr<nlohmann::json> fp = env::Fingerprint(Os::Default(), ProbeOptions(args));
   if (!fp.ok()) return ReportAndExitCode("env fingerprint", fp.status());
-  std::string doc = fp->dump(2) + "\n";
+  std::string doc = Dump(*fp);
   if (!args.output.empty()) {
     absl::Status st = WriteFileAtomic(args.output, doc);
     if (!st.ok()) return ReportAndExitCode("env fingerprint", st);
@@ -55,7 +61,7 @@ int RunDiff(const EnvArgs& args) {
   if (!b.ok()) return ReportAndExitCode("env diff", b.status());
   env::DiffResult d = env::Diff(*a, *b);
   if (args.json) {
-    Print(env::DiffToJson(d, args.a, args.b).dump(2) + "\n");
+    Print(Dump(env::DiffToJson(d, args.a, args.b)));
   } else {
     Print(env::RenderDiff(d, args.a, args.b));
   }
@@ -75,7 +81,7 @@ int RunCheck(const EnvArgs& args) {
   if (!fp.ok()) return ReportAndExitCode("env check", fp.status());
   env::CheckResult r = env::Check(*fp, matrix);
   if (args.json) {
-    Print(env::CheckResultToJson(r).dump(2) + "\n");
+    Print(Dump(env::CheckResultToJson(r)));
   } else {
     Print(env::RenderCheck(r));
   }

@@ -1,6 +1,7 @@
 #include "trainscope/env/diff.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -122,17 +123,25 @@ void Compare(const json& a, const json& b, const std::string& path, DiffResult* 
     return;
   }
   if (a.is_array() && b.is_array()) {
+    // Keyed lookup (the first element with a key wins), so that a file with 100k GPUs
+    // costs linear time, not quadratic.
     std::vector<std::pair<std::string, const json*>> ka, kb;
-    for (size_t i = 0; i < a.size(); ++i) ka.emplace_back(ElementKey(a[i], i), &a[i]);
-    for (size_t i = 0; i < b.size(); ++i) kb.emplace_back(ElementKey(b[i], i), &b[i]);
+    std::unordered_map<std::string, const json*> index_a, index_b;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ka.emplace_back(ElementKey(a[i], i), &a[i]);
+      index_a.emplace(ka.back().first, &a[i]);
+    }
+    for (size_t i = 0; i < b.size(); ++i) {
+      kb.emplace_back(ElementKey(b[i], i), &b[i]);
+      index_b.emplace(kb.back().first, &b[i]);
+    }
     static const json kNull;
     for (const auto& [k, v] : ka) {
-      auto it = std::find_if(kb.begin(), kb.end(), [&](const auto& p) { return p.first == k; });
-      Compare(*v, it == kb.end() ? kNull : *it->second, absl::StrCat(path, "[", k, "]"), out);
+      auto it = index_b.find(k);
+      Compare(*v, it == index_b.end() ? kNull : *it->second, absl::StrCat(path, "[", k, "]"), out);
     }
     for (const auto& [k, v] : kb) {
-      auto it = std::find_if(ka.begin(), ka.end(), [&](const auto& p) { return p.first == k; });
-      if (it == ka.end()) Compare(kNull, *v, absl::StrCat(path, "[", k, "]"), out);
+      if (!index_a.count(k)) Compare(kNull, *v, absl::StrCat(path, "[", k, "]"), out);
     }
     return;
   }

@@ -248,5 +248,25 @@ TEST(Matrix, ShippedMatrixLoadsAndBadOnesArePositioned) {
   EXPECT_EQ(std::string(syntax.status().message()).rfind("/m.json:2:", 0), 0u) << syntax.status();
 }
 
+// A user's matrix: overflowing numbers and directories are one-line errors (exit 2), and a
+// wrong type is caught by the schema before Check() reads it (matrix_bad_type.json).
+TEST(Matrix, HostileMatrixFilesAreCleanErrors) {
+  FakeOs os;
+  os.AddFile("/m.json", "{\"format\": \"trainscope.env.compat_matrix\",\n \"version\": 1e309}");
+  absl::StatusOr<json> m;
+  ASSERT_NO_THROW(m = LoadMatrix(&os, "/m.json"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(std::string(m.status().message()), "/m.json:2:13: number overflow parsing '1e309' (byte 55)");
+  auto dir = LoadMatrix(Os::Default(), std::string(TS_SOURCE_DIR) + "/tests/data/env");
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(dir.status().message()).find("is a directory"), std::string::npos);
+  json bad = DefaultMatrix();
+  bad["torch_npu"]["releases"][0]["cann"] = "9.1.0";  // a string where a list belongs
+  os.AddFile("/bad.json", bad.dump());
+  auto schema = LoadMatrix(&os, "/bad.json");
+  EXPECT_EQ(std::string(schema.status().message()),
+            "/bad.json: $.torch_npu.releases[0].cann: expected array, found string \"9.1.0\"");
+}
+
 }  // namespace
 }  // namespace trainscope::env

@@ -1,13 +1,23 @@
 // Fingerprint() on a FakeOs built from fixtures, probe failure modes, schema validation of
 // fake, fixture and live fingerprints, and Diff().
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "env/env_test_util.h"
 #include "env/json_doc.h"
 #include "env/probes.h"
 #include "gtest/gtest.h"
 #include "trainscope/core/fake_os.h"
+#include "trainscope/env/check.h"
 #include "trainscope/env/diff.h"
 #include "trainscope/env/fingerprint.h"
 
@@ -231,6 +241,121 @@ TEST(Fingerprint, FixtureFilesLoadAndMalformedIsPositioned) {
   EXPECT_NE(std::string(st.message()).find("x.json: $.limits.memlock_soft_bytes"),
             std::string::npos)
       << st;
+}
+
+// Probed bytes need not be UTF-8 (an environment variable, tool output): the document
+// must still dump() and fit the schema.
+TEST(Fingerprint, InvalidUtf8FromTheMachineIsReplaced) {
+  FakeOs os;
+  MakeGpuNode(&os);
+  os.SetEnv("NCCL_DEBUG", "WARN\xff\xfe");
+  auto fp = Fingerprint(&os, Sequential());
+  ASSERT_TRUE(fp.ok());
+  std::string text;
+  ASSERT_NO_THROW(text = fp->dump());
+  EXPECT_EQ((*fp)["env"]["NCCL_DEBUG"], "WARN\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_TRUE(ValidateAgainstSchema(*fp, FingerprintSchema(), "fp").ok());
+}
+
+// A fingerprint whose "format" is not a string: a clear error, not type_error.302.
+TEST(Fingerprint, FormatOfTheWrongTypeIsNotAFingerprint) {
+  for (const char* doc : {R"({"format": 5})", R"({"format": null, "version": 1})", "[1]", "7"}) {
+    FakeOs os;
+    os.AddFile("/fp.json", doc);
+    absl::StatusOr<json> fp;
+    ASSERT_NO_THROW(fp = LoadFingerprint(&os, "/fp.json")) << doc;
+    ASSERT_FALSE(fp.ok());
+    EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(fp.status().message())
+                  .rfind("/fp.json: $.format: not an environment "
+                         "fingerprint",
+                         0),
+              0u)
+        << fp.status();
+  }
+}
+
+// 1e309 does not fit a double: nlohmann throws out_of_range.406, which is no parse_error.
+TEST(Fingerprint, NumberOverflowIsPositionedNotThrown) {
+  std::string text = Fixture("fp_nvidia_a.json");
+  const size_t at = text.find("\"created_unix_us\": ") + 19;
+  const size_t end = text.find_first_of(",\n", at);
+  text.replace(at, end - at, "1e309");
+  FakeOs os;
+  os.AddFile("/fp.json", text);
+  absl::StatusOr<json> fp;
+  ASSERT_NO_THROW(fp = LoadFingerprint(&os, "/fp.json"));
+  ASSERT_FALSE(fp.ok());
+  EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+  int line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+  const std::string msg(fp.status().message());
+  EXPECT_EQ(msg.rfind(absl::StrCat("/fp.json:", line, ":"), 0), 0u) << msg;
+  EXPECT_NE(msg.find(absl::StrCat("number overflow parsing '1e309' (byte ", at, ")")),
+            std::string::npos)
+      << msg;
+}
+
+// Runs `check` in a child with a wall-clock limit and (outside sanitizer builds) a 2 GiB
+// address-space limit: a regression that reads /dev/zero forever or blocks on a FIFO
+// fails the test instead of hanging it or exhausting the machine. True when it passed.
+bool InChild(const std::function<bool()>& check, unsigned seconds) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(seconds);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    rlimit lim{rlim_t{2} << 30, rlim_t{2} << 30};
+    setrlimit(RLIMIT_AS, &lim);
+#endif
+    _exit(check() ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+TEST(Fingerprint, OnlyRegularFilesOfBoundedSizeAreRead) {
+  // A directory (`env diff DIR B` exited 1, "a version differs").
+  auto dir = LoadFingerprint(Os::Default(), std::string(TS_SOURCE_DIR) + "/tests/data/env");
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(dir.status().message()).find("/tests/data/env: is a directory"),
+            std::string::npos)
+      << dir.status();
+  // /dev/zero and a FIFO without a writer: refused at once, nothing read.
+  const std::string fifo = ::testing::TempDir() + "/env_fifo.json";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(InChild(
+      [&] {
+        auto zero = LoadFingerprint(Os::Default(), "/dev/zero");
+        auto matrix = LoadMatrix(Os::Default(), "/dev/zero");
+        auto f = LoadFingerprint(Os::Default(), fifo);
+        return !zero.ok() && !matrix.ok() && !f.ok() &&
+               zero.status().code() == absl::StatusCode::kInvalidArgument &&
+               zero.status().message() ==
+                   "/dev/zero: not a regular file (a character device); give the path of a "
+                   "JSON file" &&
+               matrix.status().message() == zero.status().message() &&
+               std::string(f.status().message()).find("not a regular file (a FIFO or pipe)") !=
+                   std::string::npos;
+      },
+      20));
+  // Over the size limit, on disk and through an Os.
+  const std::string big = ::testing::TempDir() + "/env_big.json";
+  {
+    std::ofstream f(big);
+    f << std::string(kMaxJsonDocumentBytes + 1, ' ');
+  }
+  auto too_big = LoadFingerprint(Os::Default(), big);
+  EXPECT_NE(std::string(too_big.status().message()).find("over the 16 MiB limit"),
+            std::string::npos)
+      << too_big.status();
+  FakeOs os;
+  os.AddFile("/big.json", std::string(kMaxJsonDocumentBytes + 1, ' '));
+  auto fake_big = LoadFingerprint(&os, "/big.json");
+  EXPECT_NE(std::string(fake_big.status().message()).find("over the 16 MiB limit"),
+            std::string::npos)
+      << fake_big.status();
 }
 
 TEST(Diff, DriverOnlyDifferenceIsVersionAndFirst) {

@@ -2,6 +2,8 @@
 // reader and the JSON/schema helpers.
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "env/env_test_util.h"
 #include "env/json_doc.h"
@@ -189,6 +191,58 @@ TEST(JsonDoc, SyntaxErrorNamesLineAndColumn) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(r.status().message()).rfind("malformed.json:4:", 0), 0u) << r.status();
+}
+
+TEST(JsonDoc, NothingThrowsAndEveryErrorHasAPosition) {
+  struct Case {
+    std::string text, expect;
+  };
+  const std::vector<Case> cases = {
+      {"{\n  \"a\": 1e309\n}", "f.json:2:"},  // out_of_range.406 in nlohmann
+      {"[-1e400]", "f.json:1:"},
+      {"{\"a\": \"\xff\"}", "f.json:1:"},  // invalid UTF-8 inside a string
+      {"{\"a\": 1} x", "f.json:1:"},
+      {std::string(100000, '[') + std::string(100000, ']'),
+       "f.json:1:65: nested deeper than 64 levels (byte 64)"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<json> r;
+    ASSERT_NO_THROW(r = ParseJsonText(c.text, "f.json")) << c.text.substr(0, 40);
+    ASSERT_FALSE(r.ok()) << c.text.substr(0, 40);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(r.status().message());
+    EXPECT_EQ(msg.rfind(c.expect, 0), 0u) << msg;
+    EXPECT_NE(msg.find(" (byte "), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  auto r = ParseJsonText("{\n  \"a\": 1e309\n}", "f.json");
+  EXPECT_EQ(std::string(r.status().message()), "f.json:2:8: number overflow parsing '1e309' (byte 9)");
+}
+
+// std::regex recurses per character (a 100 KB string overflowed the stack): a string over
+// kMaxPatternInputBytes is refused before matching.
+TEST(JsonDoc, PatternOnAHugeStringIsAnErrorNotAStackOverflow) {
+  json schema = json::parse(R"({"type": "string", "pattern": "^(absent|error: .*)$"})");
+  EXPECT_TRUE(ValidateAgainstSchema(json("error: " + std::string(200, 'x')), schema, "f").ok());
+  auto st = ValidateAgainstSchema(json("error: " + std::string(1 << 20, 'x')), schema, "f");
+  EXPECT_EQ(std::string(st.message()),
+            "f: $: a string of 1048583 bytes, too long to match /^(absent|error: .*)$/ (limit "
+            "4096)");
+}
+
+TEST(JsonDoc, ValidUtf8) {
+  EXPECT_EQ(ValidUtf8("plain \xc3\xa9 \xf0\x9f\x98\x80"), "plain \xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(ValidUtf8("a\xff"
+                      "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(ValidUtf8("\xc0\xaf"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
+  EXPECT_EQ(ValidUtf8("\xed\xa0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(ValidUtf8("\xe2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // cut short
+  json doc = {{"k\xff", {"v\xfe", 1}}};
+  SanitizeUtf8(&doc);
+  EXPECT_NO_THROW(doc.dump());
+  EXPECT_EQ(doc["k\xEF\xBF\xBD"][0], "v\xEF\xBF\xBD");
 }
 
 TEST(JsonDoc, SchemaSubset) {

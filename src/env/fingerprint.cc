@@ -111,6 +111,9 @@ absl::StatusOr<json> Fingerprint(Os* os, const FingerprintOptions& options) {
     ms["total"] = (os->MonotonicNs() - start_ns) / 1e6;
     doc["probe_ms"] = std::move(ms);
   }
+  // Probes copy bytes from the machine (environment variables, tool output) that need not
+  // be UTF-8; json::dump() would throw on them.
+  SanitizeUtf8(&doc);
   return doc;
 }
 
@@ -122,7 +125,11 @@ const json& FingerprintSchema() {
 absl::StatusOr<json> LoadFingerprint(Os* os, const std::string& path) {
   absl::StatusOr<json> doc = ReadJsonFile(os, path);
   if (!doc.ok()) return doc.status();
-  if (!doc->is_object() || doc->value("format", "") != kFingerprintFormat) {
+  // Checked by hand before the schema, for a clearer message; find()/is_string(), as
+  // value("format", "") throws type_error.302 when "format" is not a string.
+  auto format = doc->is_object() ? doc->find("format") : doc->end();
+  if (!doc->is_object() || format == doc->end() || !format->is_string() ||
+      format->get_ref<const std::string&>() != kFingerprintFormat) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": $.format: not an environment fingerprint (expected \"format\": \"",
         kFingerprintFormat, "\"; make one with `trainscope env fingerprint -o FILE`)"));

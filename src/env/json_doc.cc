@@ -1,7 +1,15 @@
 #include "env/json_doc.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trainscope/core/status.h"
@@ -10,34 +18,230 @@ namespace trainscope::env {
 
 using nlohmann::json;
 
-absl::StatusOr<json> ParseJsonText(absl::string_view text, const std::string& name) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    // e.byte is the 1-based offset of the character that failed.
-    size_t byte = e.byte == 0 ? 0 : e.byte - 1;
-    int line = 1, col = 1;
-    for (size_t i = 0; i < byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    std::string what = e.what();
-    // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 2: reason"
-    size_t colon = what.find(": ");
-    std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
-    return absl::InvalidArgumentError(absl::StrCat(name, ":", line, ":", col, ": ", reason));
+namespace {
+
+// Second pass after a failed parse: where and why it stopped. nlohmann reports every
+// failure here, including out_of_range.406 (1e309), which is no parse_error and carries
+// no position in its exception.
+class ErrorLocator : public nlohmann::json_sax<json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& ex) override {
+    // A syntax error is reported at the byte that broke it (1-based); a number out of
+    // range after the whole token: point at its first byte instead.
+    byte_ = position == 0 ? 0 : position - 1;
+    if (ex.id == 406 && last_token.size() <= position) byte_ = position - last_token.size();
+    what_ = ex.what();
+    return false;
   }
+
+  size_t byte_ = 0;  // 0-based offset of the offending byte
+  std::string what_;
+};
+
+// "[json.exception.parse_error.101] parse error at line 4, column 22: syntax error ..."
+// -> "syntax error ..."; "[json.exception.out_of_range.406] number overflow parsing
+// '1e309'" -> "number overflow parsing '1e309'".
+std::string Reason(std::string what) {
+  if (!what.empty() && what[0] == '[') {
+    size_t end = what.find("] ");
+    if (end != std::string::npos) what = what.substr(end + 2);
+  }
+  if (absl::StartsWith(what, "parse error")) {
+    size_t colon = what.find(": ");
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+  }
+  return what;
+}
+
+absl::Status PositionedError(absl::string_view text, const std::string& name, size_t byte,
+                             const std::string& reason) {
+  int line = 1, col = 1;
+  for (size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ":", line, ":", col, ": ", ValidUtf8(reason), " (byte ", byte, ")"));
+}
+
+// Offset of the first '[' or '{' nested deeper than `max` (strings skipped), or npos.
+// nlohmann builds a node per level: a few MB of "[[[[" would cost GBs.
+size_t TooDeep(absl::string_view s, int max) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return absl::string_view::npos;
+}
+
+const char* FileKind(mode_t mode) {
+  return S_ISFIFO(mode)   ? "a FIFO or pipe"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a plain file";
+}
+
+// The real file system, bounded: refuses what is not a regular file without reading it
+// (O_NONBLOCK: opening a FIFO without a writer does not block) and reads at most
+// kMaxJsonDocumentBytes + 1 bytes.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    const std::string msg = absl::StrCat(path, ": ", std::strerror(e));
+    if (e == ENOENT) return absl::NotFoundError(msg);
+    if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
+    return absl::InvalidArgumentError(msg);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a JSON file"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a regular file (", FileKind(st.st_mode), "); give the path of a JSON file"));
+  }
+  auto too_big = [&](uint64_t n) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", n, " bytes or more, over the ",
+                                                   kMaxJsonDocumentBytes >> 20,
+                                                   " MiB limit for a JSON document"));
+  };
+  if (static_cast<uint64_t>(st.st_size) > kMaxJsonDocumentBytes) return too_big(st.st_size);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::string data(static_cast<size_t>(st.st_size) + 1, '\0');  // +1: notice growth
+  size_t n = 0;
+  while (true) {
+    if (n == data.size()) {
+      if (data.size() > kMaxJsonDocumentBytes) return too_big(data.size());
+      data.resize(std::min(data.size() * 2, kMaxJsonDocumentBytes + 1));
+    }
+    const ssize_t k = read(fd, data.data() + n, data.size() - n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
+    if (k == 0) break;
+    n += static_cast<size_t>(k);
+  }
+  data.resize(n);
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<json> ParseJsonText(absl::string_view text, const std::string& name) {
+  if (size_t deep = TooDeep(text, kMaxJsonDepth); deep != absl::string_view::npos) {
+    return PositionedError(text, name, deep,
+                           absl::StrCat("nested deeper than ", kMaxJsonDepth, " levels"));
+  }
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_discarded()) return doc;
+  ErrorLocator where;
+  json::sax_parse(text.begin(), text.end(), &where);
+  return PositionedError(text, name, where.byte_, Reason(where.what_));
 }
 
 absl::StatusOr<json> ReadJsonFile(Os* os, const std::string& path) {
-  absl::StatusOr<std::string> text = os->ReadFile(path);
+  absl::StatusOr<std::string> text =
+      os == Os::Default() ? ReadRegularFile(path) : os->ReadFile(path);
   if (!text.ok()) return text.status();
+  if (text->size() > kMaxJsonDocumentBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", text->size(), " bytes, over the ",
+                                                   kMaxJsonDocumentBytes >> 20,
+                                                   " MiB limit for a JSON document"));
+  }
   if (text->empty()) return absl::InvalidArgumentError(absl::StrCat(path, ":1:1: empty file"));
   return ParseJsonText(*text, path);
+}
+
+std::string ValidUtf8(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    const size_t len = c < 0x80                 ? 1
+                       : c >= 0xC2 && c <= 0xDF ? 2
+                       : c >= 0xE0 && c <= 0xEF ? 3
+                       : c >= 0xF0 && c <= 0xF4 ? 4
+                                                : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    }
+    if (ok && len >= 3) {  // overlong forms, surrogates, beyond U+10FFFF
+      const unsigned char c1 = s[i + 1];
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F) && !(c == 0xF0 && c1 < 0x90) &&
+           !(c == 0xF4 && c1 > 0x8F);
+    }
+    if (ok) {
+      out.append(s.data() + i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+void SanitizeUtf8(json* doc) {
+  if (doc->is_string()) {
+    std::string& s = doc->get_ref<std::string&>();
+    std::string valid = ValidUtf8(s);
+    if (valid != s) s = std::move(valid);
+  } else if (doc->is_array()) {
+    for (json& e : *doc) SanitizeUtf8(&e);
+  } else if (doc->is_object()) {
+    bool bad_key = false;
+    for (auto it = doc->begin(); it != doc->end(); ++it) {
+      SanitizeUtf8(&it.value());
+      bad_key = bad_key || ValidUtf8(it.key()) != it.key();
+    }
+    if (bad_key) {
+      json fixed = json::object();
+      for (auto it = doc->begin(); it != doc->end(); ++it) {
+        fixed[ValidUtf8(it.key())] = std::move(it.value());
+      }
+      *doc = std::move(fixed);
+    }
+  }
 }
 
 namespace {
@@ -67,7 +271,7 @@ bool TypeMatches(const json& v, const std::string& type) {
 }
 
 std::string Short(const json& v) {
-  std::string s = v.dump();
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
@@ -132,6 +336,12 @@ class Validator {
       return absl::StrCat(path, ": ", Short(v), " is below the minimum ", Short(*m));
     }
     if (auto p = schema.find("pattern"); p != schema.end() && v.is_string()) {
+      // libstdc++'s regex recurses per character: bound the input.
+      if (v.get_ref<const std::string&>().size() > kMaxPatternInputBytes) {
+        return absl::StrCat(path, ": a string of ", v.get_ref<const std::string&>().size(),
+                            " bytes, too long to match /", p->get<std::string>(), "/ (limit ",
+                            kMaxPatternInputBytes, ")");
+      }
       std::regex re(p->get<std::string>());
       if (!std::regex_search(v.get_ref<const std::string&>(), re)) {
         return absl::StrCat(path, ": ", Short(v), " does not match /", p->get<std::string>(), "/");

@@ -16,11 +16,30 @@
 
 namespace trainscope::env {
 
-// Parses `text`; on a syntax error InvalidArgument "NAME:LINE:COL: reason".
+// Limits on what a user-supplied document (fingerprint, matrix) may ask of us: its size in
+// bytes, its nesting depth, and the length of a string a schema "pattern" is matched on
+// (std::regex recurses per character: a 100 KB string overflows the stack).
+inline constexpr size_t kMaxJsonDocumentBytes = size_t{16} << 20;  // 16 MiB
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr size_t kMaxPatternInputBytes = 4096;
+
+// Parses `text`. Never throws: a syntax error, a number out of range (1e309), or nesting
+// deeper than kMaxJsonDepth is InvalidArgument "NAME:LINE:COL: reason (byte N)", N the
+// 0-based offset of the offending byte.
 absl::StatusOr<nlohmann::json> ParseJsonText(absl::string_view text, const std::string& name);
 
-// Reads and parses a file through `os`. NotFound / PermissionDenied name the path.
+// Reads and parses a file through `os`. NotFound / PermissionDenied name the path;
+// InvalidArgument for a directory, a FIFO, device or socket (refused without reading or
+// blocking), or a file over kMaxJsonDocumentBytes. Through Os::Default() the file is read
+// here with those checks (Os has no bounded read); through another Os (a fake) it is read
+// whole and then size-checked.
 absl::StatusOr<nlohmann::json> ReadJsonFile(Os* os, const std::string& path);
+
+// `s` with every invalid UTF-8 sequence replaced by U+FFFD (json::dump() throws on them).
+std::string ValidUtf8(absl::string_view s);
+
+// Replaces invalid UTF-8 in every string (keys included) of `doc`, in place.
+void SanitizeUtf8(nlohmann::json* doc);
 
 // Checks `doc` against `schema`. OK, or InvalidArgument "NAME: $.a.b[2]: reason" for the
 // first violation found (depth-first, properties in document order).
