@@ -11,12 +11,114 @@ A case is JSON:
     "stderr_contains": ["text", ...],  # substrings stderr must contain
     "ignore": ["host.kernel", "results.*.time_us"],  # JSON paths dropped before comparing
     "env": {"NAME": "value"},       # extra environment
-    "timeout_s": 120
+    "timeout_s": 120,
+    "setup": [["copy", "{data}/data/small.jsonl", "{tmp}/in.jsonl"], ...],  # before the run
+    "signal": {"name": "SIGINT", "when": "{tmp}/spill/trainscope-data.*"},  # during the run
+    "after": {"same_content": [["{tmp}/in.jsonl", "{data}/data/small.jsonl"]], ...}
   }
 {data} expands to tests/data, {tmp} to a fresh temporary directory, {src} to the source root.
 Set TS_GOLDEN_UPDATE=1 to rewrite stdout_file from the actual output.
+
+setup steps (in order): ["copy", SRC, DST], ["repeat", SRC, DST, N] (N copies of SRC back
+to back), ["write", DST, TEXT], ["write_hex", DST, HEX], ["mkdir", DIR] (with parents),
+["symlink", TARGET, LINK] (TARGET verbatim, may be relative), ["hardlink", EXISTING, NEW],
+["mkfifo", PATH], ["gzip", SRC, DST].
+signal: once a file matching the glob "when" exists (checked every millisecond), the signal
+"name" is sent to the command (a run that ends first fails the case unless its exit code is
+the expected one; a command killed by signal S has exit code -S).
+after: checks of the file system once the command ended: "same_content" [[A, B], ...] (A
+and B have the same bytes), "absent" [GLOB, ...] (matches nothing), "exists" [PATH, ...],
+"symlink" [[LINK, TARGET], ...] (LINK is still a symlink to TARGET), "gunzip_same_content"
+[[GZ, B], ...] (GZ is gzip whose content is B's bytes).
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, glob, gzip, json, os, shutil, signal, subprocess, sys, tempfile, time
+
+
+def run_setup(steps, subst):
+    for step in steps:
+        op, args = step[0], [subst(x) if isinstance(x, str) else x for x in step[1:]]
+        if op == "copy":
+            shutil.copyfile(args[0], args[1])
+        elif op == "repeat":
+            with open(args[0], "rb") as f:
+                data = f.read()
+            with open(args[1], "wb") as f:
+                for _ in range(int(args[2])):
+                    f.write(data)
+        elif op == "gzip":
+            with open(args[0], "rb") as f, open(args[1], "wb") as raw:
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as g:
+                    g.write(f.read())
+        elif op == "write":
+            with open(args[0], "w") as f:
+                f.write(args[1])
+        elif op == "write_hex":
+            with open(args[0], "wb") as f:
+                f.write(bytes.fromhex(args[1]))
+        elif op == "mkdir":
+            os.makedirs(args[0], exist_ok=True)
+        elif op == "symlink":
+            os.symlink(step[1], args[1])  # the target verbatim (relative links stay relative)
+        elif op == "hardlink":
+            os.link(args[0], args[1])
+        elif op == "mkfifo":
+            os.mkfifo(args[0])
+        else:
+            raise ValueError(f"unknown setup step {op!r}")
+
+
+def run_command(argv, env, timeout_s, sig):
+    """subprocess.run, or with `sig` the signal sent once its "when" glob matches."""
+    if not sig:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + timeout_s
+    while p.poll() is None and time.monotonic() < deadline:
+        if glob.glob(sig["when"]):
+            p.send_signal(getattr(signal, sig["name"]))
+            break
+        time.sleep(0.001)
+    try:
+        out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def check_after(after, subst):
+    failures = []
+    for a, b in after.get("same_content", []):
+        a, b = subst(a), subst(b)
+        try:
+            with open(a, "rb") as fa, open(b, "rb") as fb:
+                if fa.read() != fb.read():
+                    failures.append(f"{a} differs from {b}")
+        except OSError as e:
+            failures.append(f"cannot compare {a} with {b}: {e}")
+    for a, b in after.get("gunzip_same_content", []):
+        a, b = subst(a), subst(b)
+        try:
+            with gzip.open(a, "rb") as fa, open(b, "rb") as fb:
+                if fa.read() != fb.read():
+                    failures.append(f"{a} decompressed differs from {b}")
+        except OSError as e:
+            failures.append(f"cannot decompress {a} and compare with {b}: {e}")
+    for g in after.get("absent", []):
+        left = glob.glob(subst(g))
+        if left:
+            failures.append(f"left behind: {left}")
+    for path in after.get("exists", []):
+        if not os.path.lexists(subst(path)):
+            failures.append(f"missing: {subst(path)}")
+    for link, target in after.get("symlink", []):
+        link = subst(link)
+        if not os.path.islink(link):
+            failures.append(f"{link} is no longer a symlink")
+        elif os.readlink(link) != target:
+            failures.append(f"{link} points at {os.readlink(link)}, expected {target}")
+    return failures
 
 
 def drop(obj, path):
@@ -53,8 +155,12 @@ def main():
     argv = [a.binary] + [subst(x) for x in case["args"]]
     env = dict(os.environ)
     env.update({k: subst(v) for k, v in case.get("env", {}).items()})
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=case.get("timeout_s", 120))
-    failures = []
+    run_setup(case.get("setup", []), subst)
+    sig = case.get("signal")
+    if sig:
+        sig = dict(sig, when=subst(sig["when"]))
+    p = run_command(argv, env, case.get("timeout_s", 120), sig)
+    failures = check_after(case.get("after", {}), subst)
     if p.returncode != case.get("exit_code", 0):
         failures.append(f"exit code {p.returncode}, expected {case.get('exit_code', 0)}")
     for s in case.get("stdout_contains", []):
@@ -93,8 +199,10 @@ def main():
         for f in failures:
             print("  -", f)
         print("--- stdout ---\n" + p.stdout[-3000:] + "\n--- stderr ---\n" + p.stderr[-3000:])
+        print("(files kept in " + tmp + ")")
         return 1
     print("ok", a.case)
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

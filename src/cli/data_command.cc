@@ -1,6 +1,10 @@
 // `trainscope data scan | clean | pack | stats`: corpus health, cleaning, packing to
 // fixed-length Megatron datasets, numeric feature statistics (issue 6).
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -9,6 +13,7 @@
 #include "cli/command.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/exit.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/data/clean.h"
 #include "trainscope/data/feature_stats.h"
 #include "trainscope/data/pack.h"
@@ -77,6 +82,54 @@ int StrictCheck(const char* verb, const CorpusFlags& f, const data::BadRecords& 
 
 void Print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
+// SIGINT, SIGTERM or SIGHUP during scan, clean or pack: remove the temporary directory and
+// the output's temporary file (the library registers them, core/paths.h), say so in one
+// line, then die of the signal with its default action (exit status 128 + signal in a
+// shell, as without a handler). Nothing else is left to finish: the output is only ever
+// renamed into place at the very end. A signal that was ignored when we started (nohup)
+// stays ignored.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+char g_stop_message[3][160];
+
+void OnStopSignal(int sig) {
+  RemoveRegisteredTempPaths();
+  for (int i = 0; i < 3; ++i) {
+    if (kStopSignals[i] != sig) continue;
+    ssize_t ignored = ::write(STDERR_FILENO, g_stop_message[i], std::strlen(g_stop_message[i]));
+    (void)ignored;
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // blocked until this handler returns, then fatal
+}
+
+void RemoveTempFilesOnStopSignals(const char* verb) {
+  const char* names[3] = {"SIGINT", "SIGTERM", "SIGHUP"};
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kStopSignals) sigaddset(&sa.sa_mask, s);  // one handler at a time
+  for (int i = 0; i < 3; ++i) {
+    std::snprintf(g_stop_message[i], sizeof(g_stop_message[i]),
+                  "\ntrainscope data %s: stopped by %s; temporary files removed, no output "
+                  "written\n",
+                  verb, names[i]);
+    struct sigaction old = {};
+    if (::sigaction(kStopSignals[i], nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(kStopSignals[i], &sa, nullptr);
+  }
+}
+
+// --tokenizer: "" or "byte", else a SentencePiece model that must be a regular file (a
+// directory or /dev/zero is one line and exit 2, not a read until memory runs out).
+absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFile(const std::string& spec) {
+  if (!spec.empty() && spec != "byte") {
+    if (auto st = CheckRegularFile(spec, "a SentencePiece model is read whole"); !st.ok()) {
+      return st;
+    }
+  }
+  return tokenizer::LoadTokenizer(spec);
+}
+
 int DefaultThreads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 2 : static_cast<int>(std::min(n, 16u));
@@ -91,12 +144,12 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
 
   // ---- scan
   {
-    auto* f = new CorpusFlags;  // lives as long as the CLI tree (process)
-    auto* o = new data::ScanOptions;
-    auto* no_near = new bool(false);
-    auto* no_lang = new bool(false);
-    auto* no_noise = new bool(false);
-    auto* exact_only = new bool(false);
+    auto* f = KeepAlive<CorpusFlags>();  // lives as long as the CLI tree (process)
+    auto* o = KeepAlive<data::ScanOptions>();
+    auto* no_near = KeepAlive<bool>(false);
+    auto* no_lang = KeepAlive<bool>(false);
+    auto* no_noise = KeepAlive<bool>(false);
+    auto* exact_only = KeepAlive<bool>(false);
     o->threads = DefaultThreads();
     CLI::App* scan = cmd->add_subcommand(
         "scan", "counts, lengths, exact and near duplicates, noise, languages, padding waste");
@@ -107,7 +160,9 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         ->check(CLI::PositiveNumber);
     scan->add_option("--threshold", o->threshold, "Jaccard threshold of near duplicates")
         ->check(CLI::Range(0.01, 1.0));
-    scan->add_option("--verdicts", o->verdicts_path, "write one JSONL verdict line per document");
+    scan->add_option("--verdicts", o->verdicts_path,
+                     "write one JSONL verdict line per document (refused when it is an input or "
+                     "inside an input directory; a symlink is written through to its target)");
     scan->add_option("--threads", o->threads, "worker threads")->check(CLI::Range(1, 256));
     scan->add_option("--ngram", o->ngram, "words per MinHash shingle")->check(CLI::Range(1, 64));
     scan->add_option("--bands", o->bands, "LSH bands")->check(CLI::Range(1, 512));
@@ -127,13 +182,14 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
                    "exact duplicates and all statistics only: same as --no-near-dup --no-noise "
                    "--no-lang (the fast scan; noise flags and languages are not reported)");
     scan->callback([&ctx, f, o, no_near, no_lang, no_noise, exact_only] {
+      RemoveTempFilesOnStopSignals("scan");
       o->near_dup = !*no_near && !*exact_only;
       o->language = !*no_lang && !*exact_only;
       o->noise = !*no_noise && !*exact_only;
       o->reader = f->Reader();
       std::unique_ptr<tokenizer::Tokenizer> tok;
       if (!f->tokenizer.empty()) {
-        auto t = tokenizer::LoadTokenizer(f->tokenizer);
+        auto t = LoadTokenizerFile(f->tokenizer);
         if (!t.ok()) {
           ctx.exit_code = ReportAndExitCode("data scan", t.status());
           return;
@@ -159,15 +215,20 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
 
   // ---- clean
   {
-    auto* f = new CorpusFlags;
-    auto* o = new data::CleanOptions;
-    auto* rules = new std::string("encoding,empty");
-    auto* no_dedup = new bool(false);
+    auto* f = KeepAlive<CorpusFlags>();
+    auto* o = KeepAlive<data::CleanOptions>();
+    auto* rules = KeepAlive<std::string>("encoding,empty");
+    auto* no_dedup = KeepAlive<bool>(false);
     o->scan.threads = DefaultThreads();
     CLI::App* clean = cmd->add_subcommand(
         "clean", "drop duplicates (keep the first) and documents that fail the chosen rules");
     f->Add(clean);
-    clean->add_option("-o,--output", o->output, "cleaned corpus (.jsonl/.txt, .zst to compress)")
+    clean
+        ->add_option("-o,--output", o->output,
+                     "cleaned corpus (.jsonl/.txt; .zst or .gz to compress). Refused (exit 2) "
+                     "when it is one of the inputs (same file, any spelling or link) or lies "
+                     "inside an input directory; a symlink is written through: its target is "
+                     "replaced, the link stays")
         ->required();
     clean->add_option(
         "--rules", *rules,
@@ -179,6 +240,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     clean->add_option("--tmp-dir", o->scan.tmp_dir, "directory for spill files");
     clean->add_flag("--no-dedup", *no_dedup, "keep duplicates");
     clean->callback([&ctx, f, o, rules, no_dedup] {
+      RemoveTempFilesOnStopSignals("clean");
       o->scan.reader = f->Reader();
       auto mask = data::ParseRules(*rules);
       if (!mask.ok()) {
@@ -189,7 +251,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
       o->dedup = !*no_dedup;
       std::unique_ptr<tokenizer::Tokenizer> tok;
       if (!f->tokenizer.empty()) {
-        auto t = tokenizer::LoadTokenizer(f->tokenizer);
+        auto t = LoadTokenizerFile(f->tokenizer);
         if (!t.ok()) {
           ctx.exit_code = ReportAndExitCode("data clean", t.status());
           return;
@@ -215,23 +277,25 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
 
   // ---- pack
   {
-    auto* f = new CorpusFlags;
-    auto* o = new data::PackOptions;
-    auto* mode = new std::string("best-fit");
+    auto* f = KeepAlive<CorpusFlags>();
+    auto* o = KeepAlive<data::PackOptions>();
+    auto* mode = KeepAlive<std::string>("best-fit");
     CLI::App* pack = cmd->add_subcommand(
         "pack", "tokenize into fixed-length sequences as a Megatron .bin/.idx dataset");
     f->Add(pack);
     pack->add_option("-o,--output", o->output_prefix,
-                     "output prefix (writes PREFIX.bin and PREFIX.idx)")
+                     "output prefix (writes PREFIX.bin and PREFIX.idx; refused when either is an "
+                     "input or inside an input directory; symlinks are written through)")
         ->required();
     pack->add_option("--seq-len", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
     pack->add_option("--mode", *mode, "concat (concatenate and chunk) or best-fit")
         ->check(CLI::IsMember({"concat", "best-fit"}));
     pack->add_option("--pad-id", o->pad_id, "padding token id (default: the end-of-document id)");
     pack->callback([&ctx, f, o, mode] {
+      RemoveTempFilesOnStopSignals("pack");
       o->reader = f->Reader();
       o->mode = *mode == "concat" ? data::PackOptions::kConcat : data::PackOptions::kBestFit;
-      auto t = tokenizer::LoadTokenizer(f->tokenizer);
+      auto t = LoadTokenizerFile(f->tokenizer);
       if (!t.ok()) {
         ctx.exit_code = ReportAndExitCode("data pack", t.status());
         return;
@@ -254,13 +318,20 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
 
   // ---- stats
   {
-    auto* path = new std::string;
-    auto* json = new bool(false);
+    auto* path = KeepAlive<std::string>();
+    auto* json = KeepAlive<bool>(false);
     CLI::App* stats =
         cmd->add_subcommand("stats", "numeric feature statistics of .npy, .safetensors or CSV");
     stats->add_option("file", *path, ".npy, .safetensors or .csv")->required();
     stats->add_flag("--json", *json, "machine-readable output");
     stats->callback([&ctx, path, json] {
+      // A directory, device or FIFO: one line, exit 2 (the formats need the file's size).
+      if (auto st = CheckRegularFile(
+              *path, "statistics are read from a regular .npy, .safetensors or .csv file");
+          !st.ok()) {
+        ctx.exit_code = ReportAndExitCode("data stats", st);
+        return;
+      }
       auto rep = data::FeatureStatsOfFile(*path);
       if (!rep.ok()) {
         ctx.exit_code = ReportAndExitCode("data stats", rep.status());

@@ -1,5 +1,7 @@
 // `trainscope trace analyze PATH... [--json] [--export FILE]`: per-rank and per-step breakdown of
 // profiler traces, stragglers across ranks, and findings (src/trace).
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <iostream>
 #include <set>
@@ -9,6 +11,8 @@
 #include "cli/command.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/paths.h"
+#include "trainscope/core/status.h"
 #include "trainscope/trace/analysis.h"
 #include "trainscope/trace/trace.h"
 
@@ -23,9 +27,38 @@ struct TraceArgs {
   bool strict = false;
 };
 
+// A trace is a regular file or a directory; anything else (/dev/zero, a FIFO, a socket) is
+// refused from its stat() alone, so a FIFO without a writer cannot block us.
+absl::Status CheckTraceArgs(const std::vector<std::string>& paths) {
+  for (const std::string& p : paths) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;  // expansion says
+    TS_RETURN_IF_ERROR(CheckRegularFile(
+        p, "traces are read from regular files (.json, .json.gz, .jsonl) or directories"));
+  }
+  return absl::OkStatus();
+}
+
+// --export: a file path that is none of the traces read (nor inside an Ascend output
+// directory that is read whole), checked before anything is read; a symlink is written
+// through (its target is replaced, the link stays).
+absl::StatusOr<std::string> ExportTarget(const std::string& path,
+                                         const std::vector<std::string>& inputs) {
+  TS_RETURN_IF_ERROR(CheckOutputFile(path));
+  TS_RETURN_IF_ERROR(CheckOutputNotInput({path}, inputs));
+  return ResolveOutputPath(path);
+}
+
 int RunAnalyze(const TraceArgs& a) {
+  if (auto st = CheckTraceArgs(a.paths); !st.ok()) return ReportAndExitCode("trace analyze", st);
   auto paths = trace::ExpandTracePaths(a.paths);
   if (!paths.ok()) return ReportAndExitCode("trace analyze", paths.status());
+  std::string export_target;
+  if (!a.export_path.empty()) {
+    auto t = ExportTarget(a.export_path, *paths);
+    if (!t.ok()) return ReportAndExitCode("trace analyze", t.status());
+    export_target = *t;
+  }
   // One rank at a time: read, analyse, keep the result, free the events (memory stays at one
   // rank's event table however many ranks are given).
   std::vector<trace::RankResult> results;
@@ -70,7 +103,7 @@ int RunAnalyze(const TraceArgs& a) {
   }
   trace::Report rep = trace::CombineRanks(std::move(results), a.analyze);
   if (!a.export_path.empty()) {
-    absl::Status s = WriteFileAtomic(a.export_path, trace::ExportChromeTrace(rep).dump() + "\n");
+    absl::Status s = WriteFileAtomic(export_target, trace::ExportChromeTrace(rep).dump() + "\n");
     if (!s.ok()) return ReportAndExitCode("trace analyze", s);
   }
   if (a.json) {
@@ -103,7 +136,9 @@ void RegisterTraceCommand(CLI::App& parent, CommandContext& ctx) {
   an->add_option("paths", args->paths, "trace files or directories (one per rank)")->required();
   an->add_flag("--json", args->json, "print the analysis as JSON");
   an->add_option("--export", args->export_path,
-                 "write a Chrome trace of the per-step summary (opens in Perfetto)");
+                 "write a Chrome trace of the per-step summary (opens in Perfetto); refused "
+                 "(exit 2) when it is one of the traces read; a symlink is written through "
+                 "(its target is replaced, the link stays)");
   an->add_option("--gap-threshold", args->analyze.iteration_gap_threshold_pct,
                  "flag steps whose iteration gap exceeds this percentage (default 20)");
   an->add_option("--top", args->analyze.top_k, "rows in the top operator/kernel tables (10)");

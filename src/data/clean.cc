@@ -1,6 +1,7 @@
 // `data clean`: scan (first pass), decide, copy the kept documents (second pass).
 #include "trainscope/data/clean.h"
 
+#include <zlib.h>
 #include <zstd.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "data/doc_analysis.h"
 #include "data/spill.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 #include "trainscope/tokenizer/tokenizer.h"
@@ -17,20 +19,28 @@
 namespace trainscope::data {
 namespace {
 
-// Plain or zstd-compressed output on top of OutputFile (atomic rename on Commit).
+// Plain, zstd- or gzip-compressed output (by the name: .zst/.zstd, .gz, as the reader
+// recognises them) on top of OutputFile (atomic rename on Commit).
 class CorpusWriter {
  public:
   static absl::StatusOr<std::unique_ptr<CorpusWriter>> Open(const std::string& path) {
     TS_ASSIGN_OR_RETURN(auto file, OutputFile::Open(path));
     auto w = std::unique_ptr<CorpusWriter>(new CorpusWriter(std::move(file)));
-    if (absl::EndsWith(path, ".zst")) {
+    if (absl::EndsWith(path, ".zst") || absl::EndsWith(path, ".zstd")) {
       w->cctx_ = ZSTD_createCCtx();
       ZSTD_CCtx_setParameter(w->cctx_, ZSTD_c_compressionLevel, 3);
+    } else if (absl::EndsWith(path, ".gz")) {
+      // windowBits 15 + 16: a gzip header and trailer rather than a zlib stream.
+      if (deflateInit2(&w->gz_, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        return absl::InternalError(absl::StrCat(path, ": cannot start gzip compression"));
+      }
+      w->gzip_ = true;
     }
     return w;
   }
   ~CorpusWriter() {
     if (cctx_) ZSTD_freeCCtx(cctx_);
+    if (gzip_) deflateEnd(&gz_);
   }
   absl::Status Write(std::string_view s) {
     buf_.append(s.data(), s.size());
@@ -44,6 +54,7 @@ class CorpusWriter {
  private:
   explicit CorpusWriter(std::unique_ptr<OutputFile> f) : file_(std::move(f)) {}
   absl::Status Flush(bool end) {
+    if (gzip_) return FlushGzip(end);
     if (!cctx_) {
       auto st = file_->Write(buf_);
       buf_.clear();
@@ -61,8 +72,25 @@ class CorpusWriter {
     buf_.clear();
     return absl::OkStatus();
   }
+  absl::Status FlushGzip(bool end) {
+    gz_.next_in = reinterpret_cast<Bytef*>(buf_.data());
+    gz_.avail_in = static_cast<uInt>(buf_.size());
+    std::string out(1 << 16, '\0');
+    for (;;) {
+      gz_.next_out = reinterpret_cast<Bytef*>(out.data());
+      gz_.avail_out = static_cast<uInt>(out.size());
+      const int rc = deflate(&gz_, end ? Z_FINISH : Z_NO_FLUSH);
+      if (rc == Z_STREAM_ERROR) return absl::InternalError("gzip compression failed");
+      TS_RETURN_IF_ERROR(file_->Write(std::string_view(out.data(), out.size() - gz_.avail_out)));
+      if (end ? rc == Z_STREAM_END : gz_.avail_in == 0 && gz_.avail_out != 0) break;
+    }
+    buf_.clear();
+    return absl::OkStatus();
+  }
   std::unique_ptr<OutputFile> file_;
   ZSTD_CCtx* cctx_ = nullptr;
+  bool gzip_ = false;
+  z_stream gz_ = {};
   std::string buf_;
 };
 
@@ -107,7 +135,11 @@ absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
       return absl::InvalidArgumentError(
           absl::StrCat(in.path, ": data clean reads JSONL or text corpora, not token datasets"));
     }
+    // A pipe cannot be read a second time.
+    TS_RETURN_IF_ERROR(CheckRegularFile(
+        in.path, "data clean reads each input twice (scan, then copy the kept documents)"));
   }
+  TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({options.output}, inputs));
   ScanOptions so = options.scan;
   so.keep_doc_arrays = true;
   so.near_dup = options.dedup;

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::data {
@@ -61,6 +62,11 @@ std::string MegatronPrefix(const std::string& path) {
 
 absl::StatusOr<MegatronIndex> ReadMegatronIndex(const std::string& prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  // Both files are regular: a device (/dev/zero) would be read until memory runs out, a
+  // FIFO without a writer would block. stat() only, so neither is opened.
+  TS_RETURN_IF_ERROR(
+      CheckRegularFile(idx_path, "a Megatron index is read whole and checked against its size"));
+  TS_RETURN_IF_ERROR(CheckRegularFile(bin_path, "a Megatron .bin is read with random access"));
   TS_ASSIGN_OR_RETURN(std::string idx, Os::Default()->ReadFile(idx_path));
   auto bad = [&](size_t offset, const std::string& what) {
     return absl::DataLossError(absl::StrCat(idx_path, ": byte ", offset, ": ", what));
@@ -74,10 +80,21 @@ absl::StatusOr<MegatronIndex> ReadMegatronIndex(const std::string& prefix) {
   if (MegatronItemSize(index.dtype_code) == 0) {
     return bad(17, absl::StrCat("unknown dtype code ", int(index.dtype_code)));
   }
+  // The declared counts are checked against the file size before anything is allocated:
+  // each needs 12 (sequence) or 8 (document index) bytes of the file.
   const uint64_t n = Load<uint64_t>(idx.data() + 18);
   const uint64_t d = Load<uint64_t>(idx.data() + 26);
+  const uint64_t body = idx.size() - kHeaderBytes;
+  if (n > body / 12) {
+    return bad(18, absl::StrCat("sequence count ", n, " needs more than the file's ", idx.size(),
+                                " bytes (12 bytes per sequence)"));
+  }
+  if (d > body / 8) {
+    return bad(26, absl::StrCat("document index count ", d, " needs more than the file's ",
+                                idx.size(), " bytes (8 bytes per index)"));
+  }
   const uint64_t want = kHeaderBytes + 12 * n + 8 * d;
-  if (n > idx.size() || d > idx.size() || (idx.size() != want && idx.size() != want + n)) {
+  if (idx.size() != want && idx.size() != want + n) {
     return bad(18, absl::StrCat("file size ", idx.size(), " does not match ", n, " sequences and ",
                                 d, " document indices (expected ", want, ")"));
   }
@@ -93,6 +110,9 @@ absl::StatusOr<MegatronIndex> ReadMegatronIndex(const std::string& prefix) {
   int64_t expect_ptr = 0;
   for (uint64_t i = 0; i < n; ++i) {
     if (index.lengths[i] < 0) return bad(kHeaderBytes + 4 * i, "negative sequence length");
+    if (expect_ptr > (int64_t{1} << 60)) {  // 2^31 tokens * 8 bytes per step: no overflow
+      return bad(kHeaderBytes + 4 * i, "sequence lengths add up to more than 2^60 bytes");
+    }
     if (index.pointers[i] != expect_ptr) {
       return bad(kHeaderBytes + 4 * n + 8 * i,
                  absl::StrCat("sequence ", i, " pointer ", index.pointers[i],
@@ -137,7 +157,9 @@ absl::Status WriteMegatronIndex(const std::string& prefix, MegatronDType dtype,
     ptr += static_cast<int64_t>(len) * item;
   }
   out.append(reinterpret_cast<const char*>(doc_idx.data()), 8 * doc_idx.size());
-  return WriteFileAtomic(prefix + ".idx", out);
+  // Through a symlink: replace the file it points at and keep the link (core/paths.h).
+  TS_ASSIGN_OR_RETURN(std::string target, ResolveOutputPath(prefix + ".idx"));
+  return WriteFileAtomic(target, out);
 }
 
 absl::Status ReadMegatronSequence(std::FILE* bin, const MegatronIndex& index, size_t i,

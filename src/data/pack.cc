@@ -62,6 +62,13 @@ absl::StatusOr<PackReport> RunPack(const std::vector<InputFile>& inputs, const P
   if (o.seq_len <= 0 || o.seq_len > (1 << 30))
     return absl::InvalidArgumentError("--seq-len must be in 1..2^30");
   if (o.output_prefix.empty()) return absl::InvalidArgumentError("--output is required");
+  if (auto st =
+          CheckOutputsAgainstInputs({o.output_prefix + ".bin", o.output_prefix + ".idx"}, inputs);
+      !st.ok()) {
+    return absl::Status(
+        st.code(), absl::StrCat(st.message(), " (-o ", o.output_prefix, " writes ", o.output_prefix,
+                                ".bin and ", o.output_prefix, ".idx)"));
+  }
   PackReport rep;
   rep.prefix = o.output_prefix;
   rep.tokenizer = o.tokenizer->name();

@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -30,6 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 #include "trainscope/data/megatron.h"
 #include "trainscope/tokenizer/tokenizer.h"
@@ -79,13 +81,21 @@ bool IsDir(const std::string& p) {
   return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-absl::Status AddFile(const std::string& path, InputFormat forced, std::vector<InputFile>* out) {
+absl::Status AddFile(const std::string& path, InputFormat forced, const std::string& root,
+                     std::vector<InputFile>* out) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   }
+  // Pipes are read as streams (<(zcat ...)); a device would be read without end.
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file (",
+                                                   std::string(FileTypeName(st.st_mode)),
+                                                   "): corpora are read from files or pipes"));
+  }
   InputFile f;
   f.path = path;
+  f.root = root;
   f.size_bytes = st.st_size;
   std::string name = path;
   if (absl::EndsWith(name, ".zst") || absl::EndsWith(name, ".zstd")) {
@@ -118,15 +128,17 @@ absl::Status AddFile(const std::string& path, InputFormat forced, std::vector<In
   return absl::OkStatus();
 }
 
-absl::Status AddDir(const std::string& dir, InputFormat forced, std::vector<InputFile>* out) {
+// `root`: the directory argument the walk started from.
+absl::Status AddDir(const std::string& dir, InputFormat forced, const std::string& root,
+                    std::vector<InputFile>* out) {
   TS_ASSIGN_OR_RETURN(auto names, Os::Default()->ListDir(dir));
   for (const auto& n : names) {
     if (n.empty() || n[0] == '.') continue;
     std::string p = absl::StrCat(dir, "/", n);
     if (IsDir(p)) {
-      TS_RETURN_IF_ERROR(AddDir(p, forced, out));
+      TS_RETURN_IF_ERROR(AddDir(p, forced, root, out));
     } else {
-      TS_RETURN_IF_ERROR(AddFile(p, forced, out));
+      TS_RETURN_IF_ERROR(AddFile(p, forced, root, out));
     }
   }
   return absl::OkStatus();
@@ -148,16 +160,35 @@ absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::strin
       std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + g.gl_pathc);
       globfree(&g);
       for (const auto& p : paths) {
-        TS_RETURN_IF_ERROR(IsDir(p) ? AddDir(p, format, &out) : AddFile(p, format, &out));
+        TS_RETURN_IF_ERROR(IsDir(p) ? AddDir(p, format, p, &out) : AddFile(p, format, "", &out));
       }
     } else if (IsDir(a)) {
-      TS_RETURN_IF_ERROR(AddDir(a, format, &out));
+      TS_RETURN_IF_ERROR(AddDir(a, format, a, &out));
     } else {
-      TS_RETURN_IF_ERROR(AddFile(a, format, &out));
+      TS_RETURN_IF_ERROR(AddFile(a, format, "", &out));
     }
   }
   if (out.empty()) return absl::InvalidArgumentError("no input files");
   return out;
+}
+
+absl::Status CheckOutputsAgainstInputs(const std::vector<std::string>& outputs,
+                                       const std::vector<InputFile>& inputs) {
+  for (const std::string& o : outputs) TS_RETURN_IF_ERROR(CheckOutputFile(o));
+  std::vector<std::string> paths;
+  std::set<std::string> roots;
+  for (const InputFile& in : inputs) {
+    if (in.format == InputFormat::kMegatron) {
+      const std::string prefix = MegatronPrefix(in.path);
+      paths.push_back(prefix + ".idx");
+      paths.push_back(prefix + ".bin");
+    } else {
+      paths.push_back(in.path);
+    }
+    if (!in.root.empty()) roots.insert(in.root);
+  }
+  paths.insert(paths.end(), roots.begin(), roots.end());
+  return CheckOutputNotInput(outputs, paths);
 }
 
 std::string DocLocation(const std::vector<InputFile>& inputs, const DocRef& doc) {

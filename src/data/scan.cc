@@ -232,6 +232,9 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   if (opt.threshold <= 0 || opt.threshold > 1) {
     return absl::InvalidArgumentError("--threshold must be in (0, 1]");
   }
+  if (!opt.verdicts_path.empty()) {
+    TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({opt.verdicts_path}, inputs));
+  }
   AnalyzerOptions aopt;
   aopt.ngram = opt.ngram;
   aopt.bands = opt.bands;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/core/os.h"
@@ -63,12 +64,22 @@ absl::StatusOr<std::unique_ptr<SpillDir>> SpillDir::Create(const std::string& pa
     const char* t = std::getenv("TMPDIR");
     base = t && *t ? t : "/tmp";
   }
-  std::string templ = base + "/trainscope-data.XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(base, ": cannot create a temporary directory: ", std::strerror(errno)));
+  // mkdtemp's job, with the name registered for removal on a signal before the directory
+  // exists (a signal that comes between the two must not leave it behind). A name that is
+  // taken (1 in 62^6) is registered for the microseconds until mkdir says EEXIST.
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::random_device rd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string dir = base + "/trainscope-data.";
+    for (int i = 0; i < 6; ++i) dir += kChars[rd() % (sizeof(kChars) - 1)];
+    TempPathRegistration registration(dir, TempPathKind::kPrivateDir);
+    if (::mkdir(dir.c_str(), 0700) == 0) {
+      return std::unique_ptr<SpillDir>(new SpillDir(dir, std::move(registration)));
+    }
+    if (errno != EEXIST) break;
   }
-  return std::unique_ptr<SpillDir>(new SpillDir(templ));
+  return absl::InvalidArgumentError(
+      absl::StrCat(base, ": cannot create a temporary directory: ", std::strerror(errno)));
 }
 
 SpillDir::~SpillDir() {
@@ -102,16 +113,23 @@ absl::Status SpillDir::ReadAll(const std::string& name, std::vector<BandRecord>*
 void SpillDir::Remove(const std::string& name) { ::unlink(Path(name).c_str()); }
 
 absl::StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& path) {
-  if (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
-    auto st = MakeDirs(path.substr(0, slash));
+  if (auto st = CheckOutputFile(path); !st.ok()) return st;
+  // Through a symlink: the temporary file goes next to the link's target, so the rename
+  // replaces the target (same file system) and the link stays.
+  auto target = ResolveOutputPath(path);
+  if (!target.ok()) return target.status();
+  if (auto slash = target->rfind('/'); slash != std::string::npos && slash > 0) {
+    auto st = MakeDirs(target->substr(0, slash));
     if (!st.ok()) return st;
   }
-  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  std::string tmp = absl::StrCat(*target, ".tmp.", ::getpid());
+  TempPathRegistration registration(tmp, TempPathKind::kFile);  // before the file exists
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
   }
-  return std::unique_ptr<OutputFile>(new OutputFile(f, path, tmp));
+  return std::unique_ptr<OutputFile>(
+      new OutputFile(f, path, *target, tmp, std::move(registration)));
 }
 
 OutputFile::~OutputFile() {
@@ -130,9 +148,10 @@ absl::Status OutputFile::Commit() {
   const bool bad = std::fclose(f_) != 0;
   f_ = nullptr;
   if (bad) return Errno(absl::StrCat(path_, ": write failed"));
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0)
     return Errno(absl::StrCat(path_, ": rename failed"));
   committed_ = true;
+  registration_.Release();
   return absl::OkStatus();
 }
 

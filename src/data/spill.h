@@ -1,5 +1,7 @@
 // Temporary files of a scan (LSH band records, MinHash fingerprints, verdict ids) and an
-// output file that appears atomically. A SpillDir removes its files when destroyed.
+// output file that appears atomically. A SpillDir removes its files when destroyed; both
+// register their temporary paths (core/paths.h) so that the CLI's signal handler removes
+// them when a verb is interrupted.
 #ifndef TRAINSCOPE_DATA_SPILL_H_
 #define TRAINSCOPE_DATA_SPILL_H_
 
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/paths.h"
 
 namespace trainscope::data {
 
@@ -65,13 +68,17 @@ class SpillDir {
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
  private:
-  explicit SpillDir(std::string dir) : dir_(std::move(dir)) {}
+  SpillDir(std::string dir, TempPathRegistration registration)
+      : dir_(std::move(dir)), registration_(std::move(registration)) {}
   const std::string dir_;
+  TempPathRegistration registration_;  // released after the destructor removed the dir
   std::vector<std::string> names_;
 };
 
-// A file written to "<path>.tmp.<pid>" and renamed over `path` by Commit(); removed when
-// destroyed without Commit().
+// A file written to "<target>.tmp.<pid>" and renamed over the target by Commit(); removed
+// when destroyed without Commit(). The target is `path` with symlinks followed
+// (ResolveOutputPath): writing through a symlink replaces the file it points at and keeps
+// the link. InvalidArgument when `path` is a directory or another non-regular file.
 class OutputFile {
  public:
   static absl::StatusOr<std::unique_ptr<OutputFile>> Open(const std::string& path);
@@ -81,10 +88,16 @@ class OutputFile {
   std::FILE* file() { return f_; }
 
  private:
-  OutputFile(std::FILE* f, std::string path, std::string tmp)
-      : f_(f), path_(std::move(path)), tmp_(std::move(tmp)) {}
+  OutputFile(std::FILE* f, std::string path, std::string target, std::string tmp,
+             TempPathRegistration registration)
+      : f_(f),
+        path_(std::move(path)),
+        target_(std::move(target)),
+        tmp_(std::move(tmp)),
+        registration_(std::move(registration)) {}
   std::FILE* f_;
-  const std::string path_, tmp_;
+  const std::string path_, target_, tmp_;  // as given, symlinks resolved, temporary
+  TempPathRegistration registration_;
   bool committed_ = false;
 };
 

@@ -20,7 +20,9 @@ absl::StatusOr<uint32_t> ParseRules(const std::string& rules);
 
 struct CleanOptions {
   ScanOptions scan;
-  std::string output;       // .jsonl / .txt; ".zst" suffix compresses with zstd
+  // .jsonl / .txt; ".zst"/".zstd" compresses with zstd, ".gz" with gzip. A symlink is
+  // written through (its target replaced, the link kept).
+  std::string output;
   uint32_t drop_flags = 0;  // documents with any of these flags are dropped
   bool dedup = true;        // drop exact and near duplicates (keep the first)
   bool strict = false;      // a bad record is an error before anything is written
@@ -43,6 +45,11 @@ struct CleanReport {
   std::string tokenizer;
 };
 
+// Errors, before anything is read or written: InvalidArgument for a Megatron input, for an
+// input that is not a regular file (a pipe cannot be read twice), and for an output that
+// would replace an input (CheckOutputsAgainstInputs in reader.h: the same file, or a path
+// below an input directory); then RunScan's errors, --strict's bad records
+// (InvalidArgument) and write failures. The output appears only on success.
 absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
                                      const CleanOptions& options);
 double JensenShannonBits(const Log2Histogram& a, const Log2Histogram& b);

@@ -46,10 +46,14 @@ std::string MegatronPrefix(const std::string& path);
 
 // Reads and validates "<prefix>.idx" against "<prefix>.bin" (magic, version, dtype, file
 // sizes, monotone pointers consistent with lengths, document indices). DataLoss /
-// InvalidArgument naming the file and the byte offset of the first inconsistency.
+// InvalidArgument naming the file and the byte offset of the first inconsistency; the
+// header's sequence and document counts are checked against the file size before any
+// allocation. NotFound for a missing file; InvalidArgument when either is not a regular
+// file (a device, a FIFO: neither is opened).
 absl::StatusOr<MegatronIndex> ReadMegatronIndex(const std::string& prefix);
 
-// Writes "<prefix>.idx" for sequences of `lengths` tokens stored back to back in .bin.
+// Writes "<prefix>.idx" for sequences of `lengths` tokens stored back to back in .bin
+// (atomically; a symlink is written through: its target is replaced, the link stays).
 absl::Status WriteMegatronIndex(const std::string& prefix, MegatronDType dtype,
                                 const std::vector<int32_t>& lengths,
                                 const std::vector<int64_t>& doc_idx);

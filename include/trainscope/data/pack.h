@@ -42,6 +42,11 @@ struct PackReport {
   BadRecords bad;
 };
 
+// Packs the inputs into "<output_prefix>.bin" and ".idx" (each written to a temporary file
+// and renamed; a symlink is written through, its target replaced). Errors: InvalidArgument
+// for bad options, and, before anything is read or written, for an output that would
+// replace an input (CheckOutputsAgainstInputs in reader.h: either output file against both
+// files of a Megatron input); unreadable inputs as ReadCorpus; write failures.
 absl::StatusOr<PackReport> RunPack(const std::vector<InputFile>& inputs,
                                    const PackOptions& options);
 nlohmann::json PackReportToJson(const PackReport& r);

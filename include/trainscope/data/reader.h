@@ -98,13 +98,23 @@ struct InputFile {
   InputFormat format = InputFormat::kText;
   enum Compression { kNone, kZstd, kGzip } compression = kNone;
   uint64_t size_bytes = 0;  // on disk
+  std::string root;         // the directory argument it was found under; "" if named itself
 };
 
 // Expands files, directories (recursively, sorted, hidden files skipped) and glob
 // patterns into inputs. InvalidArgument / NotFound naming the argument when nothing
-// matches or a path is unreadable.
+// matches or a path is unreadable; InvalidArgument for a character or block device or a
+// socket (regular files and pipes are corpora; a Megatron dataset must be regular files,
+// which ReadMegatronIndex checks).
 absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::string>& args,
                                                     InputFormat format);
+
+// Refuses `outputs` that would replace an input, before anything is read or written
+// (core/paths.h): CheckOutputFile for each, then CheckOutputNotInput against every input
+// file (both files of a Megatron dataset) and every directory an input was found under.
+// InvalidArgument naming the output and the input.
+absl::Status CheckOutputsAgainstInputs(const std::vector<std::string>& outputs,
+                                       const std::vector<InputFile>& inputs);
 
 // Counts of bad records by kind, with the first few locations.
 class BadRecords {

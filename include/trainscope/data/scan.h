@@ -38,7 +38,7 @@ struct ScanOptions {
   int64_t seq_len = 2048;   // for padding waste
   int64_t batch_size = 32;  // documents per training batch (duplicate ratio, padding)
   uint64_t shuffle_seed = 1234;
-  std::string verdicts_path;     // "" = no verdicts
+  std::string verdicts_path;     // "" = no verdicts; a symlink is written through
   std::string tmp_dir;           // "" = $TMPDIR or /tmp
   bool keep_doc_arrays = false;  // fill ScanResult::doc_* (for data clean)
   bool progress = true;
@@ -92,7 +92,10 @@ struct ScanResult {
 };
 
 // Runs the scan. Errors: unreadable inputs (NotFound, PermissionDenied, DataLoss naming the
-// file), unwritable verdicts or temporary files. Bad records are counted, not errors.
+// file), unwritable verdicts or temporary files; InvalidArgument, before anything is read,
+// when verdicts_path would replace an input (CheckOutputsAgainstInputs in reader.h).
+// Bad records are counted, not errors. The temporary directory is removed on every
+// return and registered for RemoveRegisteredTempPaths (core/paths.h) while it exists.
 absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs,
                                    const ScanOptions& options);
 
