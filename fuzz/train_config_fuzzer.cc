@@ -4,6 +4,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
+#include "nlohmann/json.hpp"
 #include "trainscope/train/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
