@@ -89,7 +89,7 @@ std::string ProfilingName(const FlightEntry& e, const std::string& backend, int 
 
 ScopedCallerTag::ScopedCallerTag(absl::string_view tag)
     : previous_(tls_caller_tag), size_(Utf8Prefix(tag, kMaxCallerTagBytes)) {
-  std::memcpy(text_, tag.data(), size_);
+  if (size_ > 0) std::memcpy(text_, tag.data(), size_);
   text_[size_] = '\0';
   tls_caller_tag = this;
 }
@@ -185,7 +185,7 @@ int64_t FlightRecorder::RecordScheduled(const FlightOp& op) {
   e.time_discovered_completed_ns = 0;
   e.thread_id = thread.tid;
   std::memcpy(e.thread_name, thread.name, sizeof(e.thread_name));
-  std::memcpy(e.caller, caller.data(), caller.size());
+  if (!caller.empty()) std::memcpy(e.caller, caller.data(), caller.size());
   e.caller[caller.size()] = '\0';
   e.error[0] = '\0';
   GroupStatus& s = status_[op.pg_id];

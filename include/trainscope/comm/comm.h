@@ -113,11 +113,11 @@ struct OpRecord {
 // Sees every op of a communicator. Callbacks run on the thread that runs the op's stage:
 // OnEnqueue on the issuing thread (the user's), OnStart/OnEnd on the thread that runs the
 // op (the issuing thread for synchronous ops, the communicator's progress thread for
-// *Async ops), in op order, never two at once for one communicator. They are called with
-// the communicator's observer lock held and inside the op's timing: they must be quick,
-// must not block, and must not call AddObserver/RemoveObserver or any op of the
-// communicator (that would deadlock). An op refused because the communicator is already
-// broken gets OnEnqueue but no OnStart/OnEnd.
+// *Async ops); each callback sees the ops in issue order, and no two callbacks of one
+// communicator run at once. They are called with the communicator's observer lock held
+// and inside the op's timing: they must be quick, must not block, and must not call
+// AddObserver/RemoveObserver or any op of the communicator (that would deadlock). An op
+// refused because the communicator is already broken gets OnEnqueue but no OnStart/OnEnd.
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
