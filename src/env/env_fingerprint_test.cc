@@ -21,6 +21,15 @@
 #include "trainscope/env/diff.h"
 #include "trainscope/env/fingerprint.h"
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TS_SANITIZER_SHADOW_MEMORY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define TS_SANITIZER_SHADOW_MEMORY 1
+#endif
+#endif
+
 namespace trainscope::env {
 namespace {
 
@@ -303,7 +312,7 @@ bool InChild(const std::function<bool()>& check, unsigned seconds) {
   const pid_t pid = fork();
   if (pid == 0) {
     alarm(seconds);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(TS_SANITIZER_SHADOW_MEMORY)  // ASan/TSan/MSan reserve terabytes of address space
     rlimit lim{rlim_t{2} << 30, rlim_t{2} << 30};
     setrlimit(RLIMIT_AS, &lim);
 #endif
