@@ -314,12 +314,14 @@ absl::Status Reader::ReadHeaderKeys(bool after_events, bool* found_events) {
       continue;
     }
     if (key == "distributedInfo" || key == "distributed_info") {
-      simdjson::padded_string js(v, v_end - v);
-      od::parser small;
-      od::document doc;
-      if (small.iterate(js).get(doc) == SUCCESS) {
+      // A small object: the DOM parser validates all of it first. (An ondemand document
+      // that hit an error must not be read on: a second lookup dereferenced a null parser
+      // on a malformed object such as {"backend": "nk": 0, ...}.)
+      simdjson::dom::parser small;
+      simdjson::dom::element info;
+      if (small.parse(v, v_end - v).get(info) == SUCCESS && info.is_object()) {
         int64_t r = -1;
-        auto rank_err = doc["rank"].get_int64().get(r);
+        auto rank_err = info["rank"].get_int64().get(r);
         if (rank_err == SUCCESS && r >= 0 && r < kMaxRank) {
           out_->rank = static_cast<int>(r);
           out_->rank_source = "distributedInfo";
@@ -328,9 +330,11 @@ absl::Status Reader::ReadHeaderKeys(bool after_events, bool* found_events) {
                             ": distributedInfo rank is not an integer in [0, 2^20), ignored"));
         }
         int64_t w = 0;
-        if (doc["world_size"].get_int64().get(w) == SUCCESS && w > 0 && w <= kMaxRank) {
+        if (info["world_size"].get_int64().get(w) == SUCCESS && w > 0 && w <= kMaxRank) {
           out_->world_size = static_cast<int>(w);
         }
+      } else {
+        Warn(absl::StrCat("byte ", Off(v), ": distributedInfo is not a valid JSON object, ignored"));
       }
     }
     begin_ = v_end - buf_.get();

@@ -143,6 +143,26 @@ TEST(ChromeReader, EscapedNamesAndArgs) {
   EXPECT_TRUE(found);
 }
 
+// Found by the mutation campaign: a distributedInfo object that is not valid JSON made the
+// second field lookup of an ondemand document in error dereference a null parser.
+TEST(ChromeReader, MalformedDistributedInfoIsIgnoredWithAWarning) {
+  for (const char* info : {R"({"backend": "nk": 0, "world_size": 8})", R"({"rank": 1, "world_size")",
+                           R"([1, 2])", R"({"rank": {}, "world_size": []})"}) {
+    std::string s = std::string(R"({"distributedInfo": )") + info +
+                    R"(, "traceEvents": [{"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2,
+                        "cat": "kernel", "args": {"stream": 7, "correlation": 1}}]})";
+    auto t = ParseChromeTrace(s, "info.json");
+    if (!t.ok()) continue;  // a top-level value the key scanner refuses is an error, not a crash
+    EXPECT_EQ(t->world_size, 0) << info;
+    EXPECT_EQ(t->stats.events_kept, 1) << info;
+  }
+  auto good = ParseChromeTrace(
+      R"({"distributedInfo": {"rank": 3, "world_size": 8}, "traceEvents": []})", "good.json");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->rank, 3);
+  EXPECT_EQ(good->world_size, 8);
+}
+
 TEST(ChromeReader, TruncatedAnywhereNeverCrashes) {
   std::string s = MakeTrace(40, true);
   int64_t full = ParseChromeTrace(s, "m").value().stats.events_kept;
