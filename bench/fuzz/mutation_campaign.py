@@ -29,7 +29,7 @@ SPLICES = [b"1e309", b"-1e309", b"-1", b"0", b"18446744073709551616", b"-9223372
 
 def fixtures():
     """(kind, list of fixture paths, argv builder). Paths are copied into a scratch dir."""
-    g = lambda p: sorted(glob.glob(os.path.join(SRC, p), recursive=True))
+    g = lambda p: sorted(f for f in glob.glob(os.path.join(SRC, p), recursive=True) if os.path.isfile(f))
     return [
         ("trace", g("tests/data/trace/*.json"), lambda f: ["trace", "analyze", f[0], "--json"]),
         ("phases", g("tests/data/trace/phases/**/*.jsonl"), lambda f: ["trace", "analyze", f[0], "--json"]),
@@ -94,6 +94,26 @@ def mutate(data, rng, kind):
     return bytes(d) + b"\0" * delta, "size", True
 
 
+_ACCEPTED = {}
+
+
+def accepted(src, kind, argv_of, binary=None):
+    """Whether the unmutated fixture is accepted (exit 0 or 1) by its verb; cached."""
+    if (src, kind) not in _ACCEPTED:
+        work = tempfile.mkdtemp(prefix="ts_seed_")
+        try:
+            target = os.path.join(work, os.path.basename(src))
+            shutil.copy(src, target)
+            p = subprocess.run([_BINARY[0]] + argv_of([target]), capture_output=True, cwd=work, timeout=120)
+            _ACCEPTED[(src, kind)] = p.returncode in (0, 1)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return _ACCEPTED[(src, kind)]
+
+
+_BINARY = [None]
+
+
 def digest(paths):
     h = {}
     for p in paths:
@@ -115,6 +135,8 @@ def main():
     ap.add_argument("--keep", default="", help="directory for the inputs of findings")
     ap.add_argument("--json", default="", help="write the summary here")
     a = ap.parse_args()
+    a.binary = os.path.abspath(a.binary)  # runs happen in scratch directories
+    _BINARY[0] = a.binary
     rng = random.Random(a.seed)
     kinds = [k for k in fixtures() if k[1]]
     fast = [k for k in kinds if k[0] != "train_config"]
@@ -127,6 +149,7 @@ def main():
     by_kind = {}
     examples = []
     keep = a.keep or tempfile.mkdtemp(prefix="ts_mutation_findings_")
+    os.makedirs(keep, exist_ok=True)
     t0 = time.time()
     for n, (kind, paths, argv_of) in enumerate(plan):
         src = rng.choice(paths)
@@ -137,6 +160,9 @@ def main():
             with open(src, "rb") as f:
                 data = f.read()
             mutant, op, must_refuse = mutate(data, rng, kind)
+            # A header/size mismatch must be refused only when the seed itself was valid
+            # (fixtures of bad files, e.g. trailing bytes, may become valid by the mutation).
+            must_refuse = must_refuse and accepted(src, kind, argv_of)
             with open(target, "wb") as f:
                 f.write(mutant)
             inputs = [target]
@@ -172,6 +198,9 @@ def main():
             totals[verdict] += 1
             by_kind.setdefault(kind, {}).setdefault(verdict, 0)
             by_kind[kind][verdict] += 1
+            if verdict == "clean":
+                by_kind[kind].setdefault(f"exit{rc}", 0)
+                by_kind[kind][f"exit{rc}"] += 1
             if verdict != "clean":
                 kept = os.path.join(keep, f"{kind}-{verdict}-{n}-{name}")
                 with open(kept, "wb") as f:
@@ -188,12 +217,15 @@ def main():
                "elapsed_s": round(time.time() - t0, 1), "totals": totals, "by_kind": by_kind,
                "examples": examples, "kept": keep}
     print()
-    print(f"{'kind':<18} {'runs':>6} {'clean':>6} {'crash':>6} {'destroyed':>9} {'wrong':>6} {'noisy':>6}")
+    print(f"{'kind':<18} {'runs':>6} {'clean':>6} {'(exit 0':>7} {'1':>5} {'2)':>6} {'crash':>6} {'destroyed':>9} "
+          f"{'wrong':>6} {'noisy':>6}")
     for k, v in sorted(by_kind.items()):
-        print(f"{k:<18} {sum(v.values()):>6} {v.get('clean', 0):>6} {v.get('crash', 0):>6} "
-              f"{v.get('destroyed', 0):>9} {v.get('wrong', 0):>6} {v.get('noisy', 0):>6}")
-    print(f"{'all':<18} {totals['runs']:>6} {totals['clean']:>6} {totals['crash']:>6} {totals['destroyed']:>9} "
-          f"{totals['wrong']:>6} {totals['noisy']:>6}")
+        runs = sum(n for key, n in v.items() if not key.startswith("exit"))
+        print(f"{k:<18} {runs:>6} {v.get('clean', 0):>6} {v.get('exit0', 0):>7} {v.get('exit1', 0):>5} "
+              f"{v.get('exit2', 0):>6} {v.get('crash', 0):>6} {v.get('destroyed', 0):>9} {v.get('wrong', 0):>6} "
+              f"{v.get('noisy', 0):>6}")
+    print(f"{'all':<18} {totals['runs']:>6} {totals['clean']:>6} {'':>7} {'':>5} {'':>6} {totals['crash']:>6} "
+          f"{totals['destroyed']:>9} {totals['wrong']:>6} {totals['noisy']:>6}")
     for e in examples[:15]:
         print(f"  {e['kind']} {e['verdict']} ({e['mutation']}, exit {e['exit']}): {e['input']}: "
               f"{' | '.join(e['stderr'])[:200]}")
