@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
+#include "trainscope/core/utf8.h"
 
 namespace trainscope::data {
 namespace {
@@ -165,35 +166,6 @@ std::string Quote(absl::string_view s) {
   return out + (s.size() > 200 ? "...'" : "'");
 }
 
-// Replaces each invalid UTF-8 sequence by U+FFFD so that json::dump() cannot throw.
-std::string ValidUtf8(absl::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    const size_t len = c < 0x80                 ? 1
-                       : c >= 0xC2 && c <= 0xDF ? 2
-                       : c >= 0xE0 && c <= 0xEF ? 3
-                       : c >= 0xF0 && c <= 0xF4 ? 4
-                                                : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    if (ok && len >= 3) {  // overlong forms, surrogates, beyond U+10FFFF
-      const unsigned char c1 = s[i + 1];
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F) && !(c == 0xF0 && c1 < 0x90) &&
-           !(c == 0xF4 && c1 > 0x8F);
-    }
-    if (ok) {
-      out.append(s.data() + i, len);
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
 
 bool MulOk(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 

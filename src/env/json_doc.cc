@@ -191,58 +191,6 @@ absl::StatusOr<json> ReadJsonFile(Os* os, const std::string& path) {
   return ParseJsonText(*text, path);
 }
 
-std::string ValidUtf8(absl::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    const size_t len = c < 0x80                 ? 1
-                       : c >= 0xC2 && c <= 0xDF ? 2
-                       : c >= 0xE0 && c <= 0xEF ? 3
-                       : c >= 0xF0 && c <= 0xF4 ? 4
-                                                : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && len >= 3) {  // overlong forms, surrogates, beyond U+10FFFF
-      const unsigned char c1 = s[i + 1];
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F) && !(c == 0xF0 && c1 < 0x90) &&
-           !(c == 0xF4 && c1 > 0x8F);
-    }
-    if (ok) {
-      out.append(s.data() + i, len);
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
-
-void SanitizeUtf8(json* doc) {
-  if (doc->is_string()) {
-    std::string& s = doc->get_ref<std::string&>();
-    std::string valid = ValidUtf8(s);
-    if (valid != s) s = std::move(valid);
-  } else if (doc->is_array()) {
-    for (json& e : *doc) SanitizeUtf8(&e);
-  } else if (doc->is_object()) {
-    bool bad_key = false;
-    for (auto it = doc->begin(); it != doc->end(); ++it) {
-      SanitizeUtf8(&it.value());
-      bad_key = bad_key || ValidUtf8(it.key()) != it.key();
-    }
-    if (bad_key) {
-      json fixed = json::object();
-      for (auto it = doc->begin(); it != doc->end(); ++it) {
-        fixed[ValidUtf8(it.key())] = std::move(it.value());
-      }
-      *doc = std::move(fixed);
-    }
-  }
-}
 
 namespace {
 

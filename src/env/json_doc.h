@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/utf8.h"
 #include "trainscope/core/os.h"
 
 namespace trainscope::env {
@@ -35,11 +36,9 @@ absl::StatusOr<nlohmann::json> ParseJsonText(absl::string_view text, const std::
 // whole and then size-checked.
 absl::StatusOr<nlohmann::json> ReadJsonFile(Os* os, const std::string& path);
 
-// `s` with every invalid UTF-8 sequence replaced by U+FFFD (json::dump() throws on them).
-std::string ValidUtf8(absl::string_view s);
-
-// Replaces invalid UTF-8 in every string (keys included) of `doc`, in place.
-void SanitizeUtf8(nlohmann::json* doc);
+// ValidUtf8 / SanitizeUtf8 (core/utf8.h), used throughout env.
+using ::trainscope::SanitizeUtf8;
+using ::trainscope::ValidUtf8;
 
 // Checks `doc` against `schema`. OK, or InvalidArgument "NAME: $.a.b[2]: reason" for the
 // first violation found (depth-first, properties in document order).

@@ -5,85 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainscope/core/table.h"
+#include "trainscope/core/utf8.h"
 #include "trainscope/trace/analysis.h"
 
 namespace trainscope::trace {
 namespace {
 
 double R2(double v) { return std::round(v * 100.0) / 100.0; }
-
-// Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, surrogates or code points
-// above U+10FFFF), 0 when it is not one.
-size_t Utf8SeqLen(const unsigned char* p, size_t n) {
-  unsigned c = p[0];
-  if (c < 0x80) return 1;
-  size_t len = 0;
-  unsigned lo = 0x80, hi = 0xBF;  // range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (n < len || p[1] < lo || p[1] > hi) return 0;
-  for (size_t i = 2; i < len; ++i)
-    if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-  return len;
-}
-
-// `s` with every byte that is not part of valid UTF-8 replaced by U+FFFD. Names from CSVs, file
-// paths and phase-log keys can hold any bytes, and nlohmann's dump() throws on them.
-bool ValidUtf8(const std::string& s, std::string* fixed) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t len = Utf8SeqLen(p + i, s.size() - i);
-    if (len == 0) break;
-    i += len;
-  }
-  if (i == s.size()) return true;
-  fixed->assign(s, 0, i);
-  while (i < s.size()) {
-    size_t len = Utf8SeqLen(p + i, s.size() - i);
-    if (len == 0) {
-      fixed->append("\xEF\xBF\xBD");
-      ++i;
-    } else {
-      fixed->append(s, i, len);
-      i += len;
-    }
-  }
-  return false;
-}
-
-// Makes every string and key of `j` valid UTF-8 (in place).
-void SanitizeUtf8(nlohmann::json* j) {
-  std::string fixed;
-  if (j->is_string()) {
-    if (!ValidUtf8(j->get_ref<const std::string&>(), &fixed)) *j = fixed;
-  } else if (j->is_array()) {
-    for (auto& v : *j) SanitizeUtf8(&v);
-  } else if (j->is_object()) {
-    bool keys_ok = true;
-    for (auto it = j->begin(); it != j->end(); ++it) {
-      keys_ok &= ValidUtf8(it.key(), &fixed);
-      SanitizeUtf8(&it.value());
-    }
-    if (!keys_ok) {
-      nlohmann::json o = nlohmann::json::object();
-      for (auto it = j->begin(); it != j->end(); ++it)
-        o[ValidUtf8(it.key(), &fixed) ? it.key() : fixed] = std::move(it.value());
-      *j = std::move(o);
-    }
-  }
-}
 
 nlohmann::json FindingJson(const Finding& f) {
   return {{"severity", f.severity}, {"code", f.code},         {"rank", f.rank},
