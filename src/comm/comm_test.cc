@@ -502,7 +502,7 @@ TEST(CommunicatorTest, AsyncAllReduceOverlapsAndKeepsOrder) {
   };
   auto st = RunRanks(2, [](Communicator& c) -> absl::Status {
     Counter obs;
-    c.set_observer(&obs);
+    c.AddObserver(&obs);
     std::vector<std::vector<float>> bufs(8, std::vector<float>(4096));
     std::vector<std::unique_ptr<Work>> works;
     for (size_t k = 0; k < bufs.size(); ++k) {

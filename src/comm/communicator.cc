@@ -206,17 +206,6 @@ void Communicator::RemoveObserver(OpObserver* observer) {
   std::lock_guard<std::mutex> lock(observer_mu_);
   auto it = std::find(observers_.begin(), observers_.end(), observer);
   if (it != observers_.end()) observers_.erase(it);
-  if (legacy_observer_ == observer) legacy_observer_ = nullptr;
-}
-
-void Communicator::set_observer(OpObserver* observer) {
-  std::lock_guard<std::mutex> lock(observer_mu_);
-  if (legacy_observer_ != nullptr) {
-    auto it = std::find(observers_.begin(), observers_.end(), legacy_observer_);
-    if (it != observers_.end()) observers_.erase(it);
-  }
-  legacy_observer_ = observer;
-  if (observer != nullptr) observers_.push_back(observer);
 }
 
 // Observers are called under observer_mu_, so that RemoveObserver returning means "no

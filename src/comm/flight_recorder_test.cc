@@ -616,7 +616,7 @@ TEST(CommunicatorRecorder, ObserversRunInOrderAndCanBeRemoved) {
   auto c = SingleRank();
   ASSERT_NE(c, nullptr);
   std::vector<std::string> events;
-  Log a("a", &events), b("b", &events), legacy("legacy", &events), other("other", &events);
+  Log a("a", &events), b("b", &events), other("other", &events);
   c->AddObserver(&a);
   c->AddObserver(&b);
   int32_t x = 1;
@@ -625,13 +625,12 @@ TEST(CommunicatorRecorder, ObserversRunInOrderAndCanBeRemoved) {
                                   "b end 0"));
   events.clear();
   c->RemoveObserver(&a);
-  c->set_observer(&legacy);  // the old setter adds one more...
-  c->set_observer(&other);   // ...and replaces only what it set
+  c->AddObserver(&other);
   ASSERT_TRUE(c->Barrier().ok());
   EXPECT_THAT(events, ElementsAre("b enqueue 1", "other enqueue 1", "b start 1", "other start 1",
                                   "b end 1", "other end 1"));
   events.clear();
-  c->set_observer(nullptr);
+  c->RemoveObserver(&other);
   c->RemoveObserver(&b);
   c->RemoveObserver(&b);  // not there: nothing happens
   ASSERT_TRUE(c->Barrier().ok());

@@ -324,7 +324,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   std::unique_ptr<GradSync> sync;
   CommTimer& comm_timer = *world.timer;
   if (world.comm) {
-    world.comm->set_observer(&comm_timer);
+    world.comm->AddObserver(&comm_timer);
     sync = std::make_unique<GradSync>(world.comm.get(), named, rc.bucket_mb * 1e6);
     TS_RETURN_IF_ERROR(sync->BroadcastParams());
   }

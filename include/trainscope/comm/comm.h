@@ -158,10 +158,6 @@ class Communicator {
   // called again and may be destroyed; removing one that is not there does nothing.
   void AddObserver(OpObserver* observer);
   void RemoveObserver(OpObserver* observer);
-  // Older single-observer setter, kept for callers not yet moved to AddObserver: replaces
-  // the observer that the previous set_observer call installed (null: just removes it);
-  // observers added with AddObserver stay.
-  void set_observer(OpObserver* observer);
 
   // This communicator's flight recorder (possibly shared with other communicators, see
   // CommOptions::flight_recorder); null when off. It outlives the communicator as long as
@@ -213,10 +209,9 @@ class Communicator {
   int64_t next_seq_ = 0;
   int64_t collective_seq_ = 0;
   int64_t p2p_seq_ = 0;
-  // Guards observers_ and legacy_observer_; held while observers are called.
+  // Guards observers_; held while observers are called.
   std::mutex observer_mu_;
   std::vector<OpObserver*> observers_;
-  OpObserver* legacy_observer_ = nullptr;  // installed by set_observer
   struct AsyncQueue;
   std::unique_ptr<AsyncQueue> async_;
 };
