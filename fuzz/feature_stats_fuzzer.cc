@@ -8,9 +8,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace trainscope::data;
-  const std::string path = trainscope::fuzz::WriteInput(
-      std::string("input") + TS_FUZZ_EXT,
-      std::string_view(reinterpret_cast<const char*>(data), size));
+  const std::string path =
+      trainscope::fuzz::WriteInput(std::string("input") + TS_FUZZ_EXT,
+                                   std::string_view(reinterpret_cast<const char*>(data), size));
   auto report = FeatureStatsOfFile(path);
   if (!report.ok()) return 0;
   (void)FeatureReportToJson(*report).dump();

@@ -18,8 +18,7 @@
 
 namespace {
 
-bool SameRequest(const trainscope::comm::StoreRequest& a,
-                 const trainscope::comm::StoreRequest& b) {
+bool SameRequest(const trainscope::comm::StoreRequest& a, const trainscope::comm::StoreRequest& b) {
   return a.op == b.op && a.rank == b.rank && a.world_size == b.world_size && a.key == b.key &&
          a.value == b.value && a.delta == b.delta;
 }

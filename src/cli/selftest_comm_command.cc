@@ -161,10 +161,11 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
     // Open MPI's banner says what happened but not in our words: name the rank in one line,
     // unless the ranks merely returned the failed verdict (exit 1, reason already printed).
     comm::MpirunFailure why = comm::ParseMpirunFailure(r->err + "\n" + r->out);
-    const bool verdict = why.rank >= 0 ? why.exit_code == kExitProblems
-                                       : r->exited && r->exit_code == kExitProblems;
+    const bool verdict =
+        why.rank >= 0 ? why.exit_code == kExitProblems : r->exited && r->exit_code == kExitProblems;
     if (!verdict) {
-      std::fprintf(stderr, "trainscope selftest comm: error: %s under mpirun; mpirun stopped "
+      std::fprintf(stderr,
+                   "trainscope selftest comm: error: %s under mpirun; mpirun stopped "
                    "the other ranks\n",
                    why.sentence.empty()
                        ? absl::StrCat("a rank failed (mpirun ",

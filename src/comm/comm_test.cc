@@ -343,7 +343,9 @@ TEST(StoreSecurityTest, OversizedTruncatedAndGarbageFramesAreRefusedWithoutCrash
   }
   {  // A Set whose key length runs past the frame.
     int fd = authed();
-    SendRaw(fd, Framed(std::string("\x03\xff\xff\xff\x7f" "k", 6)));
+    SendRaw(fd, Framed(std::string("\x03\xff\xff\xff\x7f"
+                                   "k",
+                                   6)));
     EXPECT_TRUE(ClosedByPeer(fd));
     ::close(fd);
   }
@@ -369,7 +371,8 @@ TEST(StoreSecurityTest, OversizedTruncatedAndGarbageFramesAreRefusedWithoutCrash
 
 TEST(StoreMessageTest, DecodeRejectsGarbageAndRoundTrips) {
   EXPECT_FALSE(DecodeStoreRequest("").ok());
-  EXPECT_THAT(std::string(DecodeStoreRequest("\x63").status().message()), HasSubstr("unknown op 99"));
+  EXPECT_THAT(std::string(DecodeStoreRequest("\x63").status().message()),
+              HasSubstr("unknown op 99"));
   EXPECT_THAT(std::string(DecodeStoreRequest(std::string("\x01\x00\x00", 3)).status().message()),
               HasSubstr("truncated hello"));
   EXPECT_THAT(std::string(DecodeStoreRequest(std::string("\x02\x00", 2)).status().message()),
@@ -733,9 +736,8 @@ std::vector<std::vector<double>> Reps(std::initializer_list<std::vector<double>>
 TEST(SelftestTest, SlowRankRuleNeedsAMajorityOfRepetitions) {
   // The busy-machine case from the issue: rank 1 at 18.72 vs 48.01 GB/s in one repetition
   // only (it was descheduled); the others are even.
-  auto noisy = FindSlowRanks(Reps({{48.01, 47.5}, {48.01, 18.72}, {47.9, 48.3}, {48.2, 47.8},
-                                   {47.7, 48.0}}),
-                             2.0);
+  auto noisy = FindSlowRanks(
+      Reps({{48.01, 47.5}, {48.01, 18.72}, {47.9, 48.3}, {48.2, 47.8}, {47.7, 48.0}}), 2.0);
   EXPECT_TRUE(noisy.slow_ranks.empty());
   EXPECT_EQ(noisy.slow_repetitions[1], 1);
   EXPECT_NEAR(noisy.median_gbps[1], 47.8, 1e-9);
@@ -743,9 +745,8 @@ TEST(SelftestTest, SlowRankRuleNeedsAMajorityOfRepetitions) {
   auto two = FindSlowRanks(Reps({{40, 10}, {40, 12}, {40, 39}, {41, 40}, {40, 42}}), 2.0);
   EXPECT_TRUE(two.slow_ranks.empty());
   // Consistently slow, even with one good repetition: flagged.
-  auto slow = FindSlowRanks(Reps({{40, 41, 10}, {40, 39, 12}, {42, 40, 38}, {40, 40, 9},
-                                  {41, 40, 11}}),
-                            2.0);
+  auto slow = FindSlowRanks(
+      Reps({{40, 41, 10}, {40, 39, 12}, {42, 40, 38}, {40, 40, 9}, {41, 40, 11}}), 2.0);
   EXPECT_EQ(slow.slow_ranks, std::vector<int>{2});
   EXPECT_EQ(slow.slow_repetitions[2], 4);
   // Slower but within the ratio: not flagged.

@@ -192,13 +192,12 @@ absl::StatusOr<StoreRequest> DecodeStoreRequest(std::string_view frame) {
       return absl::InvalidArgumentError(absl::StrCat("store: unknown op ", op));
   }
   if (!r.ok) {
-    return absl::InvalidArgumentError(absl::StrCat("store: truncated ", OpName(req.op),
-                                                   " request (", frame.size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: truncated ", OpName(req.op), " request (", frame.size(), " bytes)"));
   }
   if (r.pos != frame.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("store: ", frame.size() - r.pos,
-                                                   " trailing bytes after a ", OpName(req.op),
-                                                   " request"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store: ", frame.size() - r.pos, " trailing bytes after a ", OpName(req.op), " request"));
   }
   return req;
 }
@@ -287,10 +286,9 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
   addrinfo* res = nullptr;
   int gai = ::getaddrinfo(options.bind_host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (gai != 0 || res == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot resolve the master address '",
-                                                   options.bind_host,
-                                                   "' for the rendezvous store: ",
-                                                   ::gai_strerror(gai)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve the master address '", options.bind_host,
+                     "' for the rendezvous store: ", ::gai_strerror(gai)));
   }
   const addrinfo* pick = res;
   for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
@@ -325,8 +323,8 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
           ") is not an address of this host, where rank 0 hosts the rendezvous store; set "
           "MASTER_ADDR (--master-addr) to an address of node 0"));
     }
-    return absl::UnavailableError(absl::StrCat("store: cannot bind ", numeric, " port ", port,
-                                               ": ", std::strerror(err)));
+    return absl::UnavailableError(
+        absl::StrCat("store: cannot bind ", numeric, " port ", port, ": ", std::strerror(err)));
   }
   if (::listen(fd, 1024) != 0) {
     int err = errno;
@@ -388,8 +386,9 @@ void TcpStoreServer::Refuse(bool auth, const std::string& why) {
     ++n;
   }
   if (first && options_.log) {
-    options_.log(absl::StrCat(why, "; connection closed (further refusals of this kind are "
-                                   "counted, not logged)"));
+    options_.log(absl::StrCat(why,
+                              "; connection closed (further refusals of this kind are "
+                              "counted, not logged)"));
   }
 }
 
@@ -485,8 +484,8 @@ bool TcpStoreServer::Handle(Conn& c) {
     const uint32_t len = GetU32(c.in.data() + consumed);
     const uint32_t cap = c.authed ? kMaxStoreFrameBytes : kMaxAuthFrameBytes;
     if (len > cap) {
-      Refuse(!c.authed, absl::StrCat("rendezvous store: ", c.peer, " sent a length prefix of ",
-                                     len, " bytes, over the ", cap, "-byte cap",
+      Refuse(!c.authed, absl::StrCat("rendezvous store: ", c.peer, " sent a length prefix of ", len,
+                                     " bytes, over the ", cap, "-byte cap",
                                      c.authed ? "" : " before authenticating"));
       return false;
     }
@@ -530,8 +529,9 @@ uint8_t TcpStoreServer::Apply(Conn& c, const StoreRequest& req, std::string& out
     case StoreOp::kHello: {
       const int world_size = options_.world_size;
       if (req.world_size != world_size) {
-        out = absl::StrCat("world sizes disagree: rank ", req.rank, " has WORLD_SIZE=",
-                           req.world_size, " but rank 0 has WORLD_SIZE=", world_size);
+        out = absl::StrCat("world sizes disagree: rank ", req.rank,
+                           " has WORLD_SIZE=", req.world_size,
+                           " but rank 0 has WORLD_SIZE=", world_size);
         return kError;
       }
       if (req.rank < 0 || req.rank >= world_size) {
@@ -640,9 +640,8 @@ absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(
         "node?)"));
   }
   if (reply->first != kOk) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(std::string(reply->second.begin(), reply->second.end()), " (store at ",
-                     endpoint, ")"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        std::string(reply->second.begin(), reply->second.end()), " (store at ", endpoint, ")"));
   }
   return client;
 }
@@ -654,9 +653,8 @@ absl::StatusOr<std::pair<uint8_t, std::vector<char>>> TcpStoreClient::Call(
   std::lock_guard<std::mutex> lock(mu_);
   const std::string body = EncodeStoreRequest(request);
   if (body.size() > kMaxStoreFrameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("store: a ", body.size(),
-                                                   "-byte request is over the ",
-                                                   kMaxStoreFrameBytes, "-byte cap"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store: a ", body.size(), "-byte request is over the ", kMaxStoreFrameBytes, "-byte cap"));
   }
   std::string frame;
   PutU32(frame, static_cast<uint32_t>(body.size()));
@@ -766,8 +764,7 @@ absl::StatusOr<int64_t> TcpStoreClient::Add(const std::string& key, int64_t delt
   auto reply = Call(req);
   if (!reply.ok()) return reply.status();
   if (reply->first == kError) {
-    return absl::FailedPreconditionError(
-        std::string(reply->second.begin(), reply->second.end()));
+    return absl::FailedPreconditionError(std::string(reply->second.begin(), reply->second.end()));
   }
   Reader r{std::string_view(reply->second.data(), reply->second.size())};
   int64_t v = static_cast<int64_t>(r.Uint(8));
@@ -800,8 +797,8 @@ absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const std::string& maste
   session->timeout = timeout;
   const std::string token = JobTokenFromEnvironment();
   if (token.size() > kMaxJobTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(envvar::kJobToken, " is longer than ",
-                                                   kMaxJobTokenBytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(envvar::kJobToken, " is longer than ", kMaxJobTokenBytes, " bytes"));
   }
   if (rank == 0) {
     StoreServerOptions so;

@@ -116,7 +116,7 @@ class TcpStoreServer {
   const std::string& host() const { return host_; }
 
   struct Stats {
-    int64_t refused_auth = 0;      // first message not Auth, or the wrong token
+    int64_t refused_auth = 0;       // first message not Auth, or the wrong token
     int64_t refused_malformed = 0;  // over the cap, truncated, unknown op, garbage
   };
   Stats stats() const;

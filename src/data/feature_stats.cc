@@ -166,7 +166,6 @@ std::string Quote(absl::string_view s) {
   return out + (s.size() > 200 ? "...'" : "'");
 }
 
-
 bool MulOk(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
 // "(3, 4)", "(5,)", "()" as numpy prints shapes; "[3, 4]" for safetensors.

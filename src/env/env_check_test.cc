@@ -256,7 +256,8 @@ TEST(Matrix, HostileMatrixFilesAreCleanErrors) {
   absl::StatusOr<json> m;
   ASSERT_NO_THROW(m = LoadMatrix(&os, "/m.json"));
   ASSERT_FALSE(m.ok());
-  EXPECT_EQ(std::string(m.status().message()), "/m.json:2:13: number overflow parsing '1e309' (byte 55)");
+  EXPECT_EQ(std::string(m.status().message()),
+            "/m.json:2:13: number overflow parsing '1e309' (byte 55)");
   auto dir = LoadMatrix(Os::Default(), std::string(TS_SOURCE_DIR) + "/tests/data/env");
   EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(dir.status().message()).find("is a directory"), std::string::npos);

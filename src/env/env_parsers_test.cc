@@ -216,7 +216,8 @@ TEST(JsonDoc, NothingThrowsAndEveryErrorHasAPosition) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
   auto r = ParseJsonText("{\n  \"a\": 1e309\n}", "f.json");
-  EXPECT_EQ(std::string(r.status().message()), "f.json:2:8: number overflow parsing '1e309' (byte 9)");
+  EXPECT_EQ(std::string(r.status().message()),
+            "f.json:2:8: number overflow parsing '1e309' (byte 9)");
 }
 
 // std::regex recurses per character (a 100 KB string overflowed the stack): a string over

@@ -191,7 +191,6 @@ absl::StatusOr<json> ReadJsonFile(Os* os, const std::string& path) {
   return ParseJsonText(*text, path);
 }
 
-
 namespace {
 
 std::string TypeOf(const json& v) {

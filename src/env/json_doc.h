@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/utf8.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/utf8.h"
 
 namespace trainscope::env {
 

@@ -249,11 +249,12 @@ TEST(LaunchTest, ChildThatSetsidsOutOfTheGroupIsGoneAfterTheJob) {
   // with and without holding the rank's output pipe, then both ranks exit normally.
   // w PID: wait until PID leads its own session (setsid done), so the rank's exit cannot
   // take it down with the group signal first.
-  LaunchOptions o = Sh("w() { while [ \"$(cut -d' ' -f6 /proc/$1/stat)\" != $1 ]; do sleep 0.01; "
-                       "done; }; if [ $RANK = 1 ]; then setsid sleep 1000 >/dev/null 2>&1 & "
-                       "echo $! > " + dir + "/a.pid; w $!; setsid sleep 1000 & echo $! > " + dir +
-                           "/b.pid; w $!; fi; exit 0",
-                       2);
+  LaunchOptions o = Sh(
+      "w() { while [ \"$(cut -d' ' -f6 /proc/$1/stat)\" != $1 ]; do sleep 0.01; "
+      "done; }; if [ $RANK = 1 ]; then setsid sleep 1000 >/dev/null 2>&1 & "
+      "echo $! > " +
+          dir + "/a.pid; w $!; setsid sleep 1000 & echo $! > " + dir + "/b.pid; w $!; fi; exit 0",
+      2);
   auto start = std::chrono::steady_clock::now();
   auto r = Launch(o);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -269,9 +270,10 @@ TEST(LaunchTest, ChildThatSetsidsOutOfTheGroupIsGoneAfterTheJob) {
 }
 
 TEST(LaunchTest, RanksGetAJobTokenThatIsNotLogged) {
-  LaunchOptions o = Sh("echo ${#TRAINSCOPE_JOB_TOKEN} > $TRAINSCOPE_RUN_DIR/len$RANK; "
-                       "echo $TRAINSCOPE_JOB_TOKEN > $TRAINSCOPE_RUN_DIR/tok$RANK",
-                       2);
+  LaunchOptions o =
+      Sh("echo ${#TRAINSCOPE_JOB_TOKEN} > $TRAINSCOPE_RUN_DIR/len$RANK; "
+         "echo $TRAINSCOPE_JOB_TOKEN > $TRAINSCOPE_RUN_DIR/tok$RANK",
+         2);
   o.master_addr = "10.1.2.3";  // ignored with one node: the store stays on loopback
   auto r = Launch(o);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -174,11 +174,13 @@ absl::StatusOr<std::string> ResolveJobToken(const LaunchOptions& o) {
   }
   if (!token.empty()) return token;
   if (o.nnodes > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nnodes > 1 needs the same ", envvar::kJobToken,
-        " on every node (the rendezvous store refuses ranks without it); e.g. "
-        "export ", envvar::kJobToken, "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
-        "and pass that value to every node's launcher"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nnodes > 1 needs the same ", envvar::kJobToken,
+                     " on every node (the rendezvous store refuses ranks without it); e.g. "
+                     "export ",
+                     envvar::kJobToken,
+                     "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                     "and pass that value to every node's launcher"));
   }
   return NewJobToken();
 }

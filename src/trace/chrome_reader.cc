@@ -334,7 +334,8 @@ absl::Status Reader::ReadHeaderKeys(bool after_events, bool* found_events) {
           out_->world_size = static_cast<int>(w);
         }
       } else {
-        Warn(absl::StrCat("byte ", Off(v), ": distributedInfo is not a valid JSON object, ignored"));
+        Warn(
+            absl::StrCat("byte ", Off(v), ": distributedInfo is not a valid JSON object, ignored"));
       }
     }
     begin_ = v_end - buf_.get();

@@ -146,10 +146,12 @@ TEST(ChromeReader, EscapedNamesAndArgs) {
 // Found by the mutation campaign: a distributedInfo object that is not valid JSON made the
 // second field lookup of an ondemand document in error dereference a null parser.
 TEST(ChromeReader, MalformedDistributedInfoIsIgnoredWithAWarning) {
-  for (const char* info : {R"({"backend": "nk": 0, "world_size": 8})", R"({"rank": 1, "world_size")",
-                           R"([1, 2])", R"({"rank": {}, "world_size": []})"}) {
-    std::string s = std::string(R"({"distributedInfo": )") + info +
-                    R"(, "traceEvents": [{"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2,
+  for (const char* info :
+       {R"({"backend": "nk": 0, "world_size": 8})", R"({"rank": 1, "world_size")", R"([1, 2])",
+        R"({"rank": {}, "world_size": []})"}) {
+    std::string s =
+        std::string(R"({"distributedInfo": )") + info +
+        R"(, "traceEvents": [{"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2,
                         "cat": "kernel", "args": {"stream": 7, "correlation": 1}}]})";
     auto t = ParseChromeTrace(s, "info.json");
     if (!t.ok()) continue;  // a top-level value the key scanner refuses is an error, not a crash

@@ -47,11 +47,11 @@ struct SelftestOptions {
   // Large sizes run fewer timed iterations so that one row takes about this long
   // (never fewer than 1); 0: always `iters`.
   double seconds_per_size = 1.0;
-  double min_busbw_gbps = 0;     // > 0: the busbw at each op's largest size must reach it
+  double min_busbw_gbps = 0;  // > 0: the busbw at each op's largest size must reach it
   // A rank whose memcpy probe is this much slower than the others' median is flagged
   // (see FindSlowRanks: in a majority of kMemcpyProbeRepetitions and in the median); 0: off.
   double slow_rank_ratio = 2.0;
-  int inject_error_rank = -1;    // >= 0: that rank corrupts one result element (tests)
+  int inject_error_rank = -1;  // >= 0: that rank corrupts one result element (tests)
 };
 
 struct SelftestRow {
@@ -95,9 +95,9 @@ inline constexpr int kMemcpyProbeRepetitions = 5;
 // so one descheduled repetition on a busy machine never flags a rank, while a rank that is
 // consistently slow is. Fewer than 2 ranks, no repetitions or ratio <= 0: nobody is slow.
 struct SlowRankVerdict {
-  std::vector<double> median_gbps;  // per rank, over repetitions
+  std::vector<double> median_gbps;    // per rank, over repetitions
   std::vector<int> slow_repetitions;  // per rank: repetitions in which it was slow
-  std::vector<int> slow_ranks;       // ascending
+  std::vector<int> slow_ranks;        // ascending
 };
 SlowRankVerdict FindSlowRanks(const std::vector<std::vector<double>>& rep_gbps, double ratio);
 

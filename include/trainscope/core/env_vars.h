@@ -26,7 +26,7 @@ inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 // libgomp barrier waiting; `trainscope` sets PASSIVE when unset before exec'ing trainscope-torch
 inline constexpr char kOmpWaitPolicy[] = "OMP_WAIT_POLICY";
 // --- trainscope's own ---
-inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";               // run directory of a launch
+inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";  // run directory of a launch
 // Per-job secret that every rank presents to rank 0's rendezvous store (comm/store.h); the
 // store refuses connections without it. `trainscope launch` generates it for a single-node
 // job (unless set) and passes it to its ranks; with --nnodes > 1 the user sets the same

@@ -61,10 +61,10 @@ struct LaunchOptions {
   bool live_output = true;                     // echo rank output with a prefix
   FILE* live_stdout = stdout;                  // where rank stdout is echoed
   FILE* live_stderr = stderr;
-  int tail_lines = 20;                     // log lines kept for the failure report
-  std::string sysfs_root = "/sys";         // topology source (tests use a fake tree)
-  std::string dev_root = "/dev";           // device nodes (nvidia*, davinci*)
-  std::map<std::string, std::string> env;  // extra variables for every rank
+  int tail_lines = 20;                        // log lines kept for the failure report
+  std::string sysfs_root = "/sys";            // topology source (tests use a fake tree)
+  std::string dev_root = "/dev";              // device nodes (nvidia*, davinci*)
+  std::map<std::string, std::string> env;     // extra variables for every rank
   std::chrono::milliseconds exit_timeout{0};  // after the first clean exit (0: wait forever)
   std::chrono::milliseconds job_timeout{0};   // whole job (0: no limit)
   std::string job_token;  // "" : from env / environment / generated (see the contract above)
@@ -96,9 +96,9 @@ struct LaunchResult {
   int nproc_per_node = 0;
   double all_running_s = 0;  // launch start -> every rank exec'd
   double total_s = 0;
-  int first_failed_rank = -1;  // -1: none failed on their own
-  std::string failure;         // one sentence on the first failure ("" when none)
-  int interrupted_by = 0;      // signal that interrupted the launcher (0: none)
+  int first_failed_rank = -1;        // -1: none failed on their own
+  std::string failure;               // one sentence on the first failure ("" when none)
+  int interrupted_by = 0;            // signal that interrupted the launcher (0: none)
   std::vector<int> timed_out_ranks;  // stopped by exit_timeout / job_timeout, ascending
   int strays_killed = 0;             // leftover descendants stopped at the end (see above)
   std::vector<RankStatus> ranks;
