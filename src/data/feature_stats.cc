@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 #include "trainscope/core/utf8.h"
@@ -577,30 +578,6 @@ std::string JsonTypeName(const json& v) {
   return (n == "array" || n == "object" ? "an " : "a ") + n;
 }
 
-// Depth of [ and { nesting, strings skipped; nlohmann builds a node per level, so a
-// header of a few MB of "[[[[" must be refused before parsing. Returns the offset of the
-// first bracket deeper than `max`, or npos.
-size_t TooDeep(absl::string_view s, int max) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max) return i;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return absl::string_view::npos;
-}
-
 struct TensorEntry {
   std::string name;
   const SafetensorsDType* dtype = nullptr;  // null: unknown, size not checked
@@ -694,7 +671,7 @@ absl::StatusOr<FeatureReport> Safetensors(const StatsInput& in, const FeatureSta
   }
   std::string text(n, '\0');
   TS_RETURN_IF_ERROR(in.ReadAt(8, n, text.data()));
-  if (size_t deep = TooDeep(text, kMaxHeaderJsonDepth); deep != absl::string_view::npos) {
+  if (size_t deep = JsonNestingTooDeep(text, kMaxHeaderJsonDepth); deep != std::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": byte ", 8 + deep, ": header nested deeper than ", kMaxHeaderJsonDepth, " levels"));
   }

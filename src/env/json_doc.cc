@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::env {
@@ -81,30 +82,6 @@ absl::Status PositionedError(absl::string_view text, const std::string& name, si
       absl::StrCat(name, ":", line, ":", col, ": ", ValidUtf8(reason), " (byte ", byte, ")"));
 }
 
-// Offset of the first '[' or '{' nested deeper than `max` (strings skipped), or npos.
-// nlohmann builds a node per level: a few MB of "[[[[" would cost GBs.
-size_t TooDeep(absl::string_view s, int max) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max) return i;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return absl::string_view::npos;
-}
-
 const char* FileKind(mode_t mode) {
   return S_ISFIFO(mode)   ? "a FIFO or pipe"
          : S_ISCHR(mode)  ? "a character device"
@@ -167,7 +144,8 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<json> ParseJsonText(absl::string_view text, const std::string& name) {
-  if (size_t deep = TooDeep(text, kMaxJsonDepth); deep != absl::string_view::npos) {
+  if (size_t deep = JsonNestingTooDeep(std::string_view(text.data(), text.size()), kMaxJsonDepth);
+      deep != std::string_view::npos) {
     return PositionedError(text, name, deep,
                            absl::StrCat("nested deeper than ", kMaxJsonDepth, " levels"));
   }
