@@ -67,6 +67,16 @@ std::string_view FileTypeName(mode_t mode) {
   return "not a regular file";
 }
 
+absl::StatusOr<int> OpenNonBlocking(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  const int e = errno;
+  const std::string msg = absl::StrCat(path, ": ", std::strerror(e));
+  if (e == ENOENT) return absl::NotFoundError(msg);
+  if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InvalidArgumentError(msg);
+}
+
 absl::Status CheckRegularFile(const std::string& path, std::string_view why) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 #include "trainscope/core/utf8.h"
@@ -182,14 +183,9 @@ class StatsInput {
   // `need_regular`: the format needs a known size, so only regular files are accepted.
   static absl::StatusOr<std::unique_ptr<StatsInput>> Open(const std::string& path,
                                                           bool need_regular) {
-    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      const std::string msg = absl::StrCat(path, ": ", std::strerror(e));
-      if (e == ENOENT) return absl::NotFoundError(msg);
-      if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
-      return absl::InvalidArgumentError(msg);
-    }
+    absl::StatusOr<int> opened = OpenNonBlocking(path);
+    if (!opened.ok()) return opened.status();
+    const int fd = *opened;
     std::unique_ptr<StatsInput> in(new StatsInput(path, fd));
     struct stat st;
     if (fstat(fd, &st) != 0) {

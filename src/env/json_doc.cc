@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::env {
@@ -94,14 +95,9 @@ const char* FileKind(mode_t mode) {
 // (O_NONBLOCK: opening a FIFO without a writer does not block) and reads at most
 // kMaxJsonDocumentBytes + 1 bytes.
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    const std::string msg = absl::StrCat(path, ": ", std::strerror(e));
-    if (e == ENOENT) return absl::NotFoundError(msg);
-    if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
-    return absl::InvalidArgumentError(msg);
-  }
+  absl::StatusOr<int> opened = OpenNonBlocking(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct Closer {
     int fd;
     ~Closer() { close(fd); }

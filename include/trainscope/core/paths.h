@@ -37,6 +37,12 @@ namespace trainscope {
 // "a regular file", "a symbolic link" for a st_mode.
 std::string_view FileTypeName(mode_t mode);
 
+// Opens `path` read-only and close-on-exec without blocking (O_NONBLOCK: opening a FIFO
+// that has no writer returns at once; clear the flag with fcntl before blocking reads).
+// Returns the descriptor, which the caller closes. Errors, one line naming the path:
+// NotFound, PermissionDenied, or InvalidArgument "<path>: <strerror>".
+absl::StatusOr<int> OpenNonBlocking(const std::string& path);
+
 // OK when `path` (symlinks followed) is a regular file. Errors, each one line naming the
 // path: NotFound "<path>: no such file"; InvalidArgument "<path> is a directory, not a
 // file"; InvalidArgument "<path> is not a regular file (a FIFO): <why>" for FIFOs,
