@@ -1,6 +1,5 @@
 #include "trainscope/doctor/interrupt.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,6 +14,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+
+#include "trainscope/core/proc_table.h"
 
 namespace trainscope::doctor {
 namespace {
@@ -32,61 +33,11 @@ void OnSignal(int sig) {
   (void)ignored;
 }
 
-struct ProcStat {
-  pid_t ppid = 0;
-  pid_t pgrp = 0;
-  char state = '?';
-};
-
-// /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and ')'.
-bool ReadStat(pid_t pid, ProcStat* st) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  FILE* f = std::fopen(path, "r");
-  if (!f) return false;
-  char buf[1024];
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  char* close = std::strrchr(buf, ')');
-  if (!close) return false;
-  int ppid = 0, pgrp = 0;
-  char state = '?';
-  if (std::sscanf(close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return false;
-  st->ppid = ppid;
-  st->pgrp = pgrp;
-  st->state = state;
-  return true;
-}
-
-std::map<pid_t, ProcStat> AllProcesses() {
-  std::map<pid_t, ProcStat> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (!end || *end || pid <= 0) continue;
-    ProcStat st;
-    if (ReadStat(static_cast<pid_t>(pid), &st)) out[static_cast<pid_t>(pid)] = st;
-  }
-  closedir(d);
-  return out;
-}
-
-std::vector<pid_t> DescendantsOf(pid_t root, const std::map<pid_t, ProcStat>& procs,
-                                 bool include_zombies) {
-  std::multimap<pid_t, pid_t> children;
-  for (const auto& [pid, st] : procs) children.emplace(st.ppid, pid);
-  std::vector<pid_t> out, stack = {root};
-  while (!stack.empty()) {
-    pid_t p = stack.back();
-    stack.pop_back();
-    auto range = children.equal_range(p);
-    for (auto it = range.first; it != range.second; ++it) {
-      stack.push_back(it->second);
-      if (include_zombies || procs.at(it->second).state != 'Z') out.push_back(it->second);
-    }
+// Descendants of `root`, without zombies (they are gone but for their exit status).
+std::vector<pid_t> LiveDescendantsOf(pid_t root, const std::map<pid_t, ProcEntry>& procs) {
+  std::vector<pid_t> out;
+  for (pid_t pid : DescendantsOf(root, procs)) {
+    if (procs.at(pid).state != 'Z') out.push_back(pid);
   }
   return out;
 }
@@ -120,7 +71,7 @@ void InstallInterruptHandler(std::chrono::milliseconds grace) {
 bool Interrupted() { return g_interrupted.load(); }
 int InterruptSignal() { return g_signal.load(); }
 
-std::vector<pid_t> Descendants(pid_t root) { return DescendantsOf(root, AllProcesses(), false); }
+std::vector<pid_t> Descendants(pid_t root) { return LiveDescendantsOf(root, ReadProcTable()); }
 
 // Kill loop: SIGTERM to each live descendant and to its process group (unless it is our
 // own group), then poll every 20 ms; after `grace`, SIGKILL. Orphans re-parented to us
@@ -132,7 +83,7 @@ int KillDescendants(std::chrono::milliseconds grace) {
   std::set<pid_t> original_children;
   std::set<pid_t> signalled;
   {
-    auto procs = AllProcesses();
+    auto procs = ReadProcTable();
     for (const auto& [pid, st] : procs)
       if (st.ppid == self) original_children.insert(pid);
   }
@@ -140,18 +91,18 @@ int KillDescendants(std::chrono::milliseconds grace) {
   auto hard_end = start + grace + std::chrono::seconds(1);
   bool killing = false;
   while (std::chrono::steady_clock::now() < hard_end) {
-    auto procs = AllProcesses();
+    auto procs = ReadProcTable();
     for (const auto& [pid, st] : procs) {
       if (st.ppid == self && st.state == 'Z' && !original_children.count(pid)) {
         waitpid(pid, nullptr, WNOHANG);
       }
     }
-    std::vector<pid_t> live = DescendantsOf(self, procs, false);
+    std::vector<pid_t> live = LiveDescendantsOf(self, procs);
     if (live.empty()) break;
     if (!killing && std::chrono::steady_clock::now() - start >= grace) killing = true;
     const int sig = killing ? SIGKILL : SIGTERM;
     for (pid_t pid : live) {
-      const ProcStat& st = procs.at(pid);
+      const ProcEntry& st = procs.at(pid);
       if (st.pgrp > 0 && st.pgrp != self_pgrp) kill(-st.pgrp, sig);
       kill(pid, sig);
       signalled.insert(pid);

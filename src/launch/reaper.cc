@@ -1,59 +1,13 @@
 // /proc walking for the launcher's end-of-job sweep (see reaper.h).
 #include "launch/reaper.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <thread>
 
-#include "absl/strings/numbers.h"
-
 namespace trainscope::launch {
-
-std::map<pid_t, ProcEntry> ReadProcTable(const std::string& proc_root) {
-  std::map<pid_t, ProcEntry> out;
-  DIR* dir = ::opendir(proc_root.c_str());
-  if (dir == nullptr) return out;
-  while (dirent* e = ::readdir(dir)) {
-    int pid;
-    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 0) continue;
-    std::ifstream in(proc_root + "/" + e->d_name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so parse after the
-    // last ')'.
-    size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    ProcEntry p;
-    p.pid = pid;
-    if (!(rest >> p.state >> p.ppid)) continue;
-    out[pid] = p;
-  }
-  ::closedir(dir);
-  return out;
-}
-
-std::vector<pid_t> DescendantsOf(pid_t root, const std::map<pid_t, ProcEntry>& table,
-                                 const std::set<pid_t>& skip) {
-  std::multimap<pid_t, pid_t> children;
-  for (const auto& [pid, p] : table) children.emplace(p.ppid, pid);
-  std::vector<pid_t> out, stack = {root};
-  while (!stack.empty()) {
-    pid_t p = stack.back();
-    stack.pop_back();
-    auto range = children.equal_range(p);
-    for (auto it = range.first; it != range.second; ++it) {
-      if (skip.count(it->second)) continue;
-      out.push_back(it->second);
-      stack.push_back(it->second);
-    }
-  }
-  return out;
-}
 
 std::set<pid_t> ChildrenOfSelf() {
   std::set<pid_t> out;

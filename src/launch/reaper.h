@@ -17,22 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "trainscope/core/proc_table.h"
+
 namespace trainscope::launch {
 
-struct ProcEntry {
-  pid_t pid = 0;
-  pid_t ppid = 0;
-  char state = '?';  // R, S, D, Z, T, ...
-};
-
-// Every process in <proc_root>, from /proc/<pid>/stat (processes that vanish while being
-// read are skipped).
-std::map<pid_t, ProcEntry> ReadProcTable(const std::string& proc_root = "/proc");
-
-// Descendants of `root` in `table` (not `root` itself), skipping the whole subtree of each
-// pid in `skip`. Zombies are included.
-std::vector<pid_t> DescendantsOf(pid_t root, const std::map<pid_t, ProcEntry>& table,
-                                 const std::set<pid_t>& skip);
+// The /proc snapshot and the descendant walk (core/proc_table.h).
+using ::trainscope::DescendantsOf;
+using ::trainscope::ProcEntry;
+using ::trainscope::ReadProcTable;
 
 // This process's direct children now.
 std::set<pid_t> ChildrenOfSelf();
