@@ -1,0 +1,94 @@
+// trainscope::hang — which rank skipped, reordered or mis-sized which collective, from the
+// flight recorder dumps every rank left (ours: comm/flight_recorder.h; PyTorch's and
+// torch_npu's Flight Recorder: JSON and pickle).
+//
+// Contract:
+//  - Inputs: run directories (their hang/ folder, see kDumpDir), folders of dumps, or dump
+//    files, by any name: the content is sniffed (JSON object with "entries" / pickle
+//    protocol header), not the extension. Files that are not dumps are listed as skipped;
+//    a dump that is truncated or corrupt, of another version, or disagrees with the others
+//    on a group's membership is counted and named in Report::inputs, never fatal.
+//  - Errors (StatusOr): NotFound / InvalidArgument naming the path when an input does not
+//    exist, or when no dump at all was found (a folder with no dumps).
+//  - Pickle needs libtorch's unpickler, which lives in trainscope-torch: the caller passes
+//    AnalyzeOptions::pickle_loader; without one, pickle dumps are counted as
+//    `unreadable_pickle` and Report::needs_pickle_loader is set (the CLI then re-runs
+//    itself in trainscope-torch).
+//  - Matching follows PyTorch's fr_trace: buffers that wrapped by different amounts are
+//    aligned, each process group's collectives are matched by collective_seq_id across its
+//    member ranks (p2p by p2p_seq_id), and the earliest mismatches are reported, most
+//    likely root cause first.
+//  - Pure computation on the inputs; thread-compatible; no process-wide state touched.
+#ifndef TRAINSCOPE_HANG_ANALYZE_H_
+#define TRAINSCOPE_HANG_ANALYZE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace trainscope::hang {
+
+// Where a rank's dump and thread stacks go inside a run directory:
+// <run_dir>/hang/flight_recorder.rank<R>.json and <run_dir>/hang/stacks.rank<R>.txt.
+inline constexpr char kDumpDir[] = "hang";
+std::string DumpPath(const std::string& run_dir, int rank);
+std::string StacksPath(const std::string& run_dir, int rank);
+
+enum class FindingKind {
+  kNotJoined,      // member ranks never entered a collective the others are in
+  kTypeMismatch,   // same sequence id, different op
+  kSizeMismatch,   // same op, sizes that do not fit together
+  kDtypeMismatch,  // same op, different dtypes
+  kStateMismatch,  // entered but never started while others did
+  kMissingDump,    // a member rank left no dump
+};
+const char* FindingKindName(FindingKind kind);  // "not_joined", "type_mismatch", ...
+
+struct HangFinding {
+  FindingKind kind = FindingKind::kNotJoined;
+  std::string pg;       // the group's name as in pg_config
+  std::string pg_desc;  // its desc
+  int64_t collective_seq_id = -1;  // collectives; -1 for p2p
+  int64_t p2p_seq_id = -1;         // p2p; -1 for collectives
+  std::string op;                  // "all_reduce", "send", ...
+  std::vector<int> culprit_ranks;  // global ranks
+  std::vector<int> waiting_ranks;
+  std::string caller;    // the culprit's caller tag, or its frames, when recorded
+  std::string sentence;  // the one-sentence verdict printed first
+  std::string evidence;
+  std::string fix;
+};
+
+// Reads a pickle file's bytes into the JSON value of the same structure (dict -> object,
+// tuple/list -> array, None -> null, ...). Error: a one-line reason.
+using PickleLoader = std::function<absl::StatusOr<nlohmann::json>(const std::string& bytes)>;
+
+struct AnalyzeOptions {
+  PickleLoader pickle_loader;  // empty: pickle dumps cannot be read (see contract)
+  int mismatch_cap = 10;       // findings reported at most (earliest first), as fr_trace
+};
+
+struct Report {
+  bool problem = false;
+  bool needs_pickle_loader = false;
+  std::vector<HangFinding> findings;  // most likely root cause first
+  // Everything else the text and JSON outputs show (the per-rank table of the last
+  // collectives, the input counts); see docs/formats.md "Hang analysis".
+  nlohmann::json details;
+};
+
+absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
+                                    const AnalyzeOptions& options = {});
+
+// {"problem", "findings": [...], ...}: the JSON contract (docs/formats.md).
+nlohmann::json ReportToJson(const Report& report);
+// One sentence per finding, then a per-rank table of the last collectives; fits 120 columns.
+std::string FormatReportText(const Report& report);
+
+}  // namespace trainscope::hang
+
+#endif  // TRAINSCOPE_HANG_ANALYZE_H_
