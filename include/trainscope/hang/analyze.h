@@ -50,8 +50,8 @@ const char* FindingKindName(FindingKind kind);  // "not_joined", "type_mismatch"
 
 struct HangFinding {
   FindingKind kind = FindingKind::kNotJoined;
-  std::string pg;       // the group's name as in pg_config
-  std::string pg_desc;  // its desc
+  std::string pg;                  // the group's name as in pg_config
+  std::string pg_desc;             // its desc
   int64_t collective_seq_id = -1;  // collectives; -1 for p2p
   int64_t p2p_seq_id = -1;         // p2p; -1 for collectives
   std::string op;                  // "all_reduce", "send", ...

@@ -1,0 +1,164 @@
+// AnalyzePaths: expand the inputs into files, read each (dump_reader.cc), and analyse the
+// dumps (groups.cc, analysis.cc, attribution.cc); plus the small public helpers.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "hang/analysis_internal.h"
+#include "trainscope/core/os.h"
+
+namespace trainscope::hang {
+namespace {
+
+constexpr int64_t kMaxDumpBytes = int64_t{1} << 30;  // 2,000 entries take ~2 MB
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The files of a directory (not recursive); a run directory's hang/ folder is included.
+absl::Status ListInputs(const std::string& path, std::vector<std::string>* files) {
+  Os* os = Os::Default();
+  if (!IsDir(path)) {
+    files->push_back(path);
+    return absl::OkStatus();
+  }
+  for (const std::string& dir : {path, Join(path, kDumpDir)}) {
+    if (dir != path && !IsDir(dir)) continue;
+    auto names = os->ListDir(dir);
+    if (!names.ok()) return names.status();
+    for (const std::string& n : *names) {
+      std::string p = Join(dir, n);
+      if (!IsDir(p)) files->push_back(p);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ReadOne(const std::string& file, const AnalyzeOptions& options, std::vector<Dump>* dumps,
+             InputCounts* counts, bool* needs_pickle) {
+  ++counts->files_read;
+  struct stat st;
+  if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    counts->skipped.push_back({file, "not a regular file"});
+    return;
+  }
+  if (st.st_size > kMaxDumpBytes) {
+    counts->skipped.push_back({file, absl::StrCat("larger than ", kMaxDumpBytes, " bytes")});
+    return;
+  }
+  auto bytes = Os::Default()->ReadFile(file);
+  if (!bytes.ok()) {
+    counts->corrupt.push_back({file, std::string(bytes.status().message())});
+    return;
+  }
+  ReadResult r = ReadDumpBytes(*bytes, file, options.pickle_loader);
+  switch (r.outcome) {
+    case ReadOutcome::kDump:
+      r.dump.file = file;
+      dumps->push_back(std::move(r.dump));
+      break;
+    case ReadOutcome::kNotADump:
+      counts->skipped.push_back({file, r.reason});
+      break;
+    case ReadOutcome::kCorrupt:
+      counts->corrupt.push_back({file, r.reason});
+      break;
+    case ReadOutcome::kNeedsPickle:
+      counts->unreadable_pickle.push_back(file);
+      *needs_pickle = true;
+      break;
+  }
+}
+
+}  // namespace
+
+std::string DumpPath(const std::string& run_dir, int rank) {
+  return Join(Join(run_dir, kDumpDir), "flight_recorder.rank" + std::to_string(rank) + ".json");
+}
+
+std::string StacksPath(const std::string& run_dir, int rank) {
+  return Join(Join(run_dir, kDumpDir), "stacks.rank" + std::to_string(rank) + ".txt");
+}
+
+const char* FindingKindName(FindingKind kind) {
+  switch (kind) {
+    case FindingKind::kNotJoined:
+      return "not_joined";
+    case FindingKind::kTypeMismatch:
+      return "type_mismatch";
+    case FindingKind::kSizeMismatch:
+      return "size_mismatch";
+    case FindingKind::kDtypeMismatch:
+      return "dtype_mismatch";
+    case FindingKind::kStateMismatch:
+      return "state_mismatch";
+    case FindingKind::kMissingDump:
+      return "missing_dump";
+  }
+  return "?";
+}
+
+Report AnalyzeDumps(std::vector<Dump> dumps, InputCounts counts, const AnalyzeOptions& options) {
+  std::stable_sort(dumps.begin(), dumps.end(),
+                   [](const Dump& a, const Dump& b) { return a.rank < b.rank; });
+  // A second dump of the same rank is not analysed (which one is right is unknowable).
+  std::vector<Dump> unique;
+  for (Dump& d : dumps) {
+    if (!unique.empty() && unique.back().rank == d.rank) {
+      counts.corrupt.push_back({d.file, absl::StrCat("a second dump of rank ", d.rank,
+                                                     " (first: ", unique.back().file, ")")});
+      continue;
+    }
+    unique.push_back(std::move(d));
+  }
+  std::vector<internal::MembershipDisagreement> disagreements;
+  std::vector<internal::Group> groups = internal::BuildGroups(unique, &disagreements);
+  std::vector<std::string> unusable;
+  for (const auto& [file, reason] : counts.corrupt) unusable.push_back(file);
+  for (const std::string& f : counts.unreadable_pickle) unusable.push_back(f);
+  Report report;
+  report.findings = internal::FindProblems(unique, groups, unusable);
+  if (options.mismatch_cap >= 0 &&
+      report.findings.size() > static_cast<size_t>(options.mismatch_cap))
+    report.findings.resize(options.mismatch_cap);
+  report.problem = !report.findings.empty();
+  report.needs_pickle_loader = !counts.unreadable_pickle.empty() && !options.pickle_loader;
+  report.details = internal::BuildDetails(unique, groups, counts, disagreements);
+  return report;
+}
+
+absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
+                                    const AnalyzeOptions& options) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) return absl::NotFoundError(p + ": no such file or directory");
+    absl::Status s = ListInputs(p, &files);
+    if (!s.ok()) return absl::InvalidArgumentError(p + ": " + std::string(s.message()));
+  }
+  std::vector<Dump> dumps;
+  InputCounts counts;
+  bool needs_pickle = false;
+  for (const std::string& f : files) ReadOne(f, options, &dumps, &counts, &needs_pickle);
+  if (dumps.empty() && !needs_pickle) {
+    std::string what = paths.size() == 1 ? paths[0] : absl::StrCat(paths.size(), " paths");
+    std::string why = counts.corrupt.empty() ? ""
+                                             : absl::StrCat(" (", counts.corrupt.size(),
+                                                            " corrupt: ", counts.corrupt[0].first,
+                                                            ": ", counts.corrupt[0].second, ")");
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no flight recorder dump found (",
+                                                   counts.files_read, " files read)", why));
+  }
+  return AnalyzeDumps(std::move(dumps), std::move(counts), options);
+}
+
+}  // namespace trainscope::hang
