@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/command.h"
+#include "cli/hang_command.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/subprocess.h"
@@ -70,5 +71,8 @@ int main(int argc, char** argv) {
   RegisterForwarded(app, "train", "the reference GPT trainer (--config FILE)");
   trainscope::cli::RegisterDataCommand(app, ctx);
   trainscope::cli::RegisterTraceCommand(app, ctx);
+  // Pickle dumps need libtorch's unpickler: the same command line re-runs in trainscope-torch.
+  trainscope::cli::RegisterHangCommand(app, ctx, nullptr,
+                                       [&] { return ExecTorchBinary(ctx.argv0, argv); });
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

@@ -5,7 +5,9 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/command.h"
+#include "cli/hang_command.h"
 #include "trainscope/core/subprocess.h"
+#include "hang/pickle_torch.h"
 
 int main(int argc, char** argv) {
   trainscope::cli::CommandContext ctx;
@@ -20,5 +22,6 @@ int main(int argc, char** argv) {
   trainscope::cli::RegisterSelftestDeviceCommand(*selftest, ctx);
   trainscope::cli::RegisterSelftestTrainCommand(*selftest, ctx);
   trainscope::cli::RegisterTrainCommand(app, ctx);
+  trainscope::cli::RegisterHangCommand(app, ctx, trainscope::hang::TorchPickleLoader(), nullptr);
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

@@ -71,8 +71,14 @@ HangFinding Base(const Group& g, FindingKind kind) {
 
 }  // namespace
 
+std::string Wait(const std::vector<int>& ranks);
+
 std::string GroupLabel(const Group& g) {
   return "group " + g.name + (g.desc.empty() ? "" : " (" + g.desc + ")");
+}
+
+std::string Wait(const std::vector<int>& ranks) {
+  return RanksLabel(ranks) + (ranks.size() == 1 ? " waits in it." : " wait in it.");
 }
 
 std::string RanksLabel(const std::vector<int>& ranks) {
@@ -314,8 +320,7 @@ Candidate GroupWalk::Build(int64_t seq, const Verdict& v) {
   if (v.skip) {
     f.sentence = RanksLabel(v.culprits) + " skipped " + f.op + num + ", issued by " +
                  RanksLabel(v.ref_ranks) + ref_where + ", and issued its next collective " +
-                 cs->ops.front()->op + culprit_where + " in its place; " + RanksLabel(v.ref_ranks) +
-                 " wait in it.";
+                 cs->ops.front()->op + culprit_where + " in its place; " + Wait(v.ref_ranks);
     f.evidence = "at #" + std::to_string(seq) + " " + RanksLabel(v.culprits) + " issued " +
                  OpsKey(*cs) + " where the others issued " + OpsKey(*rs) +
                  ", which matches what comes next" + basis;
@@ -383,10 +388,10 @@ Candidate GroupWalk::NotJoined(int64_t seq, const std::vector<int>& behind,
     last += (last.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + ": " + l;
     if (f.caller.empty() && !it->second.empty()) f.caller = Where(&it->second.rbegin()->second);
   }
-  f.sentence = RanksLabel(behind) + (behind.size() == 1 ? " never joined " : " never joined ") +
-               f.op + " #" + std::to_string(seq) + " of " + GroupLabel(g_) +
-               ", issued by the others" + (Where(&rs).empty() ? "" : " at " + Quoted(Where(&rs))) +
-               "; " + RanksLabel(f.waiting_ranks.empty() ? have : f.waiting_ranks) + " wait in it.";
+  f.sentence = RanksLabel(behind) + " never joined " + f.op + " #" + std::to_string(seq) + " of " +
+               GroupLabel(g_) + ", issued by the others" +
+               (Where(&rs).empty() ? "" : " at " + Quoted(Where(&rs))) + "; " +
+               Wait(f.waiting_ranks.empty() ? have : f.waiting_ranks);
   f.evidence = "last collective of the group issued by " + last + "; " + RanksLabel(have) +
                " issued #" + std::to_string(seq) + " (state " + rs.ops.back()->state + ")";
   f.fix =
@@ -413,7 +418,8 @@ Candidate GroupWalk::MissingDump(int64_t seq, const std::vector<int>& waiting,
     f.op = rs->ops.front()->op;
     f.caller = Where(rs);
     c.time_ns = Created(rs);
-    f.sentence = who + " left no dump; " + RanksLabel(f.waiting_ranks) + " wait in " + f.op + " #" +
+    f.sentence = who + " left no dump; " + RanksLabel(f.waiting_ranks) +
+                 (f.waiting_ranks.size() == 1 ? " waits in " : " wait in ") + f.op + " #" +
                  std::to_string(seq) + " of " + GroupLabel(g_) +
                  (f.caller.empty() ? "" : " at " + Quoted(f.caller)) + ", so what " + who +
                  " did is unknown (the analysis is incomplete).";

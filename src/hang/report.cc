@@ -54,7 +54,7 @@ json RankSummary(const Dump& d, const std::vector<Group>& groups) {
   }
   r["groups"] = per_group;
   json last = json::array();
-  size_t from = d.entries.size() > 3 ? d.entries.size() - 3 : 0;
+  size_t from = d.entries.size() > 2 ? d.entries.size() - 2 : 0;
   for (size_t i = from; i < d.entries.size(); ++i) {
     const Entry& e = d.entries[i];
     json j = {{"pg", e.pg_name}, {"op", e.op}, {"state", e.state}, {"caller", e.caller}};
@@ -224,12 +224,14 @@ std::string FormatReportText(const Report& report) {
         std::string seq = e.contains("p2p_seq_id")
                               ? "p" + std::to_string(e.value("p2p_seq_id", -1))
                               : "#" + std::to_string(e.value("collective_seq_id", -1));
-        last += e.value("op", "") + seq + " " + e.value("state", "").substr(0, 5);
+        last += e.value("op", "") + seq + " " + e.value("state", "");
       }
-      t.AddRow({std::to_string(r.value("rank", -1)), r.value("name", ""),
-                std::to_string(r.value("entries", 0)), groups, last});
+      std::string name = r.value("name", "");
+      if (name.size() > 24) name = "..." + name.substr(name.size() - 21);
+      t.AddRow({std::to_string(r.value("rank", -1)), name, std::to_string(r.value("entries", 0)),
+                groups, last});
     }
-    out += t.Render(48);
+    out += t.Render(54);
   }
   return out;
 }

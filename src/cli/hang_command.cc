@@ -1,0 +1,75 @@
+// `trainscope hang analyze`: a shell around hang::AnalyzePaths (see hang_command.h).
+#include "cli/hang_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainscope/core/exit.h"
+
+namespace trainscope::cli {
+namespace {
+
+struct HangArgs {
+  std::vector<std::string> paths;
+  bool json = false;
+  int mismatch_cap = 10;
+};
+
+int RunAnalyze(const HangArgs& a, const hang::PickleLoader& loader,
+               const std::function<int()>& rerun_with_torch) {
+  hang::AnalyzeOptions options;
+  options.pickle_loader = loader;
+  options.mismatch_cap = a.mismatch_cap;
+  auto report = hang::AnalyzePaths(a.paths, options);
+  if (!report.ok()) return ReportAndExitCode("hang analyze", report.status());
+  if (report->needs_pickle_loader && rerun_with_torch) {
+    std::fflush(stdout);
+    (void)rerun_with_torch();  // returns only when trainscope-torch could not start
+  }
+  if (a.json) {
+    std::cout << hang::ReportToJson(*report).dump(2, ' ', false,
+                                                  nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::cout << hang::FormatReportText(*report);
+  }
+  if (report->details["inputs"].value("dumps", 0) == 0) {
+    std::fprintf(stderr,
+                 "trainscope hang analyze: error: %s: no dump could be read (pickle dumps need "
+                 "trainscope-torch)\n",
+                 a.paths[0].c_str());
+    return kExitUsage;
+  }
+  return report->problem ? kExitProblems : kExitOk;
+}
+
+}  // namespace
+
+void RegisterHangCommand(CLI::App& root, CommandContext& ctx, hang::PickleLoader pickle_loader,
+                         std::function<int()> rerun_with_torch) {
+  CLI::App* cmd = root.add_subcommand("hang", "hang diagnosis from flight recorder dumps");
+  cmd->require_subcommand(1);
+  auto args = std::make_shared<HangArgs>();
+  CLI::App* an = cmd->add_subcommand(
+      "analyze",
+      "which rank skipped, reordered or mis-sized which collective: matches every process "
+      "group's collectives across ranks in trainscope's and PyTorch's flight recorder dumps "
+      "(JSON or pickle, any file name)");
+  an->add_option("paths", args->paths,
+                 "run directories (their hang/ folder), folders of dumps, or dump files")
+      ->required();
+  an->add_flag("--json", args->json, "print the report as JSON (docs/formats.md)");
+  an->add_option("--mismatch-cap", args->mismatch_cap,
+                 "report at most N findings, earliest first (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  an->callback(
+      [&ctx, args, loader = std::move(pickle_loader), rerun = std::move(rerun_with_torch)] {
+        ctx.exit_code = RunAnalyze(*args, loader, rerun);
+      });
+}
+
+}  // namespace trainscope::cli
