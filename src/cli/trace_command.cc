@@ -64,8 +64,23 @@ int RunAnalyze(const TraceArgs& a) {
   std::vector<trace::RankResult> results;
   std::set<int> used_ranks;
   std::vector<size_t> unranked;
+  // A file that was named on the command line must be a trace; one found in a directory that
+  // turns out not to be one (HTA's folders hold execution traces and notes too) is skipped and
+  // listed, as HTA skips it.
+  std::set<std::string> named(a.paths.begin(), a.paths.end());
+  std::vector<trace::SkippedFile> skipped;
   for (const std::string& p : *paths) {
     auto t = trace::ReadRankTrace(p);
+    bool from_dir = !named.count(p);
+    if (!t.ok() && from_dir && absl::IsInvalidArgument(t.status())) {
+      skipped.push_back({p, std::string(t.status().message())});
+      continue;
+    }
+    if (t.ok() && from_dir && t->events.empty() && t->ascend_steps.empty() &&
+        t->phase_steps.empty()) {
+      skipped.push_back({p, p + ": no usable events in the trace"});
+      continue;
+    }
     if (!t.ok()) return ReportAndExitCode("trace analyze", t.status());
     const auto& s = t->stats;
     if (trace::HasBadRecords(s)) {
@@ -101,7 +116,16 @@ int RunAnalyze(const TraceArgs& a) {
         f.what = "rank " + std::to_string(r.rank) + f.what.substr(7);
     }
   }
+  for (const trace::SkippedFile& f : skipped)
+    std::fprintf(stderr, "trainscope trace analyze: warning: skipped %s\n", f.reason.c_str());
+  if (results.empty()) {
+    return ReportAndExitCode(
+        "trace analyze",
+        absl::InvalidArgumentError("no traces among the files given (" +
+                                   std::to_string(skipped.size()) + " skipped: not a trace)"));
+  }
   trace::Report rep = trace::CombineRanks(std::move(results), a.analyze);
+  rep.skipped = std::move(skipped);
   if (!a.export_path.empty()) {
     absl::Status s = WriteFileAtomic(export_target, trace::ExportChromeTrace(rep).dump() + "\n");
     if (!s.ok()) return ReportAndExitCode("trace analyze", s);
@@ -143,6 +167,11 @@ void RegisterTraceCommand(CLI::App& parent, CommandContext& ctx) {
                  "flag steps whose iteration gap exceeds this percentage (default 20)");
   an->add_option("--top", args->analyze.top_k, "rows in the top operator/kernel tables (10)");
   an->add_flag("--strict", args->strict, "bad records in a trace are an error (exit 2)");
+  an->add_flag("--include-last-step", args->analyze.include_last_step,
+               "keep the last ProfilerStep and the device work it launched (HTA drops them: "
+               "include_last_profiler_step=False)");
+  an->add_flag("--ns-precision", args->analyze.ns_precision,
+               "keep fractional-us times to the ns (HTA rounds ts up and end down to whole us)");
   an->callback([&ctx, args] { ctx.exit_code = RunAnalyze(*args); });
 }
 

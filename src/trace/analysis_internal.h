@@ -47,6 +47,13 @@ struct HostView {
   bool has_device = false;     // device events on the timeline
   std::vector<bool> timeline;  // per event: on the analysed timeline (not CSV-only, not
                                // torch_npu "Overlap Analysis" summary tracks)
+  // Per event: device activity counted by the breakdowns (filled by AnalyzeRank): on a stream
+  // (kFlagOnStream; kFlagDevice when no event names a stream), on the timeline, and kept by
+  // HTA's step filter.
+  std::vector<bool> breakdown;
+  // Per event: kept by HTA's step filter (HtaKeptEvents; filled by AnalyzeRank, which also
+  // removes the host events it drops from `order`). Empty: all kept.
+  std::vector<bool> kept;
 };
 inline uint64_t ThreadKey(const Event& e) { return (uint64_t{e.pid} << 32) | e.tid; }
 HostView PrepareHost(const RankTrace& t);
@@ -58,6 +65,25 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
 void RankFindings(const AnalyzeOptions& opt, RankResult* r);
 // Stragglers and cross-rank findings (findings.cc).
 void CrossRankFindings(const AnalyzeOptions& opt, Report* report);
+
+// --- HTA's rules (hta_rules.cc). ---
+// Rounds every event's ts up and its end down to whole microseconds, as HTA does for traces
+// with fractional timestamps (durations under 1 us can become -1 us, as in HTA). Idempotent.
+void RoundTimesLikeHta(RankTrace* t);
+// Distinct ProfilerStep#N names in the trace (any thread or category).
+int CountStepNames(const RankTrace& t);
+// Per event: kept by HTA's step filter (with 2+ step names: host events that start before the
+// last step, or up to its end with include_last_step; device events whose correlation id one of
+// those host events carries). All true with fewer than 2 step names.
+std::vector<bool> HtaKeptEvents(const RankTrace& t, bool include_last_step);
+// HTA's interval merge (keeps empty and inverted intervals, see hta_rules.cc).
+std::vector<Interval> MergeLikeHta(std::vector<Interval> v);
+// The kernel_types section: HTA's kernel-type table over the device intervals of each class
+// (exclusive time per set of overlapping types, % of their total), plus OTHER's union time.
+nlohmann::json KernelTypeBreakdown(const std::vector<Interval>& compute,
+                                   const std::vector<Interval>& comm,
+                                   const std::vector<Interval>& memory,
+                                   const std::vector<Interval>& other, int64_t kernel_time_ns);
 
 bool IsSyncName(std::string_view name);
 bool IsLaunchName(std::string_view name);

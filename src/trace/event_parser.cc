@@ -1,5 +1,6 @@
 #include "trace/event_parser.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -135,7 +136,24 @@ std::string DescribeBadRecords(const ParseStats& s) {
   return out;
 }
 
-DeviceKind ClassifyDeviceName(std::string_view name) {
+DeviceKind ClassifyDeviceName(std::string_view n) {
+  // HTA checks communication first, then memory, then its list of non-compute names.
+  auto starts = [&](std::string_view p) { return n.substr(0, p.size()) == p; };
+  if (starts("nccl") || starts("hip") || starts("hccl") || Has(n, "ncclKernel"))
+    return DeviceKind::kComm;
+  if (starts("Memcpy") || starts("Memset") || starts("hipMemcpy") || starts("hipMemset") ||
+      starts("dma"))
+    return DeviceKind::kMemory;
+  if (Has(n, "Memcpy") || Has(n, "Memset") || Has(n, "dma") || Has(n, "Sync") ||
+      starts("Stream Wait Event") || starts("runFunction") || starts("job_exe") ||
+      starts("packet") || starts("pe_exe") || starts("cpum_exe_subgraph") ||
+      starts("collective_subgraph_execution") ||
+      (starts("cuda") && n.find("LaunchKernel", 4) != std::string_view::npos))
+    return DeviceKind::kOther;
+  return DeviceKind::kCompute;
+}
+
+DeviceKind ClassifyAscendName(std::string_view name) {
   auto starts = [&](std::string_view p) { return StartsNoCase(name, p); };
   if (starts("nccl") || starts("hccl") || starts("hcom") || starts("rccl") ||
       Has(name, "ncclKernel") || Has(name, "ncclDevKernel") || starts("c10d::") ||
@@ -296,14 +314,16 @@ bool ParseArgId(const Scalar& s, uint64_t* id) {
   return true;
 }
 
-// A device stream: an integer that fits int32 ("7", 7, "7.0"). Absent: -1 (host).
+// A device stream: an integer in [-2^31, 2^32) ("7", 7, "7.0"). Absent: -1 (host). CUPTI ids
+// are unsigned 32-bit: Kineto writes a context-wide sync on stream 4294967295, which HTA counts
+// as device activity; ids above INT32_MAX are stored as INT32_MAX.
 bool ParseStream(const Scalar& s, int64_t* stream) {
   if (s.kind == Kind::kAbsent) return true;
   int64_t ns = 0;  // ParseUsToNs keeps 3 decimals exactly: stream * 1000
   if (s.kind == Kind::kOther || !ParseUsToNs(s.text, &ns) || ns % 1000 != 0 ||
-      ns / 1000 < INT32_MIN || ns / 1000 > INT32_MAX)
+      ns / 1000 < INT32_MIN || ns / 1000 > int64_t{UINT32_MAX})
     return false;
-  *stream = ns / 1000;
+  *stream = std::min<int64_t>(ns / 1000, INT32_MAX);
   return true;
 }
 
@@ -416,6 +436,9 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
     if (err) return err;
   }
   // The object was read completely: from here on every outcome is counted exactly once.
+  // HTA rounds all times when any event's ts is a float (pandas gives the column float64).
+  if (r.ts.kind == Kind::kNumber && r.ts.text.find_first_of(".eE") != std::string_view::npos)
+    out_->fractional_ts = true;
   std::string_view ph = r.ph.text;
   if (ph.empty() && r.dur.kind != Kind::kAbsent) ph = "X";
   if (ph == "s" || ph == "f" || ph == "t") {
@@ -528,7 +551,16 @@ void EventParser::StoreComplete(const RawEvent& r, int64_t offset) {
     e.input_dims = out_->strings.Intern(r.input_dims);
   if (Has(r.input_type, "double") || Has(r.input_type, "DT_DOUBLE")) e.flags |= kFlagFloat64;
   if (r.collective) e.flags |= kFlagCollective;
-  if (c == Category::kKernel || c == Category::kGpuMemcpy || c == Category::kGpuMemset) {
+  if (r.correlation.kind != Kind::kAbsent && (e.correlation || r.correlation.text == "0"))
+    e.flags |= kFlagHasCorrelation;
+  // HTA drops events without a category and those of category "Trace"; of the others, every
+  // event that names a stream other than -1 is device activity.
+  if (stream != -1 && !cat.empty() && cat != "Trace") {
+    e.flags |= kFlagOnStream;
+    ++out_->on_stream_events;
+  }
+  if (c == Category::kKernel || c == Category::kGpuMemcpy || c == Category::kGpuMemset ||
+      ((c == Category::kCudaSync || cat == "mtia_ccp_events") && stream != -1)) {
     e.flags |= kFlagDevice;
   }
   uint64_t track = (uint64_t{e.pid} << 32) | e.tid;
@@ -565,13 +597,12 @@ void ClassifyDeviceEvents(RankTrace* t) {
       auto it = device_pids.find(e.pid);
       if (it != device_pids.end()) e.flags |= kFlagDevice;
     }
-    if (!(e.flags & kFlagDevice)) continue;
-    if (e.cat == Category::kGpuMemcpy || e.cat == Category::kGpuMemset) {
-      e.kind = DeviceKind::kMemory;
-    } else if (e.flags & kFlagCollective) {
-      e.kind = DeviceKind::kComm;
-    } else {
+    if (!(e.flags & (kFlagDevice | kFlagOnStream))) continue;
+    if (e.cat != Category::kNone) {
+      // Kineto (any accelerator): HTA's rule, from the name alone.
       e.kind = ClassifyDeviceName(t->strings.Get(e.name));
+    } else {
+      e.kind = ClassifyAscendName(t->strings.Get(e.name));
       auto it = device_pids.find(e.pid);
       if (it != device_pids.end() && it->second == DeviceKind::kComm) e.kind = DeviceKind::kComm;
     }

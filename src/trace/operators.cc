@@ -154,16 +154,15 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   // --- Device kernels. ---
   absl::flat_hash_map<uint32_t, Agg> kernels;
   std::vector<uint32_t> k_members;
-  int64_t by_kind[4] = {0, 0, 0, 0};
   int64_t n_short = 0, short_ns = 0, k_total = 0, gather_kernel_ns = 0;
   for (size_t i = 0; i < ev.size(); ++i) {
     const Event& e = ev[i];
     if (!(e.flags & kFlagDevice) || (!hv.timeline[i] && hv.has_device)) continue;
+    if (!hv.kept.empty() && !hv.kept[i]) continue;  // HTA's step filter
     Agg& a = kernels[e.name];
     ++a.count;
     a.total_ns += e.dur_ns;
     k_members.push_back(static_cast<uint32_t>(i));
-    by_kind[static_cast<int>(e.kind)] += e.dur_ns;
     k_total += e.dur_ns;
     if (e.dur_ns < opt.short_kernel_ns) {
       ++n_short;
@@ -173,11 +172,6 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   }
   if (!k_members.empty()) {
     d["top_kernels"] = TopTable(t, kernels, k_members, false, opt.top_k)["by_total"];
-    auto pct = [&](int64_t x) { return R2(k_total ? 100.0 * x / k_total : 0); };
-    d["kernel_types"] = {
-        {"compute_us", Us(by_kind[1])},       {"compute_pct", pct(by_kind[1])},
-        {"communication_us", Us(by_kind[2])}, {"communication_pct", pct(by_kind[2])},
-        {"memory_us", Us(by_kind[3])},        {"memory_pct", pct(by_kind[3])}};
   }
 
   // --- Fragmentation: tiny kernels, or tiny first-level operators on host-only traces. ---
@@ -315,13 +309,14 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       ++aicpu[e.name].count;
       aicpu[e.name].total_ns += e.dur_ns;
     }
-    if (e.flags & kFlagDevice) continue;
-    // aten::item and friends only synchronise with a device when there is one.
-    if (e.cat == Category::kCudaSync ||
-        (hv.names[e.name].sync && (hv.has_device || !hv.names[e.name].aten))) {
+    // aten::item and friends only synchronise with a device when there is one; cuda_sync
+    // events sit on the device timeline.
+    if (e.cat == Category::kCudaSync || (!(e.flags & kFlagDevice) && hv.names[e.name].sync &&
+                                         (hv.has_device || !hv.names[e.name].aten))) {
       ++syncs[e.name].count;
       syncs[e.name].total_ns += e.dur_ns;
     }
+    if (e.flags & kFlagDevice) continue;
     // Only where kernels are launched from the host (CUDA/HIP runtime events): on other
     // stacks a missing launch says nothing.
     if (hv.has_device && !launches.empty() && hv.timeline[i] && !launched[i] &&

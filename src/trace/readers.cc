@@ -264,7 +264,7 @@ absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_dev
     else if (absl::StrContains(type, "MEMCPY") || absl::StrContains(core, "SDMA"))
       e.kind = DeviceKind::kMemory;
     else
-      e.kind = ClassifyDeviceName(cell(c_name));
+      e.kind = ClassifyAscendName(cell(c_name));
     t->events.push_back(e);
     ++t->stats.events_kept;
   }

@@ -88,6 +88,9 @@ nlohmann::json ReportToJson(const Report& rep) {
   for (const auto& f : rep.findings) j["findings"].push_back(FindingJson(f));
   for (const auto& r : rep.ranks)
     for (const auto& f : r.findings) j["findings"].push_back(FindingJson(f));
+  j["skipped"] = nlohmann::json::array();
+  for (const auto& f : rep.skipped)
+    j["skipped"].push_back({{"path", f.path}, {"reason", f.reason}});
   SanitizeUtf8(&j);
   return j;
 }
@@ -151,6 +154,19 @@ std::string ReportToText(const Report& rep) {
       }
       out += ks.Render();
     }
+    if (r.details.contains("kernel_types") && r.details["kernel_types"].is_object()) {
+      // HTA's kernel-type table (exclusive time per set of overlapping types).
+      const nlohmann::json& kt = r.details["kernel_types"];
+      std::string line = "kernel types (HTA):";
+      for (const auto& row : kt["types"])
+        absl::StrAppend(&line, " ", row["kernel_type"].get<std::string>(), " ",
+                        F1(row["pct"].get<double>()), "% (", Ms(row["time_us"].get<double>()),
+                        " ms);");
+      absl::StrAppend(&line, " OTHER (outside HTA's table) ", Ms(kt["other_us"].get<double>()),
+                      " ms, ", F1(kt["other_pct_of_kernel_time"].get<double>()),
+                      "% of kernel time\n");
+      out += line;
+    }
     if (HasBadRecords(r.stats)) out += absl::StrCat("input: ", DescribeBadRecords(r.stats), "\n");
   }
   std::vector<const Finding*> all;
@@ -163,6 +179,10 @@ std::string ReportToText(const Report& rep) {
                         "\n      fix: ", f->fix, "\n");
   }
   if (all.empty()) out += "  none\n";
+  if (!rep.skipped.empty()) {
+    out += absl::StrCat("\nSkipped (", rep.skipped.size(), ", not traces)\n");
+    for (const SkippedFile& f : rep.skipped) out += absl::StrCat("  ", f.reason, "\n");
+  }
   return out;
 }
 

@@ -88,9 +88,21 @@ TEST(ParseUsToNs, ExactDecimal) {
 TEST(Classify, KernelNames) {
   EXPECT_EQ(ClassifyDeviceName("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), DeviceKind::kComm);
   EXPECT_EQ(ClassifyDeviceName("ncclKernel_AllReduce"), DeviceKind::kComm);
-  EXPECT_EQ(ClassifyDeviceName("hcom_allReduce__123"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyAscendName("hcom_allReduce__123"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyDeviceName("hcom_allReduce__123"), DeviceKind::kCompute);  // HTA: not comm
   EXPECT_EQ(ClassifyDeviceName("Memcpy HtoD (Pageable -> Device)"), DeviceKind::kMemory);
   EXPECT_EQ(ClassifyDeviceName("ampere_sgemm_128x64_tn"), DeviceKind::kCompute);
+  // HTA's order: communication first (so "hipMemcpy..." is communication), then memory, then
+  // its list of names that are neither compute nor memory ("other").
+  EXPECT_EQ(ClassifyDeviceName("hipMemcpyAsync"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyDeviceName("hccl_AllGather"), DeviceKind::kComm);
+  EXPECT_EQ(ClassifyDeviceName("dma_read_0"), DeviceKind::kMemory);
+  EXPECT_EQ(ClassifyDeviceName("memcpy"), DeviceKind::kCompute);  // HTA is case-sensitive
+  for (const char* other :
+       {"Stream Sync", "Context Sync", "Event Sync", "Stream Wait Event", "pe_exe_12", "job_exe",
+        "packet_3", "cpum_exe_subgraph", "collective_subgraph_execution_7", "runFunction - x",
+        "cudaLaunchKernel", "void copy_dma_kernel", "foo_Memset"})
+    EXPECT_EQ(ClassifyDeviceName(other), DeviceKind::kOther) << other;
   EXPECT_EQ(RankFromFileName("/x/ddp_rank1.pt.trace.json"), 1);
   EXPECT_EQ(RankFromFileName("worker-12.json"), 12);
   EXPECT_EQ(RankFromFileName("trace.json"), -1);
@@ -331,7 +343,8 @@ TEST(Analysis, RealDdpRunNamesSlowRankAndDataLoading) {
   Report rep = AnalyzeRanks(&traces);
   ASSERT_EQ(rep.ranks.size(), 2u);
   EXPECT_EQ(rep.ranks[0].basis, "host");
-  EXPECT_EQ(rep.ranks[0].steps.size(), 4u);
+  // Steps 1-4 in the trace; HTA's default drops the last one (include_last_profiler_step).
+  EXPECT_EQ(rep.ranks[0].steps.size(), 3u);
   ASSERT_EQ(rep.stragglers.size(), 1u);
   EXPECT_EQ(rep.stragglers[0].rank, 1);
   EXPECT_EQ(rep.stragglers[0].cause, "data_loading");
@@ -342,7 +355,7 @@ TEST(Analysis, RealDdpRunNamesSlowRankAndDataLoading) {
       named = true;
   EXPECT_TRUE(named);
   nlohmann::json j = ReportToJson(rep);
-  EXPECT_EQ(j["ranks"][1]["steps"], nlohmann::json({1, 2, 3, 4}));
+  EXPECT_EQ(j["ranks"][1]["steps"], nlohmann::json({1, 2, 3}));
   EXPECT_TRUE(j["ranks"][0]["temporal_breakdown"].contains("idle_pct"));
   nlohmann::json ex = ExportChromeTrace(rep);
   EXPECT_GT(ex["traceEvents"].size(), 10u);

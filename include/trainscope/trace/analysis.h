@@ -38,6 +38,10 @@ struct AnalyzeOptions {
   double straggler_spread = 0.05;             // msprof-analyze advisor slow-rank ratio
   int fusion_min_count = 5;                   // occurrences of an operator sequence
   int64_t aicpu_min_task_ns = 20'000;         // msprof-analyze AICPU rule
+  // HTA drops the last ProfilerStep (include_last_profiler_step=False); true keeps it.
+  bool include_last_step = false;
+  // HTA rounds fractional-us times to whole us (ts up, end down); true keeps them to the ns.
+  bool ns_precision = false;
 };
 
 struct Finding {
@@ -89,10 +93,16 @@ struct Straggler {
   double cause_us = 0, others_cause_us = 0;
 };
 
+// A file found in a directory that is not a trace (an execution trace, notes, ...): skipped.
+struct SkippedFile {
+  std::string path, reason;
+};
+
 struct Report {
   std::vector<RankResult> ranks;
   std::vector<Straggler> stragglers;
   std::vector<Finding> findings;  // across ranks
+  std::vector<SkippedFile> skipped;
 };
 
 // Analyses one rank. Sorts trace->events by time (the table is otherwise left as read).

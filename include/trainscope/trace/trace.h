@@ -45,8 +45,8 @@ enum class Category : uint8_t {
   kUnknown,         // a category this reader does not know (counted)
 };
 
-// What a device event does (HTA's kernel classes).
-enum class DeviceKind : uint8_t { kNone, kCompute, kComm, kMemory };
+// What a device event does: HTA's kernel types (COMPUTATION, COMMUNICATION, MEMORY, OTHER).
+enum class DeviceKind : uint8_t { kNone, kCompute, kComm, kMemory, kOther };
 
 // Event flags.
 inline constexpr uint8_t kFlagFloat64 = 1;     // an input or kernel of type double
@@ -54,6 +54,10 @@ inline constexpr uint8_t kFlagCollective = 2;  // carries a "Collective name" ar
 inline constexpr uint8_t kFlagDevice = 4;      // runs on the device (kernel, memcpy, NPU task)
 inline constexpr uint8_t kFlagFromCsv = 8;     // from kernel_details.csv (not on the timeline)
 inline constexpr uint8_t kFlagAiCpu = 16;      // an Ascend task that ran on the AI CPU
+// args.stream present and not -1 (HTA's test for device activity: kernels, memcpy/memset,
+// cuda_sync, MTIA's mtia_ccp_events, and any other event that names a stream).
+inline constexpr uint8_t kFlagOnStream = 32;
+inline constexpr uint8_t kFlagHasCorrelation = 64;  // args.correlation present and valid
 
 // One complete ("X") trace event, 56 bytes. Strings are ids into RankTrace::strings.
 struct Event {
@@ -164,6 +168,10 @@ struct RankTrace {
   std::vector<AscendStepRow> ascend_steps;
   std::vector<PhaseStep> phase_steps;
   ParseStats stats;
+  // Some event's ts was written with a fraction (ns-resolution traces): HTA then rounds every
+  // event's ts up and its end down to whole microseconds (AnalyzeOptions::ns_precision).
+  bool fractional_ts = false;
+  int64_t on_stream_events = 0;  // events with kFlagOnStream
 };
 
 struct ReadOptions {
@@ -194,9 +202,17 @@ int RankFromFileName(std::string_view path);
 // (no double rounding). False when not a number.
 bool ParseUsToNs(std::string_view text, int64_t* ns);
 
-// HTA's kernel classification plus Ascend names: nccl*/hccl*/hcom*/collectives -> kComm,
-// Memcpy/Memset/dma -> kMemory, else kCompute.
+// HTA's kernel type of a device event, from its name alone, in HTA's order (case-sensitive):
+//   kComm    name starts with "nccl", "hip" or "hccl", or contains "ncclKernel";
+//   kMemory  name starts with "Memcpy", "Memset", "hipMemcpy", "hipMemset" or "dma";
+//   kOther   name contains "Memcpy", "Memset", "dma" or "Sync", starts with "Stream Wait Event",
+//            "runFunction", "job_exe", "packet", "pe_exe", "cpum_exe_subgraph",
+//            "collective_subgraph_execution", or starts with "cuda" and later has "LaunchKernel";
+//   kCompute everything else.
 DeviceKind ClassifyDeviceName(std::string_view name);
+// torch_npu (Ascend) task names, which HTA does not know: hccl*/hcom*/nccl* and collective
+// names -> kComm, Memcpy/Memset/dma (any case) -> kMemory, else kCompute.
+DeviceKind ClassifyAscendName(std::string_view name);
 
 }  // namespace trainscope::trace
 
