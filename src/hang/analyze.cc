@@ -123,8 +123,12 @@ Report AnalyzeDumps(std::vector<Dump> dumps, InputCounts counts, const AnalyzeOp
   std::vector<internal::MembershipDisagreement> disagreements;
   std::vector<internal::Group> groups = internal::BuildGroups(unique, &disagreements);
   std::vector<std::string> unusable;
-  for (const auto& [file, reason] : counts.corrupt) unusable.push_back(file);
-  for (const std::string& f : counts.unreadable_pickle) unusable.push_back(f);
+  // Named by base name and reason in the evidence (the full paths are in details.inputs).
+  auto base = [](const std::string& p) { return p.substr(p.rfind('/') + 1); };
+  for (const auto& [file, reason] : counts.corrupt)
+    unusable.push_back(base(file) + " (" + reason + ")");
+  for (const std::string& f : counts.unreadable_pickle)
+    unusable.push_back(base(f) + " (a pickle: needs trainscope-torch)");
   Report report;
   report.findings = internal::FindProblems(unique, groups, unusable);
   if (options.mismatch_cap >= 0 &&

@@ -17,6 +17,16 @@ std::string OpsKey(const Slot& s) {
   }
   return k;
 }
+// "all_reduce [[512]] Float at 'step 5 grad bucket 1'", for the evidence.
+std::string OpsText(const Slot& s) {
+  std::string t;
+  for (const Entry* e : s.ops) {
+    if (!t.empty()) t += " + ";
+    t += e->op + " " + ShapesText(e->input_sizes) + " " + DtypesText(e->input_dtypes);
+  }
+  if (!s.ops.empty() && !s.ops.front()->caller.empty()) t += " at '" + s.ops.front()->caller + "'";
+  return t;
+}
 std::string Caller(const Slot& s) { return s.ops.empty() ? "" : s.ops.front()->caller; }
 std::string FullKey(const Slot& s) { return OpsKey(s) + "|" + Caller(s); }
 std::string NormKey(const Slot& s) { return OpsKey(s) + "|" + NormalizeCaller(Caller(s)); }
@@ -322,7 +332,7 @@ Candidate GroupWalk::Build(int64_t seq, const Verdict& v) {
                  RanksLabel(v.ref_ranks) + ref_where + ", and issued its next collective " +
                  cs->ops.front()->op + culprit_where + " in its place; " + Wait(v.ref_ranks);
     f.evidence = "at #" + std::to_string(seq) + " " + RanksLabel(v.culprits) + " issued " +
-                 OpsKey(*cs) + " where the others issued " + OpsKey(*rs) +
+                 OpsText(*cs) + " where the others issued " + OpsText(*rs) +
                  ", which matches what comes next" + basis;
     return c;
   }
