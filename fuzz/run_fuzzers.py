@@ -66,6 +66,13 @@ def seeds(target):
         return [read(f) for f in files("tests/data/env/fp_*.json", "tests/data/env/malformed.json")]
     if target == "train_config_fuzzer":
         return [read(f) for f in files("configs/*.json", "tests/data/train/*.json")]
+    if target == "hang_dump_fuzzer":  # two dumps of one case per input (SplitTwo)
+        out = []
+        for d in sorted(glob.glob(os.path.join(DATA, "hang", "*"))):
+            ranks = [read(f, 1 << 15) for f in files(f"tests/data/hang/{os.path.basename(d)}/*")]
+            if len(ranks) >= 2:
+                out.append(two(ranks[0], ranks[1]))
+        return out
     if target == "store_message_fuzzer":
         return [read(f) for f in files("fuzz/seeds/store/*")]
     return []
