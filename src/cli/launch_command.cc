@@ -56,6 +56,23 @@ std::vector<std::string> ProgramArgv(const std::vector<std::string>& positional,
   return std::vector<std::string>(cmdline.end() - static_cast<long>(n), cmdline.end());
 }
 
+// The hang analysis of the ranks' dumps (launch.h), as the job's last lines.
+void PrintHangVerdict(const launch::LaunchResult& r) {
+  const launch::HangVerdict& h = r.hang;
+  if (!h.error.empty()) {
+    std::fprintf(stderr, "trainscope launch: the hang analysis of %s/hang failed: %s\n",
+                 r.run_dir.c_str(), h.error.c_str());
+    return;
+  }
+  if (!h.analyzed) return;
+  std::fprintf(stderr, "hang analysis (%s; per-rank table: trainscope hang analyze %s):\n",
+               h.analysis_path.c_str(), r.run_dir.c_str());
+  if (h.sentences.empty()) {
+    std::fprintf(stderr, "  the ranks' flight recorders show no mismatched collective\n");
+  }
+  for (const std::string& s : h.sentences) std::fprintf(stderr, "  %s\n", s.c_str());
+}
+
 int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
   if (!argv.empty() && argv.front() == "--") {
     argv.erase(argv.begin());
@@ -109,6 +126,7 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
     std::fprintf(stderr,
                  "trainscope launch: interrupted by signal %d; stopped %d ranks (logs: %s)\n",
                  r->interrupted_by, r->world_size, r->run_dir.c_str());
+    PrintHangVerdict(*r);
     return 128 + r->interrupted_by;
   }
   if (r->first_failed_rank >= 0) {
@@ -135,6 +153,7 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
                        "the launcher, not by their own error\n"
                      : "hint: the rank above did not exit in time (stuck in a collective, a "
                        "final barrier or shutdown?); its log shows where it was\n");
+    PrintHangVerdict(*r);
     return kExitProblems;
   }
   if (!f.quiet) {

@@ -74,6 +74,39 @@ class StopOnSignals {
   struct sigaction old_[kCount];
 };
 
+// The signal the executables install core/stacks.h's stack-dump handler on (once, in main):
+// a real-time signal nothing else here uses.
+inline int StackDumpSignalNumber() { return SIGRTMIN + 3; }
+
+namespace stop_signals_internal {
+inline std::atomic<int> g_dump_requests{0};
+inline void OnDumpSignal(int) { g_dump_requests.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace stop_signals_internal
+
+// SIGUSR1 asks for a hang dump: while a DumpOnSignal is alive, each SIGUSR1 bumps
+// requests(), the counter the comm watchdog polls (TrainOptions::dump_request,
+// comm/watchdog.h), which then writes this rank's flight recorder dump and thread stacks
+// without stopping the run. `trainscope launch` sends it, to ranks that catch it only
+// (SigCgt), when another rank failed. The destructor restores the previous handler.
+// Construct and destroy on the main thread; one instance at a time.
+class DumpOnSignal {
+ public:
+  DumpOnSignal() {
+    struct sigaction sa = {};
+    sa.sa_handler = stop_signals_internal::OnDumpSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &sa, &old_);
+  }
+  ~DumpOnSignal() { ::sigaction(SIGUSR1, &old_, nullptr); }
+  DumpOnSignal(const DumpOnSignal&) = delete;
+  DumpOnSignal& operator=(const DumpOnSignal&) = delete;
+  const std::atomic<int>* requests() const { return &stop_signals_internal::g_dump_requests; }
+
+ private:
+  struct sigaction old_;
+};
+
 }  // namespace trainscope::cli
 
 #endif  // TRAINSCOPE_CLI_STOP_SIGNALS_H_

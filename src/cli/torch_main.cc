@@ -6,10 +6,14 @@
 #include "CLI/CLI.hpp"
 #include "cli/command.h"
 #include "cli/hang_command.h"
-#include "trainscope/core/subprocess.h"
+#include "cli/stop_signals.h"
 #include "hang/pickle_torch.h"
+#include "trainscope/core/stacks.h"
+#include "trainscope/core/subprocess.h"
 
 int main(int argc, char** argv) {
+  // Hang reports list every thread's stack (core/stacks.h); the executable owns signals.
+  (void)trainscope::InstallStackDumpHandler(trainscope::cli::StackDumpSignalNumber());
   trainscope::cli::CommandContext ctx;
   ctx.argv0 = trainscope::SelfExecutablePath();
   if (ctx.argv0.empty()) ctx.argv0 = argv[0];

@@ -1,6 +1,10 @@
 // `trainscope train --config FILE [--run-dir DIR]`: the reference trainer.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -28,7 +32,30 @@ struct TrainFlags {
   bool sweep = false;
   std::string sweep_values = "0,1,2,4";
   int sweep_steps = 20;
+  double comm_timeout_s = 0;  // 0: comm.timeout_s of the config
+  std::vector<std::string> inject;
 };
+
+// An exception thrown on a thread nobody can catch on (gloo's network thread raises when
+// ranks disagree on a collective's size) ends in std::terminate: first let the running
+// trainer's comm watchdog dump and end the rank like any comm failure (exit 1, one line),
+// then fall back to the previous handler (ParseAndRun's "internal error", exit 3).
+std::terminate_handler g_previous_terminate = nullptr;
+
+[[noreturn]] void TerminateWithHangDump() {
+  std::string what = "an exception escaped an engine thread";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = absl::StrCat("an engine thread threw: ", ex.what());
+    } catch (...) {
+    }
+  }
+  (void)train::DumpOnFatalError(what);  // calls on_comm_timeout (exits) when it dumped
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
 
 std::string DefaultRunDir() {
   std::string dir;
@@ -91,12 +118,31 @@ int RunTrain(const TrainFlags& f) {
   // SIGINT/SIGTERM/SIGHUP stop the trainer between steps; it ends the metrics file with an
   // "end" record and the exit code is 128 + the signal (stop_signals.h).
   StopOnSignals signals;
+  // SIGUSR1: the comm watchdog dumps the flight recorder and stacks (the launcher asks).
+  DumpOnSignal dump_signal;
+  auto inject = train::ParseInjections(f.inject);
+  if (!inject.ok()) return ReportAndExitCode("train", inject.status());
+  if (f.comm_timeout_s > 0) config->comm.timeout_s = f.comm_timeout_s;
+  if (absl::Status v = train::ValidateTrainConfig(*config); !v.ok()) {
+    return ReportAndExitCode("train", v);
+  }
   if (f.steps > 0) config->train.steps = f.steps;
   if (f.max_seconds >= 0) config->train.max_seconds = f.max_seconds;
   train::TrainOptions o;
   o.run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
   o.comm_backend = f.backend;
   o.stop = signals.stop();
+  o.dump_request = dump_signal.requests();
+  o.inject = *std::move(inject);
+  // A stuck or failed collective ends the rank at once, the dumps already on disk: one line
+  // naming the op and its sequence number, exit 1 (a blocked training thread cannot unwind).
+  g_previous_terminate = std::set_terminate(TerminateWithHangDump);
+  o.on_comm_timeout = [](const std::string& message) {
+    std::fprintf(stderr, "trainscope train: error: %s\n", message.c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(kExitProblems);
+  };
   const int log_every = config->train.log_every;
   const int total = config->train.steps;
   o.on_step = [log_every, total](const train::StepRecord& s) {
@@ -182,6 +228,18 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
   cmd->add_option("--max-seconds", flags->max_seconds, "override train.max_seconds")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", flags->backend, "comm backend for data-parallel runs (gloo|mpi)");
+  cmd->add_option("--comm-timeout", flags->comm_timeout_s,
+                  "seconds a collective may take before the rank dumps its flight recorder and "
+                  "stacks to <run dir>/hang/ and exits 1 (overrides comm.timeout_s, default "
+                  "600)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--inject", flags->inject,
+                  "testing aid, repeatable: make one rank misbehave at the first collective of "
+                  "one step. KIND:rank=R,step=S with KIND skip_collective, wrong_op, "
+                  "wrong_size, wrong_dtype; sleep:rank=R,step=S,seconds=X; "
+                  "exit:rank=R,step=S,code=C (docs/formats.md)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--sweep-workers", flags->sweep,
                 "measure step time for several data.num_workers values and report the best");
   cmd->add_option("--sweep-values", flags->sweep_values, "num_workers values to sweep (0,1,2,4)");

@@ -251,6 +251,8 @@ std::vector<ProcessGroupInfo> FlightRecorder::ProcessGroups() const {
   return groups_;
 }
 
+int64_t FlightRecorder::NowNs() const { return ClockNs(CLOCK_MONOTONIC) + mono_to_epoch_ns_; }
+
 int64_t FlightRecorder::recorded() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_id_;

@@ -319,3 +319,54 @@ TEST(LaunchTest, DevicePinningFollowsTheVisibleList) {
 
 }  // namespace
 }  // namespace trainscope::launch
+
+namespace trainscope::launch {
+namespace {
+
+TEST(HangDumpTest, CatchesSignalReadsSigCgt) {
+  // SIGUSR1 = 10: bit 9 (0x200); SIGTERM = 15: bit 14 (0x4000).
+  const std::string status = "Name:\tx\nSigBlk:\t0000000000000000\nSigCgt:\t0000000000004200\n";
+  EXPECT_TRUE(CatchesSignal(status, SIGUSR1));
+  EXPECT_TRUE(CatchesSignal(status, SIGTERM));
+  EXPECT_FALSE(CatchesSignal(status, SIGUSR2));
+  EXPECT_FALSE(CatchesSignal("Name:\tx\n", SIGUSR1));
+  EXPECT_FALSE(CatchesSignal("SigCgt:\tzz\n", SIGUSR1));
+  EXPECT_FALSE(CatchesSignal(status, 0));
+}
+
+TEST(HangDumpTest, DumpWrittenNeedsBothFilesNewEnough) {
+  const std::string dir = TempDir();
+  EXPECT_FALSE(HangDumpWritten(dir, 1, 0));
+  std::filesystem::create_directories(dir + "/hang");
+  std::ofstream(dir + "/hang/flight_recorder.rank1.json") << "{}";
+  EXPECT_FALSE(HangDumpWritten(dir, 1, 0));
+  std::ofstream(dir + "/hang/stacks.rank1.txt") << "x";
+  EXPECT_TRUE(HangDumpWritten(dir, 1, 0));
+  EXPECT_FALSE(HangDumpWritten(dir, 1, int64_t{4000000000} * 1000000000));  // in the future
+  std::filesystem::remove_all(dir);
+}
+
+// A rank that catches SIGUSR1 is asked for a dump when another fails, and stopped as soon as
+// it wrote it (not after dump_wait); one that does not catch it is not asked (it would die).
+TEST(LaunchTest, RanksThatCatchSigusr1AreAskedForADumpBeforeTheStop) {
+  LaunchOptions o =
+      Sh("d=$TRAINSCOPE_RUN_DIR/hang; if [ $RANK = 0 ]; then sleep 0.3; exit 1; fi; "
+         "if [ $RANK = 1 ]; then trap 'mkdir -p $d; echo {} > $d/flight_recorder.rank1.json; "
+         "echo s > $d/stacks.rank1.txt' USR1; fi; "
+         "i=0; while [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done",
+         3);
+  o.dump_wait = std::chrono::seconds(8);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first_failed_rank, 0);
+  EXPECT_EQ(r->hang.asked_ranks, std::vector<int>{1});
+  EXPECT_LT(r->total_s, 5.0);
+  EXPECT_TRUE(std::filesystem::exists(o.run_dir + "/hang/stacks.rank1.txt"));
+  // "{}" is no dump: the analysis ran and said so, or found nothing to analyse.
+  EXPECT_TRUE(r->hang.analyzed || !r->hang.error.empty());
+  EXPECT_THAT(ReadAll(o.run_dir + "/launch.json"), HasSubstr("\"asked_ranks\""));
+  std::filesystem::remove_all(o.run_dir);
+}
+
+}  // namespace
+}  // namespace trainscope::launch

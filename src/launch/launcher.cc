@@ -32,9 +32,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "launch/hang_dump.h"
 #include "launch/reaper.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/core/os.h"
 #include "trainscope/launch/launch.h"
 
 extern char** environ;
@@ -525,6 +527,35 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     signal_all(SIGKILL, true);
     kill_deadline_ns = NowNs();
   }
+  // A failure or a timeout: first ask the ranks still running for a hang dump (those that
+  // catch SIGUSR1), and stop them once they wrote it or exited, or after dump_wait.
+  int64_t dump_deadline_ns = 0;  // 0: no dump phase
+  int64_t dump_asked_unix_ns = 0;
+  std::vector<Child*> dump_asked;
+  auto stop_after_dumps = [&] {
+    if (kill_deadline_ns != 0 || dump_deadline_ns != 0) return;
+    dump_asked_unix_ns = static_cast<int64_t>(Os::Default()->WallUs()) * 1000 - 1000000;
+    for (Child& c : children) {
+      if (!o.request_dumps || c.pid <= 0 || c.reaped) continue;
+      if (!AskRankToDump(c.pid)) continue;
+      dump_asked.push_back(&c);
+      result.hang.asked_ranks.push_back(c.status.rank);
+    }
+    if (dump_asked.empty()) {
+      begin_stop(SIGTERM);
+    } else {
+      dump_deadline_ns = NowNs() + std::chrono::nanoseconds(o.dump_wait).count();
+    }
+  };
+  auto dumps_done = [&] {
+    if (NowNs() >= dump_deadline_ns) return true;
+    for (const Child* c : dump_asked) {
+      if (!c->reaped && !HangDumpWritten(abs_run_dir, c->status.rank, dump_asked_unix_ns)) {
+        return false;
+      }
+    }
+    return true;
+  };
 
   // Timeouts: stop the ranks still running and name them as the failure.
   int64_t first_ok_exit_ns = 0;  // when the first rank exited with code 0
@@ -537,7 +568,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     for (const Child* c : running) result.timed_out_ranks.push_back(c->status.rank);
     result.first_failed_rank = running.front()->status.rank;
     result.failure = absl::StrCat(NameRanks(running), " still running ", why, "; stopped");
-    begin_stop(SIGTERM);
+    stop_after_dumps();
   };
 
   // Event loop.
@@ -625,7 +656,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
                 : absl::StrCat("rank ", c.status.rank, " (pid ", c.pid, ") was killed by ",
                                SignalName(c.status.term_signal), " after ",
                                absl::StrFormat("%.2f", c.status.end_s), " s");
-        begin_stop(SIGTERM);
+        stop_after_dumps();
       }
     }
     if (kill_deadline_ns == 0 && result.interrupted_by == 0 && result.first_failed_rank < 0) {
@@ -640,6 +671,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
                               Seconds(o.job_timeout), ")"));
       }
     }
+    if (dump_deadline_ns != 0 && kill_deadline_ns == 0 && dumps_done()) begin_stop(SIGTERM);
     if (kill_deadline_ns != 0 && NowNs() >= kill_deadline_ns) signal_all(SIGKILL, true);
   }
   // Descendants that escaped their rank's process group (setsid, double fork) were
@@ -653,6 +685,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     c.status.tail.assign(c.tail.begin(), c.tail.end());
     result.ranks.push_back(c.status);
   }
+  result.hang = AnalyzeHangDumps(abs_run_dir, std::move(result.hang));
   result.total_s = since();
   {
     std::ofstream json(result.run_dir + "/launch.json");
@@ -683,6 +716,12 @@ std::string LaunchResultJson(const LaunchResult& r, const LaunchOptions& o) {
   j["failure"] = r.failure;
   j["timed_out_ranks"] = r.timed_out_ranks;
   j["strays_killed"] = r.strays_killed;
+  j["hang"] =
+      r.hang.analyzed || !r.hang.error.empty() || !r.hang.asked_ranks.empty()
+          ? nlohmann::json{{"asked_ranks", r.hang.asked_ranks}, {"analysis", r.hang.analysis_path},
+                           {"problem", r.hang.problem},         {"findings", r.hang.findings},
+                           {"verdict", r.hang.sentences},       {"error", r.hang.error}}
+          : nlohmann::json(nullptr);
   j["interrupted_by"] = r.interrupted_by != 0 ? nlohmann::json(SignalName(r.interrupted_by))
                                               : nlohmann::json(nullptr);
   nlohmann::json ranks = nlohmann::json::array();

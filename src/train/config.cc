@@ -220,6 +220,10 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
         c, "train.bucket_mb",
         absl::StrCat(r.bucket_mb, " is out of range: must be in (0, ", kMaxBucketMb, "]"));
   if (!(r.target_loss >= 0)) return KeyError(c, "train.target_loss", "must be >= 0");
+  if (!(c.comm.timeout_s > 0 && c.comm.timeout_s <= kMaxCommTimeoutS))
+    return KeyError(c, "comm.timeout_s",
+                    absl::StrCat(c.comm.timeout_s, " is out of range: must be in (0, ",
+                                 kMaxCommTimeoutS, "] seconds"));
   return absl::OkStatus();
 }
 
@@ -247,7 +251,8 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   if (!root.is_object())
     return absl::InvalidArgumentError(absl::StrCat(src, ": expected a JSON object at the top"));
 
-  Section model(src, "model"), data(src, "data"), optim(src, "optim"), train(src, "train");
+  Section model(src, "model"), data(src, "data"), optim(src, "optim"), train(src, "train"),
+      comm(src, "comm");
   model.Int("layers", &c.model.layers);
   model.Int("heads", &c.model.heads);
   model.Int("width", &c.model.width);
@@ -284,6 +289,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   train.Bool("keep_host_memory", &c.train.keep_host_memory);
   train.Double("bucket_mb", &c.train.bucket_mb);
   train.Double("target_loss", &c.train.target_loss);
+  comm.Double("timeout_s", &c.comm.timeout_s);
 
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();
@@ -295,6 +301,8 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
       TS_RETURN_IF_ERROR(optim.Apply(it.value()));
     } else if (k == "train") {
       TS_RETURN_IF_ERROR(train.Apply(it.value()));
+    } else if (k == "comm") {
+      TS_RETURN_IF_ERROR(comm.Apply(it.value()));
     } else if (k == "format") {
       if (!it.value().is_string() || it.value().get<std::string>() != "trainscope.train_config")
         return absl::InvalidArgumentError(
@@ -309,7 +317,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           src, ": key \"", k,
-          "\": unknown key (known: format, version, comment, model, data, optim, train)"));
+          "\": unknown key (known: format, version, comment, model, data, optim, train, comm)"));
     }
   }
   // Corpus paths relative to the config file's directory.
@@ -371,6 +379,7 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                 {"keep_host_memory", c.train.keep_host_memory},
                 {"bucket_mb", c.train.bucket_mb},
                 {"target_loss", c.train.target_loss}};
+  j["comm"] = {{"timeout_s", c.comm.timeout_s}};
   return j;
 }
 

@@ -7,10 +7,9 @@
 
 namespace trainscope::train {
 
-GradSync::GradSync(comm::Communicator* comm,
-                   const std::vector<std::pair<std::string, torch::Tensor>>& params,
+GradSync::GradSync(CommSeam* seam, const std::vector<std::pair<std::string, torch::Tensor>>& params,
                    double bucket_bytes)
-    : comm_(comm) {
+    : seam_(seam) {
   for (const auto& [name, p] : params) {
     names_.push_back(name);
     params_.push_back(p);
@@ -53,12 +52,12 @@ absl::Status GradSync::BroadcastParams() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     absl::Status st =
-        comm_->Broadcast(params_[i].data_ptr<float>(), static_cast<size_t>(params_[i].numel()),
-                         comm::DType::kFloat32, /*root=*/0);
+        seam_->Broadcast(params_[i].data_ptr<float>(), static_cast<size_t>(params_[i].numel()),
+                         /*root=*/0, absl::StrCat("init broadcast ", names_[i]));
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("broadcast of parameter ", names_[i], " from rank 0 (rank ",
-                                       comm_->rank(), "): ", st.message()));
+                                       seam_->rank(), "): ", st.message()));
     }
   }
   return absl::OkStatus();
@@ -89,8 +88,9 @@ void GradSync::OnGrad(int param, const torch::Tensor& grad) {
 
 void GradSync::Launch(Bucket& b) {
   b.launched = true;
-  b.work = comm_->AllReduceAsync(b.flat.data_ptr<float>(), static_cast<size_t>(b.flat.numel()),
-                                 comm::DType::kFloat32, comm::ReduceOp::kSum);
+  const size_t index = static_cast<size_t>(&b - buckets_.data());
+  b.work = seam_->AllReduceAsync(b.flat.data_ptr<float>(), static_cast<size_t>(b.flat.numel()),
+                                 absl::StrCat("step ", seam_->step(), " grad bucket ", index));
 }
 
 absl::Status GradSync::Finish(double* wait_ms) {
@@ -117,14 +117,14 @@ absl::Status GradSync::Finish(double* wait_ms) {
     if (!st.ok() && first.ok()) {
       first = absl::Status(
           st.code(), absl::StrCat("gradient all-reduce of bucket ", i, " of ", buckets_.size(),
-                                  " on rank ", comm_->rank(), ": ", st.message()));
+                                  " on rank ", seam_->rank(), ": ", st.message()));
     }
   }
   *wait_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   armed_ = false;
   if (!first.ok()) return first;
-  const double scale = 1.0 / comm_->world_size();
+  const double scale = 1.0 / seam_->world_size();
   for (Bucket& b : buckets_) {
     b.flat.mul_(scale);
     for (size_t s = 0; s < b.params.size(); ++s) {

@@ -16,16 +16,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "train/comm_seam.h"
 #include "trainscope/comm/comm.h"
 
 namespace trainscope::train {
 
 class GradSync {
  public:
-  // Registers hooks on `params` (fp32, contiguous). `comm` is not owned and must outlive
-  // this object.
-  GradSync(comm::Communicator* comm,
-           const std::vector<std::pair<std::string, torch::Tensor>>& params, double bucket_bytes);
+  // Registers hooks on `params` (fp32, contiguous). `seam` is not owned and must outlive
+  // this object; every op goes through it (caller tags "step S grad bucket B", faults).
+  GradSync(CommSeam* seam, const std::vector<std::pair<std::string, torch::Tensor>>& params,
+           double bucket_bytes);
   ~GradSync();
 
   // Rank 0's parameters to every rank (before the first step).
@@ -51,7 +52,7 @@ class GradSync {
   void OnGrad(int param, const torch::Tensor& grad);
   void Launch(Bucket& b);
 
-  comm::Communicator* comm_;
+  CommSeam* seam_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<Bucket> buckets_;

@@ -29,9 +29,12 @@
 #include "trainscope/core/table.h"
 #include "trainscope/tokenizer/tokenizer.h"
 #ifdef TS_TRAIN_WITH_COMM
+#include "train/comm_seam.h"
 #include "train/ddp.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/comm/watchdog.h"
 #endif
+#include "trainscope/hang/analyze.h"
 
 namespace trainscope::train {
 namespace {
@@ -101,13 +104,16 @@ struct World {
 #endif
 };
 
-absl::StatusOr<World> JoinWorld(const TrainOptions& options) {
+absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& options) {
   World w;
   if (!options.distributed_from_env) return w;
 #ifdef TS_TRAIN_WITH_COMM
   comm::CommOptions defaults;
   defaults.backend = options.comm_backend;
   TS_ASSIGN_OR_RETURN(comm::CommOptions co, comm::OptionsFromEnvironment(defaults));
+  // comm.timeout_s (or --comm-timeout) bounds every op, as the watchdog's timeout.
+  co.timeout = std::chrono::milliseconds(
+      std::max<int64_t>(1, static_cast<int64_t>(config.comm.timeout_s * 1000)));
   w.rank = co.rank;
   w.world_size = co.world_size;
   w.local_world_size = std::max(1, co.local_world_size);
@@ -254,6 +260,11 @@ struct RunState {
   std::atomic<int> rank{0};
   std::atomic<int> steps_done{0};  // optimizer steps completed
   std::atomic<double> estimate_bytes{0};
+#ifdef TS_TRAIN_WITH_COMM
+  // Last member: stopped first, while the rest of the state its callback touches lives.
+  std::unique_ptr<comm::Watchdog> watchdog;
+#endif
+  std::atomic<void*> watchdog_ptr{nullptr};  // watchdog.get() once started (other threads)
 
   EndRecord End(const char* reason) const {
     EndRecord e;
@@ -280,11 +291,52 @@ absl::Status Stopped(const TrainOptions& o, const RunState& st) {
     if (StopValue(o) != 0) return Stopped(o, st); \
   } while (0)
 
+#ifdef TS_TRAIN_WITH_COMM
+// The comm watchdog of a data-parallel run (see TrainOptions::on_comm_timeout): on a stall
+// it ends the metrics file with the message, then hands the message to the caller.
+absl::Status StartCommWatchdog(const TrainConfig& config, const TrainOptions& options,
+                               const comm::Communicator& comm, RunState* st) {
+  if (comm.flight_recorder() == nullptr) return absl::OkStatus();  // recorder off
+  comm::WatchdogOptions wo;
+  wo.recorder = comm.flight_recorder();
+  wo.rank = comm.rank();
+  wo.timeout = std::chrono::milliseconds(
+      std::max<int64_t>(1, static_cast<int64_t>(config.comm.timeout_s * 1000)));
+  wo.dump_path = hang::DumpPath(options.run_dir, comm.rank());
+  wo.stacks_path = hang::StacksPath(options.run_dir, comm.rank());
+  wo.dump_request = options.dump_request;
+  wo.on_timeout = [st, &options](const std::string& message) {
+    if (MetricsWriter* w = st->writer.load()) {
+      EndRecord e = st->End(kEndError);
+      e.error = message;
+      (void)w->WriteEnd(e);
+    }
+    if (options.on_comm_timeout) options.on_comm_timeout(message);
+  };
+  TS_ASSIGN_OR_RETURN(st->watchdog, comm::Watchdog::Start(std::move(wo)));
+  st->watchdog_ptr = st->watchdog.get();
+  return absl::OkStatus();
+}
+#endif
+
 absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOptions& options,
                                       RunState* st) {
   if (options.run_dir.empty()) return absl::InvalidArgumentError("no run directory given");
-  TS_ASSIGN_OR_RETURN(World world, JoinWorld(options));
+  TS_ASSIGN_OR_RETURN(World world, JoinWorld(config, options));
   st->rank = world.rank;
+#ifdef TS_TRAIN_WITH_COMM
+  if (world.comm) TS_RETURN_IF_ERROR(StartCommWatchdog(config, options, *world.comm, st));
+  const bool data_parallel = world.comm != nullptr;
+#else
+  const bool data_parallel = false;
+#endif
+  if (!options.inject.empty() && !data_parallel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--inject '", options.inject.front().text,
+                     "' needs a data-parallel run (e.g. trainscope launch -n 2 -- trainscope "
+                     "train ...)"));
+  }
+  TS_RETURN_IF_ERROR(CheckInjections(options.inject, world.world_size, config.train.steps));
   TS_RETURN_IF_STOPPED(options, *st);
   TS_ASSIGN_OR_RETURN(Setup setup, Prepare(config, world.local_world_size, options));
   st->estimate_bytes = EstimateTrainMemory(setup.config, setup.vocab).total_bytes;
@@ -321,11 +373,13 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   torch::optim::AdamW optimizer(groups, base);
 
 #ifdef TS_TRAIN_WITH_COMM
+  std::unique_ptr<CommSeam> seam;
   std::unique_ptr<GradSync> sync;
   CommTimer& comm_timer = *world.timer;
   if (world.comm) {
     world.comm->AddObserver(&comm_timer);
-    sync = std::make_unique<GradSync>(world.comm.get(), named, rc.bucket_mb * 1e6);
+    seam = std::make_unique<CommSeam>(world.comm.get(), options.inject, options.stop);
+    sync = std::make_unique<GradSync>(seam.get(), named, rc.bucket_mb * 1e6);
     TS_RETURN_IF_ERROR(sync->BroadcastParams());
   }
 #endif
@@ -386,6 +440,9 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   std::vector<double> timed_step_ms;
   for (int step = 1; step <= rc.steps; ++step) {
     TS_RETURN_IF_STOPPED(options, *st);
+#ifdef TS_TRAIN_WITH_COMM
+    if (seam) seam->BeginStep(step);
+#endif
     const auto step_start = Clock::now();
     PhaseTimes ph;
     const double lr = LearningRate(c.optim, step, rc.steps);
@@ -442,7 +499,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
       // Mean loss over ranks, and one stop decision for all (any rank out of time stops all).
       auto t0 = Clock::now();
       float pair[2] = {static_cast<float>(step_loss), stop_for_time ? 1.0f : 0.0f};
-      TS_RETURN_IF_ERROR(world.comm->AllReduce(pair, 2, comm::DType::kFloat32));
+      TS_RETURN_IF_ERROR(seam->AllReduce(pair, 2, absl::StrCat("step ", step, " loss all_reduce")));
       ph.comm_wait_ms += MsSince(t0);
       step_loss = pair[0] / world.world_size;
       stop_for_time = pair[1] > 0;
@@ -585,7 +642,7 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
 #ifdef TS_TRAIN_WITH_COMM
   if (world.comm) {
     sync.reset();
-    TS_RETURN_IF_ERROR(world.comm->Barrier());
+    TS_RETURN_IF_ERROR(seam->Barrier("final barrier"));
   }
 #endif
   return result;
@@ -658,10 +715,35 @@ class StopWatchdog {
   std::thread thread_;
 };
 
+// The Train() running in this process, for DumpOnFatalError.
+std::atomic<RunState*> g_active_run{nullptr};
+
 }  // namespace
+
+std::string DumpOnFatalError(const std::string& what) {
+#ifdef TS_TRAIN_WITH_COMM
+  RunState* st = g_active_run.load();
+  if (st == nullptr) return "";
+  auto* w = static_cast<comm::Watchdog*>(st->watchdog_ptr.load());
+  if (w == nullptr) return "";
+  return w->FireNow(what);
+#else
+  (void)what;
+  return "";
+#endif
+}
 
 absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options) {
   RunState st;
+  // Published for DumpOnFatalError; withdrawn before `st` goes.
+  RunState* expected = nullptr;
+  const bool published = g_active_run.compare_exchange_strong(expected, &st);
+  struct Withdraw {
+    bool on;
+    ~Withdraw() {
+      if (on) g_active_run.store(nullptr);
+    }
+  } withdraw{published};
   StopWatchdog watchdog(options, &st);
   // libtorch reports errors by exception; this is the adapter boundary. Every exception
   // becomes a Status naming the step and the rank.
@@ -684,6 +766,11 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions&
   } catch (...) {
     r = absl::InternalError(absl::StrCat("trainer error", where(), ": unknown exception"));
   }
+#ifdef TS_TRAIN_WITH_COMM
+  // A failed collective: the dump is on disk before the error is returned (and the caller's
+  // on_comm_timeout has run, with the watchdog's message).
+  if (!r.ok() && st.watchdog != nullptr) (void)st.watchdog->CheckNow();
+#endif
   watchdog.Finish();
   // The end record: the file's last line on every path that can run code.
   if (MetricsWriter* w = st.writer.load()) {

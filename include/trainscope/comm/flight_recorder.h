@@ -162,6 +162,9 @@ class FlightRecorder {
   std::vector<ProcessGroupInfo> ProcessGroups() const;
   size_t capacity() const { return capacity_; }
   int64_t recorded() const;  // ops recorded so far (the next record_id)
+  // Now on the clock of FlightEntry's times (epoch ns, monotonic underneath), for comparing
+  // an entry's age (the watchdog).
+  int64_t NowNs() const;
 
   // The dump as JSON text (docs/formats.md). Never fails.
   std::string DumpJsonString(const FlightDumpOptions& options = {}) const;

@@ -32,6 +32,13 @@
 //    (one node only) a fresh random one. With nnodes > 1 the same token must be given to
 //    every node's launcher (InvalidArgument otherwise). The token is never logged and is
 //    not in launch.json.
+//  - Hang dumps: when a rank fails or a timeout expires, before stopping the others the
+//    launcher sends SIGUSR1 to each rank still running that catches it (SigCgt in
+//    /proc/<pid>/status: a program that does not would die of it) — a trainscope rank then
+//    writes its flight recorder dump and thread stacks to <run_dir>/hang/ (comm/watchdog.h)
+//    — and waits until every asked rank wrote both files or exited, at most `dump_wait`.
+//    After the job, if <run_dir>/hang/ holds dumps, it runs the hang analysis
+//    (hang/analyze.h), writes <run_dir>/hang/analysis.json and fills LaunchResult::hang.
 //  - <run_dir>/launch.json records the job (format "trainscope.launch", version 1).
 // Launch() is not thread-safe (it installs signal handlers for its duration) and must be
 // called from a single-threaded process state (it forks).
@@ -67,7 +74,20 @@ struct LaunchOptions {
   std::map<std::string, std::string> env;     // extra variables for every rank
   std::chrono::milliseconds exit_timeout{0};  // after the first clean exit (0: wait forever)
   std::chrono::milliseconds job_timeout{0};   // whole job (0: no limit)
-  std::string job_token;  // "" : from env / environment / generated (see the contract above)
+  std::string job_token;      // "" : from env / environment / generated (see the contract above)
+  bool request_dumps = true;  // SIGUSR1 to the ranks that catch it before stopping them
+  std::chrono::milliseconds dump_wait{10000};  // for the asked ranks' dumps
+};
+
+// The hang analysis of a job's dumps (see the contract).
+struct HangVerdict {
+  std::vector<int> asked_ranks;  // ranks sent SIGUSR1 for a dump, ascending
+  bool analyzed = false;         // <run_dir>/hang/ held dumps and the analysis ran
+  std::string analysis_path;     // <run_dir>/hang/analysis.json
+  bool problem = false;
+  int findings = 0;
+  std::vector<std::string> sentences;  // one per finding, most likely root cause first
+  std::string error;                   // the analysis failed (one line); "" otherwise
 };
 
 struct RankStatus {
@@ -101,6 +121,7 @@ struct LaunchResult {
   int interrupted_by = 0;            // signal that interrupted the launcher (0: none)
   std::vector<int> timed_out_ranks;  // stopped by exit_timeout / job_timeout, ascending
   int strays_killed = 0;             // leftover descendants stopped at the end (see above)
+  HangVerdict hang;
   std::vector<RankStatus> ranks;
   bool ok() const { return first_failed_rank < 0 && interrupted_by == 0; }
 };
@@ -123,6 +144,17 @@ absl::StatusOr<std::string> NewJobToken();
 
 // The launch summary as JSON (what launch.json holds).
 std::string LaunchResultJson(const LaunchResult& result, const LaunchOptions& options);
+
+// --- Hang dumps (exposed for tests) ---
+// Whether a /proc/<pid>/status text says the process catches `sig` (its SigCgt mask).
+bool CatchesSignal(const std::string& proc_status, int sig);
+// Whether `rank`'s dump and stacks under <run_dir>/hang/ both exist and were modified at or
+// after `since_unix_ns`.
+bool HangDumpWritten(const std::string& run_dir, int rank, int64_t since_unix_ns);
+// Runs the hang analysis when <run_dir>/hang/ holds dumps (else returns `verdict` as is):
+// writes <run_dir>/hang/analysis.json and fills analyzed, problem, findings, sentences, or
+// error.
+HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict verdict);
 
 // A TCP port that is free now on this host (bind to port 0 and read it back).
 absl::StatusOr<int> PickFreePort();

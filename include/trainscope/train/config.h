@@ -35,6 +35,7 @@ inline constexpr int kMaxWorkers = 64;       // data.num_workers
 inline constexpr int kMaxPrefetch = 1024;    // data.prefetch
 inline constexpr double kMaxWorkerDelayMs = 60000;
 inline constexpr double kMaxBucketMb = 65536;
+inline constexpr double kMaxCommTimeoutS = 7 * 86400.0;  // comm.timeout_s: a week
 // train.threads: at most 4 x the hardware threads, and never more than 1024 (1024 when the
 // hardware thread count is unknown).
 int MaxTrainThreads();
@@ -91,11 +92,19 @@ struct RunConfig {
   double target_loss = 0;          // selftest: pass when the final loss is below this; 0 = none
 };
 
+struct CommConfig {
+  // Data-parallel runs: a collective not completed after this long ends the rank, leaving
+  // its flight recorder dump and thread stacks in <run_dir>/hang/ (comm/watchdog.h); also
+  // every op's own timeout (comm::CommOptions::timeout). `--comm-timeout S` overrides it.
+  double timeout_s = 600;
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   RunConfig train;
+  CommConfig comm;
   std::string source;  // file it came from ("" for defaults), for messages
 };
 

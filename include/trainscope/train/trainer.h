@@ -7,6 +7,8 @@
 //   <run_dir>/train/metrics.rank<R>.jsonl  per-rank metrics (trainscope.train_metrics v1)
 //   <run_dir>/train/weights.rank<R>.json   final weights checksums (trainscope.train_weights v1)
 //   <run_dir>/train/summary.json           result of the run (rank 0)
+//   <run_dir>/hang/flight_recorder.rank<R>.json, stacks.rank<R>.txt  written by the comm
+//                                          watchdog (data-parallel runs; hang/analyze.h)
 #ifndef TRAINSCOPE_TRAIN_TRAINER_H_
 #define TRAINSCOPE_TRAIN_TRAINER_H_
 
@@ -21,6 +23,7 @@
 #include "nlohmann/json_fwd.hpp"
 #include "trainscope/train/config.h"
 #include "trainscope/train/data.h"
+#include "trainscope/train/inject.h"
 #include "trainscope/train/metrics.h"
 
 namespace trainscope::train {
@@ -54,6 +57,23 @@ struct TrainOptions {
   // x local ranks) before the model, optimizer or corpus is allocated; -1 = unknown, no check.
   // Empty: MemAvailable of /proc/meminfo. Tests inject a figure.
   std::function<int64_t()> available_memory_bytes;
+
+  // Data-parallel runs: the comm watchdog (comm/watchdog.h) watches this rank's collectives
+  // with config.comm.timeout_s. When one is not completed in time, or fails, it writes the
+  // flight recorder dump and thread stacks to <run_dir>/hang/, the metrics file's end record
+  // (reason "error", the message), and then calls on_comm_timeout with a one-line message
+  // ("rank 1: all_reduce #17 (group 0 default_pg, caller 'step 5 grad bucket 0') not
+  // completed after 10.0 s"), from the watchdog thread or the training thread. The caller
+  // decides how the rank ends (the CLI prints it and exits 1 at once). Empty: the training
+  // thread returns the communicator's error when the op's own timeout expires.
+  std::function<void(const std::string& message)> on_comm_timeout;
+  // A counter the caller bumps (e.g. from a SIGUSR1 handler: a lock-free atomic) to ask the
+  // watchdog for a dump without ending the run; the launcher does that when another rank
+  // failed. Null: no requests.
+  const std::atomic<int>* dump_request = nullptr;
+  // Fault injection for tests (train/inject.h); applied at the trainer's comm seam. Needs a
+  // data-parallel run; ranks and steps outside the run are InvalidArgument.
+  std::vector<Injection> inject;
 };
 
 struct TrainResult {
@@ -97,6 +117,14 @@ nlohmann::json TrainResultToJson(const TrainResult& r);
 // ends it with an "end" record: reason "done", "interrupted" (a stop was asked for, whatever
 // the loop then returned) or "error".
 absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions& options);
+
+// For the executable's std::terminate handler: an exception thrown on a thread the trainer
+// does not own (gloo's network thread raises on a message of an unexpected size, e.g. when
+// ranks disagree on a collective) cannot be caught. When a Train() with a comm watchdog is
+// running, this makes the watchdog write its dumps and call on_comm_timeout with a message
+// naming the op in flight and `what` (so the rank ends like any other comm failure); returns
+// that message, or "" when no such Train() runs. Thread-safe.
+std::string DumpOnFatalError(const std::string& what);
 
 // Peak FLOP/s of a square fp32 (or bf16) matmul on this device with `threads` threads,
 // measured for about `seconds`: the denominator of MFU.

@@ -1,0 +1,90 @@
+// The launcher's part in hang diagnosis (see launch.h, "Hang dumps"): which ranks can be asked
+// for a dump, whether they wrote it, and the analysis of what they left.
+#include "launch/hang_dump.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "trainscope/core/os.h"
+#include "trainscope/hang/analyze.h"
+#include "trainscope/launch/launch.h"
+
+namespace trainscope::launch {
+namespace {
+
+int64_t MtimeNs(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// Any dump under <run_dir>/hang/? (The analysis refuses a folder without one.)
+bool HasDumps(const std::string& run_dir) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(std::filesystem::path(run_dir) / hang::kDumpDir, ec);
+  if (ec) return false;
+  for (const auto& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("flight_recorder.", 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool CatchesSignal(const std::string& proc_status, int sig) {
+  if (sig < 1 || sig > 64) return false;
+  for (absl::string_view line : absl::StrSplit(proc_status, '\n')) {
+    if (!absl::ConsumePrefix(&line, "SigCgt:")) continue;
+    uint64_t mask = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line), &mask)) return false;
+    return (mask >> (sig - 1)) & 1;
+  }
+  return false;
+}
+
+bool AskRankToDump(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!CatchesSignal(text.str(), SIGUSR1)) return false;
+  return ::kill(pid, SIGUSR1) == 0;
+}
+
+bool HangDumpWritten(const std::string& run_dir, int rank, int64_t since_unix_ns) {
+  // The stacks file is written after the dump: both present means the rank is done.
+  for (const std::string& path : {hang::DumpPath(run_dir, rank), hang::StacksPath(run_dir, rank)}) {
+    const int64_t t = MtimeNs(path);
+    if (t < 0 || t < since_unix_ns) return false;
+  }
+  return true;
+}
+
+HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict v) {
+  if (!HasDumps(run_dir)) return v;
+  v.analysis_path = (std::filesystem::path(run_dir) / hang::kDumpDir / "analysis.json").string();
+  absl::StatusOr<hang::Report> report = hang::AnalyzePaths({run_dir});
+  if (!report.ok()) {
+    v.error = std::string(report.status().message());
+    return v;
+  }
+  v.analyzed = true;
+  v.problem = report->problem;
+  v.findings = static_cast<int>(report->findings.size());
+  for (const hang::HangFinding& f : report->findings) v.sentences.push_back(f.sentence);
+  absl::Status written =
+      WriteFileAtomic(v.analysis_path, hang::ReportToJson(*report).dump(2) + "\n");
+  if (!written.ok()) v.error = std::string(written.message());
+  return v;
+}
+
+}  // namespace trainscope::launch
