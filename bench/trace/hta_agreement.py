@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 # What HTA's own tests expect (tests/test_trace_analysis.py), idle/compute/non-compute %.
 HTA_TEST_EXPECTS = {
@@ -53,24 +54,41 @@ print("HTA_RESULT " + json.dumps(out))
 """
 
 
+def run_timed(argv):
+    """Runs argv; returns (CompletedProcess, wall s, peak RSS in MB or None) of that process."""
+    timer = ["/usr/bin/time", "-f", "TS_MAXRSS_KB %M"] if os.path.exists("/usr/bin/time") else []
+    t0 = time.monotonic()
+    p = subprocess.run(timer + argv, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - t0
+    rss, err = None, []
+    for line in p.stderr.splitlines():
+        if line.startswith("TS_MAXRSS_KB "):
+            rss = int(line.split()[1]) / 1024
+        else:
+            err.append(line)
+    return subprocess.CompletedProcess(argv, p.returncode, p.stdout, "\n".join(err)), wall, rss
+
+
 def run_hta(python, hta_dir, path):
     try:
-        p = subprocess.run([python, "-c", HTA_SNIPPET, hta_dir, path], capture_output=True,
-                           text=True, timeout=600)
+        p, wall, rss = run_timed([python, "-c", HTA_SNIPPET, hta_dir, path])
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"error": str(e)}
     for line in p.stdout.splitlines():
         if line.startswith("HTA_RESULT "):
-            return json.loads(line[len("HTA_RESULT "):])
+            r = json.loads(line[len("HTA_RESULT "):])
+            r["wall_s"], r["peak_rss_mb"] = wall, rss
+            return r
     tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
     return {"error": tail[:120]}
 
 
 def run_ours(binary, path):
-    p = subprocess.run([binary, "trace", "analyze", path, "--json"], capture_output=True,
-                       text=True, timeout=600)
+    p, wall, rss = run_timed([binary, "trace", "analyze", path, "--json"])
     if p.returncode not in (0, 1):
-        return {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1][:120]}
+        lines = p.stderr.strip().splitlines() or ["exit %d" % p.returncode]
+        errors = [l for l in lines if "error:" in l]
+        return {"error": (errors or lines)[0].split("error: ", 1)[-1][:120]}
     doc = json.loads(p.stdout)
     if not doc.get("ranks") and doc.get("skipped"):
         return {"error": "skipped: " + doc["skipped"][0].get("reason", "")[:100]}
@@ -79,7 +97,8 @@ def run_ours(binary, path):
     if not kt:
         return {"error": "no kernel time (basis %s)" % b["basis"]}
     # Percentages from the us figures (the JSON rounds the percentages to 0.01).
-    return {"basis": b["basis"], "kernel_time_us": kt, "idle_pct": 100 * b["idle_us"] / kt,
+    return {"basis": b["basis"], "kernel_time_us": kt, "wall_s": wall, "peak_rss_mb": rss,
+            "idle_pct": 100 * b["idle_us"] / kt,
             "compute_pct": 100 * b["compute_us"] / kt,
             "non_compute_pct": 100 * b["non_compute_us"] / kt}
 
@@ -105,6 +124,12 @@ def main():
                        glob.glob(os.path.join(data, "**", "*.json.gz"), recursive=True)))
     hta_ok = hta_can_run(a.hta_python)
     rows = []
+    # Traces HTA's tests use that the checkout lacks (large files left out of a snapshot).
+    for rel, e in sorted(HTA_TEST_EXPECTS.items()):
+        if not os.path.exists(os.path.join(data, rel)):
+            rows.append({"trace": rel, "hta_source": "HTA test",
+                         "hta": {"idle_pct": e[0], "compute_pct": e[1], "non_compute_pct": e[2]},
+                         "ours": {"error": "file not in the checkout"}})
     for f in files:
         rel = os.path.relpath(f, data)
         hta = run_hta(a.hta_python, a.hta, f) if hta_ok else {"error": "HTA not run"}
@@ -115,11 +140,14 @@ def main():
             source = "HTA test"
         ours = run_ours(a.trainscope, f)
         row = {"trace": rel, "hta_source": source, "hta": hta, "ours": ours}
+        if source == "HTA run" and rel in HTA_TEST_EXPECTS:
+            row["hta_test_expects"] = HTA_TEST_EXPECTS[rel]
         if "error" not in hta and "error" not in ours:
             row["max_diff_points"] = max(abs(hta[k] - ours[k])
                                          for k in ("idle_pct", "compute_pct", "non_compute_pct"))
         rows.append(row)
         print(fmt_row(row), flush=True)
+    rows.sort(key=lambda r: r["trace"])
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"format": "trainscope.bench.hta_agreement", "version": 1,
@@ -145,21 +173,28 @@ def fmt_row(r):
 
 
 def markdown(rows):
-    out = ["| trace | HTA idle / compute / non-compute % | trainscope | max diff (points) | note |",
-           "|---|---|---|---|---|"]
+    out = ["| trace | HTA idle / compute / non-compute % | trainscope | max diff (points) | "
+           "HTA s / trainscope s | note |", "|---|---|---|---|---|---|"]
     for r in rows:
+        speed = "-"
+        if "wall_s" in r["hta"] and "wall_s" in r["ours"]:
+            speed = "%.2f / %.3f" % (r["hta"]["wall_s"], r["ours"]["wall_s"])
         diff = "%.3f" % r["max_diff_points"] if "max_diff_points" in r else "-"
         note = []
         if r["hta_source"] != "HTA run":
             note.append(r["hta_source"])
+        if "hta_test_expects" in r:
+            note.append("HTA's test expects %.2f / %.2f / %.2f (delta 0.01)" %
+                        tuple(r["hta_test_expects"]))
         if "error" in r["hta"]:
             note.append("HTA: " + r["hta"]["error"])
         if "error" in r["ours"]:
             note.append("trainscope: " + r["ours"]["error"])
         elif r["ours"].get("basis") not in (None, "device"):
             note.append("trainscope basis " + r["ours"]["basis"])
-        out.append("| %s | %s | %s | %s | %s |" % (r["trace"], triple(r["hta"]),
-                                                   triple(r["ours"]), diff, "; ".join(note)))
+        out.append("| %s | %s | %s | %s | %s | %s |" % (r["trace"], triple(r["hta"]),
+                                                        triple(r["ours"]), diff, speed,
+                                                        "; ".join(note)))
     return "\n".join(out) + "\n"
 
 

@@ -115,7 +115,7 @@ std::string ReportToText(const Report& rep) {
                  FormatCount(r.parse["events_kept"].get<int64_t>())});
   }
   out +=
-      "Time breakdown per rank (temporal breakdown over device kernels; basis host = the "
+      "Time breakdown per rank (HTA temporal breakdown over device events; basis host = the "
       "main thread's steps)\n";
   out += side.Render();
   for (const auto& r : rep.ranks) {
