@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,11 +20,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
+#include "cli/stop_signals.h"
 #include "trainscope/comm/comm.h"
 #include "trainscope/comm/selftest.h"
+#include "trainscope/comm/watchdog.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
+#include "trainscope/core/stacks.h"
 #include "trainscope/core/subprocess.h"
+#include "trainscope/hang/analyze.h"
 #include "trainscope/launch/launch.h"
 
 namespace trainscope::cli {
@@ -70,6 +75,31 @@ bool InWorld() {
   return false;
 }
 
+// Inside a launch (TRAINSCOPE_RUN_DIR set): the comm watchdog, as in `trainscope train` — a
+// collective late by the op timeout, or failed, leaves the flight recorder dump and thread
+// stacks in <run_dir>/hang/ and ends the rank with one line; SIGUSR1 asks for a dump.
+std::unique_ptr<comm::Watchdog> StartWatchdog(const comm::Communicator& c,
+                                              const DumpOnSignal& dump_signal) {
+  const char* run_dir = std::getenv(envvar::kRunDir);
+  if (run_dir == nullptr || *run_dir == '\0' || c.flight_recorder() == nullptr) return nullptr;
+  (void)InstallStackDumpHandler(StackDumpSignalNumber());
+  comm::WatchdogOptions wo;
+  wo.recorder = c.flight_recorder();
+  wo.rank = c.rank();
+  wo.timeout = c.options().timeout;
+  wo.dump_path = hang::DumpPath(run_dir, c.rank());
+  wo.stacks_path = hang::StacksPath(run_dir, c.rank());
+  wo.dump_request = dump_signal.requests();
+  wo.on_timeout = [](const std::string& message) {
+    std::fprintf(stderr, "trainscope %s: error: %s\n", kVerb, message.c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(kExitProblems);
+  };
+  auto w = comm::Watchdog::Start(std::move(wo));
+  return w.ok() ? std::move(w).value() : nullptr;
+}
+
 // Runs as one rank of an existing world.
 int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
   comm::CommOptions defaults;
@@ -89,8 +119,13 @@ int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
                               " world has ", (*c)->world_size(), " ranks"));
   }
   if ((*c)->rank() == f.inject_crash_rank) ::raise(SIGKILL);
+  DumpOnSignal dump_signal;
+  std::unique_ptr<comm::Watchdog> watchdog = StartWatchdog(**c, dump_signal);
   auto rep = comm::RunSelftest(**c, so);
-  if (!rep.ok()) return ReportAndExitCode(kVerb, rep.status());
+  if (!rep.ok()) {
+    if (watchdog != nullptr) (void)watchdog->CheckNow();  // dumps, prints and exits if it fires
+    return ReportAndExitCode(kVerb, rep.status());
+  }
   if ((*c)->rank() == 0) {
     std::string text = f.json ? comm::SelftestJson(*rep) + "\n" : comm::RenderSelftestTable(*rep);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -225,6 +260,9 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
   if (bad != nullptr) {
     for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
   }
+  for (const std::string& sentence : r->hang.sentences) {
+    std::fprintf(stderr, "hang analysis: %s\n", sentence.c_str());
+  }
   std::fprintf(stderr, "rank logs kept in %s\n", tmpl);
   return kExitProblems;
 }
@@ -312,8 +350,10 @@ void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
   cmd->add_option("--slow-rank-ratio", f->slow_rank_ratio,
                   "flag a rank whose memcpy probe is this many times slower than the others' "
                   "median, in its median and in most of 5 repetitions (default 2; 0: off)");
-  cmd->add_option("--timeout-s", f->timeout_s,
-                  "op timeout (default TRAINSCOPE_COMM_TIMEOUT_S or 60)");
+  cmd->add_option("--timeout-s,--comm-timeout", f->timeout_s,
+                  "op timeout in seconds; inside a launch also the comm watchdog's, which dumps "
+                  "the flight recorder and stacks to <run dir>/hang/ (default "
+                  "TRAINSCOPE_COMM_TIMEOUT_S or 60)");
   cmd->add_flag("--json", f->json, "print the report as JSON");
   cmd->add_option("--inject-error", f->inject_error_rank,
                   "testing: this rank corrupts one result element")
