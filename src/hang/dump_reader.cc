@@ -52,6 +52,13 @@ bool ToInt(const json& v, int64_t* out) {
   return false;
 }
 
+// The member `key` of object `j`, or null: a reference, where json::value() would copy.
+const json& Get(const json& j, const char* key) {
+  static const json* kNull = new json();
+  auto it = j.find(key);
+  return it == j.end() ? *kNull : *it;
+}
+
 std::string ToText(const json& v) {
   if (v.is_string()) return ValidUtf8(v.get_ref<const std::string&>());
   if (v.is_null()) return "";
@@ -134,7 +141,7 @@ std::string FramesText(const json& frames) {
     if (!out.empty()) out += " <- ";
     int64_t line = 0;
     if (f.contains("line")) ToInt(f["line"], &line);
-    out += ToText(f.value("name", json())) + " (" + ToText(f.value("filename", json())) + ":" +
+    out += ToText(Get(f, "name")) + " (" + ToText(Get(f, "filename")) + ":" +
            std::to_string(line) + ")";
   }
   return out;
@@ -169,21 +176,21 @@ absl::StatusOr<Entry> ParseEntry(const json& j, size_t index) {
   } else if (e.pg_id >= 0) {
     e.pg_name = std::to_string(e.pg_id);
   }
-  if (!ToSizes(j.value("input_sizes", json()), &e.input_sizes))
+  if (!ToSizes(Get(j, "input_sizes"), &e.input_sizes))
     return FieldError(index, "input_sizes", "a list of shapes");
-  if (!ToSizes(j.value("output_sizes", json()), &e.output_sizes))
+  if (!ToSizes(Get(j, "output_sizes"), &e.output_sizes))
     return FieldError(index, "output_sizes", "a list of shapes");
-  if (!ToDtypes(j.value("input_dtypes", json()), &e.input_dtypes))
+  if (!ToDtypes(Get(j, "input_dtypes"), &e.input_dtypes))
     return FieldError(index, "input_dtypes", "a list of dtype names");
-  if (!ToDtypes(j.value("output_dtypes", json()), &e.output_dtypes))
+  if (!ToDtypes(Get(j, "output_dtypes"), &e.output_dtypes))
     return FieldError(index, "output_dtypes", "a list of dtype names");
-  e.state = ToText(j.value("state", json()));
+  e.state = ToText(Get(j, "state"));
   if (auto it = j.find("retired"); it != j.end() && it->is_boolean()) e.retired = it->get<bool>();
   if (auto it = j.find("is_p2p"); it != j.end() && it->is_boolean()) e.is_p2p = it->get<bool>();
   if (e.op == "send" || e.op == "recv") e.is_p2p = true;
-  e.caller = ToText(j.value("caller", json()));
-  e.error = ToText(j.value("error", json()));
-  e.frames = FramesText(j.value("frames", json()));
+  e.caller = ToText(Get(j, "caller"));
+  e.error = ToText(Get(j, "error"));
+  e.frames = FramesText(Get(j, "frames"));
   if (auto it = j.find("peer"); it != j.end() && e.is_p2p && e.src < 0) {
     int64_t peer = -1;
     if (ToInt(*it, &peer)) (e.op == "send" ? e.dst : e.src) = static_cast<int>(peer);
@@ -215,8 +222,8 @@ absl::Status ParsePgConfig(const json& cfg, Dump* d) {
     g.name = it.key();
     if (it->is_object()) {
       if (it->contains("name")) g.name = ToText((*it)["name"]);
-      g.desc = ToText(it->value("desc", json()));
-      const json& r = it->value("ranks", json());
+      g.desc = ToText(Get(*it, "desc"));
+      const json& r = Get(*it, "ranks");
       if (r.is_string()) {
         auto ranks = ParseRankList(r.get_ref<const std::string&>());
         if (!ranks.ok())
@@ -287,7 +294,7 @@ absl::StatusOr<Dump> ParseDump(const json& doc, const std::string& name) {
   if (!doc.is_object()) return absl::InvalidArgumentError("not a JSON object");
   Dump d;
   d.file = name;
-  d.version = ToText(doc.value("version", json()));
+  d.version = ToText(Get(doc, "version"));
   if (auto it = doc.find("pg_config"); it != doc.end()) {
     absl::Status s = ParsePgConfig(*it, &d);
     if (!s.ok()) return s;
