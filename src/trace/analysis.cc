@@ -412,48 +412,9 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   if (t.fractional_ts && !opt.ns_precision) RoundTimesLikeHta(&t);
   HostView hv = PrepareHost(t);
   const auto& ev = t.events;
-  hv.kept = HtaKeptEvents(t, opt.include_last_step);
-  const std::vector<bool>& kept = hv.kept;
-  if (!opt.include_last_step && CountStepNames(t) >= 2 && !hv.steps.empty()) {
-    hv.steps.pop_back();
-    hv.step_numbers.pop_back();
-  }
-  hv.order.erase(
-      std::remove_if(hv.order.begin(), hv.order.end(), [&](uint32_t i) { return !kept[i]; }),
-      hv.order.end());
-  const bool by_stream = t.on_stream_events > 0;
-  hv.breakdown.assign(ev.size(), false);
-  for (size_t i = 0; i < ev.size(); ++i) {
-    uint8_t want = by_stream ? kFlagOnStream : kFlagDevice;
-    hv.breakdown[i] = (ev[i].flags & want) && hv.timeline[i] && kept[i];
-    if (hv.breakdown[i]) hv.has_device = true;
-  }
-
-  // Device intervals (HTA temporal breakdown, kernel types and overlap).
-  std::vector<Interval> all, comp, comm, mem, other;
-  for (size_t i = 0; i < ev.size(); ++i) {
-    if (!hv.breakdown[i]) continue;
-    const Event& e = ev[i];
-    Interval iv{e.ts_ns, e.end_ns()};
-    all.push_back(iv);
-    if (e.kind == DeviceKind::kCompute) comp.push_back(iv);
-    if (e.kind == DeviceKind::kComm) comm.push_back(iv);
-    if (e.kind == DeviceKind::kMemory) mem.push_back(iv);
-    if (e.kind == DeviceKind::kOther || e.kind == DeviceKind::kNone) other.push_back(iv);
-  }
-  // HTA's figures come from its own merge (empty and inverted intervals kept).
-  int64_t hta_kernel_ns = 0, hta_busy_ns = 0, hta_compute_ns = 0;
-  {
-    std::vector<Interval> m = MergeLikeHta(all);
-    if (!m.empty()) hta_kernel_ns = m.back().second - m.front().first;
-    for (const Interval& i : m) hta_busy_ns += i.second - i.first;
-    for (const Interval& i : MergeLikeHta(comp)) hta_compute_ns += i.second - i.first;
-  }
-  nlohmann::json kernel_types;
-  if (!all.empty()) kernel_types = KernelTypeBreakdown(comp, comm, mem, other, hta_kernel_ns);
-  all = Union(std::move(all));
-  comp = Union(std::move(comp));
-  comm = Union(std::move(comm));
+  ApplyHtaStepFilter(t, opt.include_last_step, &hv);
+  DeviceTimeline dev = CollectDeviceTimeline(t, hv);
+  std::vector<Interval>&all = dev.all, &comp = dev.compute, &comm = dev.comm;
 
   // Host collective work on any thread (gloo/c10d ops), for host-only traces.
   std::vector<Interval> host_comm;
@@ -514,8 +475,8 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
       r.steps.push_back(std::move(s));
     }
     if (hv.has_device) {
-      if (hta_kernel_ns > 0) {
-        int64_t kt = hta_kernel_ns, idle = kt - hta_busy_ns, c = hta_compute_ns;
+      if (dev.hta_kernel_ns > 0) {
+        int64_t kt = dev.hta_kernel_ns, idle = kt - dev.hta_busy_ns, c = dev.hta_compute_ns;
         r.kernel_time_us = kt / 1e3;
         r.idle_us = idle / 1e3;
         r.compute_us = c / 1e3;
@@ -564,7 +525,7 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   r.compute_pct = Pct(r.compute_us, r.kernel_time_us);
   r.non_compute_pct = Pct(r.non_compute_us, r.kernel_time_us);
   AnalyzeOperators(t, hv, opt, &r);
-  r.details["kernel_types"] = kernel_types;
+  r.details["kernel_types"] = dev.kernel_types;
   t.stats.negative_launch_delay = r.stats.negative_launch_delay;
   r.parse = StatsJson(r.stats);
   RankFindings(opt, &r);

@@ -76,6 +76,17 @@ int CountStepNames(const RankTrace& t);
 // last step, or up to its end with include_last_step; device events whose correlation id one of
 // those host events carries). All true with fewer than 2 step names.
 std::vector<bool> HtaKeptEvents(const RankTrace& t, bool include_last_step);
+// Applies HTA's step filter to a prepared host view: fills hv->kept, drops the last step from
+// hv->steps (unless include_last_step, and only with 2+ step names), removes dropped host
+// events from hv->order, and fills hv->breakdown (and has_device) with the device activity.
+void ApplyHtaStepFilter(const RankTrace& t, bool include_last_step, HostView* hv);
+// The device activity of hv->breakdown: merged unions per class and HTA's figures.
+struct DeviceTimeline {
+  std::vector<Interval> all, compute, comm;                        // Union()-merged
+  int64_t hta_kernel_ns = 0, hta_busy_ns = 0, hta_compute_ns = 0;  // MergeLikeHta figures
+  nlohmann::json kernel_types;  // KernelTypeBreakdown, null without device activity
+};
+DeviceTimeline CollectDeviceTimeline(const RankTrace& t, const HostView& hv);
 // HTA's interval merge (keeps empty and inverted intervals, see hta_rules.cc).
 std::vector<Interval> MergeLikeHta(std::vector<Interval> v);
 // The kernel_types section: HTA's kernel-type table over the device intervals of each class

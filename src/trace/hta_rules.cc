@@ -170,4 +170,51 @@ nlohmann::json KernelTypeBreakdown(const std::vector<Interval>& compute,
            kernel_time_ns > 0 ? r2(100.0 * Length(o) / kernel_time_ns) : 0.0}};
 }
 
+void ApplyHtaStepFilter(const RankTrace& t, bool include_last_step, HostView* hv) {
+  const auto& ev = t.events;
+  hv->kept = HtaKeptEvents(t, include_last_step);
+  const std::vector<bool>& kept = hv->kept;
+  if (!include_last_step && CountStepNames(t) >= 2 && !hv->steps.empty()) {
+    hv->steps.pop_back();
+    hv->step_numbers.pop_back();
+  }
+  hv->order.erase(
+      std::remove_if(hv->order.begin(), hv->order.end(), [&](uint32_t i) { return !kept[i]; }),
+      hv->order.end());
+  // Device activity: HTA's stream test; a trace in which nothing names a stream falls back to
+  // the device categories (and torch_npu's device processes).
+  const uint8_t want = t.on_stream_events > 0 ? kFlagOnStream : kFlagDevice;
+  hv->breakdown.assign(ev.size(), false);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    hv->breakdown[i] = (ev[i].flags & want) && hv->timeline[i] && kept[i];
+    if (hv->breakdown[i]) hv->has_device = true;
+  }
+}
+
+DeviceTimeline CollectDeviceTimeline(const RankTrace& t, const HostView& hv) {
+  DeviceTimeline d;
+  std::vector<Interval> mem, other;
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (!hv.breakdown[i]) continue;
+    const Event& e = t.events[i];
+    Interval iv{e.ts_ns, e.end_ns()};
+    d.all.push_back(iv);
+    if (e.kind == DeviceKind::kCompute) d.compute.push_back(iv);
+    if (e.kind == DeviceKind::kComm) d.comm.push_back(iv);
+    if (e.kind == DeviceKind::kMemory) mem.push_back(iv);
+    if (e.kind == DeviceKind::kOther || e.kind == DeviceKind::kNone) other.push_back(iv);
+  }
+  // HTA's figures come from its own merge (empty and inverted intervals kept).
+  std::vector<Interval> m = MergeLikeHta(d.all);
+  if (!m.empty()) d.hta_kernel_ns = m.back().second - m.front().first;
+  for (const Interval& i : m) d.hta_busy_ns += i.second - i.first;
+  for (const Interval& i : MergeLikeHta(d.compute)) d.hta_compute_ns += i.second - i.first;
+  if (!d.all.empty())
+    d.kernel_types = KernelTypeBreakdown(d.compute, d.comm, mem, other, d.hta_kernel_ns);
+  d.all = Union(std::move(d.all));
+  d.compute = Union(std::move(d.compute));
+  d.comm = Union(std::move(d.comm));
+  return d;
+}
+
 }  // namespace trainscope::trace::internal
