@@ -24,21 +24,29 @@ bool IsDir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// The files of a directory (not recursive); a run directory's hang/ folder is included.
+// What the run directory's hang/ folder holds besides the dumps (core/run_dir.h layout):
+// thread stacks and a previous analysis. Not read, not listed.
+bool IsRunDirCompanion(const std::string& name) {
+  return name.rfind("stacks.rank", 0) == 0 || name == "analysis.json";
+}
+
+// The files of a directory (not recursive). A run directory (it has a hang/ folder) is
+// read through that folder alone, without its companions.
 absl::Status ListInputs(const std::string& path, std::vector<std::string>* files) {
   Os* os = Os::Default();
   if (!IsDir(path)) {
     files->push_back(path);
     return absl::OkStatus();
   }
-  for (const std::string& dir : {path, Join(path, kDumpDir)}) {
-    if (dir != path && !IsDir(dir)) continue;
-    auto names = os->ListDir(dir);
-    if (!names.ok()) return names.status();
-    for (const std::string& n : *names) {
-      std::string p = Join(dir, n);
-      if (!IsDir(p)) files->push_back(p);
-    }
+  const std::string hang_dir = Join(path, kDumpDir);
+  const bool run_dir = IsDir(hang_dir);
+  const std::string dir = run_dir ? hang_dir : path;
+  auto names = os->ListDir(dir);
+  if (!names.ok()) return names.status();
+  for (const std::string& n : *names) {
+    std::string p = Join(dir, n);
+    if (IsDir(p) || (run_dir && IsRunDirCompanion(n))) continue;
+    files->push_back(p);
   }
   return absl::OkStatus();
 }

@@ -3,10 +3,11 @@
 // torch_npu's Flight Recorder: JSON and pickle).
 //
 // Contract:
-//  - Inputs: run directories (their hang/ folder, see kDumpDir), folders of dumps, or dump
-//    files, by any name: the content is sniffed (JSON object with "entries" / pickle
-//    protocol header), not the extension. Files that are not dumps are listed as skipped;
-//    a dump that is truncated or corrupt, of another version, or disagrees with the others
+//  - Inputs: run directories (a folder with a hang/ folder, see kDumpDir: that folder is
+//    read, without its stacks.rank<R>.txt and analysis.json), folders of dumps (not
+//    recursive), or dump files, by any name: the content is sniffed (JSON object with
+//    "entries" / pickle protocol header), not the extension. Files that are not dumps are listed as
+//    skipped; a dump that is truncated or corrupt, of another version, or disagrees with the others
 //    on a group's membership is counted and named in Report::inputs, never fatal.
 //  - Errors (StatusOr): NotFound / InvalidArgument naming the path when an input does not
 //    exist, or when no dump at all was found (a folder with no dumps).

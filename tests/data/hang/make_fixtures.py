@@ -226,12 +226,17 @@ def main():
     with open(os.path.join(d, "empty"), "w") as f:
         pass
 
-    # run_dir: a trainscope run directory (hang/ folder), versions 2.8 and 2.10 mixed.
+    # run_dir: a trainscope run directory (hang/ folder with thread stacks beside the dumps,
+    # other files above it), versions 2.8 and 2.10 mixed.
     for r in range(2):
         k = Rank(r, world(2), backend="gloo", version="2.10" if r == 0 else "2.8").steps(1, 2, [64])
         if r == 0:
             k.op("all_reduce", 64, state="started", caller="step 3 grad bucket 0")
         write(os.path.join("run_dir", "hang"), f"flight_recorder.rank{r}.json", k)
+        with open(os.path.join(HERE, "run_dir", "hang", f"stacks.rank{r}.txt"), "w") as f:
+            f.write(f"rank {r} thread 1 (main):\n  #0 nanosleep\n")  # companions: not read
+    with open(os.path.join(HERE, "run_dir", "config.json"), "w") as f:
+        f.write('{"train": {}}\n')
 
 
 if __name__ == "__main__":
