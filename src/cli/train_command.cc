@@ -32,7 +32,7 @@ struct TrainFlags {
   bool sweep = false;
   std::string sweep_values = "0,1,2,4";
   int sweep_steps = 20;
-  double comm_timeout_s = 0;  // 0: comm.timeout_s of the config
+  double comm_timeout_s = -1;  // -1: comm.timeout_s of the config
   std::vector<std::string> inject;
 };
 
@@ -122,7 +122,15 @@ int RunTrain(const TrainFlags& f) {
   DumpOnSignal dump_signal;
   auto inject = train::ParseInjections(f.inject);
   if (!inject.ok()) return ReportAndExitCode("train", inject.status());
-  if (f.comm_timeout_s > 0) config->comm.timeout_s = f.comm_timeout_s;
+  if (f.comm_timeout_s != -1) {
+    if (!(f.comm_timeout_s > 0 && f.comm_timeout_s <= train::kMaxCommTimeoutS)) {
+      return ReportAndExitCode(
+          "train", absl::InvalidArgumentError(absl::StrCat("--comm-timeout ", f.comm_timeout_s,
+                                                           ": must be in (0, ",
+                                                           train::kMaxCommTimeoutS, "] seconds")));
+    }
+    config->comm.timeout_s = f.comm_timeout_s;
+  }
   if (absl::Status v = train::ValidateTrainConfig(*config); !v.ok()) {
     return ReportAndExitCode("train", v);
   }
@@ -231,8 +239,7 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
   cmd->add_option("--comm-timeout", flags->comm_timeout_s,
                   "seconds a collective may take before the rank dumps its flight recorder and "
                   "stacks to <run dir>/hang/ and exits 1 (overrides comm.timeout_s, default "
-                  "600)")
-      ->check(CLI::PositiveNumber);
+                  "600)");
   cmd->add_option("--inject", flags->inject,
                   "testing aid, repeatable: make one rank misbehave at the first collective of "
                   "one step. KIND:rank=R,step=S with KIND skip_collective, wrong_op, "
