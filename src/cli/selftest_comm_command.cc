@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -78,8 +79,7 @@ bool InWorld() {
 // Inside a launch (TRAINSCOPE_RUN_DIR set): the comm watchdog, as in `trainscope train` — a
 // collective late by the op timeout, or failed, leaves the flight recorder dump and thread
 // stacks in <run_dir>/hang/ and ends the rank with one line; SIGUSR1 asks for a dump.
-std::unique_ptr<comm::Watchdog> StartWatchdog(const comm::Communicator& c,
-                                              const DumpOnSignal& dump_signal) {
+std::unique_ptr<comm::Watchdog> StartWatchdog(const comm::Communicator& c) {
   const char* run_dir = std::getenv(envvar::kRunDir);
   if (run_dir == nullptr || *run_dir == '\0' || c.flight_recorder() == nullptr) return nullptr;
   (void)InstallStackDumpHandler(StackDumpSignalNumber());
@@ -89,7 +89,7 @@ std::unique_ptr<comm::Watchdog> StartWatchdog(const comm::Communicator& c,
   wo.timeout = c.options().timeout;
   wo.dump_path = hang::DumpPath(run_dir, c.rank());
   wo.stacks_path = hang::StacksPath(run_dir, c.rank());
-  wo.dump_request = dump_signal.requests();
+  wo.dump_request = DumpOnSignal::requests();
   wo.on_timeout = [](const std::string& message) {
     std::fprintf(stderr, "trainscope %s: error: %s\n", kVerb, message.c_str());
     std::fflush(stdout);
@@ -119,8 +119,9 @@ int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
                               " world has ", (*c)->world_size(), " ranks"));
   }
   if ((*c)->rank() == f.inject_crash_rank) ::raise(SIGKILL);
-  DumpOnSignal dump_signal;
-  std::unique_ptr<comm::Watchdog> watchdog = StartWatchdog(**c, dump_signal);
+  std::unique_ptr<comm::Watchdog> watchdog = StartWatchdog(**c);
+  std::optional<DumpOnSignal> dump_signal;  // SIGUSR1 is caught only when it can be served
+  if (watchdog != nullptr) dump_signal.emplace();
   auto rep = comm::RunSelftest(**c, so);
   if (!rep.ok()) {
     if (watchdog != nullptr) (void)watchdog->CheckNow();  // dumps, prints and exits if it fires

@@ -101,7 +101,8 @@ class DumpOnSignal {
   ~DumpOnSignal() { ::sigaction(SIGUSR1, &old_, nullptr); }
   DumpOnSignal(const DumpOnSignal&) = delete;
   DumpOnSignal& operator=(const DumpOnSignal&) = delete;
-  const std::atomic<int>* requests() const { return &stop_signals_internal::g_dump_requests; }
+  // The counter, also before any DumpOnSignal exists (the handler may be installed later).
+  static const std::atomic<int>* requests() { return &stop_signals_internal::g_dump_requests; }
 
  private:
   struct sigaction old_;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -118,8 +119,9 @@ int RunTrain(const TrainFlags& f) {
   // SIGINT/SIGTERM/SIGHUP stop the trainer between steps; it ends the metrics file with an
   // "end" record and the exit code is 128 + the signal (stop_signals.h).
   StopOnSignals signals;
-  // SIGUSR1: the comm watchdog dumps the flight recorder and stacks (the launcher asks).
-  DumpOnSignal dump_signal;
+  // SIGUSR1: the comm watchdog dumps the flight recorder and stacks (the launcher asks);
+  // caught only once the watchdog runs (before that, a dump cannot be written).
+  std::optional<DumpOnSignal> dump_signal;
   auto inject = train::ParseInjections(f.inject);
   if (!inject.ok()) return ReportAndExitCode("train", inject.status());
   if (f.comm_timeout_s != -1) {
@@ -140,7 +142,8 @@ int RunTrain(const TrainFlags& f) {
   o.run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
   o.comm_backend = f.backend;
   o.stop = signals.stop();
-  o.dump_request = dump_signal.requests();
+  o.dump_request = DumpOnSignal::requests();
+  o.on_watchdog_started = [&dump_signal] { dump_signal.emplace(); };
   o.inject = *std::move(inject);
   // A stuck or failed collective ends the rank at once, the dumps already on disk: one line
   // naming the op and its sequence number, exit 1 (a blocked training thread cannot unwind).

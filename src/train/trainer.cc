@@ -315,6 +315,7 @@ absl::Status StartCommWatchdog(const TrainConfig& config, const TrainOptions& op
   };
   TS_ASSIGN_OR_RETURN(st->watchdog, comm::Watchdog::Start(std::move(wo)));
   st->watchdog_ptr = st->watchdog.get();
+  if (options.on_watchdog_started) options.on_watchdog_started();
   return absl::OkStatus();
 }
 #endif

@@ -71,6 +71,10 @@ struct TrainOptions {
   // watchdog for a dump without ending the run; the launcher does that when another rank
   // failed. Null: no requests.
   const std::atomic<int>* dump_request = nullptr;
+  // Called on the training thread once the watchdog runs (data-parallel runs only): the
+  // moment a dump can be asked for. The CLI installs its SIGUSR1 handler here, so that a
+  // rank that never got that far is not asked (the launcher would wait for its dump).
+  std::function<void()> on_watchdog_started;
   // Fault injection for tests (train/inject.h); applied at the trainer's comm seam. Needs a
   // data-parallel run; ranks and steps outside the run are InvalidArgument.
   std::vector<Injection> inject;
