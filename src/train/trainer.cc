@@ -178,54 +178,6 @@ absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size,
 
 }  // namespace
 
-int ResolveThreads(int configured, int local_world_size) {
-  if (configured > 0) return configured;
-  // OMP_NUM_THREADS (launch sets it to the CPUs it bound), else the CPUs this process may
-  // run on, shared among the local ranks when they were not bound apart.
-  std::string omp;
-  int n = 0;
-  if (Os::Default()->GetEnv(envvar::kOmpNumThreads, &omp) && absl::SimpleAtoi(omp, &n) && n > 0) {
-    return n;
-  }
-  cpu_set_t set;
-  int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  if (cpus >= static_cast<int>(std::thread::hardware_concurrency())) {
-    cpus /= std::max(1, local_world_size);
-  }
-  return std::max(1, cpus);
-}
-
-json TrainResultToJson(const TrainResult& r) {
-  return {{"rank", r.rank},
-          {"world_size", r.world_size},
-          {"steps", r.steps},
-          {"stopped_by_time", r.stopped_by_time},
-          {"loss_start", r.loss_start},
-          {"loss_end", r.loss_end},
-          {"seconds", r.seconds},
-          {"tokens_per_s", r.tokens_per_s},
-          {"params", r.params},
-          {"tokens_per_step", r.tokens_per_step},
-          {"mean_step_ms", r.mean_step_ms},
-          {"median_step_ms", r.median_step_ms},
-          {"mean_phases_ms", PhaseTimesToJson(r.mean_phases)},
-          {"mean_comm_ms", r.mean_comm_ms},
-          {"overlap_fraction", r.overlap_fraction},
-          {"observability_fraction", r.observability_fraction},
-          {"loader",
-           {{"data_bound", r.loader.data_bound},
-            {"data_wait_fraction", r.loader.data_wait_fraction},
-            {"num_workers", r.loader.num_workers},
-            {"suggested_workers", r.loader.suggested_workers},
-            {"message", r.loader.message}}},
-          {"corpus", CorpusStatsToJson(r.corpus)},
-          {"precision", r.precision},
-          {"threads", r.threads},
-          {"metrics_path", r.metrics_path},
-          {"weights_checksum", r.weights_checksum}};
-}
-
 namespace {
 
 std::string SignalName(int sig) {
@@ -784,32 +736,6 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions&
     if (r.ok() && !written.ok()) r = written;
   }
   return r;
-}
-
-absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& config,
-                                                         const TrainOptions& options,
-                                                         const std::vector<int>& values,
-                                                         int steps) {
-  std::vector<WorkerSweepRow> rows;
-  for (int w : values) {
-    TrainConfig c = config;
-    c.data.num_workers = w;
-    c.train.steps = steps;
-    c.train.max_seconds = 0;
-    TrainOptions o = options;
-    o.distributed_from_env = false;
-    o.on_step = nullptr;
-    o.write_weights = false;
-    o.run_dir = absl::StrCat(options.run_dir, "/sweep/workers", w);
-    TS_ASSIGN_OR_RETURN(TrainResult r, Train(c, o));
-    WorkerSweepRow row;
-    row.num_workers = w;
-    row.step_ms = r.mean_step_ms;
-    row.data_wait_fraction = r.loader.data_wait_fraction;
-    row.tokens_per_s = r.tokens_per_s;
-    rows.push_back(row);
-  }
-  return rows;
 }
 
 }  // namespace trainscope::train
