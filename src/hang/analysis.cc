@@ -54,7 +54,8 @@ int64_t AlignedStart(const std::map<int, std::map<int64_t, Slot>>& slots,
     for (const Entry& e : d->entries) {
       if (e.pg_name != g.name) continue;
       auto st = d->pg_status.find(e.pg_id);
-      if (st != d->pg_status.end()) start = std::max(start, st->second.last_enqueued + 1);
+      if (st != d->pg_status.end() && st->second.last_enqueued < (int64_t{1} << 48))
+        start = std::max(start, st->second.last_enqueued + 1);
       break;
     }
   }
@@ -69,13 +70,14 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
   std::map<int, std::map<int64_t, Slot>> slots;
   for (const auto& [rank, d] : by_rank) slots[rank] = SlotsOf(*d, g);
   int64_t start = AlignedStart(slots, by_rank, g);
-  int64_t end = std::numeric_limits<int64_t>::min();
+  // The ids any member holds, from the aligned start on (ids held by none say nothing).
+  std::set<int64_t> ids;
   for (const auto& [rank, s] : slots)
-    if (!s.empty()) end = std::max(end, s.rbegin()->first);
+    for (auto it = s.lower_bound(start); it != s.end(); ++it) ids.insert(it->first);
   GroupWalk walk(g, slots);
   bool desynced = false;
   bool missing_reported = false;
-  for (int64_t seq = start; end != std::numeric_limits<int64_t>::min() && seq <= end; ++seq) {
+  for (int64_t seq : ids) {
     std::vector<int> have, lack;
     bool any_completed = false, all_completed = true;
     for (const auto& [rank, s] : slots) {

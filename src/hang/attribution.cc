@@ -3,6 +3,7 @@
 #include "hang/attribution.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -142,7 +143,7 @@ std::string GroupWalk::ExpectedAt(int64_t seq) {
   if (p <= 0 || matched_.empty()) return "";
   int64_t last = matched_.rbegin()->first;
   int64_t t = seq;
-  while (t > last) t -= p;
+  if (t > last) t -= ((t - last + p - 1) / p) * p;  // the latest matched id in the same phase
   auto it = matched_.find(t);
   return it == matched_.end() ? "" : it->second;
 }
@@ -258,13 +259,17 @@ std::optional<Candidate> GroupWalk::StateMismatch(int64_t seq, const std::vector
 }
 
 std::optional<Candidate> GroupWalk::AllToAllTotals(int64_t seq, const std::vector<int>& ranks) {
-  int64_t in = 0, out = 0;
+  __int128 in_wide = 0, out_wide = 0;  // sums of up to 2^62 per tensor
   for (int r : ranks) {
     const Slot& s = SlotAt(r, seq);
     if (s.ops.size() != 1 || s.ops[0]->op != "all_to_all") return std::nullopt;
-    for (const auto& sh : s.ops[0]->input_sizes) in += Numel(sh);
-    for (const auto& sh : s.ops[0]->output_sizes) out += Numel(sh);
+    for (const auto& sh : s.ops[0]->input_sizes) in_wide += Numel(sh);
+    for (const auto& sh : s.ops[0]->output_sizes) out_wide += Numel(sh);
   }
+  const __int128 kMax = std::numeric_limits<int64_t>::max();
+  const int64_t in = static_cast<int64_t>(std::min(in_wide, kMax));
+  const int64_t out = static_cast<int64_t>(std::min(out_wide, kMax));
+  if (in_wide != out_wide && in == out) return std::nullopt;  // both beyond int64: nonsense
   Candidate c;
   if (in == out) return c;  // empty finding: matched
   Verdict v;

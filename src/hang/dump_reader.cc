@@ -141,8 +141,8 @@ std::string FramesText(const json& frames) {
     if (!out.empty()) out += " <- ";
     int64_t line = 0;
     if (f.contains("line")) ToInt(f["line"], &line);
-    out += ToText(Get(f, "name")) + " (" + ToText(Get(f, "filename")) + ":" +
-           std::to_string(line) + ")";
+    out += ToText(Get(f, "name")) + " (" + ToText(Get(f, "filename")) + ":" + std::to_string(line) +
+           ")";
   }
   return out;
 }
@@ -166,6 +166,12 @@ absl::StatusOr<Entry> ParseEntry(const json& j, size_t index) {
     auto it = j.find(f.key);
     if (it != j.end() && !ToInt(*it, f.out)) return FieldError(index, f.key, "an integer");
   }
+  // Ids count ops: anything near the int64 limits is corruption (and would overflow id + 1).
+  constexpr int64_t kMaxId = int64_t{1} << 48;
+  for (int64_t* id : {&e.record_id, &e.pg_id, &e.collective_seq_id, &e.p2p_seq_id})
+    if (*id < -1 || *id > kMaxId)
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry ", index, ": an id out of range: ", *id));
   if (auto it = j.find("profiling_name"); it != j.end()) e.profiling_name = ToText(*it);
   SplitProfilingName(&e);
   if (auto it = j.find("process_group"); it != j.end()) {

@@ -95,7 +95,7 @@ std::vector<Group> BuildGroups(const std::vector<Dump>& dumps,
     g.name = name;
     g.desc = desc.count(name) ? desc[name] : "";
     g.members.assign(ranks.begin(), ranks.end());
-    if (name == "0") {
+    if (name == "0" && world <= (1 << 16)) {  // a larger "world" is a corrupt rank number
       g.members.clear();
       for (int r = 0; r < world; ++r) g.members.push_back(r);
     }

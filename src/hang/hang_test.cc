@@ -86,6 +86,20 @@ TEST(HangRead, RankFromNameAndLenientTypes) {
   EXPECT_FALSE(ParseDump(d, "r1").ok());
 }
 
+TEST(HangRead, AbsurdIdsAreCorruptAndFarApartIdsAreCheap) {
+  json d = DumpJson(0, {E{}}, 2);
+  d["entries"][0]["collective_seq_id"] = 9223372036854775807LL;
+  EXPECT_FALSE(ParseDump(d, "r0").ok());
+  // Ids 2^40 apart: the walk visits the ids held, not the range between them.
+  E a, b;
+  a.seq = 1;
+  b.seq = int64_t{1} << 40;
+  b.state = "started";
+  Report r = Analyze({DumpJson(0, {a, b}, 2), DumpJson(1, {a}, 2)});
+  ASSERT_TRUE(r.problem);
+  EXPECT_EQ(r.findings[0].collective_seq_id, int64_t{1} << 40);
+}
+
 TEST(HangRead, RankList) {
   EXPECT_EQ(*ParseRankList("[0, 1, 2]"), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(*ParseRankList("[]"), std::vector<int>{});

@@ -158,12 +158,13 @@ bool SelfConsistent(const Entry& e, const std::string& family, int group_size, s
   }
   if (e.input_sizes.empty() || e.output_sizes.empty()) return true;
   int64_t in = Numel(e.input_sizes[0]), out = Numel(e.output_sizes[0]);
-  if (GatherRule(e.op) && out != in * group_size) {
+  using Wide = __int128;  // numel up to 2^62 times a group size must not overflow
+  if (GatherRule(e.op) && Wide{out} != Wide{in} * group_size) {
     *why = "all_gather output " + ShapesText(e.output_sizes) + " is not input " +
            ShapesText(e.input_sizes) + " x group size " + std::to_string(group_size);
     return false;
   }
-  if (ScatterRule(e.op) && in != out * group_size) {
+  if (ScatterRule(e.op) && Wide{in} != Wide{out} * group_size) {
     *why = "reduce_scatter input " + ShapesText(e.input_sizes) + " is not output " +
            ShapesText(e.output_sizes) + " x group size " + std::to_string(group_size);
     return false;
