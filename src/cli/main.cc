@@ -1,6 +1,7 @@
 // trainscope: from a fresh machine to a converged, fast training run.
 // This executable carries every libtorch-free verb; the verbs that need libtorch (train,
 // selftest train, selftest device) run in `trainscope-torch`, which this one execs into.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,9 +46,21 @@ void RegisterForwarded(CLI::App& parent, const char* name, const char* descripti
   cmd->prefix_command();
 }
 
+// Allocator policy of the process (the library leaves it alone; STYLE.md). glibc's defaults
+// return a worker arena's free top to the kernel (madvise(MADV_DONTNEED)) whenever it passes
+// 128 KiB, and CLD2 allocates and frees ~100 KiB buffers per call: on a corpus of short
+// documents that was one madvise and a TLB shootdown per document, a third of the scan's
+// cycles (issue 12). Keeping up to 128 MiB free per arena and serving blocks up to 32 MiB
+// (mallopt's maximum) from the arenas removes them; peak RSS is unchanged on the data bench.
+void SetAllocatorPolicy() {
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  SetAllocatorPolicy();
   using trainscope::cli::CommandContext;
   CommandContext ctx;
   ctx.argv0 = trainscope::SelfExecutablePath();
