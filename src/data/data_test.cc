@@ -299,6 +299,27 @@ TEST(Reader, MissingInputIsAnError) {
   EXPECT_FALSE(ExpandInputs({Tmp("*.doesnotexist")}, InputFormat::kAuto).ok());
 }
 
+// docs/formats.md: a Megatron dataset may be named by PREFIX (PREFIX.bin + PREFIX.idx).
+TEST(Reader, MegatronDatasetByPrefix) {
+  WriteFile(Tmp("mp.idx"), "x");
+  WriteFile(Tmp("mp.bin"), "x");
+  for (const std::string& arg : {Tmp("mp"), Tmp("mp.idx"), Tmp("mp.bin")}) {
+    auto r = ExpandInputs({arg}, InputFormat::kAuto);
+    ASSERT_TRUE(r.ok()) << arg << ": " << r.status();
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].format, InputFormat::kMegatron);
+    EXPECT_EQ((*r)[0].path, Tmp("mp.idx"));
+  }
+  // Both spellings of one dataset are one input.
+  auto both = ExpandInputs({Tmp("mp"), Tmp("mp.bin")}, InputFormat::kAuto);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->size(), 1u);
+  // A prefix with neither file is still "no such file"; a forced text format is not a prefix.
+  EXPECT_EQ(ExpandInputs({Tmp("mq")}, InputFormat::kAuto).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(ExpandInputs({Tmp("mp")}, InputFormat::kText).ok());
+}
+
 uint32_t FlagsOf(const std::string& text) {
   AnalyzerOptions o;
   o.near_dup = false;

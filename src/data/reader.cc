@@ -144,6 +144,15 @@ absl::Status AddDir(const std::string& dir, InputFormat forced, const std::strin
   return absl::OkStatus();
 }
 
+// A Megatron dataset named by its prefix (docs/formats.md): no file of that name, but
+// PREFIX.idx or PREFIX.bin exists (a missing half is reported when the dataset is read).
+bool IsMegatronPrefix(const std::string& a, InputFormat format) {
+  if (format != InputFormat::kAuto && format != InputFormat::kMegatron) return false;
+  Os* os = Os::Default();
+  if (os->FileExists(a)) return false;
+  return os->FileExists(a + ".idx") || os->FileExists(a + ".bin");
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::string>& args,
@@ -164,6 +173,8 @@ absl::StatusOr<std::vector<InputFile>> ExpandInputs(const std::vector<std::strin
       }
     } else if (IsDir(a)) {
       TS_RETURN_IF_ERROR(AddDir(a, format, a, &out));
+    } else if (IsMegatronPrefix(a, format)) {
+      TS_RETURN_IF_ERROR(AddFile(a + ".idx", InputFormat::kMegatron, "", &out));
     } else {
       TS_RETURN_IF_ERROR(AddFile(a, format, "", &out));
     }
