@@ -7,7 +7,7 @@
 // and data-parallel groups across them, buffers wrapped by different amounts, and one rank that
 // reduces a wrong size in the last step. The verdict is checked (exit 1 if wrong).
 //
-//   build/bench/hang_bench [--ranks 64] [--entries 2000] [--repeat 3] [--dir DIR]
+//   build/bench/hang_bench [--ranks 64] [--entries 2000] [--repeat 3] [--dir DIR (kept)]
 // Prints one JSON object: argv, sizes, seconds per phase (best of --repeat), ratios.
 #include <unistd.h>
 
@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hang_bench: --ranks must be a multiple of 8 >= 16, --entries >= 100\n");
     return 2;
   }
+  const bool keep = !a.dir.empty();  // --dir: the dumps stay there for a look with the CLI
   if (a.dir.empty()) {
     char tmpl[] = "/tmp/hang_bench_XXXXXX";
     a.dir = mkdtemp(tmpl);
@@ -187,7 +188,9 @@ int main(int argc, char** argv) {
               {"verdict", report.findings.empty() ? "" : report.findings[0].sentence},
               {"verdict_right", right}};
   std::printf("%s\n", out.dump(2).c_str());
-  for (const auto& f : files) std::remove(f.c_str());
-  rmdir(a.dir.c_str());
+  if (!keep) {
+    for (const auto& f : files) std::remove(f.c_str());
+    rmdir(a.dir.c_str());
+  }
   return right ? 0 : 1;
 }

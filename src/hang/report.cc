@@ -226,12 +226,16 @@ std::string FormatReportText(const Report& report) {
                               : "#" + std::to_string(e.value("collective_seq_id", -1));
         last += e.value("op", "") + seq + " " + e.value("state", "");
       }
-      std::string name = r.value("name", "");
-      if (name.size() > 24) name = "..." + name.substr(name.size() - 21);
-      t.AddRow({std::to_string(r.value("rank", -1)), name, std::to_string(r.value("entries", 0)),
-                groups, last});
+      // Column budget (120 in all): rank 6, file 24, entries 7, groups 30, last 45.
+      auto cut = [](std::string c, size_t n, bool keep_tail) {
+        if (c.size() <= n) return c;
+        return keep_tail ? "..." + c.substr(c.size() - (n - 3)) : c.substr(0, n - 3) + "...";
+      };
+      t.AddRow({std::to_string(r.value("rank", -1)), cut(r.value("name", ""), 24, true),
+                std::to_string(r.value("entries", 0)), cut(groups, 30, false),
+                cut(last, 45, true)});
     }
-    out += t.Render(54);
+    out += t.Render(60);
   }
   return out;
 }

@@ -74,6 +74,9 @@ struct AnalyzeOptions {
 };
 
 struct Report {
+  // True iff `findings` is not empty. Bad inputs alone (skipped, corrupt, other versions,
+  // membership disagreements) are listed in details["inputs"] and do not set it; a member
+  // rank whose dump is unusable is a missing_dump finding, which does.
   bool problem = false;
   bool needs_pickle_loader = false;
   std::vector<HangFinding> findings;  // most likely root cause first
