@@ -43,6 +43,9 @@ std::unique_ptr<Tokenizer> NewByteTokenizer() { return std::make_unique<ByteToke
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& spec) {
   if (spec.empty() || spec == "byte") return NewByteTokenizer();
+  if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".json") == 0) {
+    return LoadHfTokenizer(spec);
+  }
   return LoadSentencePiece(spec);
 }
 
