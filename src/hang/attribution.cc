@@ -411,8 +411,10 @@ Candidate GroupWalk::NotJoined(int64_t seq, const std::vector<int>& behind,
                " issued #" + std::to_string(seq) + " (state " + rs.ops.back()->state + ")";
   f.fix =
       "the rank was elsewhere when the others entered the collective: look at its thread "
-      "stacks (hang/stacks.rank<R>.txt in the run directory) for where it was (a sleep, a "
-      "data loader, a deadlock), and for a rank-dependent branch before the call site";
+      "stacks (hang/stacks.rank" +
+      std::to_string(behind.front()) +
+      ".txt in the run directory) for where it was (a sleep, a data loader, a deadlock), and "
+      "for a rank-dependent branch before the call site";
   return c;
 }
 
