@@ -1,0 +1,104 @@
+// trainscope's own checkpoint directory (docs/formats.md "Checkpoint"): the atomic writer,
+// the completeness/integrity check, FindLatestComplete and `keep` pruning.
+//
+//   <checkpoints dir>/step-<step>/          a complete checkpoint, renamed into place
+//       model.safetensors                   replicated model state (rank 0)
+//       optimizer.safetensors               optimizer state (optional)
+//       rank<R>.json, ...                   small JSON blobs (RNG states, data position)
+//       meta.json                           {"format": "trainscope.checkpoint", "version": 1, ...}
+//       manifest.json                       written last: every other file, bytes, xxh3-64
+//   <checkpoints dir>/step-<step>.tmp-<pid>/ a save in progress, or one a crash interrupted
+//
+// A directory without a valid manifest is never complete. Functions are thread-compatible
+// (no shared state); they block on file I/O and have no timeout (local disk).
+#ifndef TRAINSCOPE_CKPT_CHECKPOINT_H_
+#define TRAINSCOPE_CKPT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/ckpt/safetensors.h"
+
+namespace trainscope::ckpt {
+
+inline constexpr char kCheckpointFormat[] = "trainscope.checkpoint";
+inline constexpr char kManifestFormat[] = "trainscope.checkpoint.manifest";
+inline constexpr int kCheckpointVersion = 1;
+
+// What one save holds. Views point into the caller's memory, read during the call only.
+struct CheckpointData {
+  int64_t step = 0;
+  int world_size = 1;
+  std::string config_hash;
+  bool anomaly = false;               // anomaly checkpoints are never pruned
+  std::vector<TensorView> model;      // -> model.safetensors (written even when empty)
+  std::vector<TensorView> optimizer;  // -> optimizer.safetensors (omitted when empty)
+  std::map<std::string, nlohmann::json> json_files;      // "rank0.json" -> blob; plain names only
+  nlohmann::json meta_extra = nlohmann::json::object();  // meta.json "extra"
+};
+
+struct WriteOptions {
+  bool fsync = true;  // fsync files and directories (tests may turn it off for speed)
+  // Test seam: called after each file is complete in the temporary directory (name given);
+  // a non-ok Status stops the save there, leaving the temporary directory as a crash would.
+  std::function<absl::Status(const std::string& file)> after_file;
+};
+
+// Writes `data` into `<dir>/step-<step>.tmp-<pid>/`, fsyncs every file and the directory,
+// writes manifest.json last, renames to `<dir>/step-<step>/` and fsyncs `dir`. Creates `dir`
+// when missing. Returns the final path. Errors: AlreadyExists when step-<step> exists;
+// InvalidArgument for a bad tensor (dtype x shape != bytes, repeated name) or JSON file
+// name; I/O errors name the path. On error the temporary directory is left behind.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
+                                            const WriteOptions& options = {});
+
+struct Problem {
+  std::string file;     // path of the file (or directory) concerned
+  std::string problem;  // one sentence
+};
+
+struct CheckResult {
+  std::string path;
+  int64_t step = -1;        // from meta.json, else the directory name, else -1
+  bool complete = false;    // a valid manifest, every file present with its size
+  bool incomplete = false;  // an unfinished save (.tmp- directory, no manifest): not corrupt
+  bool anomaly = false;
+  std::vector<Problem> problems;  // empty when complete and every hash matches
+  bool ok() const { return complete && problems.empty(); }
+};
+
+// Checks one checkpoint directory: manifest present and valid, every listed file present
+// with its size and (when `hash`) its xxh3; meta.json readable. Never fails: unreadable
+// things are problems. `on_bytes` (may be empty) is told of hashed bytes (progress).
+CheckResult CheckCheckpoint(const std::string& path, bool hash,
+                            const std::function<void(uint64_t)>& on_bytes = {});
+
+// True when `path` is a directory that looks like one of ours (name step-<N>[.tmp-<pid>],
+// or holds meta.json/manifest.json in our format).
+bool LooksLikeCheckpoint(const std::string& path);
+
+// Checkpoint directories (complete or not) directly under `dir`, newest step first.
+std::vector<std::string> ListCheckpointDirs(const std::string& dir);
+
+struct Latest {
+  std::string path;  // "" when there is none
+  int64_t step = -1;
+  std::vector<Problem> skipped;  // newer checkpoints skipped, and why
+};
+// The newest complete checkpoint under `run_dir` (its checkpoints/ folder when present,
+// else `run_dir` itself). Hashes are checked when `hash`. Errors: NotFound when `run_dir`
+// is missing.
+absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash = true);
+
+// Deletes complete checkpoints under `dir` beyond the newest `keep`, never an anomaly one
+// and never an incomplete one. Returns the removed paths. keep <= 0 keeps everything.
+absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep);
+
+}  // namespace trainscope::ckpt
+
+#endif  // TRAINSCOPE_CKPT_CHECKPOINT_H_

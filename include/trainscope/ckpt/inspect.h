@@ -1,0 +1,103 @@
+// `trainscope ckpt inspect|verify|diff`: reads any supported checkpoint into one report.
+// Formats (detected from the path, never from a flag):
+//   trainscope   our step-<N> directory (checkpoint.h), or a folder of them (each one reported)
+//   safetensors  one .safetensors file (or any file whose header parses as one)
+//   hf-sharded   a folder with model.safetensors.index.json (weight_map -> shard files)
+//   dcp          a torch.distributed.checkpoint folder (.metadata pickle + *.distcp); names,
+//                shapes and dtypes need the DcpMetadataLoader that trainscope-torch passes
+// Thread-compatible; blocks on file I/O; no timeout (local files).
+#ifndef TRAINSCOPE_CKPT_INSPECT_H_
+#define TRAINSCOPE_CKPT_INSPECT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/ckpt/safetensors.h"
+
+namespace trainscope::ckpt {
+
+// One tensor of a DCP .metadata file.
+struct DcpTensor {
+  std::string name, dtype;  // dtype as torch names it ("float32"); "bytes" for a non-tensor
+  std::vector<uint64_t> shape;
+  int chunks = 0;
+};
+// Reads a DCP `.metadata` pickle. Implemented with libtorch's unpickler in ts_ckpt_torch
+// (dcp_torch.h); errors: InvalidArgument naming the file.
+using DcpMetadataLoader = std::function<absl::StatusOr<std::vector<DcpTensor>>(const std::string&)>;
+
+struct InspectOptions {
+  bool stats = true;                       // read tensor data for non-finite counts, norms, min/max
+  bool hash = true;                        // verify hashes of our checkpoints
+  DcpMetadataLoader dcp_loader;            // empty: DCP folders report needs_dcp_loader
+  std::function<void(uint64_t)> on_bytes;  // progress: bytes read so far (may be empty)
+};
+
+struct TensorReport {
+  std::string name, dtype, file;  // file: relative to the checkpoint path ("" for one file)
+  std::vector<uint64_t> shape;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;  // absolute offset of the data in `file` (safetensors)
+  TensorStats stats;    // stats.decoded false when not read
+};
+
+struct CheckpointReport {
+  std::string path, format;  // format: "trainscope", "safetensors", "hf-sharded", "dcp"
+  int64_t step = -1;
+  bool complete = true;
+  bool needs_dcp_loader = false;  // a DCP folder met without a loader: re-run with libtorch
+  std::vector<Problem> problems;
+  std::vector<TensorReport> tensors;  // in (file, name) order for ours, else name order
+  uint64_t total_bytes = 0;
+  // Problems make a report not ok; an unfinished save inside a folder of checkpoints is
+  // complete=false without a problem (the writer may still be running).
+  bool ok() const { return problems.empty(); }
+};
+
+// Size in bytes of the tensor data that Inspect would read under `path` (for progress).
+uint64_t DataBytes(const std::string& path);
+
+// Reads `path` (format detected as above). A folder of our step-<N> directories yields one
+// report per checkpoint (incomplete ones are reported with complete=false and, being an
+// unfinished save, no problem). Problems (corrupt headers, hash mismatches, truncation,
+// non-finite values) are recorded, not returned as errors. Errors: NotFound when `path`
+// does not exist; InvalidArgument "<path>: unknown checkpoint format ..." otherwise.
+absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
+                                                          const InspectOptions& options);
+// One checkpoint (a folder of checkpoints is an error here).
+absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectOptions& options);
+
+struct TensorDiff {
+  std::string name;
+  std::string change;  // "", "shape", "dtype", "not compared" (no data)
+  double max_abs = 0, max_rel = 0;
+  bool differs = false;
+};
+struct DiffReport {
+  std::string a, b;
+  std::vector<std::string> only_a, only_b;
+  std::vector<TensorDiff> tensors;  // common tensors, name order
+  std::string first_different;      // "" when none
+  bool same() const { return only_a.empty() && only_b.empty() && first_different.empty(); }
+};
+// Compares two checkpoints tensor by tensor (values decoded to double; max rel uses
+// |a-b| / max(|a|, |b|), 0 when both are 0; a NaN in one and not the other differs).
+// Errors: those of Inspect.
+absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
+                                const InspectOptions& options);
+
+// --json forms (docs/formats.md "Checkpoint inspection").
+nlohmann::json ReportToJson(const CheckpointReport& r, bool with_tensors);
+nlohmann::json DiffToJson(const DiffReport& d);
+// Text: problems first (one sentence each), then a table fitting 120 columns.
+std::string FormatReportText(const CheckpointReport& r, bool with_tensors);
+std::string FormatDiffText(const DiffReport& d);
+
+}  // namespace trainscope::ckpt
+
+#endif  // TRAINSCOPE_CKPT_INSPECT_H_

@@ -1,0 +1,332 @@
+// The writer and the checks of our checkpoint directory. Atomicity comes from the rename:
+// everything, manifest.json last, is written and fsynced in step-<N>.tmp-<pid>, which is
+// then renamed to step-<N> and the parent fsynced. A reader therefore sees either no
+// step-<N> or a complete one; a leftover .tmp- directory is an interrupted save.
+#include "trainscope/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/file_io.h"
+
+namespace trainscope::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Writes and hashes one file; fsyncs it when asked.
+class OutFile {
+ public:
+  absl::Status Open(const std::string& path) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) return ErrnoStatus(path, "cannot create");
+    state_ = XXH3_createState();
+    XXH3_64bits_reset(state_);
+    return absl::OkStatus();
+  }
+  ~OutFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (state_) XXH3_freeState(state_);
+  }
+  absl::Status Write(const void* data, uint64_t n) {
+    XXH3_64bits_update(state_, data, n);
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, std::min<uint64_t>(n, 1 << 30));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return ErrnoStatus(path_, "write failed");
+      p += w;
+      n -= static_cast<uint64_t>(w);
+      bytes_ += static_cast<uint64_t>(w);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close(bool sync) {
+    if (sync && ::fsync(fd_) != 0) return ErrnoStatus(path_, "fsync failed");
+    int r = ::close(fd_);
+    fd_ = -1;
+    if (r != 0) return ErrnoStatus(path_, "close failed");
+    return absl::OkStatus();
+  }
+  uint64_t bytes() const { return bytes_; }
+  std::string hash() const { return HashHex(XXH3_64bits_digest(state_)); }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  XXH3_state_t* state_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+struct Writer {
+  std::string tmp;
+  const WriteOptions& options;
+  json files = json::array();
+
+  absl::Status Put(const std::string& name,
+                   const std::vector<std::pair<const void*, uint64_t>>& parts) {
+    OutFile f;
+    if (auto s = f.Open(tmp + "/" + name); !s.ok()) return s;
+    for (const auto& [p, n] : parts) {
+      if (auto s = f.Write(p, n); !s.ok()) return s;
+    }
+    if (auto s = f.Close(options.fsync); !s.ok()) return s;
+    files.push_back({{"path", name}, {"bytes", f.bytes()}, {"xxh3", f.hash()}});
+    if (options.after_file) return options.after_file(name);
+    return absl::OkStatus();
+  }
+  absl::Status PutText(const std::string& name, const std::string& text) {
+    return Put(name, {{text.data(), text.size()}});
+  }
+  absl::Status PutTensors(const std::string& name, const std::vector<TensorView>& tensors) {
+    auto header = EncodeHeader(tensors, {{"format", "pt"}});
+    if (!header.ok())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", header.status().message()));
+    std::vector<std::pair<const void*, uint64_t>> parts{{header->data(), header->size()}};
+    for (const TensorView& t : tensors) parts.push_back({t.data, t.bytes});
+    return Put(name, parts);
+  }
+};
+
+bool ValidJsonName(const std::string& n) {
+  return !n.empty() && n.find('/') == std::string::npos && n != "meta.json" &&
+         n != "manifest.json" && n[0] != '.' && absl::EndsWith(n, ".json");
+}
+
+// step-<N> or step-<N>.tmp-<pid>: the step, or -1.
+int64_t StepFromName(const std::string& name, bool* tmp) {
+  *tmp = false;
+  if (!absl::StartsWith(name, "step-")) return -1;
+  std::string rest = name.substr(5);
+  size_t t = rest.find(".tmp-");
+  if (t != std::string::npos) {
+    *tmp = true;
+    rest = rest.substr(0, t);
+  }
+  int64_t step;
+  if (rest.empty() || !absl::SimpleAtoi(rest, &step) || step < 0) return -1;
+  return step;
+}
+
+absl::StatusOr<json> ReadJson(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  return j;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
+                                            const WriteOptions& options) {
+  for (const auto& [name, blob] : data.json_files) {
+    if (!ValidJsonName(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not a plain <name>.json file name"));
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  const std::string final_path = absl::StrCat(dir, "/step-", data.step);
+  if (fs::exists(final_path, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat(final_path, ": a checkpoint of this step exists"));
+  }
+  Writer w{absl::StrCat(final_path, ".tmp-", ::getpid()), options};
+  fs::remove_all(w.tmp, ec);  // a leftover of an earlier process with our pid
+  if (::mkdir(w.tmp.c_str(), 0755) != 0) return ErrnoStatus(w.tmp, "cannot create");
+  if (auto s = w.PutTensors("model.safetensors", data.model); !s.ok()) return s;
+  if (!data.optimizer.empty()) {
+    if (auto s = w.PutTensors("optimizer.safetensors", data.optimizer); !s.ok()) return s;
+  }
+  for (const auto& [name, blob] : data.json_files) {
+    if (auto s = w.PutText(name, blob.dump(2) + "\n"); !s.ok()) return s;
+  }
+  json meta = {
+      {"format", kCheckpointFormat},   {"version", kCheckpointVersion},   {"step", data.step},
+      {"world_size", data.world_size}, {"config_hash", data.config_hash}, {"anomaly", data.anomaly},
+      {"extra", data.meta_extra}};
+  if (auto s = w.PutText("meta.json", meta.dump(2) + "\n"); !s.ok()) return s;
+  json manifest = {{"format", kManifestFormat},
+                   {"version", kCheckpointVersion},
+                   {"step", data.step},
+                   {"files", w.files}};
+  if (auto s = w.PutText("manifest.json", manifest.dump(2) + "\n"); !s.ok()) return s;
+  if (options.fsync) {
+    if (auto s = FsyncDir(w.tmp); !s.ok()) return s;
+  }
+  if (::rename(w.tmp.c_str(), final_path.c_str()) != 0) {
+    return ErrnoStatus(final_path, "cannot rename the temporary directory to");
+  }
+  if (options.fsync) {
+    if (auto s = FsyncDir(dir); !s.ok()) return s;
+  }
+  return final_path;
+}
+
+bool LooksLikeCheckpoint(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  bool tmp;
+  if (StepFromName(fs::path(path).filename().string(), &tmp) >= 0) return true;
+  for (const char* f : {"/meta.json", "/manifest.json"}) {
+    auto j = ReadJson(path + f);
+    if (j.ok() && j->is_object()) {
+      const std::string fmt = j->value("format", "");
+      if (fmt == kCheckpointFormat || fmt == kManifestFormat) return true;
+    }
+  }
+  return false;
+}
+
+CheckResult CheckCheckpoint(const std::string& path, bool hash,
+                            const std::function<void(uint64_t)>& on_bytes) {
+  CheckResult r;
+  r.path = path;
+  bool tmp = false;
+  r.step = StepFromName(fs::path(path).filename().string(), &tmp);
+  auto problem = [&](const std::string& file, std::string what) {
+    r.problems.push_back({file, std::move(what)});
+  };
+  auto meta = ReadJson(path + "/meta.json");
+  if (meta.ok() && meta->is_object()) {
+    if (meta->contains("step") && (*meta)["step"].is_number_integer()) r.step = (*meta)["step"];
+    r.anomaly = meta->value("anomaly", false);
+  }
+  const std::string mpath = path + "/manifest.json";
+  std::error_code ec;
+  if (tmp || !fs::exists(mpath, ec)) {
+    r.incomplete = true;
+    problem(tmp ? path : mpath,
+            tmp ? "incomplete: a save in progress or interrupted (temporary directory)"
+                : "incomplete: no manifest.json (the save did not finish)");
+    return r;
+  }
+  auto manifest = ReadJson(mpath);
+  if (!manifest.ok()) {
+    problem(mpath, "corrupt: the manifest is not valid JSON");
+    return r;
+  }
+  const json& m = *manifest;
+  if (!m.is_object() || m.value("format", "") != kManifestFormat || !m.contains("files") ||
+      !m["files"].is_array()) {
+    problem(mpath, absl::StrCat("corrupt: not a manifest of format ", kManifestFormat));
+    return r;
+  }
+  r.complete = true;
+  for (const json& f : m["files"]) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("bytes") ||
+        !f["bytes"].is_number_unsigned() || !f.contains("xxh3") || !f["xxh3"].is_string()) {
+      problem(mpath, "corrupt: a manifest entry lacks path, bytes or xxh3");
+      r.complete = false;
+      continue;
+    }
+    const std::string name = f["path"], file = path + "/" + name;
+    if (name.find('/') != std::string::npos || name.empty() || name[0] == '.') {
+      problem(mpath, absl::StrCat("corrupt: manifest names a file outside the checkpoint: ", name));
+      r.complete = false;
+      continue;
+    }
+    const uint64_t want = f["bytes"];
+    struct stat st;
+    if (::stat(file.c_str(), &st) != 0) {
+      problem(file, "missing: listed in the manifest but absent");
+      r.complete = false;
+      continue;
+    }
+    if (static_cast<uint64_t>(st.st_size) != want) {
+      problem(file,
+              absl::StrCat(static_cast<uint64_t>(st.st_size) < want ? "truncated" : "wrong size",
+                           ": ", st.st_size, " bytes, the manifest says ", want));
+      r.complete = false;
+      continue;
+    }
+    if (!hash) continue;
+    auto h = HashFile(file, on_bytes);
+    if (!h.ok()) {
+      problem(file, std::string(h.status().message()));
+    } else if (*h != f["xxh3"].get<std::string>()) {
+      problem(file, absl::StrCat("hash mismatch: xxh3 ", *h, ", the manifest says ",
+                                 f["xxh3"].get<std::string>()));
+    }
+  }
+  if (!meta.ok() || !meta->is_object() || meta->value("format", "") != kCheckpointFormat) {
+    problem(path + "/meta.json", "corrupt: missing or not of format trainscope.checkpoint");
+  }
+  return r;
+}
+
+std::vector<std::string> ListCheckpointDirs(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    bool tmp;
+    const std::string name = it->path().filename().string();
+    const int64_t step = StepFromName(name, &tmp);
+    if (step >= 0 && it->is_directory(ec)) found.push_back({step, it->path().string()});
+  }
+  // Newest first; at equal steps the final name before a temporary one.
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(run_dir, ": no such directory"));
+  }
+  std::string dir = run_dir;
+  if (fs::is_directory(run_dir + "/checkpoints", ec)) dir = run_dir + "/checkpoints";
+  Latest latest;
+  for (const std::string& p : ListCheckpointDirs(dir)) {
+    CheckResult c = CheckCheckpoint(p, hash);
+    if (c.ok()) {
+      latest.path = p;
+      latest.step = c.step;
+      break;
+    }
+    latest.skipped.push_back({p, c.problems.empty() ? "not complete" : c.problems[0].problem});
+  }
+  return latest;
+}
+
+absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep) {
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  int kept = 0;
+  for (const std::string& p : ListCheckpointDirs(dir)) {
+    CheckResult c = CheckCheckpoint(p, /*hash=*/false);
+    if (!c.complete || c.anomaly) continue;
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove_all(p, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat(p, ": cannot remove: ", ec.message()));
+    removed.push_back(p);
+  }
+  return removed;
+}
+
+}  // namespace trainscope::ckpt

@@ -1,0 +1,185 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/ckpt/inspect.h"
+#include "trainscope/ckpt/safetensors.h"
+
+namespace trainscope::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CkptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("ckpt_test." + std::to_string(::getpid()) + "." +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CheckpointData Data(int64_t step) {
+    CheckpointData d;
+    d.step = step;
+    d.world_size = 2;
+    d.config_hash = "abc";
+    d.model = {{"w", "F32", {2, 3}, w_.data(), w_.size() * 4},
+               {"b", "I64", {2}, b_.data(), b_.size() * 8}};
+    d.optimizer = {{"w.exp_avg", "F32", {2, 3}, w_.data(), w_.size() * 4}};
+    d.json_files["rank0.json"] = {{"rng", 1}, {"position", 10}};
+    d.json_files["rank1.json"] = {{"rng", 2}, {"position", 11}};
+    return d;
+  }
+  WriteOptions Fast() {
+    WriteOptions o;
+    o.fsync = false;
+    return o;
+  }
+
+  std::string dir_;
+  std::vector<float> w_{1, -2, 3, 4, 5, 6};
+  std::vector<int64_t> b_{7, -8};
+};
+
+TEST_F(CkptTest, WriterRoundTrip) {
+  auto p = WriteCheckpoint(dir_, Data(5));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, dir_ + "/step-5");
+  CheckResult c = CheckCheckpoint(*p, true);
+  EXPECT_TRUE(c.ok());
+  EXPECT_EQ(c.step, 5);
+  auto h = ReadHeader(*p + "/model.safetensors");
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->tensors.size(), 2u);
+  EXPECT_EQ(h->tensors[1].name, "w");
+  EXPECT_EQ(h->tensors[1].shape, (std::vector<uint64_t>{2, 3}));
+  auto rep = Inspect(*p, InspectOptions{});
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->format, "trainscope");
+  EXPECT_TRUE(rep->ok());
+  ASSERT_EQ(rep->tensors.size(), 3u);
+  const TensorReport& w = rep->tensors[1];  // model.safetensors:w after b
+  EXPECT_EQ(w.name, "w");
+  EXPECT_DOUBLE_EQ(w.stats.min, -2);
+  EXPECT_DOUBLE_EQ(w.stats.max, 6);
+  EXPECT_NEAR(w.stats.l2, std::sqrt(1 + 4 + 9 + 16 + 25 + 36.0), 1e-12);
+  EXPECT_TRUE(absl::IsAlreadyExists(WriteCheckpoint(dir_, Data(5)).status()));
+}
+
+TEST_F(CkptTest, KilledWriterIsSkipped) {
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(1), Fast()).ok());
+  // Saves of step 2 stopped after each file in turn: none is ever taken for complete.
+  for (const char* stop :
+       {"model.safetensors", "optimizer.safetensors", "rank0.json", "meta.json", "manifest.json"}) {
+    fs::remove_all(dir_ + "/step-2.tmp-" + std::to_string(::getpid()));
+    WriteOptions o = Fast();
+    o.after_file = [&](const std::string& f) {
+      return f == stop ? absl::AbortedError("killed") : absl::OkStatus();
+    };
+    EXPECT_FALSE(WriteCheckpoint(dir_, Data(2), o).ok());
+    auto latest = FindLatestComplete(dir_);
+    ASSERT_TRUE(latest.ok());
+    EXPECT_EQ(latest->step, 1) << stop;
+    ASSERT_EQ(latest->skipped.size(), 1u);
+    EXPECT_NE(latest->skipped[0].problem.find("incomplete"), std::string::npos);
+    CheckResult c = CheckCheckpoint(latest->skipped[0].file, true);
+    EXPECT_TRUE(c.incomplete);
+  }
+}
+
+TEST_F(CkptTest, HalfWrittenDirectoryWithoutManifest) {
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(1), Fast()).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(2), Fast()).ok());
+  fs::remove(dir_ + "/step-2/manifest.json");
+  CheckResult c = CheckCheckpoint(dir_ + "/step-2", true);
+  EXPECT_FALSE(c.complete);
+  EXPECT_TRUE(c.incomplete);
+  auto latest = FindLatestComplete(dir_);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->path, dir_ + "/step-1");
+}
+
+TEST_F(CkptTest, HashMismatchAndTruncation) {
+  auto p = WriteCheckpoint(dir_, Data(3), Fast());
+  ASSERT_TRUE(p.ok());
+  {
+    std::fstream f(*p + "/rank0.json", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2);
+    f.put('X');
+  }
+  CheckResult c = CheckCheckpoint(*p, true);
+  EXPECT_TRUE(c.complete);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_EQ(c.problems[0].file, *p + "/rank0.json");
+  EXPECT_NE(c.problems[0].problem.find("hash mismatch"), std::string::npos);
+  fs::resize_file(*p + "/model.safetensors", 20);
+  c = CheckCheckpoint(*p, true);
+  EXPECT_FALSE(c.complete);
+  EXPECT_FALSE(c.incomplete);
+  EXPECT_NE(c.problems[0].problem.find("truncated"), std::string::npos);
+  auto latest = FindLatestComplete(dir_);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->path, "");
+  EXPECT_EQ(latest->skipped.size(), 1u);
+}
+
+TEST_F(CkptTest, KeepPruning) {
+  for (int s = 1; s <= 5; ++s) {
+    CheckpointData d = Data(s);
+    d.anomaly = s == 2;
+    ASSERT_TRUE(WriteCheckpoint(dir_, d, Fast()).ok());
+  }
+  fs::create_directories(dir_ + "/step-6.tmp-1");
+  auto removed = Prune(dir_, 2);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, (std::vector<std::string>{dir_ + "/step-3", dir_ + "/step-1"}));
+  EXPECT_TRUE(fs::exists(dir_ + "/step-2"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step-4"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step-5"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step-6.tmp-1"));
+}
+
+TEST(SafetensorsTest, HeaderRules) {
+  // data section of 8 bytes: two F32 tensors, then bad variants
+  auto parse = [](const std::string& h) { return ParseHeader("x", h, 8 + h.size() + 8); };
+  EXPECT_TRUE(parse(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                    R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})")
+                  .ok());
+  EXPECT_FALSE(parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})")
+                   .ok());  // overlap
+  EXPECT_FALSE(parse(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})").ok());
+  EXPECT_FALSE(parse(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})").ok());  // gap
+  EXPECT_FALSE(parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,80]}})").ok());
+  EXPECT_FALSE(parse("[1]").ok());
+  EXPECT_FALSE(parse("{").ok());
+}
+
+TEST(SafetensorsTest, HalfAndBFloat16) {
+  const uint16_t h[] = {0x3c00, 0xc000, 0x7c00, 0x7e00};  // 1, -2, inf, nan
+  StatsAccumulator a("F16");
+  a.Add(reinterpret_cast<const char*>(h), sizeof(h));
+  TensorStats s = a.Finish();
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_EQ(s.nonfinite, 2u);
+  EXPECT_DOUBLE_EQ(s.min, -2);
+  EXPECT_DOUBLE_EQ(s.max, 1);
+  const uint16_t b[] = {0x3f80, 0x4040};  // 1, 3
+  StatsAccumulator c("BF16");
+  c.Add(reinterpret_cast<const char*>(b), sizeof(b));
+  EXPECT_DOUBLE_EQ(c.Finish().max, 3);
+}
+
+}  // namespace
+}  // namespace trainscope::ckpt

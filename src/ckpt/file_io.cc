@@ -1,0 +1,94 @@
+#include "ckpt/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace trainscope::ckpt {
+
+absl::Status ErrnoStatus(const std::string& path, const char* what) {
+  const int e = errno;
+  std::string msg = absl::StrCat(path, ": ", what, ": ", std::strerror(e));
+  if (e == ENOENT) return absl::NotFoundError(msg);
+  if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InvalidArgumentError(msg);
+}
+
+absl::StatusOr<File> File::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(path, "cannot open");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoStatus(path, "cannot stat");
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  return File(path, fd, static_cast<uint64_t>(st.st_size));
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status File::ReadAt(uint64_t offset, uint64_t n, char* out) const {
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(path_, "read failed");
+    if (r == 0) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": byte ", offset + done, ": the file ends early (truncated?)"));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+std::string HashHex(uint64_t h) { return absl::StrFormat("%016x", h); }
+
+absl::StatusOr<std::string> HashFile(const std::string& path,
+                                     const std::function<void(uint64_t)>& on_bytes) {
+  auto f = File::Open(path);
+  if (!f.ok()) return f.status();
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(4 << 20);
+  uint64_t at = 0;
+  absl::Status status;
+  while (at < f->size()) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), f->size() - at);
+    status = f->ReadAt(at, n, buf.data());
+    if (!status.ok()) break;
+    XXH3_64bits_update(st, buf.data(), n);
+    at += n;
+    if (on_bytes) on_bytes(n);
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  if (!status.ok()) return status;
+  return HashHex(h);
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(dir, "cannot open directory");
+  int r = ::fsync(fd);
+  absl::Status s = r == 0 ? absl::OkStatus() : ErrnoStatus(dir, "fsync failed");
+  ::close(fd);
+  return s;
+}
+
+}  // namespace trainscope::ckpt

@@ -1,0 +1,318 @@
+// Format detection and the readers behind `ckpt inspect|verify|diff`. Every reader fills
+// the same CheckpointReport; tensor data of safetensors files is streamed in chunks of
+// whole elements so a checkpoint larger than memory can be inspected.
+#include "trainscope/ckpt/inspect.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/file_io.h"
+
+namespace trainscope::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr uint64_t kChunkBytes = 4 << 20;
+constexpr char kIndexName[] = "model.safetensors.index.json";
+
+bool IsDir(const std::string& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+bool IsFile(const std::string& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+std::string Join(const std::string& dir, const std::string& file) {
+  return file.empty() ? dir : dir + "/" + file;
+}
+
+// Streams one tensor's bytes in whole-element chunks into `fn(data, bytes)`.
+absl::Status ReadTensor(const File& f, const TensorReport& t,
+                        const std::function<void(const char*, uint64_t)>& fn) {
+  const int bits = DTypeBits(t.dtype);
+  const uint64_t elem = bits >= 8 ? bits / 8 : 1;
+  const uint64_t chunk = std::max<uint64_t>(elem, kChunkBytes / elem * elem);
+  std::string buf(std::min(chunk, t.bytes), '\0');
+  for (uint64_t at = 0; at < t.bytes; at += chunk) {
+    const uint64_t n = std::min(chunk, t.bytes - at);
+    if (auto s = f.ReadAt(t.offset + at, n, buf.data()); !s.ok()) return s;
+    fn(buf.data(), n);
+  }
+  return absl::OkStatus();
+}
+
+// Adds the tensors of one safetensors file (relative name `file`) to `r`.
+void AddSafetensors(const std::string& dir, const std::string& file, const InspectOptions& o,
+                    CheckpointReport* r, std::set<std::string>* names = nullptr) {
+  const std::string path = Join(dir, file);
+  auto h = ReadHeader(path);
+  if (!h.ok()) {
+    r->problems.push_back({path, absl::StrCat("corrupt: ", h.status().message())});
+    return;
+  }
+  auto f = File::Open(path);
+  for (const TensorEntry& e : h->tensors) {
+    TensorReport t;
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.file = file;
+    t.shape = e.shape;
+    t.bytes = e.bytes();
+    t.offset = e.begin;
+    r->total_bytes += t.bytes;
+    if (names) names->insert(e.name);
+    if (o.stats && f.ok()) {
+      StatsAccumulator acc(t.dtype);
+      auto s = ReadTensor(*f, t, [&](const char* p, uint64_t n) {
+        acc.Add(p, n);
+        if (o.on_bytes) o.on_bytes(n);
+      });
+      if (!s.ok()) r->problems.push_back({path, std::string(s.message())});
+      t.stats = acc.Finish();
+      if (t.stats.nonfinite) {
+        r->problems.push_back({path, absl::StrCat("non-finite: tensor \"", t.name, "\" has ",
+                                                  t.stats.nonfinite, " NaN/Inf values")});
+      }
+    }
+    r->tensors.push_back(std::move(t));
+  }
+}
+
+CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
+  CheckpointReport r;
+  r.path = path;
+  r.format = "trainscope";
+  CheckResult c = CheckCheckpoint(path, o.hash, o.on_bytes);
+  r.step = c.step;
+  r.complete = c.complete;
+  r.problems = c.problems;
+  if (!c.complete) return r;
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    if (IsFile(Join(path, f))) AddSafetensors(path, f, o, &r);
+  }
+  return r;
+}
+
+absl::StatusOr<json> ReadJsonFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  return j;
+}
+
+// HuggingFace sharded folder: completeness per huggingface_hub's index rules.
+CheckpointReport InspectSharded(const std::string& dir, const InspectOptions& o) {
+  CheckpointReport r;
+  r.path = dir;
+  r.format = "hf-sharded";
+  const std::string index_path = Join(dir, kIndexName);
+  auto index = ReadJsonFile(index_path);
+  if (!index.ok() || !index->is_object() || !index->contains("weight_map") ||
+      !(*index)["weight_map"].is_object()) {
+    r.complete = false;
+    r.problems.push_back({index_path, "corrupt: not JSON with a weight_map object"});
+    return r;
+  }
+  std::map<std::string, std::string> weight_map;  // tensor -> shard
+  std::set<std::string> shards;
+  for (auto it = (*index)["weight_map"].begin(); it != (*index)["weight_map"].end(); ++it) {
+    if (!it->is_string() || it->get<std::string>().find('/') != std::string::npos) {
+      r.problems.push_back({index_path, absl::StrCat("corrupt: weight_map \"", it.key(),
+                                                     "\" is not a shard file name")});
+      continue;
+    }
+    weight_map[it.key()] = it->get<std::string>();
+    shards.insert(it->get<std::string>());
+  }
+  for (const std::string& shard : shards) {
+    if (!IsFile(Join(dir, shard))) {
+      r.complete = false;
+      r.problems.push_back({Join(dir, shard), "missing: named by the index but absent"});
+      continue;
+    }
+    std::set<std::string> names;
+    AddSafetensors(dir, shard, o, &r, &names);
+    for (const std::string& n : names) {
+      auto w = weight_map.find(n);
+      if (w == weight_map.end() || w->second != shard) {
+        r.problems.push_back(
+            {Join(dir, shard),
+             absl::StrCat("tensor \"", n, "\" is not mapped to this shard by the index")});
+      }
+    }
+    for (const auto& [name, s] : weight_map) {
+      if (s == shard && !names.count(name)) {
+        r.complete = false;
+        r.problems.push_back(
+            {Join(dir, shard),
+             absl::StrCat("missing: tensor \"", name, "\" of the index is not in the shard")});
+      }
+    }
+  }
+  const json* total = nullptr;
+  if ((*index).contains("metadata") && (*index)["metadata"].is_object() &&
+      (*index)["metadata"].contains("total_size")) {
+    total = &(*index)["metadata"]["total_size"];
+  }
+  if (total && total->is_number_unsigned() && r.complete &&
+      total->get<uint64_t>() != r.total_bytes) {
+    r.problems.push_back(
+        {index_path, absl::StrCat("total_size ", total->get<uint64_t>(),
+                                  " differs from the shards' tensor bytes ", r.total_bytes)});
+  }
+  std::sort(r.tensors.begin(), r.tensors.end(),
+            [](const TensorReport& a, const TensorReport& b) { return a.name < b.name; });
+  return r;
+}
+
+uint64_t TorchDTypeBytes(const std::string& d) {
+  static const std::map<std::string, uint64_t> kSizes = {
+      {"float64", 8}, {"float32", 4}, {"float16", 2},   {"bfloat16", 2},
+      {"int64", 8},   {"int32", 4},   {"int16", 2},     {"int8", 1},
+      {"uint8", 1},   {"bool", 1},    {"complex64", 8}, {"complex128", 16}};
+  auto it = kSizes.find(d);
+  return it == kSizes.end() ? 0 : it->second;
+}
+
+CheckpointReport InspectDcp(const std::string& dir, const InspectOptions& o) {
+  CheckpointReport r;
+  r.path = dir;
+  r.format = "dcp";
+  uint64_t distcp_bytes = 0;
+  int distcp_files = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (absl::EndsWith(it->path().filename().string(), ".distcp")) {
+      ++distcp_files;
+      distcp_bytes += it->file_size(ec);
+    }
+  }
+  if (distcp_files == 0) {
+    r.complete = false;
+    r.problems.push_back({dir, "incomplete: no .distcp data files next to .metadata"});
+  }
+  if (!o.dcp_loader) {
+    r.needs_dcp_loader = true;
+    return r;
+  }
+  auto tensors = o.dcp_loader(Join(dir, ".metadata"));
+  if (!tensors.ok()) {
+    r.complete = false;
+    r.problems.push_back(
+        {Join(dir, ".metadata"), absl::StrCat("corrupt: ", tensors.status().message())});
+    return r;
+  }
+  for (const DcpTensor& d : *tensors) {
+    TensorReport t;
+    t.name = d.name;
+    t.dtype = d.dtype;
+    t.file = "";
+    t.shape = d.shape;
+    uint64_t n = TorchDTypeBytes(d.dtype);
+    for (uint64_t x : d.shape) n = __builtin_mul_overflow(n, x, &n) ? 0 : n;
+    t.bytes = n;
+    r.total_bytes += n;
+    r.tensors.push_back(std::move(t));
+  }
+  std::sort(r.tensors.begin(), r.tensors.end(),
+            [](const TensorReport& a, const TensorReport& b) { return a.name < b.name; });
+  if (distcp_files && distcp_bytes < r.total_bytes) {
+    r.problems.push_back({dir, absl::StrCat("truncated: the .distcp files hold ", distcp_bytes,
+                                            " bytes, less than the ", r.total_bytes,
+                                            " bytes of tensors the metadata lists")});
+  }
+  return r;
+}
+
+absl::Status UnknownFormat(const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": unknown checkpoint format (expected a .safetensors file, a folder with ", kIndexName,
+      " or .metadata, or a trainscope step-<N> checkpoint)"));
+}
+
+}  // namespace
+
+uint64_t DataBytes(const std::string& path) {
+  uint64_t total = 0;
+  std::error_code ec;
+  if (IsFile(path)) return fs::file_size(path, ec);
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && absl::EndsWith(it->path().string(), ".safetensors")) {
+      total += it->file_size(ec);
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectOptions& o) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  if (IsFile(path)) {
+    const std::string name = fs::path(path).filename().string();
+    const std::string parent = fs::path(path).parent_path().string();
+    if (name == kIndexName) return Inspect(parent.empty() ? "." : parent, o);
+    if (name == ".metadata") return InspectDcp(parent.empty() ? "." : parent, o);
+    auto h = ReadHeader(path);
+    if (!h.ok() && !absl::EndsWith(name, ".safetensors")) return UnknownFormat(path);
+    CheckpointReport r;
+    r.path = path;
+    r.format = "safetensors";
+    AddSafetensors(path, "", o, &r);
+    if (!h.ok()) r.complete = false;
+    return r;
+  }
+  if (!IsDir(path)) return UnknownFormat(path);
+  if (IsFile(Join(path, kIndexName))) return InspectSharded(path, o);
+  if (IsFile(Join(path, ".metadata"))) return InspectDcp(path, o);
+  if (LooksLikeCheckpoint(path)) return InspectOurs(path, o);
+  return UnknownFormat(path);
+}
+
+absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
+                                                          const InspectOptions& o) {
+  std::vector<CheckpointReport> out;
+  std::string dir = path;
+  if (IsDir(path) && !IsFile(Join(path, kIndexName)) && !IsFile(Join(path, ".metadata")) &&
+      !LooksLikeCheckpoint(path)) {
+    if (IsDir(Join(path, "checkpoints"))) dir = Join(path, "checkpoints");
+    std::vector<std::string> dirs = ListCheckpointDirs(dir);
+    if (!dirs.empty()) {
+      std::reverse(dirs.begin(), dirs.end());  // oldest first reads naturally
+      for (const std::string& d : dirs) {
+        auto r = Inspect(d, o);
+        if (!r.ok()) return r.status();
+        // In a folder of checkpoints an unfinished save is expected (a writer may be
+        // running, or was killed): listed as incomplete, not a problem.
+        if (r->problems.size() == 1 && absl::StartsWith(r->problems[0].problem, "incomplete")) {
+          bool tmp = absl::StrContains(fs::path(d).filename().string(), ".tmp-");
+          if (tmp) r->problems.clear();
+        }
+        out.push_back(std::move(*r));
+      }
+      return out;
+    }
+  }
+  auto r = Inspect(path, o);
+  if (!r.ok()) return r.status();
+  out.push_back(std::move(*r));
+  return out;
+}
+
+}  // namespace trainscope::ckpt

@@ -1,0 +1,119 @@
+// JSON and text forms of ckpt reports. JSON numbers that may be non-finite (none here: stats
+// are over finite values) are plain doubles; text cells use %.4g so the table fits 120 columns.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainscope/ckpt/inspect.h"
+#include "trainscope/core/table.h"
+
+namespace trainscope::ckpt {
+namespace {
+
+using json = nlohmann::json;
+
+std::string ShapeText(const std::vector<uint64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&t, i ? "," : "", s[i]);
+  return t + "]";
+}
+
+std::string G(double v) { return absl::StrFormat("%.4g", v); }
+
+json TensorJson(const TensorReport& t) {
+  json j = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"bytes", t.bytes}};
+  if (!t.file.empty()) j["file"] = t.file;
+  if (t.stats.decoded) {
+    j["nonfinite"] = t.stats.nonfinite;
+    j["l2"] = t.stats.l2;
+    j["min"] = t.stats.min;
+    j["max"] = t.stats.max;
+  }
+  return j;
+}
+
+}  // namespace
+
+json ReportToJson(const CheckpointReport& r, bool with_tensors) {
+  json problems = json::array();
+  for (const Problem& p : r.problems)
+    problems.push_back({{"file", p.file}, {"problem", p.problem}});
+  json j = {{"path", r.path},
+            {"format", r.format},
+            {"step", nullptr},
+            {"complete", r.complete},
+            {"ok", r.ok()},
+            {"problems", problems},
+            {"tensor_count", r.tensors.size()},
+            {"tensor_bytes", r.total_bytes}};
+  if (r.step >= 0) j["step"] = r.step;
+  if (r.needs_dcp_loader) j["needs_libtorch"] = true;
+  if (with_tensors) {
+    json ts = json::array();
+    for (const TensorReport& t : r.tensors) ts.push_back(TensorJson(t));
+    j["tensors"] = ts;
+  }
+  return j;
+}
+
+json DiffToJson(const DiffReport& d) {
+  json ts = json::array();
+  for (const TensorDiff& t : d.tensors) {
+    json x = {
+        {"name", t.name}, {"differs", t.differs}, {"max_abs", t.max_abs}, {"max_rel", t.max_rel}};
+    if (!t.change.empty()) x["change"] = t.change;
+    ts.push_back(x);
+  }
+  return {{"a", d.a},
+          {"b", d.b},
+          {"same", d.same()},
+          {"first_different", d.first_different.empty() ? json(nullptr) : json(d.first_different)},
+          {"only_in_a", d.only_a},
+          {"only_in_b", d.only_b},
+          {"tensors", ts}};
+}
+
+std::string FormatReportText(const CheckpointReport& r, bool with_tensors) {
+  std::string out;
+  for (const Problem& p : r.problems) absl::StrAppend(&out, p.file, ": ", p.problem, "\n");
+  absl::StrAppend(&out, r.path, ": ", r.format, r.step >= 0 ? absl::StrCat(", step ", r.step) : "",
+                  ", ", r.tensors.size(), " tensors, ", FormatBytes(r.total_bytes),
+                  r.complete ? "" : ", incomplete", r.ok() ? ", ok" : ", problems found", "\n");
+  if (r.needs_dcp_loader) {
+    absl::StrAppend(&out, "(tensor names of a DCP folder need trainscope-torch)\n");
+  }
+  if (!with_tensors || r.tensors.empty()) return out;
+  Table t({"tensor", "dtype", "shape", "bytes", "nonfinite", "l2", "min", "max"});
+  for (const TensorReport& x : r.tensors) {
+    const bool s = x.stats.decoded;
+    const std::string name =
+        x.file.empty() || x.file == "model.safetensors" || r.format == "hf-sharded"
+            ? x.name
+            : absl::StrCat(x.file.substr(0, x.file.find('.')), ":", x.name);
+    t.AddRow({name, x.dtype, ShapeText(x.shape), FormatBytes(x.bytes),
+              s ? FormatCount(x.stats.nonfinite) : "-", s ? G(x.stats.l2) : "-",
+              s ? G(x.stats.min) : "-", s ? G(x.stats.max) : "-"});
+  }
+  return out + t.Render(40);
+}
+
+std::string FormatDiffText(const DiffReport& d) {
+  std::string out;
+  for (const auto& n : d.only_a) absl::StrAppend(&out, "tensor \"", n, "\" is only in ", d.a, "\n");
+  for (const auto& n : d.only_b) absl::StrAppend(&out, "tensor \"", n, "\" is only in ", d.b, "\n");
+  for (const TensorDiff& t : d.tensors) {
+    if (t.change == "shape" || t.change == "dtype") {
+      absl::StrAppend(&out, "tensor \"", t.name, "\" changed ", t.change, "\n");
+    }
+  }
+  absl::StrAppend(&out,
+                  d.first_different.empty()
+                      ? std::string("no tensor differs")
+                      : absl::StrCat("first tensor that differs: ", d.first_different),
+                  "\n");
+  Table t({"tensor", "differs", "max abs", "max rel", "note"});
+  for (const TensorDiff& x : d.tensors) {
+    t.AddRow({x.name, x.differs ? "yes" : "no", G(x.max_abs), G(x.max_rel), x.change});
+  }
+  return out + t.Render(50);
+}
+
+}  // namespace trainscope::ckpt
