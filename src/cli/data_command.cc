@@ -49,7 +49,8 @@ struct CorpusFlags {
     cmd->add_flag("--blocks", blocks,
                   "plain text: one document per blank-line block, not per line");
     cmd->add_option("--max-doc-bytes", max_doc_bytes, "longer records are skipped and counted");
-    cmd->add_option("--tokenizer", tokenizer, "SentencePiece .model (default: byte-level)");
+    cmd->add_option("--tokenizer", tokenizer,
+                    "SentencePiece .model or HuggingFace tokenizer.json (default: byte-level)");
     cmd->add_flag("--strict", strict, "bad records are an error (exit 2)");
     cmd->add_flag("--json", json, "machine-readable output");
     cmd->add_flag("--no-mmap", no_mmap,
@@ -119,8 +120,8 @@ void RemoveTempFilesOnStopSignals(const char* verb) {
   }
 }
 
-// --tokenizer: "" or "byte", else a SentencePiece model that must be a regular file (a
-// directory or /dev/zero is one line and exit 2, not a read until memory runs out).
+// --tokenizer: "" or "byte", else a SentencePiece model or a tokenizer.json that must be a regular
+// file (a directory or /dev/zero is one line and exit 2, not a read until memory runs out).
 absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFile(const std::string& spec) {
   if (!spec.empty() && spec != "byte") {
     if (auto st = CheckRegularFile(spec, "a SentencePiece model is read whole"); !st.ok()) {
