@@ -11,6 +11,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "cli/ckpt_command.h"
 #include "cli/command.h"
 #include "cli/hang_command.h"
 #include "trainscope/core/env_vars.h"
@@ -87,5 +88,7 @@ int main(int argc, char** argv) {
   // Pickle dumps need libtorch's unpickler: the same command line re-runs in trainscope-torch.
   trainscope::cli::RegisterHangCommand(app, ctx, nullptr,
                                        [&] { return ExecTorchBinary(ctx.argv0, argv); });
+  // DCP folders are listed without tensor names until trainscope-torch has a .metadata loader.
+  trainscope::cli::RegisterCkptCommand(app, ctx, nullptr, nullptr);
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

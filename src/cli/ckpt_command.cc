@@ -1,0 +1,126 @@
+// `trainscope ckpt ...`: a shell around ckpt::InspectPath / ckpt::Diff (see ckpt_command.h).
+#include "cli/ckpt_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainscope/core/exit.h"
+#include "trainscope/core/progress.h"
+
+namespace trainscope::cli {
+namespace {
+
+struct CkptArgs {
+  std::vector<std::string> paths;
+  bool json = false;
+};
+
+void Print(const nlohmann::json& j) {
+  std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+// inspect (with tensors) and verify (without): one report per checkpoint found.
+int RunInspect(const char* verb, bool verify, const CkptArgs& a, const ckpt::InspectOptions& base,
+               const std::function<int()>& rerun_with_torch) {
+  Progress progress(verb, 0, true);
+  ckpt::InspectOptions o = base;
+  o.on_bytes = [&](uint64_t n) { progress.Add(n); };
+  std::vector<ckpt::CheckpointReport> reports;
+  for (const std::string& p : a.paths) {
+    auto r = ckpt::InspectPath(p, o);
+    if (!r.ok()) return ReportAndExitCode(verb, r.status());
+    for (auto& x : *r) reports.push_back(std::move(x));
+  }
+  bool ok = true, needs_torch = false;
+  for (const auto& r : reports) {
+    ok = ok && r.ok();
+    needs_torch = needs_torch || r.needs_dcp_loader;
+  }
+  if (needs_torch && rerun_with_torch) {
+    std::fflush(stdout);
+    (void)rerun_with_torch();  // returns only when trainscope-torch could not start
+  }
+  if (a.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& r : reports) list.push_back(ckpt::ReportToJson(r, !verify));
+    Print({{"ok", ok}, {"checkpoints", list}});
+  } else {
+    for (const auto& r : reports) std::cout << ckpt::FormatReportText(r, !verify);
+  }
+  return ok ? kExitOk : kExitProblems;
+}
+
+int RunDiff(const CkptArgs& a, const ckpt::InspectOptions& base,
+            const std::function<int()>& rerun_with_torch) {
+  if (a.paths.size() != 2) {
+    std::fprintf(stderr, "trainscope ckpt diff: error: give two checkpoints, A and B\n");
+    return kExitUsage;
+  }
+  Progress progress("ckpt diff", 0, true);
+  ckpt::InspectOptions o = base;
+  o.hash = false;
+  o.on_bytes = [&](uint64_t n) { progress.Add(n); };
+  if (!o.dcp_loader && rerun_with_torch) {
+    for (const std::string& p : a.paths) {
+      auto r = ckpt::Inspect(p, ckpt::InspectOptions{false, false, {}, {}});
+      if (r.ok() && r->needs_dcp_loader) {
+        std::fflush(stdout);
+        (void)rerun_with_torch();
+      }
+    }
+  }
+  auto d = ckpt::Diff(a.paths[0], a.paths[1], o);
+  if (!d.ok()) return ReportAndExitCode("ckpt diff", d.status());
+  if (a.json) {
+    Print(ckpt::DiffToJson(*d));
+  } else {
+    std::cout << ckpt::FormatDiffText(*d);
+  }
+  return d->same() ? kExitOk : kExitProblems;
+}
+
+}  // namespace
+
+void RegisterCkptCommand(CLI::App& root, CommandContext& ctx, ckpt::DcpMetadataLoader dcp_loader,
+                         std::function<int()> rerun_with_torch) {
+  CLI::App* cmd = root.add_subcommand(
+      "ckpt",
+      "checkpoints: trainscope step-<N> folders, safetensors files, HuggingFace sharded "
+      "folders, torch.distributed.checkpoint folders");
+  cmd->require_subcommand(1);
+  ckpt::InspectOptions base;
+  base.dcp_loader = std::move(dcp_loader);
+  struct Verb {
+    const char* name;
+    const char* help;
+  };
+  const Verb verbs[] = {
+      {"inspect", "tensor names, shapes, dtypes, bytes, non-finite counts, L2 norms, min/max"},
+      {"verify",
+       "hashes against the manifest, completeness, safetensors headers and finiteness; exit 1 "
+       "on a problem"},
+      {"diff", "per-tensor max abs/rel difference of A and B, and the first tensor that differs"},
+  };
+  for (const Verb& v : verbs) {
+    auto args = std::make_shared<CkptArgs>();
+    CLI::App* sub = cmd->add_subcommand(v.name, v.help);
+    sub->add_option("paths", args->paths,
+                    std::string(v.name) == "diff" ? "A B" : "checkpoints, or folders of them")
+        ->required();
+    sub->add_flag("--json", args->json, "print JSON (docs/formats.md \"Checkpoint\")");
+    const std::string name = v.name;
+    sub->callback([&ctx, args, base, name, rerun_with_torch] {
+      const std::string verb = "ckpt " + name;
+      if (name == "diff") {
+        ctx.exit_code = RunDiff(*args, base, rerun_with_torch);
+      } else {
+        ctx.exit_code = RunInspect(verb.c_str(), name == "verify", *args, base, rerun_with_torch);
+      }
+    });
+  }
+}
+
+}  // namespace trainscope::cli
