@@ -111,7 +111,12 @@ void GroupWalk::Remember(int64_t seq) {
   const Slot* s = FindSlot(g_.with_dump.front(), seq);
   if (!s) return;
   matched_[seq] = NormKey(*s);
-  caller_history_[NormalizeCaller(Caller(*s))] = OpsKey(*s);
+  const std::string caller = NormalizeCaller(Caller(*s));
+  caller_history_[caller] = OpsKey(*s);
+  auto prev = matched_caller_.find(seq - 1);
+  if (prev != matched_caller_.end() && !caller.empty() && !prev->second.empty())
+    next_caller_[prev->second] = caller;
+  matched_caller_[seq] = caller;
   period_ = -2;
 }
 
@@ -136,6 +141,21 @@ int GroupWalk::Period() {
     if (ok) return period_ = p;
   }
   return period_;
+}
+
+// How many collectives after call site `from` call site `to` came in the matched history
+// (following each site's successor), 0 when it did not within 256.
+int GroupWalk::CallerDistance(const std::string& from, const std::string& to) const {
+  if (from.empty() || to.empty() || from == to) return 0;
+  std::string at = from;
+  for (int d = 1; d <= 256; ++d) {
+    auto it = next_caller_.find(at);
+    if (it == next_caller_.end()) return 0;
+    at = it->second;
+    if (at == to) return d;
+    if (at == from) return 0;
+  }
+  return 0;
 }
 
 std::string GroupWalk::ExpectedAt(int64_t seq) {
@@ -187,6 +207,20 @@ std::optional<GroupWalk::Verdict> GroupWalk::Attribute(
               "the same call site issued the reference's op, sizes and dtypes in "
               "earlier, fully matched steps");
   }
+  // 1b. Call-site order: in earlier steps call site A was followed (after d collectives) by
+  // the call site B another rank is at now: that rank ran ahead, skipping A.
+  if (v.ref_ranks.empty() && parts.size() == 2) {
+    const std::string ca = NormalizeCaller(Caller(SlotAt(parts[0].second.front(), seq)));
+    const std::string cb = NormalizeCaller(Caller(SlotAt(parts[1].second.front(), seq)));
+    int ab = CallerDistance(ca, cb), ba = CallerDistance(cb, ca);
+    if (ab > 0 && (ba <= 0 || ab <= ba)) {
+      set_ref(0, "in earlier steps '" + ca + "' came before '" + cb + "'");
+      v.skip = true;
+    } else if (ba > 0) {
+      set_ref(1, "in earlier steps '" + cb + "' came before '" + ca + "'");
+      v.skip = true;
+    }
+  }
   // 2. A shift: one side holds at `seq` what the other issues at `seq + 1`.
   if (v.ref_ranks.empty() && parts.size() == 2) {
     for (size_t a = 0; a < 2 && v.ref_ranks.empty(); ++a) {
@@ -227,6 +261,9 @@ std::optional<GroupWalk::Verdict> GroupWalk::Attribute(
     std::string culprit_key = NormKey(SlotAt(v.culprits.front(), seq));
     if ((ref_next && NormKey(*ref_next) == culprit_key) || ExpectedAt(seq + 1) == culprit_key)
       v.skip = true;
+    const std::string rc = NormalizeCaller(Caller(SlotAt(v.ref_ranks.front(), seq)));
+    const std::string cc = NormalizeCaller(Caller(SlotAt(v.culprits.front(), seq)));
+    if (CallerDistance(rc, cc) > 0) v.skip = true;
   }
   return v;
 }

@@ -7,7 +7,9 @@
 //  1. the caller tag: the same call site in an earlier, fully matched step ("step 4 grad
 //     bucket 0" for "step 5 grad bucket 0") issued a given op/size/dtype; a rank that now
 //     issues something else there is the culprit;
-//  2. a shift: a rank whose entry at id k is what the others issue at k + 1 skipped k;
+//  2. the call-site order: a rank at a call site that came after the others' one in earlier
+//     steps ran ahead (skipped); a shift: a rank whose entry at id k is what the others
+//     issue at k + 1 skipped k;
 //  3. the repeating per-step pattern of matched ids (period P): the entry expected at k is
 //     the one at k - P; a rank holding what is expected at k + 1 skipped k;
 //  4. otherwise the lowest rank's view is taken, and the evidence says it was a guess.
@@ -64,6 +66,7 @@ class GroupWalk {
   // The normalised key the per-step pattern predicts at `seq`, "" when unknown.
   std::string ExpectedAt(int64_t seq);
   int Period();
+  int CallerDistance(const std::string& from, const std::string& to) const;
   Candidate Build(int64_t seq, const Verdict& v);
   std::optional<Candidate> StateMismatch(int64_t seq, const std::vector<int>& ranks);
   std::optional<Candidate> AllToAllTotals(int64_t seq, const std::vector<int>& ranks);
@@ -72,6 +75,8 @@ class GroupWalk {
   const std::map<int, std::map<int64_t, Slot>>& slots_;
   std::map<int64_t, std::string> matched_;             // seq -> normalised key
   std::map<std::string, std::string> caller_history_;  // normalised caller -> ops key
+  std::map<int64_t, std::string> matched_caller_;      // seq -> normalised caller
+  std::map<std::string, std::string> next_caller_;     // normalised caller -> the next one
   int period_ = -2;                                    // -2: not computed yet
 };
 

@@ -166,6 +166,36 @@ TEST(HangAnalysis, SkippedCollectiveTwoRanks) {
   }
 }
 
+// One step of history (no repeating pattern yet): the call-site order decides.
+TEST(HangAnalysis, SkipDecidedByCallSiteOrderAfterOneStep) {
+  for (int culprit : {0, 1}) {
+    std::vector<E> good, bad;
+    int64_t s1 = 1, s2 = 1;
+    AddSteps(&good, &s1, 1, 1, {100, 200});
+    AddSteps(&bad, &s2, 1, 1, {100, 200});
+    E loss;
+    loss.in = loss.out = {{2}};
+    loss.seq = 3;
+    loss.caller = "step 1 loss all_reduce";
+    good.push_back(loss);
+    bad.push_back(loss);
+    E g;
+    g.seq = 4;
+    g.in = g.out = {{100}};
+    g.state = "started";
+    g.caller = "step 2 grad bucket 0";
+    good.push_back(g);
+    E b = loss;
+    b.seq = 4;
+    b.state = "started";
+    b.caller = "step 2 loss all_reduce";
+    bad.push_back(b);
+    Report r = Analyze({DumpJson(0, culprit == 0 ? bad : good, 2),
+                        DumpJson(1, culprit == 1 ? bad : good, 2)});
+    ExpectFinding(r, FindingKind::kNotJoined, {culprit}, 4);
+  }
+}
+
 // The same skip while the good rank ran ahead asynchronously: the direct shift shows it.
 TEST(HangAnalysis, SkippedCollectiveAsyncShift) {
   std::vector<E> good, bad;
