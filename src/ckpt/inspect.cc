@@ -190,7 +190,7 @@ uint64_t TorchDTypeBytes(const std::string& d) {
   return it == kSizes.end() ? 0 : it->second;
 }
 
-CheckpointReport InspectDcp(const std::string& dir, const InspectOptions& o) {
+absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir, const InspectOptions& o) {
   CheckpointReport r;
   r.path = dir;
   r.format = "dcp";
@@ -212,12 +212,7 @@ CheckpointReport InspectDcp(const std::string& dir, const InspectOptions& o) {
     return r;
   }
   auto tensors = o.dcp_loader(Join(dir, ".metadata"));
-  if (!tensors.ok()) {
-    r.complete = false;
-    r.problems.push_back(
-        {Join(dir, ".metadata"), absl::StrCat("corrupt: ", tensors.status().message())});
-    return r;
-  }
+  if (!tensors.ok()) return tensors.status();  // unreadable input: exit 2, not "corrupt"
   for (const DcpTensor& d : *tensors) {
     TensorReport t;
     t.name = d.name;

@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
   // Pickle dumps need libtorch's unpickler: the same command line re-runs in trainscope-torch.
   trainscope::cli::RegisterHangCommand(app, ctx, nullptr,
                                        [&] { return ExecTorchBinary(ctx.argv0, argv); });
-  // DCP folders are listed without tensor names until trainscope-torch has a .metadata loader.
-  trainscope::cli::RegisterCkptCommand(app, ctx, nullptr, nullptr);
+  // DCP's .metadata is a pickle too: same re-run.
+  trainscope::cli::RegisterCkptCommand(app, ctx, nullptr,
+                                       [&] { return ExecTorchBinary(ctx.argv0, argv); });
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/dcp_torch.h"
+#include "cli/ckpt_command.h"
 #include "cli/command.h"
 #include "cli/hang_command.h"
 #include "cli/stop_signals.h"
@@ -27,5 +29,7 @@ int main(int argc, char** argv) {
   trainscope::cli::RegisterSelftestTrainCommand(*selftest, ctx);
   trainscope::cli::RegisterTrainCommand(app, ctx);
   trainscope::cli::RegisterHangCommand(app, ctx, trainscope::hang::TorchPickleLoader(), nullptr);
+  trainscope::cli::RegisterCkptCommand(app, ctx, trainscope::ckpt::TorchDcpMetadataLoader(),
+                                       nullptr);
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

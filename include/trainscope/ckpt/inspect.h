@@ -66,7 +66,9 @@ uint64_t DataBytes(const std::string& path);
 // report per checkpoint (incomplete ones are reported with complete=false and, being an
 // unfinished save, no problem). Problems (corrupt headers, hash mismatches, truncation,
 // non-finite values) are recorded, not returned as errors. Errors: NotFound when `path`
-// does not exist; InvalidArgument "<path>: unknown checkpoint format ..." otherwise.
+// does not exist; InvalidArgument "<path>: unknown checkpoint format ..." otherwise, and the
+// DcpMetadataLoader's error when it cannot read a DCP .metadata (libtorch 1.13's unpickler
+// reads pickle protocol 2 only; DCP writes Python's default, 4).
 absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
                                                           const InspectOptions& options);
 // One checkpoint (a folder of checkpoints is an error here).
