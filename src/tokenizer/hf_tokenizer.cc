@@ -13,6 +13,7 @@
 // Anything else in the file (other models, normalizers, pre-tokenizers) is refused with an
 // error naming the file and the kinds supported, rather than encoded differently.
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdio>
 #include <fstream>
@@ -54,6 +55,7 @@ struct Config {
   bool byte_level = false;
   bool add_prefix_space = false;
   std::vector<std::pair<std::string, int32_t>> added;  // longest first
+  std::array<bool, 256> added_first_bytes{};           // first bytes of `added`
   int32_t eos_id = -1;
 };
 
@@ -206,14 +208,21 @@ absl::Status ParseConfig(const std::string& file, const json& j, Config* c) {
   for (const json& a : j.value("added_tokens", json::array())) {
     if (!a.contains("content") || !a.contains("id")) continue;
     const std::string content = a["content"].get<std::string>();
+    const int64_t id = a["id"].get<int64_t>();
+    if (id < 0 || id > (1 << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": added token '", content, "' has a bad id"));
+    }
     if (content.empty()) continue;
-    c->added.emplace_back(content, a["id"].get<int32_t>());
-    c->vocab.try_emplace(content, a["id"].get<int32_t>());
+    c->added.emplace_back(content, static_cast<int32_t>(id));
+    c->added_first_bytes[static_cast<unsigned char>(content[0])] = true;
+    c->vocab.try_emplace(content, static_cast<int32_t>(id));
   }
   std::sort(c->added.begin(), c->added.end(),
             [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
   int32_t max_id = -1;
   for (const auto& [tok, id] : c->vocab) max_id = std::max(max_id, id);
+  for (const auto& [tok, id] : c->added) max_id = std::max(max_id, id);
   c->id_to_token.assign(max_id + 1, std::string());
   for (const auto& [tok, id] : c->vocab) c->id_to_token[id] = tok;
   for (const auto& [tok, id] : c->added) c->id_to_token[id] = tok;
@@ -235,6 +244,7 @@ class HfTokenizer final : public Tokenizer {
     // Added tokens first: the earliest match, the longest at one position.
     size_t start = 0;
     for (size_t i = 0; i < text.size() && !c_.added.empty(); ++i) {
+      if (!c_.added_first_bytes[static_cast<unsigned char>(text[i])]) continue;
       for (const auto& [content, id] : c_.added) {
         if (text.compare(i, content.size(), content) == 0) {
           EncodeSegment(text.substr(start, i - start), ids);

@@ -1,5 +1,7 @@
 // tokenizer.json: hand-checked vectors on the fixtures in tests/data/tokenizer/ (the merges
 // of each expected id list are worked out in the comments).
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +90,23 @@ TEST(HfTokenizer, Llama3SplitAndIgnoreMerges) {
   // Digits in threes: "123" -> 12 3, "4" -> 4.
   EXPECT_EQ(Ids(**t, "1234"), (std::vector<int32_t>{29, 23, 28}));
   EXPECT_EQ((*t)->Decode({13, 31, 9}), "hello world!");
+}
+
+// Added tokens beyond the model's vocabulary (as Llama-3's reserved tokens) widen it.
+TEST(HfTokenizer, AddedTokenAboveVocabulary) {
+  std::ifstream in(Fixture("gpt2_tiny.json"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"added_tokens\": [";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + key.size(), R"({"id": 40, "content": "<|pad|>", "special": true},)");
+  const std::string path = ::testing::TempDir() + "/added_above.json";
+  std::ofstream(path) << text;
+  auto t = LoadTokenizer(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->vocab_size(), 41);
+  EXPECT_EQ(Ids(**t, "hello<|pad|>!"), (std::vector<int32_t>{13, 40, 9}));
+  EXPECT_EQ((*t)->Decode({13, 40}), "hello<|pad|>");
 }
 
 TEST(HfTokenizer, BertWordPiece) {
