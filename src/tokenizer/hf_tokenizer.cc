@@ -17,6 +17,8 @@
 #include <climits>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <queue>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -268,6 +270,7 @@ class HfTokenizer final : public Tokenizer {
  private:
   void EncodeSegment(std::string_view text, std::vector<int32_t>* ids) const;
   void Bpe(std::string_view word, std::vector<int32_t>* ids) const;
+  void MergeAll(std::vector<int32_t>* sym) const;
   void WordPiece(std::string_view word, std::vector<int32_t>* ids) const;
 
   const std::string file_;
@@ -317,22 +320,57 @@ void HfTokenizer::Bpe(std::string_view word, std::vector<int32_t>* ids) const {
       sym.push_back(c_.unk_id);
     }
   }
-  while (sym.size() > 1) {
-    int32_t best_rank = INT32_MAX, best_id = -1;
-    size_t at = 0;
-    for (size_t k = 0; k + 1 < sym.size(); ++k) {
-      auto it = c_.merges.find((uint64_t(uint32_t(sym[k])) << 32) | uint32_t(sym[k + 1]));
-      if (it != c_.merges.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best_id = it->second.second;
-        at = k;
-      }
-    }
-    if (best_id < 0) break;
-    sym[at] = best_id;
-    sym.erase(sym.begin() + at + 1);
-  }
+  MergeAll(&sym);
   ids->insert(ids->end(), sym.begin(), sym.end());
+}
+
+// Applies merges lowest rank first, leftmost on ties, as a min-heap of candidate pairs over
+// a linked list of symbols: O(n log n) in the pre-token's length (a scan for the best pair
+// per merge is O(n^2), minutes on a megabyte-long run of one character). Heap entries
+// that a merge made stale (either side changed) are skipped when popped.
+void HfTokenizer::MergeAll(std::vector<int32_t>* sym) const {
+  const int n = static_cast<int>(sym->size());
+  if (n < 2) return;
+  std::vector<int32_t>& id = *sym;
+  std::vector<int> next(n), prev(n);
+  for (int k = 0; k < n; ++k) {
+    next[k] = k + 1 < n ? k + 1 : -1;
+    prev[k] = k - 1;
+  }
+  struct Cand {
+    int32_t rank;
+    int left, right;
+    int32_t a, b, merged;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int l) {
+    if (l < 0 || next[l] < 0) return;
+    const int r = next[l];
+    auto it = c_.merges.find((uint64_t(uint32_t(id[l])) << 32) | uint32_t(id[r]));
+    if (it != c_.merges.end()) heap.push({it->second.first, l, r, id[l], id[r], it->second.second});
+  };
+  for (int k = 0; k + 1 < n; ++k) push(k);
+  std::vector<bool> gone(n, false);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    if (gone[c.left] || gone[c.right] || next[c.left] != c.right || id[c.left] != c.a ||
+        id[c.right] != c.b) {
+      continue;
+    }
+    id[c.left] = c.merged;
+    gone[c.right] = true;
+    next[c.left] = next[c.right];
+    if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+    push(prev[c.left]);
+    push(c.left);
+  }
+  int w = 0;
+  for (int k = 0; k < n; ++k) {
+    if (!gone[k]) id[w++] = id[k];
+  }
+  sym->resize(w);
 }
 
 void HfTokenizer::WordPiece(std::string_view word, std::vector<int32_t>* ids) const {
