@@ -73,6 +73,13 @@ def seeds(target):
             if len(ranks) >= 2:
                 out.append(two(ranks[0], ranks[1]))
         return out
+    if target == "ckpt_manifest_fuzzer":  # manifest.json + model.safetensors (SplitTwo)
+        out = []
+        for step in sorted(glob.glob(os.path.join(DATA, "ckpt", "run", "checkpoints", "step-*"))):
+            out.append(two(read(os.path.join(step, "manifest.json")),
+                           read(os.path.join(step, "model.safetensors"))))
+        out += [two(b"{}", read(f)) for f in files("tests/data/ckpt/**/*.safetensors")]
+        return out
     if target == "store_message_fuzzer":
         return [read(f) for f in files("fuzz/seeds/store/*")]
     return []
