@@ -1,4 +1,6 @@
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -95,6 +97,35 @@ TEST_F(CkptTest, KilledWriterIsSkipped) {
     EXPECT_NE(latest->skipped[0].problem.find("incomplete"), std::string::npos);
     CheckResult c = CheckCheckpoint(latest->skipped[0].file, true);
     EXPECT_TRUE(c.incomplete);
+  }
+}
+
+// A real crash: a forked writer SIGKILLs itself after each file in turn (fsync on).
+TEST_F(CkptTest, SigkilledWriterLeavesNewestCompleteIntact) {
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(1)).ok());
+  int n = 0;
+  for (const char* stop : {"model.safetensors", "rank1.json", "manifest.json"}) {
+    const int64_t step = 10 + n++;
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      WriteOptions o;
+      o.after_file = [&](const std::string& f) {
+        if (f == stop) raise(SIGKILL);
+        return absl::OkStatus();
+      };
+      (void)WriteCheckpoint(dir_, Data(step), o);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << stop;
+    auto latest = FindLatestComplete(dir_);
+    ASSERT_TRUE(latest.ok());
+    EXPECT_EQ(latest->step, 1) << stop;
+    auto reports = InspectPath(dir_, InspectOptions{});
+    ASSERT_TRUE(reports.ok());
+    for (const auto& r : *reports) EXPECT_TRUE(r.ok()) << r.path;  // verify passes
   }
 }
 
