@@ -60,7 +60,9 @@ void AddSafetensors(const std::string& dir, const std::string& file, const Inspe
   const std::string path = Join(dir, file);
   auto h = ReadHeader(path);
   if (!h.ok()) {
-    r->problems.push_back({path, absl::StrCat("corrupt: ", h.status().message())});
+    std::string msg(h.status().message());
+    if (absl::StartsWith(msg, path + ": ")) msg = msg.substr(path.size() + 2);  // said once
+    r->problems.push_back({path, absl::StrCat("corrupt: ", msg)});
     return;
   }
   auto f = File::Open(path);
