@@ -190,8 +190,8 @@ TEST(HangAnalysis, SkipDecidedByCallSiteOrderAfterOneStep) {
     b.state = "started";
     b.caller = "step 2 loss all_reduce";
     bad.push_back(b);
-    Report r = Analyze({DumpJson(0, culprit == 0 ? bad : good, 2),
-                        DumpJson(1, culprit == 1 ? bad : good, 2)});
+    Report r = Analyze(
+        {DumpJson(0, culprit == 0 ? bad : good, 2), DumpJson(1, culprit == 1 ? bad : good, 2)});
     ExpectFinding(r, FindingKind::kNotJoined, {culprit}, 4);
   }
 }
