@@ -80,6 +80,9 @@ def seeds(target):
                            read(os.path.join(step, "model.safetensors"))))
         out += [two(b"{}", read(f)) for f in files("tests/data/ckpt/**/*.safetensors")]
         return out
+    if target == "tokenizer_json_fuzzer":  # tokenizer.json + a text (SplitTwo)
+        text = read(os.path.join(DATA, "data", "small.jsonl"), 1 << 12)
+        return [two(read(f), text) for f in files("tests/data/tokenizer/*.json")]
     if target == "store_message_fuzzer":
         return [read(f) for f in files("fuzz/seeds/store/*")]
     return []
