@@ -4,6 +4,11 @@ function(ts_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
+  if(TS_SANITIZE)
+    # Test code itself needs no optimisation: at -O0 the sanitizer build compiles a test file
+    # about 2x faster than at -O1 (the libraries under test stay at -O1).
+    target_compile_options(${T_NAME} PRIVATE -O0)
+  endif()
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   if(NOT T_TIMEOUT)
