@@ -4,11 +4,10 @@ function(ts_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
-  if(TS_SANITIZE)
-    # Test code itself needs no optimisation: at -O0 the sanitizer build compiles a test file
-    # about 2x faster than at -O1 (the libraries under test stay at -O1).
-    target_compile_options(${T_NAME} PRIVATE -O0)
-  endif()
+  # Test code itself needs no optimisation (the libraries under test keep the build's level):
+  # at -O0 a test file compiles ~1.6x faster with gcc (-O2) and ~2.2x with clang + ASan (-O1),
+  # which keeps CI within its time on 2 cores.
+  target_compile_options(${T_NAME} PRIVATE -O0)
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   if(NOT T_TIMEOUT)
