@@ -122,16 +122,6 @@ int64_t StepFromName(const std::string& name, bool* tmp) {
   return step;
 }
 
-absl::StatusOr<json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return j;
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
@@ -186,7 +176,7 @@ bool LooksLikeCheckpoint(const std::string& path) {
   bool tmp;
   if (StepFromName(fs::path(path).filename().string(), &tmp) >= 0) return true;
   for (const char* f : {"/meta.json", "/manifest.json"}) {
-    auto j = ReadJson(path + f);
+    auto j = ReadJsonFile(path + f);
     if (j.ok() && j->is_object()) {
       const std::string fmt = j->value("format", "");
       if (fmt == kCheckpointFormat || fmt == kManifestFormat) return true;
@@ -204,7 +194,7 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
   auto problem = [&](const std::string& file, std::string what) {
     r.problems.push_back({file, std::move(what)});
   };
-  auto meta = ReadJson(path + "/meta.json");
+  auto meta = ReadJsonFile(path + "/meta.json");
   if (meta.ok() && meta->is_object()) {
     if (meta->contains("step") && (*meta)["step"].is_number_integer()) r.step = (*meta)["step"];
     r.anomaly = meta->value("anomaly", false);
@@ -218,7 +208,7 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
                 : "incomplete: no manifest.json (the save did not finish)");
     return r;
   }
-  auto manifest = ReadJson(mpath);
+  auto manifest = ReadJsonFile(mpath);
   if (!manifest.ok()) {
     problem(mpath, "corrupt: the manifest is not valid JSON");
     return r;

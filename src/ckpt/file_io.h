@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 namespace trainscope::ckpt {
 
@@ -40,6 +41,10 @@ absl::StatusOr<std::string> HashFile(const std::string& path,
 std::string HashHex(uint64_t h);
 
 absl::Status FsyncDir(const std::string& dir);
+
+// The whole file parsed as JSON. NotFound ("<path>: cannot open"), InvalidArgument
+// ("<path>: not valid JSON").
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
 
 }  // namespace trainscope::ckpt
 

@@ -108,16 +108,6 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   return r;
 }
 
-absl::StatusOr<json> ReadJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return j;
-}
-
 // HuggingFace sharded folder: completeness per huggingface_hub's index rules.
 CheckpointReport InspectSharded(const std::string& dir, const InspectOptions& o) {
   CheckpointReport r;
