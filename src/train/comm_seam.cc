@@ -29,8 +29,9 @@ class DoneWork : public comm::Work {
 CommSeam::CommSeam(comm::Communicator* comm, std::vector<Injection> injections,
                    const std::atomic<int>* stop)
     : comm_(comm), stop_(stop) {
+  // Only the comm faults are applied here (the numeric ones belong to the step's math).
   for (Injection& i : injections)
-    if (i.rank == comm->rank()) injections_.push_back(std::move(i));
+    if (i.rank == comm->rank() && IsCommFault(i.kind)) injections_.push_back(std::move(i));
 }
 
 void CommSeam::BeginStep(int step) { step_ = step; }
@@ -76,6 +77,8 @@ absl::Status CommSeam::Apply(const Injection& inj, float* buf, size_t count, boo
     case InjectKind::kExit:
       std::fflush(stdout);
       ::_exit(inj.code);
+    default:  // numeric faults never reach the seam (see the constructor)
+      break;
   }
   return absl::OkStatus();
 }

@@ -14,16 +14,29 @@ namespace {
 struct KindInfo {
   InjectKind kind;
   const char* name;
-  const char* keys;  // accepted keys, for messages
+  const char* keys;      // accepted keys, for messages
+  const char* required;  // keys that must be given, comma-separated
 };
 constexpr KindInfo kKinds[] = {
-    {InjectKind::kSkipCollective, "skip_collective", "rank, step"},
-    {InjectKind::kWrongOp, "wrong_op", "rank, step"},
-    {InjectKind::kWrongSize, "wrong_size", "rank, step"},
-    {InjectKind::kWrongDtype, "wrong_dtype", "rank, step"},
-    {InjectKind::kSleep, "sleep", "rank, step, seconds"},
-    {InjectKind::kExit, "exit", "rank, step, code"},
+    {InjectKind::kSkipCollective, "skip_collective", "rank, step", "rank,step"},
+    {InjectKind::kWrongOp, "wrong_op", "rank, step", "rank,step"},
+    {InjectKind::kWrongSize, "wrong_size", "rank, step", "rank,step"},
+    {InjectKind::kWrongDtype, "wrong_dtype", "rank, step", "rank,step"},
+    {InjectKind::kSleep, "sleep", "rank, step, seconds", "rank,step,seconds"},
+    {InjectKind::kExit, "exit", "rank, step, code", "rank,step"},
+    {InjectKind::kNanForward, "nan_forward", "layer, step, rank", "layer,step"},
+    {InjectKind::kNanBackward, "nan_backward", "layer, step, rank", "layer,step"},
+    {InjectKind::kInfWeight, "inf_weight", "layer, step", "layer,step"},
+    {InjectKind::kLrSpike, "lr_spike", "factor, step", "factor,step"},
+    {InjectKind::kNanData, "nan_data", "step, rank", "step"},
 };
+
+bool KeyAllowed(const KindInfo& info, const std::string& key) {
+  for (absl::string_view k : absl::StrSplit(info.keys, ", ")) {
+    if (k == key) return true;
+  }
+  return false;
+}
 
 absl::Status Bad(const std::string& text, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("--inject '", text, "': ", why));
@@ -45,6 +58,20 @@ const char* InjectKindName(InjectKind kind) {
   return "?";
 }
 
+bool IsCommFault(InjectKind kind) {
+  switch (kind) {
+    case InjectKind::kSkipCollective:
+    case InjectKind::kWrongOp:
+    case InjectKind::kWrongSize:
+    case InjectKind::kWrongDtype:
+    case InjectKind::kSleep:
+    case InjectKind::kExit:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<Injection> ParseInjection(const std::string& text) {
   Injection inj;
   inj.text = text;
@@ -56,10 +83,14 @@ absl::StatusOr<Injection> ParseInjection(const std::string& text) {
   if (info == nullptr) {
     return Bad(text, absl::StrCat("unknown kind '", kind,
                                   "' (expected skip_collective, wrong_op, wrong_size, "
-                                  "wrong_dtype, sleep or exit, then :rank=R,step=S)"));
+                                  "wrong_dtype, sleep or exit, then :rank=R,step=S; or "
+                                  "nan_forward, nan_backward, inf_weight, lr_spike, nan_data)"));
   }
   inj.kind = info->kind;
-  if (colon == std::string::npos) return Bad(text, "missing :rank=R,step=S");
+  if (colon == std::string::npos) {
+    return Bad(text, IsCommFault(inj.kind) ? std::string("missing :rank=R,step=S")
+                                           : absl::StrCat("missing :", info->keys));
+  }
   std::map<std::string, std::string> kv;
   for (absl::string_view part : absl::StrSplit(text.substr(colon + 1), ',')) {
     const size_t eq = part.find('=');
@@ -67,10 +98,7 @@ absl::StatusOr<Injection> ParseInjection(const std::string& text) {
       return Bad(text, absl::StrCat("'", part, "' is not key=value"));
     }
     std::string key(part.substr(0, eq));
-    const bool allowed = key == "rank" || key == "step" ||
-                         (key == "seconds" && inj.kind == InjectKind::kSleep) ||
-                         (key == "code" && inj.kind == InjectKind::kExit);
-    if (!allowed) {
+    if (!KeyAllowed(*info, key)) {
       return Bad(text, absl::StrCat("unknown key '", key, "' for ", info->name,
                                     " (keys: ", info->keys, ")"));
     }
@@ -78,13 +106,23 @@ absl::StatusOr<Injection> ParseInjection(const std::string& text) {
       return Bad(text, absl::StrCat("key '", key, "' given twice"));
     }
   }
-  for (const char* need : {"rank", "step"}) {
-    if (!kv.count(need)) return Bad(text, absl::StrCat("missing key '", need, "'"));
+  for (absl::string_view need : absl::StrSplit(info->required, ',')) {
+    if (!kv.count(std::string(need))) return Bad(text, absl::StrCat("missing key '", need, "'"));
   }
-  if (auto st = IntKey(text, "rank", kv["rank"], 0, 1 << 20, &inj.rank); !st.ok()) return st;
+  if (kv.count("rank")) {
+    if (auto st = IntKey(text, "rank", kv["rank"], 0, 1 << 20, &inj.rank); !st.ok()) return st;
+  }
   if (auto st = IntKey(text, "step", kv["step"], 1, 100000000, &inj.step); !st.ok()) return st;
+  if (kv.count("layer")) {
+    if (auto st = IntKey(text, "layer", kv["layer"], 0, 1 << 20, &inj.layer); !st.ok()) return st;
+  }
+  if (inj.kind == InjectKind::kLrSpike) {
+    if (!absl::SimpleAtod(kv["factor"], &inj.factor) || !std::isfinite(inj.factor) ||
+        inj.factor <= 0) {
+      return Bad(text, absl::StrCat("factor=", kv["factor"], " is not a positive number"));
+    }
+  }
   if (inj.kind == InjectKind::kSleep) {
-    if (!kv.count("seconds")) return Bad(text, "missing key 'seconds'");
     if (!absl::SimpleAtod(kv["seconds"], &inj.seconds) || !std::isfinite(inj.seconds) ||
         inj.seconds < 0 || inj.seconds > 86400) {
       return Bad(text, absl::StrCat("seconds=", kv["seconds"], " is not a number in 0..86400"));
@@ -102,9 +140,11 @@ absl::StatusOr<std::vector<Injection>> ParseInjections(const std::vector<std::st
     absl::StatusOr<Injection> inj = ParseInjection(t);
     if (!inj.ok()) return inj.status();
     for (const Injection& o : out) {
-      if (o.rank == inj->rank && o.step == inj->step) {
-        return Bad(t, absl::StrCat("rank ", o.rank, " step ", o.step, " already has --inject '",
-                                   o.text, "'"));
+      const bool same_rank = o.rank == inj->rank || o.rank < 0 || inj->rank < 0;
+      if (same_rank && o.step == inj->step) {
+        return Bad(
+            t, absl::StrCat(o.rank < 0 ? std::string("every rank") : absl::StrCat("rank ", o.rank),
+                            " at step ", o.step, " already has --inject '", o.text, "'"));
       }
     }
     out.push_back(*std::move(inj));
@@ -112,7 +152,8 @@ absl::StatusOr<std::vector<Injection>> ParseInjections(const std::vector<std::st
   return out;
 }
 
-absl::Status CheckInjections(const std::vector<Injection>& injections, int world_size, int steps) {
+absl::Status CheckInjections(const std::vector<Injection>& injections, int world_size, int steps,
+                             int layers) {
   for (const Injection& i : injections) {
     if (i.rank >= world_size) {
       return Bad(i.text, absl::StrCat("rank ", i.rank, " is not in this run of ", world_size,
@@ -120,6 +161,10 @@ absl::Status CheckInjections(const std::vector<Injection>& injections, int world
     }
     if (i.step > steps) {
       return Bad(i.text, absl::StrCat("step ", i.step, " is after the run's last step ", steps));
+    }
+    if (layers > 0 && i.layer >= layers) {
+      return Bad(i.text, absl::StrCat("layer ", i.layer, " is not in this model of ", layers,
+                                      " layer", layers == 1 ? "" : "s", " (0..", layers - 1, ")"));
     }
   }
   return absl::OkStatus();

@@ -1,0 +1,270 @@
+// Spike rule, non-finite classification and the fp16 loss scaler (see anomaly.h).
+#include "trainscope/train/anomaly.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace trainscope::train {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double hi = v[mid];
+  if (v.size() % 2) return hi;
+  const double lo = *std::max_element(v.begin(), v.begin() + mid);
+  return (lo + hi) / 2;
+}
+
+constexpr double kMadToSigma = 1.4826;        // sigma of normal noise = 1.4826 x MAD
+constexpr double kSigmaFloorRelative = 0.01;  // sigma >= 1% of |median|
+constexpr double kFp16Max = 65504;
+constexpr double kLrJump = 5;
+constexpr double kGradNormJump = 10;
+
+}  // namespace
+
+absl::Status ValidateSpikeOptions(const SpikeOptions& o) {
+  if (o.rule != "mad" && o.rule != "megatron" && o.rule != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("anomaly.spike_rule \"", o.rule, "\": expected mad, megatron or off"));
+  }
+  if (o.window < 3 || o.window > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("anomaly.spike_window ", o.window, ": expected 3..1000000"));
+  }
+  if (o.min_samples < 1 || o.min_samples > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("anomaly.spike_min_samples ", o.min_samples, ": expected 1..1000000"));
+  }
+  if (!(o.k > 0 && o.k <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat("anomaly.spike_k ", o.k, ": expected > 0"));
+  }
+  if (!(o.factor > 1 && o.factor <= 1e6)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("anomaly.spike_factor ", o.factor, ": expected > 1"));
+  }
+  return absl::OkStatus();
+}
+
+// Robust spike rule: the median and the median absolute deviation of a window are not moved
+// by the outliers being looked for (a mean and standard deviation are: one spike inflates
+// the sigma that should flag the next). Spikes stay out of the window for the same reason.
+SpikeVerdict SpikeDetector::Observe(double loss) {
+  SpikeVerdict v;
+  if (!std::isfinite(loss) || options_.rule == "off") return v;
+  if (options_.rule == "megatron") {
+    v.samples = seen_;
+    if (seen_ < options_.min_samples) {
+      max_abs_ = std::max(max_abs_, std::fabs(loss));
+      ++seen_;
+      return v;
+    }
+    v.median = max_abs_;
+    v.threshold = options_.factor * max_abs_;
+    v.spike = std::fabs(loss) >= v.threshold;
+    ++seen_;
+    return v;
+  }
+  v.samples = static_cast<int>(window_.size());
+  if (v.samples >= options_.min_samples) {
+    std::vector<double> w(window_.begin(), window_.end());
+    v.median = Median(w);
+    for (double& x : w) x = std::fabs(x - v.median);
+    v.sigma =
+        std::max(kMadToSigma * Median(std::move(w)), kSigmaFloorRelative * std::fabs(v.median));
+    v.threshold = v.median + options_.k * v.sigma;
+    v.spike = loss > v.threshold;
+  }
+  if (!v.spike) {
+    window_.push_back(loss);
+    if (static_cast<int>(window_.size()) > options_.window) window_.pop_front();
+  }
+  return v;
+}
+
+const char* NonfinitePhaseName(NonfinitePhase p) {
+  switch (p) {
+    case NonfinitePhase::kForward:
+      return "forward";
+    case NonfinitePhase::kBackward:
+      return "backward";
+    case NonfinitePhase::kLoss:
+      return "loss";
+    case NonfinitePhase::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+double GradNormJump(const std::vector<double>& norms) {
+  if (norms.size() < 3) return 0;
+  const double med = Median(std::vector<double>(norms.begin(), norms.end() - 1));
+  return med > 0 ? norms.back() / med : 0;
+}
+
+NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e) {
+  const std::string where = e.module.empty() ? std::string("the model") : e.module;
+  if (e.replayed && !e.reproducible) {
+    return {"transient",
+            "the same batch from the same state did not turn non-finite again, so the cause is "
+            "random (hardware, a race, uninitialised memory): run `trainscope selftest device` "
+            "and resume from the last checkpoint"};
+  }
+  if (e.weights_nonfinite && e.phase != NonfinitePhase::kOptimizer) {
+    return {
+        "nonfinite_weight",
+        absl::StrCat("the weights of ", where,
+                     " were already non-finite before this step: resume from the last good "
+                     "checkpoint and check what wrote them (a checkpoint load, memory errors)")};
+  }
+  if (e.phase == NonfinitePhase::kForward && e.embedding_output) {
+    return {"bad_data",
+            "the step's input embeddings are non-finite with finite weights: drop or repair "
+            "the samples listed under \"samples\" and check the data pipeline"};
+  }
+  if (e.fp16 && e.max_abs_activation > kFp16Max) {
+    return {"fp16_overflow",
+            absl::StrFormat("activations of %s reach %.3g, beyond fp16's 65504: train in bf16 "
+                            "(train.precision), or keep %s in fp32",
+                            where, e.max_abs_activation, where)};
+  }
+  if (e.prev_lr > 0 && e.lr >= kLrJump * e.prev_lr) {
+    return {"lr_too_high",
+            absl::StrFormat("the learning rate jumped %.3gx at this step (%.3g -> %.3g): lower "
+                            "optim.lr or lengthen optim.warmup_steps",
+                            e.lr / e.prev_lr, e.prev_lr, e.lr)};
+  }
+  const double jump = GradNormJump(e.grad_norms);
+  if (jump >= kGradNormJump) {
+    return {"exploding_gradients",
+            absl::StrFormat("the gradient norm rose %.3gx over the recent median before this "
+                            "step: clip harder (lower optim.grad_clip) or lower optim.lr",
+                            jump)};
+  }
+  if (e.phase == NonfinitePhase::kOptimizer) {
+    return {"lr_too_high",
+            "finite gradients gave non-finite weights, so the update itself overflowed: lower "
+            "optim.lr (and check optim.eps is not tiny)"};
+  }
+  if (e.phase == NonfinitePhase::kLoss) {
+    return {"operator",
+            "the logits are finite but the loss is not: check the targets (ids outside the "
+            "vocabulary) and the loss function"};
+  }
+  return {"operator",
+          absl::StrCat("an operation in ", where, " turns finite ",
+                       e.phase == NonfinitePhase::kBackward ? "gradients" : "input",
+                       " into NaN/Inf on this batch, reproducibly: inspect it (division, log, "
+                       "sqrt, softmax of an all -inf row); with fp16, try bf16 or a larger "
+                       "initial loss scale")};
+}
+
+nlohmann::json NonfiniteToJson(const NonfiniteEvidence& e, const NonfiniteVerdict& v) {
+  nlohmann::json j = {{"type", "nonfinite"},
+                      {"step", e.step},
+                      {"rank", e.rank},
+                      {"ranks", e.ranks},
+                      {"phase", NonfinitePhaseName(e.phase)},
+                      {"module", e.module},
+                      {"parameter", e.parameter},
+                      {"class", v.cls},
+                      {"reproducible", nullptr},
+                      {"fix", v.fix},
+                      {"samples", e.sample_ids},
+                      {"max_abs_activation", e.max_abs_activation},
+                      {"lr", e.lr},
+                      {"grad_norms", e.grad_norms}};
+  if (e.replayed) j["reproducible"] = e.reproducible;
+  return j;
+}
+
+std::string NonfiniteSentence(const NonfiniteEvidence& e, const NonfiniteVerdict& v) {
+  std::string what;
+  const std::string module = e.module.empty() ? "an unknown module" : "module " + e.module;
+  switch (e.phase) {
+    case NonfinitePhase::kForward:
+      what = absl::StrCat("the forward output of ", module, " turned non-finite from finite input");
+      break;
+    case NonfinitePhase::kBackward:
+      what = absl::StrCat("the backward gradient of ", module,
+                          e.parameter.empty() ? "" : " (parameter " + e.parameter + ")",
+                          " turned non-finite");
+      break;
+    case NonfinitePhase::kLoss:
+      what = absl::StrCat("the loss turned non-finite from finite logits (", module, ")");
+      break;
+    case NonfinitePhase::kOptimizer:
+      what = absl::StrCat("the optimizer step made ", module,
+                          e.parameter.empty() ? "" : " (parameter " + e.parameter + ")",
+                          " non-finite");
+      break;
+  }
+  const char* repro = !e.replayed      ? "not replayed"
+                      : e.reproducible ? "reproducible"
+                                       : "not reproducible";
+  return absl::StrCat("non-finite values at step ", e.step, " on rank ", e.rank, ": ", what,
+                      " (phase ", NonfinitePhaseName(e.phase), ", ", repro, ", class ", v.cls,
+                      "); fix: ", v.fix);
+}
+
+absl::Status ValidateLossScalerOptions(const LossScalerOptions& o) {
+  auto bad = [](const char* key, double value, const char* want) {
+    return absl::InvalidArgumentError(absl::StrCat("fp16.", key, " ", value, ": expected ", want));
+  };
+  if (!(o.initial_scale >= 1 && o.initial_scale <= 1e30)) {
+    return bad("initial_scale", o.initial_scale, "1..1e30");
+  }
+  if (!(o.growth_factor > 1 && o.growth_factor <= 1e3)) {
+    return bad("growth_factor", o.growth_factor, "> 1");
+  }
+  if (!(o.backoff_factor > 0 && o.backoff_factor < 1)) {
+    return bad("backoff_factor", o.backoff_factor, "in (0, 1)");
+  }
+  if (o.growth_interval < 1 || o.growth_interval > 100000000) {
+    return bad("growth_interval", o.growth_interval, "1..1e8");
+  }
+  if (o.hysteresis < 1 || o.hysteresis > 1000) return bad("hysteresis", o.hysteresis, "1..1000");
+  if (!(o.min_scale > 0 && o.min_scale <= o.initial_scale)) {
+    return bad("min_scale", o.min_scale, "in (0, initial_scale]");
+  }
+  return absl::OkStatus();
+}
+
+LossScaler::LossScaler(LossScalerOptions options)
+    : options_(options), scale_(options.initial_scale), hysteresis_left_(options.hysteresis) {}
+
+// The scaler state machine (GradScaler's, with Megatron's hysteresis): an overflow skips the
+// step, restarts the count of clean steps and uses up one unit of hysteresis; with none left
+// the scale backs off (floored at min_scale). growth_interval clean steps in a row grow the
+// scale and refill the hysteresis.
+bool LossScaler::Update(bool overflow) {
+  if (overflow) {
+    ++skipped_;
+    clean_ = 0;
+    stuck_ = scale_ <= options_.min_scale;
+    if (--hysteresis_left_ <= 0) {
+      const double next = std::max(scale_ * options_.backoff_factor, options_.min_scale);
+      if (next < scale_) ++backoffs_;
+      scale_ = next;
+      hysteresis_left_ = 0;
+    }
+    return true;
+  }
+  stuck_ = false;
+  if (++clean_ >= options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    ++growths_;
+    clean_ = 0;
+    hysteresis_left_ = options_.hysteresis;
+  }
+  return false;
+}
+
+}  // namespace trainscope::train
