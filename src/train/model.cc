@@ -32,8 +32,8 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ca
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
   const int64_t d = c / heads_;
   // Attention. LayerNorm runs on fp32 input even under autocast.
-  torch::Tensor h = ln1_(x.to(torch::kFloat));
-  torch::Tensor qkv = qkv_(h);  // (B, T, 3C)
+  torch::Tensor h = Tap(0, ln1_(x.to(torch::kFloat)));
+  torch::Tensor qkv = Tap(1, qkv_(h));  // (B, T, 3C)
   std::vector<torch::Tensor> parts = qkv.split(c, /*dim=*/2);
   auto heads = [&](const torch::Tensor& z) { return z.view({b, t, heads_, d}).transpose(1, 2); };
   torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, D)
@@ -42,10 +42,11 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ca
                         -std::numeric_limits<float>::infinity());
   att = torch::softmax(att, -1);            // (B, H, T, T)
   torch::Tensor y = torch::matmul(att, v);  // (B, H, T, D)
-  y = y.transpose(1, 2).contiguous().view({b, t, c});
-  torch::Tensor out = x + proj_(y);
+  y = Tap(2, y.transpose(1, 2).contiguous().view({b, t, c}));
+  torch::Tensor out = x + Tap(3, proj_(y));
   // MLP.
-  torch::Tensor m = fc_proj_(F::gelu(fc_(ln2_(out.to(torch::kFloat)))));
+  torch::Tensor f = Tap(5, fc_(Tap(4, ln2_(out.to(torch::kFloat)))));
+  torch::Tensor m = Tap(7, fc_proj_(Tap(6, F::gelu(f))));
   return out + m;
 }
 
@@ -69,11 +70,12 @@ GptImpl::GptImpl(const ModelConfig& c, int vocab) : config_(c), vocab_(vocab) {
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t t = tokens.size(1);
   torch::Tensor pos = torch::arange(t, torch::kLong);
-  torch::Tensor x = wte_(tokens) + wpe_(pos);  // (B, T, C), fp32
+  torch::Tensor x = Tap(0, wte_(tokens)) + Tap(1, wpe_(pos));  // (B, T, C), fp32
   for (const auto& m : *blocks_) x = m->as<Block>()->forward(x, causal_mask_);
-  x = ln_f_(x.to(torch::kFloat));
+  const int n = static_cast<int>(blocks_->size());
+  x = Tap(2 + n * kSitesPerBlock, ln_f_(x.to(torch::kFloat)));
   torch::Tensor logits = head_ ? head_(x) : F::linear(x, wte_->weight);  // (B, T, V)
-  return logits.to(torch::kFloat);
+  return Tap(3 + n * kSitesPerBlock, logits.to(torch::kFloat));
 }
 
 torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
@@ -87,6 +89,23 @@ std::vector<std::pair<std::string, torch::Tensor>> GptImpl::NamedParams() const 
     out.emplace_back(item.key(), item.value());
   }
   return out;
+}
+
+std::vector<std::string> GptImpl::SiteNames() const {
+  std::vector<std::string> out = {"wte", "wpe"};
+  for (size_t l = 0; l < blocks_->size(); ++l) {
+    for (const char* s : kBlockSites) out.push_back("blocks." + std::to_string(l) + "." + s);
+  }
+  out.push_back("ln_f");
+  out.push_back("head");
+  return out;
+}
+
+void GptImpl::SetTap(ModelTap* tap) {
+  tap_ = tap;
+  for (size_t l = 0; l < blocks_->size(); ++l) {
+    (*blocks_)[l]->as<Block>()->SetTap(tap, 2 + static_cast<int>(l) * kSitesPerBlock);
+  }
 }
 
 bool GptImpl::Decays(const std::string& name) const {
