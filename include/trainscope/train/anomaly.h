@@ -66,6 +66,10 @@ class SpikeDetector {
 
 // ---- Non-finite localisation ----
 
+// The absl::Status payload (type URL) under which Train() returns the "nonfinite" record's
+// JSON text with its Aborted status (the CLI prints it under "nonfinite" in --json).
+inline constexpr char kNonfinitePayload[] = "trainscope/train/nonfinite";
+
 enum class NonfinitePhase { kForward, kBackward, kLoss, kOptimizer };
 const char* NonfinitePhaseName(NonfinitePhase p);  // "forward", "backward", "loss", "optimizer"
 
