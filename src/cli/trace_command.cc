@@ -112,8 +112,8 @@ int RunAnalyze(const TraceArgs& a) {
     r.rank_source = "order";
     for (trace::Finding& f : r.findings) {
       f.rank = r.rank;
-      if (f.what.rfind("rank -1", 0) == 0)
-        f.what = "rank " + std::to_string(r.rank) + f.what.substr(7);
+      if (f.title.rfind("rank -1", 0) == 0)
+        f.title = "rank " + std::to_string(r.rank) + f.title.substr(7);
     }
   }
   for (const trace::SkippedFile& f : skipped)
@@ -139,10 +139,10 @@ int RunAnalyze(const TraceArgs& a) {
                 << " (open it in https://ui.perfetto.dev)\n";
   }
   for (const auto& f : rep.findings)
-    if (f.severity == "error") return kExitProblems;
+    if (f.severity == Severity::kError) return kExitProblems;
   for (const auto& r : rep.ranks)
     for (const auto& f : r.findings)
-      if (f.severity == "error") return kExitProblems;
+      if (f.severity == Severity::kError) return kExitProblems;
   return kExitOk;
 }
 

@@ -17,17 +17,6 @@ namespace trainscope::env {
 
 using nlohmann::json;
 
-const char* SeverityName(Severity s) {
-  switch (s) {
-    case Severity::kError:
-      return "error";
-    case Severity::kWarning:
-      return "warning";
-    default:
-      return "info";
-  }
-}
-
 const json* Value(const json& doc, const std::string& dotted_path) {
   const json* cur = &doc;
   for (absl::string_view step : absl::StrSplit(dotted_path, '.')) {
@@ -276,7 +265,7 @@ json CheckResultToJson(const CheckResult& result) {
   for (const Finding& f : result.findings) {
     list.push_back({{"severity", SeverityName(f.severity)},
                     {"id", f.id},
-                    {"what", f.what},
+                    {"what", f.title},
                     {"evidence", f.evidence},
                     {"fix", f.fix}});
   }
@@ -287,6 +276,8 @@ json CheckResultToJson(const CheckResult& result) {
   return out;
 }
 
+std::vector<Finding> FindingsFrom(const CheckResult& result) { return result.findings; }
+
 std::string RenderCheck(const CheckResult& result) {
   std::string out;
   if (result.findings.empty()) {
@@ -295,13 +286,13 @@ std::string RenderCheck(const CheckResult& result) {
   Table t({"#", "severity", "check", "what"});
   for (size_t i = 0; i < result.findings.size(); ++i) {
     const Finding& f = result.findings[i];
-    t.AddRow({absl::StrCat(i + 1), SeverityName(f.severity), f.id, f.what});
+    t.AddRow({absl::StrCat(i + 1), SeverityName(f.severity), f.id, f.title});
   }
   out = t.Render(120);
   out += "\n";
   for (size_t i = 0; i < result.findings.size(); ++i) {
     const Finding& f = result.findings[i];
-    absl::StrAppend(&out, i + 1, ". ", f.what, "\n   evidence: ", f.evidence,
+    absl::StrAppend(&out, i + 1, ". ", f.title, "\n   evidence: ", f.evidence,
                     "\n   fix:      ", f.fix, "\n");
   }
   int info = static_cast<int>(result.findings.size()) - result.errors - result.warnings;

@@ -38,7 +38,7 @@ TEST(Check, SmallMemlockIsAnErrorOnAcceleratorNodes) {
   const Finding* f = Find(r, "limits.memlock");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->severity, Severity::kError);
-  EXPECT_NE(f->what.find("64.0 KiB"), std::string::npos) << f->what;
+  EXPECT_NE(f->title.find("64.0 KiB"), std::string::npos) << f->title;
   EXPECT_NE(f->fix.find("ulimit -l unlimited"), std::string::npos);
   EXPECT_FALSE(r.passed());
   json fp = FixtureJson("fp_memlock_small.json");
@@ -71,7 +71,7 @@ TEST(Check, AscendMatrixAndMultiNodeTimeouts) {
   const Finding* cann = Find(r, "matrix.torch_npu_cann");
   ASSERT_NE(cann, nullptr) << CheckResultToJson(r).dump(2);
   EXPECT_EQ(cann->severity, Severity::kError);
-  EXPECT_NE(cann->what.find("8.1.RC1"), std::string::npos);
+  EXPECT_NE(cann->title.find("8.1.RC1"), std::string::npos);
   EXPECT_EQ(Find(r, "matrix.torch_npu_torch"), nullptr);  // torch 2.5.1 is right
   EXPECT_NE(Find(r, "limits.shm"), nullptr);              // 64 MiB, Docker default
   // WORLD_SIZE 16 > LOCAL_WORLD_SIZE 8 and no HCCL timeouts set.
@@ -80,7 +80,7 @@ TEST(Check, AscendMatrixAndMultiNodeTimeouts) {
   // ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 but two NPUs.
   const Finding* vis = Find(r, "devices.ascend_rt_visible_devices");
   ASSERT_NE(vis, nullptr);
-  EXPECT_NE(vis->what.find("names device 2"), std::string::npos) << vis->what;
+  EXPECT_NE(vis->title.find("names device 2"), std::string::npos) << vis->title;
   EXPECT_FALSE(r.passed());
   // Errors come first.
   EXPECT_EQ(r.findings[0].severity, Severity::kError);

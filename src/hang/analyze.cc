@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "hang/analysis_internal.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 
 namespace trainscope::hang {
 namespace {
@@ -90,11 +91,31 @@ void ReadOne(const std::string& file, const AnalyzeOptions& options, std::vector
 }  // namespace
 
 std::string DumpPath(const std::string& run_dir, int rank) {
-  return Join(Join(run_dir, kDumpDir), "flight_recorder.rank" + std::to_string(rank) + ".json");
+  return run_dir::HangDumpPath(run_dir, rank);
 }
 
 std::string StacksPath(const std::string& run_dir, int rank) {
-  return Join(Join(run_dir, kDumpDir), "stacks.rank" + std::to_string(rank) + ".txt");
+  return run_dir::HangStacksPath(run_dir, rank);
+}
+
+std::vector<Finding> FindingsFrom(const Report& report) {
+  std::vector<Finding> out;
+  for (const HangFinding& h : report.findings) {
+    Finding f;
+    // A missing dump leaves the verdict open; every other kind is the hang's cause.
+    f.severity = h.kind == FindingKind::kMissingDump ? Severity::kWarning : Severity::kError;
+    f.id = absl::StrCat("hang.", FindingKindName(h.kind));
+    f.title = h.sentence;
+    f.evidence = h.evidence;
+    f.fix = h.fix;
+    std::string seq = h.collective_seq_id >= 0 ? absl::StrCat("collective #", h.collective_seq_id)
+                                               : absl::StrCat("p2p #", h.p2p_seq_id);
+    f.where = absl::StrCat("process group ", h.pg, h.pg_desc.empty() ? "" : " (" + h.pg_desc + ")",
+                           ", ", seq, h.op.empty() ? "" : " " + h.op);
+    if (h.culprit_ranks.size() == 1) f.rank = h.culprit_ranks[0];
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 const char* FindingKindName(FindingKind kind) {

@@ -56,9 +56,11 @@ std::string FixFor(const std::string& cause) {
   return "compare this rank's host timeline with the others";
 }
 
-void Add(RankResult* r, const char* sev, const char* code, std::string what, std::string evidence,
+void Add(RankResult* r, Severity sev, const char* code, std::string what, std::string evidence,
          std::string fix) {
-  r->findings.push_back({sev, code, r->rank, std::move(what), std::move(evidence), std::move(fix)});
+  Finding f{sev, code, std::move(what), std::move(evidence), std::move(fix)};
+  f.rank = r->rank;
+  r->findings.push_back(std::move(f));
 }
 
 }  // namespace
@@ -79,7 +81,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     double pct = step_sum > 0 ? 100.0 * gap_sum / step_sum : 0;
     std::string basis = r->basis == "device" ? "not covered by device work"
                                              : "not spent computing (forward/backward/optimizer)";
-    Add(r, "warning", "iteration_gap",
+    Add(r, Severity::kWarning, "iteration_gap",
         absl::StrCat(who, ": iteration gap ", Pc(pct), " of step time (", flagged, " of ",
                      r->steps.size(), " steps above ", Pc(opt.iteration_gap_threshold_pct),
                      "): fix the pipeline before any operator"),
@@ -94,7 +96,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   double data = r->MeanHostUs("data_loading");
   double step = r->MeanStepUs();
   if (data > opt.dataloader_ms_per_step * 1e3 || (step > 0 && data > 0.1 * step)) {
-    Add(r, "warning", "slow_dataloader",
+    Add(r, Severity::kWarning, "slow_dataloader",
         absl::StrCat(who, ": data loading takes ", Ms(data), " per step (",
                      Pc(step > 0 ? 100 * data / step : 0), " of the step)"),
         absl::StrCat("DataLoader/data_wait events on the main thread, mean ", Ms(data),
@@ -104,14 +106,14 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   // Device idle and overlap (device basis).
   if (r->basis == "device" || r->basis == "ascend") {
     if (r->idle_pct > 20) {
-      Add(r, "warning", "device_idle",
+      Add(r, Severity::kWarning, "device_idle",
           absl::StrCat(who, ": the device is idle ", Pc(r->idle_pct), " of the kernel time"),
           absl::StrCat("idle ", Ms(r->idle_us), " of ", Ms(r->kernel_time_us)),
           FixFor("host_idle"));
     }
   }
   if (r->comm_comp_overlap_pct && *r->comm_comp_overlap_pct < 50 && r->non_compute_pct > 10) {
-    Add(r, "warning", "low_overlap",
+    Add(r, Severity::kWarning, "low_overlap",
         absl::StrCat(who, ": only ", Pc(*r->comm_comp_overlap_pct),
                      " of communication overlaps computation"),
         absl::StrCat("non-compute time ", Pc(r->non_compute_pct), " of the ", r->basis, " time"),
@@ -123,7 +125,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     const auto& f = d["fragmentation"];
     if (f.contains("short_kernels_pct") && f["short_kernels_pct"].get<double>() > 50 &&
         f["kernels_per_step"].get<double>() > 100) {
-      Add(r, "warning", "tiny_kernels",
+      Add(r, Severity::kWarning, "tiny_kernels",
           absl::StrCat(who, ": ", N(f["short_kernels_pct"].get<double>()),
                        "% of kernels run under ", N(f["short_threshold_us"].get<double>()), " us"),
           absl::StrCat(N(f["kernels_per_step"].get<double>()), " kernels per step"),
@@ -131,7 +133,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
           "capture steps with CUDA graphs, raise the batch size");
     }
     if (f.contains("launch") && f["launch"]["kernels_shorter_than_launch_pct"].get<double>() > 30) {
-      Add(r, "warning", "launch_bound",
+      Add(r, Severity::kWarning, "launch_bound",
           absl::StrCat(who, ": launch-bound, ",
                        N(f["launch"]["kernels_shorter_than_launch_pct"].get<double>()),
                        "% of kernels are shorter than their CPU launch"),
@@ -143,7 +145,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   // Shape churn.
   if (d.contains("shape_churn") && !d["shape_churn"].empty()) {
     const auto& top = d["shape_churn"][0];
-    Add(r, "warning", "shape_churn",
+    Add(r, Severity::kWarning, "shape_churn",
         absl::StrCat(who, ": ", d["shape_churn"].size(), " operators see many input shapes (",
                      top["name"].get<std::string>(), ": ", top["distinct_shapes"].get<size_t>(),
                      " shapes)"),
@@ -153,7 +155,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   }
   const auto& sus = d["suspects"];
   if (!sus["float64"].empty()) {
-    Add(r, "warning", "float64",
+    Add(r, Severity::kWarning, "float64",
         absl::StrCat(who, ": float64 operators (", sus["float64"][0]["name"].get<std::string>(),
                      ", ...)"),
         absl::StrCat(sus["float64"].size(), " operator names with double inputs"),
@@ -161,20 +163,20 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         "float64 inputs)");
   }
   if (!sus["cpu_ops_on_device_run"].empty()) {
-    Add(r, "warning", "cpu_fallback",
+    Add(r, Severity::kWarning, "cpu_fallback",
         absl::StrCat(who, ": compute operators ran on the CPU while the model uses a device (",
                      sus["cpu_ops_on_device_run"][0]["name"].get<std::string>(), ")"),
         "heavy aten operators with no kernel launched", "move those tensors to the device");
   }
   if (!sus["ai_cpu_tasks"].empty()) {
-    Add(r, "warning", "ai_cpu",
+    Add(r, Severity::kWarning, "ai_cpu",
         absl::StrCat(who, ": operators ran on the AI CPU (",
                      sus["ai_cpu_tasks"][0]["name"].get<std::string>(), ")"),
         "kernel_details.csv Accelerator Core AI_CPU, tasks over 20 us",
         "use dtypes the AI Core supports (no float64/int64 where avoidable)");
   }
   if (sus["host_device_syncs_per_step"].get<double>() >= 1) {
-    Add(r, "info", "syncs",
+    Add(r, Severity::kInfo, "syncs",
         absl::StrCat(who, ": ", N(sus["host_device_syncs_per_step"].get<double>()),
                      " host-device synchronisations per step (",
                      sus["host_device_syncs"][0]["name"].get<std::string>(), ", ...)"),
@@ -182,7 +184,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         "avoid .item()/.cpu()/print of device tensors inside the step; log every N steps");
   }
   if (sus["gather_scatter_pct"].get<double>() > 10) {
-    Add(r, "info", "gather_scatter",
+    Add(r, Severity::kInfo, "gather_scatter",
         absl::StrCat(who, ": gather/scatter/index operators take ",
                      N(sus["gather_scatter_pct"].get<double>()), "% of the time"),
         "gather, scatter, index_select, index_put, embedding backward",
@@ -191,7 +193,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   }
   if (d.contains("fusion_candidates") && !d["fusion_candidates"].empty()) {
     const auto& f = d["fusion_candidates"][0];
-    Add(r, "info", "fusion",
+    Add(r, Severity::kInfo, "fusion",
         absl::StrCat(who, ": fusion candidate ", f["sequence"].get<std::string>(), " (",
                      f["count"].get<int64_t>(), " times)"),
         absl::StrCat(N(f["total_us"].get<double>()), " us in total"),
@@ -199,7 +201,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   }
   const ParseStats& p = r->stats;
   if (p.truncated || p.malformed > 0) {
-    Add(r, "warning", "bad_input",
+    Add(r, Severity::kWarning, "bad_input",
         absl::StrCat(who, ": the trace is ", p.truncated ? "truncated" : "partly malformed",
                      "; analysed what is there"),
         absl::StrCat(p.malformed, " malformed events",
@@ -211,7 +213,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   int64_t invalid = p.bad_ts + p.bad_dur + p.bad_pid_tid + p.bad_category + p.bad_args +
                     p.bad_values + p.negative_or_huge_dur;
   if (invalid > 0) {
-    Add(r, "warning", "bad_records",
+    Add(r, Severity::kWarning, "bad_records",
         absl::StrCat(who, ": ", invalid, invalid == 1 ? " record has" : " records have",
                      " fields of the wrong type or out of range; left out, the rest analysed"),
         DescribeBadRecords(p),
@@ -219,7 +221,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         "fix the fields named in the warnings (byte offsets)");
   }
   if (p.negative_launch_delay > 0) {
-    Add(r, "info", "negative_launch_delay",
+    Add(r, Severity::kInfo, "negative_launch_delay",
         absl::StrCat(who, ": ", p.negative_launch_delay,
                      p.negative_launch_delay == 1 ? " kernel starts before its launch call"
                                                   : " kernels start before their launch call",
@@ -301,11 +303,12 @@ void CrossRankFindings(const AnalyzeOptions& opt, Report* rep) {
       absl::StrAppend(&evidence, "; its ", st.cause, " takes ", Ms(st.cause_us), " per step vs ",
                       Ms(st.others_cause_us), " on the others");
     }
-    rep->findings.push_back(
-        {"error", "straggler", st.rank,
-         absl::StrCat("rank ", st.rank,
-                      " is the straggler: the other ranks wait for it; cause: ", cause_text),
-         evidence, FixFor(st.cause)});
+    Finding f{Severity::kError, "straggler",
+              absl::StrCat("rank ", st.rank,
+                           " is the straggler: the other ranks wait for it; cause: ", cause_text),
+              evidence, FixFor(st.cause)};
+    f.rank = st.rank;
+    rep->findings.push_back(std::move(f));
   }
   // Step-time spread (advisor: max - min within 5% of the mean).
   double mx = 0, mn = 1e300, mean = 0;
@@ -316,7 +319,7 @@ void CrossRankFindings(const AnalyzeOptions& opt, Report* rep) {
     mean += s / ranks.size();
   }
   if (mean > 0 && (mx - mn) / mean > opt.straggler_spread) {
-    rep->findings.push_back({"warning", "step_time_spread", -1,
+    rep->findings.push_back({Severity::kWarning, "step_time_spread",
                              absl::StrCat("step times differ across ranks by ",
                                           Pc(100 * (mx - mn) / mean), " of the mean"),
                              absl::StrCat("min ", Ms(mn), ", max ", Ms(mx), " per step"),

@@ -14,8 +14,12 @@ namespace {
 double R2(double v) { return std::round(v * 100.0) / 100.0; }
 
 nlohmann::json FindingJson(const Finding& f) {
-  return {{"severity", f.severity}, {"code", f.code},         {"rank", f.rank},
-          {"what", f.what},         {"evidence", f.evidence}, {"fix", f.fix}};
+  return {{"severity", SeverityName(f.severity)},
+          {"code", f.id},
+          {"rank", f.rank},
+          {"what", f.title},
+          {"evidence", f.evidence},
+          {"fix", f.fix}};
 }
 
 nlohmann::json RankJson(const RankResult& r) {
@@ -65,6 +69,12 @@ std::string F1(double v) { return absl::StrFormat("%.1f", v); }
 std::string Ms(double us) { return absl::StrFormat("%.2f", us / 1e3); }
 
 }  // namespace
+
+std::vector<Finding> FindingsFrom(const Report& rep) {
+  std::vector<Finding> out = rep.findings;
+  for (const RankResult& r : rep.ranks) out.insert(out.end(), r.findings.begin(), r.findings.end());
+  return out;
+}
 
 nlohmann::json ReportToJson(const Report& rep) {
   nlohmann::json j;
@@ -175,8 +185,8 @@ std::string ReportToText(const Report& rep) {
     for (const auto& f : r.findings) all.push_back(&f);
   out += absl::StrCat("\nFindings (", all.size(), ")\n");
   for (const Finding* f : all) {
-    out += absl::StrCat("  [", f->severity, "] ", f->what, "\n      evidence: ", f->evidence,
-                        "\n      fix: ", f->fix, "\n");
+    out += absl::StrCat("  [", SeverityName(f->severity), "] ", f->title,
+                        "\n      evidence: ", f->evidence, "\n      fix: ", f->fix, "\n");
   }
   if (all.empty()) out += "  none\n";
   if (!rep.skipped.empty()) {
@@ -236,7 +246,7 @@ nlohmann::json ExportChromeTrace(const Report& rep) {
                     {"pid", r.rank},
                     {"tid", 1},
                     {"ts", 0},
-                    {"name", f.what},
+                    {"name", f.title},
                     {"args", {{"evidence", f.evidence}, {"fix", f.fix}}}});
     }
   }
@@ -247,7 +257,7 @@ nlohmann::json ExportChromeTrace(const Report& rep) {
                   {"pid", pid},
                   {"tid", 1},
                   {"ts", 0},
-                  {"name", f.what},
+                  {"name", f.title},
                   {"args", {{"evidence", f.evidence}, {"fix", f.fix}}}});
   }
   nlohmann::json out = {{"traceEvents", std::move(ev)},

@@ -350,8 +350,8 @@ TEST(Analysis, RealDdpRunNamesSlowRankAndDataLoading) {
   EXPECT_EQ(rep.stragglers[0].cause, "data_loading");
   bool named = false;
   for (const Finding& f : rep.findings)
-    if (f.code == "straggler" && f.what.find("rank 1") != std::string::npos &&
-        f.what.find("data loading") != std::string::npos)
+    if (f.id == "straggler" && f.title.find("rank 1") != std::string::npos &&
+        f.title.find("data loading") != std::string::npos)
       named = true;
   EXPECT_TRUE(named);
   nlohmann::json j = ReportToJson(rep);
@@ -644,7 +644,7 @@ TEST(Analysis, NegativeLaunchDelayIsCountedAndExcluded) {
     EXPECT_EQ(r.stats.negative_launch_delay, 1) << ts;
     EXPECT_EQ(r.parse["negative_launch_delay"], 1) << ts;
     bool finding = false;
-    for (const Finding& f : r.findings) finding |= f.code == "negative_launch_delay";
+    for (const Finding& f : r.findings) finding |= f.id == "negative_launch_delay";
     EXPECT_TRUE(finding) << ts;
   }
   // Every delay negative: no percentile at all rather than a made-up one.

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/finding.h"
 #include "trainscope/core/os.h"
 
 namespace trainscope::env {
@@ -22,16 +23,12 @@ namespace trainscope::env {
 inline constexpr char kCheckFormat[] = "trainscope.env.check";
 inline constexpr char kMatrixFormat[] = "trainscope.env.compat_matrix";
 
-enum class Severity { kError, kWarning, kInfo };
-const char* SeverityName(Severity s);
-
-struct Finding {
-  Severity severity = Severity::kInfo;
-  std::string id;        // stable, e.g. "limits.memlock", "matrix.cuda_driver"
-  std::string what;      // one sentence: what is wrong
-  std::string evidence;  // the fingerprint values that show it
-  std::string fix;       // what to do
-};
+// The findings are core Findings (trainscope/core/finding.h): id stable, e.g.
+// "limits.memlock", "matrix.cuda_driver"; title = what is wrong; evidence = the fingerprint
+// values that show it; where and rank unused.
+using ::trainscope::Finding;
+using ::trainscope::Severity;
+using ::trainscope::SeverityName;
 
 struct CheckResult {
   std::vector<Finding> findings;  // errors first, then warnings, then info
@@ -51,6 +48,9 @@ absl::StatusOr<nlohmann::json> LoadMatrix(Os* os, const std::string& path);
 CheckResult Check(const nlohmann::json& fingerprint, const nlohmann::json& matrix);
 
 nlohmann::json CheckResultToJson(const CheckResult& result);
+
+// The findings (errors first), for diagnose and doctor.
+std::vector<Finding> FindingsFrom(const CheckResult& result);
 
 // A table (severity, check, what) and, under it, evidence and fix for each finding.
 std::string RenderCheck(const CheckResult& result);

@@ -30,12 +30,14 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/finding.h"
+#include "trainscope/core/run_dir.h"
 
 namespace trainscope::hang {
 
 // Where a rank's dump and thread stacks go inside a run directory:
 // <run_dir>/hang/flight_recorder.rank<R>.json and <run_dir>/hang/stacks.rank<R>.txt.
-inline constexpr char kDumpDir[] = "hang";
+inline constexpr const char* kDumpDir = run_dir::kHang;
 std::string DumpPath(const std::string& run_dir, int rank);
 std::string StacksPath(const std::string& run_dir, int rank);
 
@@ -90,6 +92,11 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
 
 // {"problem", "findings": [...], ...}: the JSON contract (docs/formats.md).
 nlohmann::json ReportToJson(const Report& report);
+// The findings as core Findings (id "hang.<kind>", title = the verdict sentence, where = the
+// group and sequence number, rank = the culprit when there is one): errors, except
+// missing_dump, which is a warning. Order kept (most likely root cause first).
+std::vector<Finding> FindingsFrom(const Report& report);
+
 // One sentence per finding, then a per-rank table of the last collectives; fits 120 columns.
 std::string FormatReportText(const Report& report);
 

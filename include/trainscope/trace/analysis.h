@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "trainscope/core/finding.h"
 #include "trainscope/trace/trace.h"
 
 namespace trainscope::trace {
@@ -44,12 +45,11 @@ struct AnalyzeOptions {
   bool ns_precision = false;
 };
 
-struct Finding {
-  std::string severity;  // "error", "warning", "info"
-  std::string code;      // stable id: "iteration_gap", "slow_dataloader", "straggler", ...
-  int rank = -1;         // -1: across ranks
-  std::string what, evidence, fix;
-};
+// Findings are core Findings (trainscope/core/finding.h): id is the stable code
+// ("iteration_gap", "slow_dataloader", "straggler", ...; "code" in the JSON), title the
+// sentence ("what" in the JSON), rank -1 across ranks.
+using ::trainscope::Finding;
+using ::trainscope::Severity;
 
 // One step (ProfilerStep#N, a step_trace_time.csv row, or a phase-log line).
 struct StepResult {
@@ -115,6 +115,9 @@ Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& option
 // The cross-rank part alone, over per-rank results (so that a caller can analyse one rank at a
 // time and free its events: memory stays at one rank's event table). Sorts by rank.
 Report CombineRanks(std::vector<RankResult> ranks, const AnalyzeOptions& options = {});
+
+// Every finding, across ranks first, then per rank in rank order.
+std::vector<Finding> FindingsFrom(const Report& report);
 
 // The --json document (format "trainscope.trace.analysis", version 1; docs/formats.md).
 nlohmann::json ReportToJson(const Report& report);

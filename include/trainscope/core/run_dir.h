@@ -1,0 +1,58 @@
+// The run-directory contract: one naming scheme for the directories doctor, launch and train
+// create, and the one place that knows where each part writes inside one.
+//
+//   runs/<kind>-<UTC YYYYmmdd-HHMMSS>-<pid>/   DefaultRunDir(kind)
+//     report.json, report.md, fingerprint.json   doctor
+//     parts/<part>.stdout|.stderr                 doctor's child processes
+//     launch.json, rank<R>/                       launch (per-rank logs)
+//     train/metrics.rank<R>.jsonl, config.json, summary.json, weights.rank<R>.json
+//     hang/flight_recorder.rank<R>.json, stacks.rank<R>.txt, analysis.json
+//     checkpoints/step<N>/                        ckpt
+//     data/                                       data scan reports
+//     trace/                                      profiler traces
+//
+// Callers migrated so far: doctor, hang. launch and train still spell their paths (the same
+// ones) and are to move here.
+// Thread-safety: pure functions (DefaultRunDir reads the clock and the pid only).
+#ifndef TRAINSCOPE_CORE_RUN_DIR_H_
+#define TRAINSCOPE_CORE_RUN_DIR_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace trainscope::run_dir {
+
+// Subfolders of a run directory.
+inline constexpr char kTrain[] = "train";
+inline constexpr char kHang[] = "hang";
+inline constexpr char kCheckpoints[] = "checkpoints";
+inline constexpr char kData[] = "data";
+inline constexpr char kTrace[] = "trace";
+inline constexpr char kParts[] = "parts";
+
+// Files at the top of a run directory.
+inline constexpr char kDoctorReportJson[] = "report.json";
+inline constexpr char kDoctorReportMd[] = "report.md";
+inline constexpr char kFingerprint[] = "fingerprint.json";
+inline constexpr char kLaunchJson[] = "launch.json";
+
+// "runs/<kind>-<UTC YYYYmmdd-HHMMSS>-<pid>" for the given time and pid (pure).
+std::string RunDirName(const std::string& kind, int64_t unix_s, int pid);
+// RunDirName for now and this process.
+std::string DefaultRunDir(const std::string& kind);
+
+// run_dir + "/" + part (a subfolder or top-level file above); no doubled "/" when run_dir
+// ends with one; part alone when run_dir is empty.
+std::string Join(const std::string& run_dir, const std::string& part);
+
+// Per-rank files.
+std::string TrainMetricsPath(const std::string& run_dir, int rank);  // train/metrics.rank<R>.jsonl
+std::string HangDumpPath(const std::string& run_dir,
+                         int rank);  // hang/flight_recorder.rank<R>.json
+std::string HangStacksPath(const std::string& run_dir, int rank);  // hang/stacks.rank<R>.txt
+std::string RankLogDir(const std::string& run_dir, int rank);      // rank<R>
+
+}  // namespace trainscope::run_dir
+
+#endif  // TRAINSCOPE_CORE_RUN_DIR_H_
