@@ -300,6 +300,23 @@ absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash)
   return latest;
 }
 
+absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path) {
+  auto header = ReadHeader(path);
+  if (!header.ok()) return header.status();
+  auto f = File::Open(path);
+  if (!f.ok()) return f.status();
+  std::vector<TensorData> out;
+  out.reserve(header->tensors.size());
+  for (const TensorEntry& e : header->tensors) {
+    TensorData t;
+    t.entry = e;
+    t.bytes.resize(e.bytes());
+    if (auto s = f->ReadAt(e.begin, e.bytes(), t.bytes.data()); !s.ok()) return s;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep) {
   std::vector<std::string> removed;
   if (keep <= 0) return removed;

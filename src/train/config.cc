@@ -220,6 +220,9 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
         c, "train.bucket_mb",
         absl::StrCat(r.bucket_mb, " is out of range: must be in (0, ", kMaxBucketMb, "]"));
   if (!(r.target_loss >= 0)) return KeyError(c, "train.target_loss", "must be >= 0");
+  TS_RETURN_IF_ERROR(
+      InRange(c, "checkpoint.every_steps", c.checkpoint.every_steps, 0, kMaxSteps));
+  TS_RETURN_IF_ERROR(InRange(c, "checkpoint.keep", c.checkpoint.keep, 0, kMaxSteps));
   if (!(c.comm.timeout_s > 0 && c.comm.timeout_s <= kMaxCommTimeoutS))
     return KeyError(c, "comm.timeout_s",
                     absl::StrCat(c.comm.timeout_s, " is out of range: must be in (0, ",
@@ -252,7 +255,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
     return absl::InvalidArgumentError(absl::StrCat(src, ": expected a JSON object at the top"));
 
   Section model(src, "model"), data(src, "data"), optim(src, "optim"), train(src, "train"),
-      comm(src, "comm");
+      comm(src, "comm"), ckpt(src, "checkpoint");
   model.Int("layers", &c.model.layers);
   model.Int("heads", &c.model.heads);
   model.Int("width", &c.model.width);
@@ -290,6 +293,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   train.Double("bucket_mb", &c.train.bucket_mb);
   train.Double("target_loss", &c.train.target_loss);
   comm.Double("timeout_s", &c.comm.timeout_s);
+  ckpt.Int("every_steps", &c.checkpoint.every_steps);
+  ckpt.Int("keep", &c.checkpoint.keep);
+  ckpt.Bool("async", &c.checkpoint.async);
+  ckpt.String("dir", &c.checkpoint.dir);
 
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();
@@ -303,6 +310,8 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
       TS_RETURN_IF_ERROR(train.Apply(it.value()));
     } else if (k == "comm") {
       TS_RETURN_IF_ERROR(comm.Apply(it.value()));
+    } else if (k == "checkpoint") {
+      TS_RETURN_IF_ERROR(ckpt.Apply(it.value()));
     } else if (k == "format") {
       if (!it.value().is_string() || it.value().get<std::string>() != "trainscope.train_config")
         return absl::InvalidArgumentError(
@@ -317,7 +326,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           src, ": key \"", k,
-          "\": unknown key (known: format, version, comment, model, data, optim, train, comm)"));
+          "\": unknown key (known: format, version, comment, model, data, optim, train, comm, checkpoint)"));
     }
   }
   // Corpus paths relative to the config file's directory.
@@ -380,6 +389,10 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                 {"bucket_mb", c.train.bucket_mb},
                 {"target_loss", c.train.target_loss}};
   j["comm"] = {{"timeout_s", c.comm.timeout_s}};
+  j["checkpoint"] = {{"every_steps", c.checkpoint.every_steps},
+                     {"keep", c.checkpoint.keep},
+                     {"async", c.checkpoint.async},
+                     {"dir", c.checkpoint.dir}};
   return j;
 }
 

@@ -196,6 +196,7 @@ std::vector<int64_t> SequencesForMicroStep(int64_t n, const LoaderOptions& o, in
 
 BatchLoader::BatchLoader(const PackedCorpus* corpus, LoaderOptions options)
     : corpus_(corpus), options_(options) {
+  next_to_build_ = next_to_consume_ = options_.start_index;
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 

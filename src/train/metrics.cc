@@ -95,13 +95,25 @@ LoaderVerdict JudgeDataLoader(double data_wait_ms, double step_ms, int num_worke
 }
 
 absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
-                                                                   json header) {
+                                                                   json header, bool append) {
   std::filesystem::path p(path);
   if (p.has_parent_path()) {
     absl::Status st = MakeDirs(p.parent_path().string());
     if (!st.ok()) return st;
   }
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (append) {
+    // Drop a last line a kill cut short (no newline), so the new header starts a line.
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > 0) {
+      std::ifstream in(path, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      if (keep != text.size()) std::filesystem::resize_file(path, keep, ec);
+      if (ec) return absl::InternalError(absl::StrCat(path, ": cannot trim: ", ec.message()));
+    }
+  }
+  std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (f == nullptr) {
     return absl::InternalError(absl::StrCat(path, ": cannot create metrics file"));
   }

@@ -63,7 +63,13 @@ json TrainResultToJson(const TrainResult& r) {
           {"precision", r.precision},
           {"threads", r.threads},
           {"metrics_path", r.metrics_path},
-          {"weights_checksum", r.weights_checksum}};
+          {"weights_checksum", r.weights_checksum},
+          {"checkpoint",
+           {{"resumed_from_step", r.resumed_from_step},
+            {"resumed_from", r.resumed_from},
+            {"saved", r.checkpoints_saved},
+            {"blocked_ms", r.checkpoint_blocked_ms},
+            {"snapshot_ms", r.checkpoint_snapshot_ms}}}};
 }
 
 absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& config,

@@ -1,5 +1,7 @@
 // The training loop: data -> forward -> backward (gradient all-reduce overlapped through
-// hooks) -> optimizer, each phase timed, every step logged per rank.
+// hooks) -> optimizer, each phase timed, every step logged per rank; periodic checkpoints
+// and resume. The Trainer class (trainer_impl.h) splits it into setup / step / checkpoint /
+// summarize; Train() at the end is the adapter boundary that turns exceptions into Status.
 #include "trainscope/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
@@ -15,32 +17,32 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "train/checkpointer.h"
 #include "train/model.h"
+#include "train/trainer_impl.h"
+#include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 #include "trainscope/tokenizer/tokenizer.h"
-#ifdef TS_TRAIN_WITH_COMM
-#include "train/comm_seam.h"
-#include "train/ddp.h"
-#include "trainscope/comm/comm.h"
-#include "trainscope/comm/watchdog.h"
-#endif
 #include "trainscope/hang/analyze.h"
 
 namespace trainscope::train {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using Clock = TrainClock;
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -80,29 +82,31 @@ void KeepFreedHostMemory() {
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
 
-#ifdef TS_TRAIN_WITH_COMM
-// Sums the durations of the communicator's ops (called from its progress thread).
-class CommTimer : public comm::OpObserver {
- public:
-  void OnStart(const comm::OpRecord&) override {}
-  void OnEnd(const comm::OpRecord& r) override { busy_ns_ += r.end_ns - r.start_ns; }
-  double TakeMs() { return busy_ns_.exchange(0) / 1e6; }
+std::string HexBytes(const uint8_t* p, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = kDigits[p[i] >> 4];
+    s[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return s;
+}
 
- private:
-  std::atomic<int64_t> busy_ns_{0};
-};
-#endif
-
-struct World {
-  int rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;
-#ifdef TS_TRAIN_WITH_COMM
-  // Declared before comm: outlives the communicator that calls it.
-  std::unique_ptr<CommTimer> timer = std::make_unique<CommTimer>();
-  std::unique_ptr<comm::Communicator> comm;
-#endif
-};
+bool UnhexBytes(const std::string& s, std::vector<uint8_t>* out) {
+  if (s.size() % 2 != 0) return false;
+  out->resize(s.size() / 2);
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < out->size(); ++i) {
+    int hi = nib(s[2 * i]), lo = nib(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
 
 absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& options) {
   World w;
@@ -138,48 +142,6 @@ absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& o
   return w;
 }
 
-// Everything the loop needs, built once.
-struct Setup {
-  TrainConfig config;
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  PackedCorpus corpus;
-  int vocab = 0;
-  int threads = 1;
-};
-
-absl::StatusOr<Setup> Prepare(const TrainConfig& config, int local_world_size,
-                              const TrainOptions& options) {
-  Setup s;
-  s.config = config;
-  TS_RETURN_IF_ERROR(ValidateTrainConfig(config));
-  auto tok = tokenizer::LoadTokenizer(config.data.tokenizer);
-  if (!tok.ok()) {
-    return absl::Status(tok.status().code(),
-                        absl::StrCat("key \"data.tokenizer\": ", tok.status().message()));
-  }
-  s.tok = std::move(tok).value();
-  s.vocab = config.model.vocab > 0 ? config.model.vocab : s.tok->vocab_size();
-  if (s.vocab < s.tok->vocab_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config.source.empty() ? "config" : config.source, ": key \"model.vocab\": ", s.vocab,
-        " is smaller than the tokenizer's vocabulary ", s.tok->vocab_size()));
-  }
-  // Before anything sized by the config is allocated: the memory estimate.
-  const int64_t available = options.available_memory_bytes
-                                ? options.available_memory_bytes()
-                                : AvailableHostMemoryBytes(Os::Default());
-  TS_RETURN_IF_ERROR(
-      CheckTrainMemory(config, s.vocab, local_world_size, available,
-                       options.available_memory_bytes ? "given" : "MemAvailable, /proc/meminfo"));
-  TS_ASSIGN_OR_RETURN(s.corpus, LoadCorpus(config.data, *s.tok, config.model.seq_len));
-  s.threads = ResolveThreads(config.train.threads, local_world_size);
-  return s;
-}
-
-}  // namespace
-
-namespace {
-
 std::string SignalName(int sig) {
   switch (sig) {
     case SIGINT:
@@ -202,32 +164,6 @@ std::string SignalName(int sig) {
 int StopValue(const TrainOptions& o) {
   return o.stop != nullptr ? o.stop->load(std::memory_order_relaxed) : 0;
 }
-
-// What Train() needs to end the metrics file whatever way TrainImpl leaves: set by the
-// training thread, read by Train() afterwards and by the stop watchdog meanwhile.
-struct RunState {
-  const Clock::time_point start = Clock::now();
-  std::unique_ptr<MetricsWriter> metrics;       // owned here so it outlives TrainImpl's frame
-  std::atomic<MetricsWriter*> writer{nullptr};  // metrics.get() once the header is written
-  std::atomic<int> rank{0};
-  std::atomic<int> steps_done{0};  // optimizer steps completed
-  std::atomic<double> estimate_bytes{0};
-#ifdef TS_TRAIN_WITH_COMM
-  // Last member: stopped first, while the rest of the state its callback touches lives.
-  std::unique_ptr<comm::Watchdog> watchdog;
-#endif
-  std::atomic<void*> watchdog_ptr{nullptr};  // watchdog.get() once started (other threads)
-
-  EndRecord End(const char* reason) const {
-    EndRecord e;
-    e.reason = reason;
-    e.step = steps_done.load();
-    e.rank = rank.load();
-    e.time_unix_us = Os::Default()->WallUs();
-    e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
-    return e;
-  }
-};
 
 absl::Status Stopped(const TrainOptions& o, const RunState& st) {
   const int sig = StopValue(o);
@@ -272,14 +208,91 @@ absl::Status StartCommWatchdog(const TrainConfig& config, const TrainOptions& op
 }
 #endif
 
-absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOptions& options,
-                                      RunState* st) {
+// The optimizer's per-parameter state (created by its first step).
+torch::optim::AdamWParamState* AdamState(torch::optim::AdamW& opt, const torch::Tensor& p) {
+  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  if (it == opt.state().end()) return nullptr;
+  return static_cast<torch::optim::AdamWParamState*>(it->second.get());
+}
+
+// Copies a contiguous fp32 tensor into a snapshot as safetensors F32.
+void SnapshotTensor(CheckpointSnapshot* snap, bool optimizer, const std::string& name,
+                    const torch::Tensor& t) {
+  torch::Tensor c = t.detach().contiguous();
+  TS_CHECK(c.scalar_type() == torch::kFloat);
+  std::vector<uint64_t> shape(c.sizes().begin(), c.sizes().end());
+  const uint64_t bytes = static_cast<uint64_t>(c.numel()) * sizeof(float);
+  void* dst = snap->AddTensor(optimizer, name, "F32", std::move(shape), bytes);
+  std::memcpy(dst, c.data_ptr(), bytes);
+}
+
+// Copies a tensor read from a checkpoint into `dst` (same shape, F32).
+absl::Status LoadTensor(const ckpt::TensorData& t, const std::string& file, torch::Tensor dst) {
+  std::vector<uint64_t> want(dst.sizes().begin(), dst.sizes().end());
+  if (t.entry.dtype != "F32" || t.entry.shape != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": tensor \"", t.entry.name, "\" is ", t.entry.dtype, " of shape [",
+                     absl::StrJoin(t.entry.shape, ","), "], the model wants F32 [",
+                     absl::StrJoin(want, ","), "] (a checkpoint of another config?)"));
+  }
+  torch::NoGradGuard no_grad;
+  dst.copy_(torch::from_blob(const_cast<char*>(t.bytes.data()), dst.sizes(), torch::kFloat));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> ReadJson(const std::string& path) {
+  auto text = Os::Default()->ReadFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  json j = json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  return j;
+}
+
+}  // namespace
+
+EndRecord RunState::End(const char* reason) const {
+  EndRecord e;
+  e.reason = reason;
+  e.step = steps_done.load();
+  e.rank = rank.load();
+  e.time_unix_us = Os::Default()->WallUs();
+  e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------
+// Setup
+// ---------------------------------------------------------------------------------------
+
+Trainer::Trainer(const TrainConfig& config, const TrainOptions& options, RunState* st)
+    : config_in_(config), options_(options), st_(st) {}
+
+Trainer::~Trainer() = default;
+
+absl::StatusOr<TrainResult> Trainer::Run() {
+  TS_RETURN_IF_ERROR(Init());
+  loop_start_ = Clock::now();
+  const int steps = config_.train.steps;
+  for (int step = start_step_ + 1; step <= steps; ++step) {
+    bool stop = false;
+    TS_RETURN_IF_ERROR(RunStep(step, &stop));
+    TS_RETURN_IF_ERROR(MaybeCheckpoint(step));
+    if (stop && step < steps) {
+      result_.stopped_by_time = true;
+      break;
+    }
+  }
+  return Summarize();
+}
+
+absl::Status Trainer::Init() {
+  const TrainOptions& options = options_;
   if (options.run_dir.empty()) return absl::InvalidArgumentError("no run directory given");
-  TS_ASSIGN_OR_RETURN(World world, JoinWorld(config, options));
-  st->rank = world.rank;
+  TS_ASSIGN_OR_RETURN(world_, JoinWorld(config_in_, options));
+  st_->rank = world_.rank;
 #ifdef TS_TRAIN_WITH_COMM
-  if (world.comm) TS_RETURN_IF_ERROR(StartCommWatchdog(config, options, *world.comm, st));
-  const bool data_parallel = world.comm != nullptr;
+  if (world_.comm) TS_RETURN_IF_ERROR(StartCommWatchdog(config_in_, options, *world_.comm, st_));
+  const bool data_parallel = world_.comm != nullptr;
 #else
   const bool data_parallel = false;
 #endif
@@ -289,279 +302,611 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
                      "' needs a data-parallel run (e.g. trainscope launch -n 2 -- trainscope "
                      "train ...)"));
   }
-  TS_RETURN_IF_ERROR(CheckInjections(options.inject, world.world_size, config.train.steps));
-  TS_RETURN_IF_STOPPED(options, *st);
-  TS_ASSIGN_OR_RETURN(Setup setup, Prepare(config, world.local_world_size, options));
-  st->estimate_bytes = EstimateTrainMemory(setup.config, setup.vocab).total_bytes;
-  TS_RETURN_IF_STOPPED(options, *st);
-  const TrainConfig& c = setup.config;
-  const RunConfig& rc = c.train;
-  const int rank = world.rank;
-  const bool observe = rc.observability;
+  TS_RETURN_IF_ERROR(CheckInjections(options.inject, world_.world_size, config_in_.train.steps));
+  TS_RETURN_IF_STOPPED(options, *st_);
 
-  // Determinism: fixed seed and thread count, deterministic kernels.
-  if (rc.keep_host_memory) KeepFreedHostMemory();
-  at::set_num_threads(setup.threads);
-  torch::manual_seed(rc.seed);
-  at::globalContext().setDeterministicAlgorithms(rc.deterministic, /*warn_only=*/false);
-  const bool bf16 = rc.precision == "bf16";
-
-  Gpt model(c.model, setup.vocab);
-  model->train();
-  const auto named = model->NamedParams();
-  int64_t params = 0;
-  std::vector<torch::Tensor> all_params, decay, no_decay;
-  for (const auto& [name, p] : named) {
-    params += p.numel();
-    all_params.push_back(p);
-    (model->Decays(name) ? decay : no_decay).push_back(p);
+  // Everything sized by the config, once: tokenizer, memory check, corpus.
+  config_ = config_in_;
+  TS_RETURN_IF_ERROR(ValidateTrainConfig(config_));
+  auto tok = tokenizer::LoadTokenizer(config_.data.tokenizer);
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat("key \"data.tokenizer\": ", tok.status().message()));
   }
-  torch::optim::AdamWOptions base(c.optim.lr);
-  base.betas({c.optim.beta1, c.optim.beta2}).eps(c.optim.eps).weight_decay(0.0);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  auto decay_opts = std::make_unique<torch::optim::AdamWOptions>(base);
-  decay_opts->weight_decay(c.optim.weight_decay);
-  groups.emplace_back(decay, std::move(decay_opts));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(base));
-  torch::optim::AdamW optimizer(groups, base);
+  tok_ = std::move(tok).value();
+  vocab_ = config_.model.vocab > 0 ? config_.model.vocab : tok_->vocab_size();
+  if (vocab_ < tok_->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_.source.empty() ? "config" : config_.source, ": key \"model.vocab\": ", vocab_,
+        " is smaller than the tokenizer's vocabulary ", tok_->vocab_size()));
+  }
+  // Before anything sized by the config is allocated: the memory estimate.
+  const int64_t available = options.available_memory_bytes
+                                ? options.available_memory_bytes()
+                                : AvailableHostMemoryBytes(Os::Default());
+  TS_RETURN_IF_ERROR(
+      CheckTrainMemory(config_, vocab_, world_.local_world_size, available,
+                       options.available_memory_bytes ? "given" : "MemAvailable, /proc/meminfo"));
+  TS_ASSIGN_OR_RETURN(corpus_, LoadCorpus(config_.data, *tok_, config_.model.seq_len));
+  threads_ = ResolveThreads(config_.train.threads, world_.local_world_size);
+  st_->estimate_bytes = EstimateTrainMemory(config_, vocab_).total_bytes;
+  TS_RETURN_IF_STOPPED(options, *st_);
 
+  TS_RETURN_IF_ERROR(BuildModelAndOptimizer());
+  train_dir_ = options.run_dir + "/train";
+  TS_RETURN_IF_ERROR(MakeDirs(train_dir_));
+
+  // Resume before the parameter broadcast: every rank loads the same checkpoint.
+  if (!options.resume.empty()) {
+    TS_ASSIGN_OR_RETURN(std::string path, ResolveResume());
+    if (!path.empty()) TS_RETURN_IF_ERROR(Restore(path));
+  }
 #ifdef TS_TRAIN_WITH_COMM
-  std::unique_ptr<CommSeam> seam;
-  std::unique_ptr<GradSync> sync;
-  CommTimer& comm_timer = *world.timer;
-  if (world.comm) {
-    world.comm->AddObserver(&comm_timer);
-    seam = std::make_unique<CommSeam>(world.comm.get(), options.inject, options.stop);
-    sync = std::make_unique<GradSync>(seam.get(), named, rc.bucket_mb * 1e6);
-    TS_RETURN_IF_ERROR(sync->BroadcastParams());
+  if (world_.comm) {
+    world_.comm->AddObserver(world_.timer.get());
+    seam_ = std::make_unique<CommSeam>(world_.comm.get(), options.inject, options.stop);
+    sync_ = std::make_unique<GradSync>(seam_.get(), named_, config_.train.bucket_mb * 1e6);
+    TS_RETURN_IF_ERROR(sync_->BroadcastParams());
   }
 #endif
-
-  const std::string train_dir = options.run_dir + "/train";
-  TS_RETURN_IF_ERROR(MakeDirs(train_dir));
-  if (rank == 0) {
+  if (world_.rank == 0) {
     TS_RETURN_IF_ERROR(
-        WriteFileAtomic(train_dir + "/config.json", TrainConfigToJson(c).dump(2) + "\n"));
+        WriteFileAtomic(train_dir_ + "/config.json", TrainConfigToJson(config_).dump(2) + "\n"));
   }
-  TrainResult result;
-  result.rank = rank;
-  result.world_size = world.world_size;
-  result.params = params;
-  result.corpus = setup.corpus.stats;
-  result.precision = rc.precision;
-  result.threads = setup.threads;
-  result.tokens_per_step =
-      int64_t{rc.micro_batch} * rc.grad_accum * c.model.seq_len * world.world_size;
-  std::unique_ptr<MetricsWriter>& metrics = st->metrics;
-  if (observe) {
-    result.metrics_path = absl::StrCat(train_dir, "/metrics.rank", rank, ".jsonl");
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    json header = {{"rank", rank},
-                   {"world_size", world.world_size},
-                   {"params", params},
-                   {"start_unix_us", Os::Default()->WallUs()},
-                   {"host", host},
-                   {"pid", static_cast<int64_t>(getpid())},
-                   {"device", "cpu"},
-                   {"threads", setup.threads},
-                   {"precision", rc.precision},
-                   {"tokenizer", setup.tok->name()},
-                   {"vocab", setup.vocab},
-                   {"tokens_per_step", result.tokens_per_step},
-                   {"corpus", CorpusStatsToJson(setup.corpus.stats)},
-                   {"config", TrainConfigToJson(c)}};
-    TS_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(result.metrics_path, header));
-    st->writer = metrics.get();
+  const RunConfig& rc = config_.train;
+  result_.rank = world_.rank;
+  result_.world_size = world_.world_size;
+  result_.corpus = corpus_.stats;
+  result_.precision = rc.precision;
+  result_.threads = threads_;
+  result_.tokens_per_step =
+      int64_t{rc.micro_batch} * rc.grad_accum * config_.model.seq_len * world_.world_size;
+  result_.steps = start_step_;
+  TS_RETURN_IF_ERROR(OpenMetrics());
+
+  // The checkpoint writer: rank 0 writes; the other ranks only hand over their state.
+  if (world_.rank == 0) {
+    CheckpointerOptions co;
+    co.dir = CheckpointDir();
+    co.keep = config_.checkpoint.keep;
+    co.async = config_.checkpoint.async;
+    co.on_saved = [this](const SaveOutcome& o) {
+      MetricsWriter* w = st_->writer.load();
+      if (w == nullptr) return;
+      json j = {{"step", o.step},       {"path", o.path},       {"bytes", o.bytes},
+                {"write_ms", o.write_ms}, {"anomaly", o.anomaly}, {"async", o.async},
+                {"pruned", o.pruned},   {"ok", o.status.ok()}};
+      if (!o.status.ok()) j["error"] = std::string(o.status.message());
+      (void)w->WriteRecord("checkpoint", std::move(j));
+    };
+    checkpointer_ = std::make_unique<Checkpointer>(std::move(co));
   }
 
   LoaderOptions lo;
   lo.micro_batch = rc.micro_batch;
-  lo.rank = rank;
-  lo.world_size = world.world_size;
+  lo.rank = world_.rank;
+  lo.world_size = world_.world_size;
   lo.seed = rc.seed;
-  lo.num_workers = c.data.num_workers;
-  lo.prefetch = c.data.prefetch;
-  lo.worker_delay_ms = c.data.worker_delay_ms;
-  BatchLoader loader(&setup.corpus, lo);
+  lo.num_workers = config_.data.num_workers;
+  lo.prefetch = config_.data.prefetch;
+  lo.worker_delay_ms = config_.data.worker_delay_ms;
+  lo.start_index = int64_t{start_step_} * rc.grad_accum;
+  loader_ = std::make_unique<BatchLoader>(&corpus_, lo);
+  return absl::OkStatus();
+}
 
-  const auto loop_start = Clock::now();
-  PhaseTimes phase_sum;
-  double step_ms_sum = 0, tokens_sum = 0, comm_sum = 0;
-  double obs_sum = 0;  // time spent in observability code (norms, RSS, metrics lines)
-  int timed_steps = 0;
-  std::vector<double> timed_step_ms;
-  for (int step = 1; step <= rc.steps; ++step) {
-    TS_RETURN_IF_STOPPED(options, *st);
+absl::Status Trainer::BuildModelAndOptimizer() {
+  const RunConfig& rc = config_.train;
+  // Determinism: fixed seed and thread count, deterministic kernels.
+  if (rc.keep_host_memory) KeepFreedHostMemory();
+  at::set_num_threads(threads_);
+  torch::manual_seed(rc.seed);
+  at::globalContext().setDeterministicAlgorithms(rc.deterministic, /*warn_only=*/false);
+  bf16_ = rc.precision == "bf16";
+
+  model_ = Gpt(config_.model, vocab_);
+  model_->train();
+  named_ = model_->NamedParams();
+  int64_t params = 0;
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& [name, p] : named_) {
+    params += p.numel();
+    all_params_.push_back(p);
+    (model_->Decays(name) ? decay : no_decay).push_back(p);
+  }
+  result_.params = params;
+  const OptimConfig& o = config_.optim;
+  torch::optim::AdamWOptions base(o.lr);
+  base.betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(0.0);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto decay_opts = std::make_unique<torch::optim::AdamWOptions>(base);
+  decay_opts->weight_decay(o.weight_decay);
+  groups.emplace_back(decay, std::move(decay_opts));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(base));
+  optimizer_ = std::make_unique<torch::optim::AdamW>(groups, base);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::OpenMetrics() {
+  if (!config_.train.observability) return absl::OkStatus();
+  const int rank = world_.rank;
+  result_.metrics_path = absl::StrCat(train_dir_, "/metrics.rank", rank, ".jsonl");
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  json header = {{"rank", rank},
+                 {"world_size", world_.world_size},
+                 {"params", result_.params},
+                 {"start_unix_us", Os::Default()->WallUs()},
+                 {"host", host},
+                 {"pid", static_cast<int64_t>(getpid())},
+                 {"device", "cpu"},
+                 {"threads", threads_},
+                 {"precision", config_.train.precision},
+                 {"tokenizer", tok_->name()},
+                 {"vocab", vocab_},
+                 {"tokens_per_step", result_.tokens_per_step},
+                 {"corpus", CorpusStatsToJson(corpus_.stats)},
+                 {"config", TrainConfigToJson(config_)}};
+  if (start_step_ > 0) {
+    header["resumed_from_step"] = start_step_;
+    header["resumed_from"] = result_.resumed_from;
+  }
+  // A resumed run (any --resume) continues the file: readers take a step's last record.
+  TS_ASSIGN_OR_RETURN(st_->metrics, MetricsWriter::Open(result_.metrics_path, header,
+                                                        /*append=*/!options_.resume.empty()));
+  st_->writer = st_->metrics.get();
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Step
+// ---------------------------------------------------------------------------------------
+
+absl::Status Trainer::RunStep(int step, bool* stop) {
+  TS_RETURN_IF_STOPPED(options_, *st_);
 #ifdef TS_TRAIN_WITH_COMM
-    if (seam) seam->BeginStep(step);
+  if (seam_) seam_->BeginStep(step);
 #endif
-    const auto step_start = Clock::now();
-    PhaseTimes ph;
-    const double lr = LearningRate(c.optim, step, rc.steps);
-    for (auto& group : optimizer.param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    }
-    double loss_sum = 0;
-    for (int micro = 0; micro < rc.grad_accum; ++micro) {
-      if (micro > 0) TS_RETURN_IF_STOPPED(options, *st);
-      auto t0 = Clock::now();
-      Batch batch = loader.Next();
-      ph.data_wait_ms += MsSince(t0);
-      t0 = Clock::now();
-      torch::Tensor inputs =
-          torch::from_blob(batch.inputs.data(), {batch.rows, batch.cols}, torch::kLong).clone();
-      torch::Tensor targets =
-          torch::from_blob(batch.targets.data(), {batch.rows, batch.cols}, torch::kLong).clone();
-      ph.h2d_ms += MsSince(t0);
-      t0 = Clock::now();
-      torch::Tensor loss;
-      {
-        AutocastScope autocast(bf16);
-        loss = model->Loss(inputs, targets);
-      }
-      const double loss_value = loss.item<double>();
-      ph.forward_ms += MsSince(t0);
-      if (!std::isfinite(loss_value)) {
-        std::string msg =
-            absl::StrCat("non-finite loss ", loss_value, " at step ", step, " (micro-batch ", micro,
-                         ") on rank ", rank, "; the run stopped");
-        if (metrics) {
-          (void)metrics->WriteRecord("error", {{"step", step}, {"rank", rank}, {"message", msg}});
-        }
-        return absl::AbortedError(msg);
-      }
-      loss_sum += loss_value;
-      t0 = Clock::now();
-#ifdef TS_TRAIN_WITH_COMM
-      if (sync && micro == rc.grad_accum - 1) sync->Arm();
-#endif
-      (loss / rc.grad_accum).backward();
-      ph.backward_ms += MsSince(t0);
-    }
-    TS_RETURN_IF_STOPPED(options, *st);
-    double step_loss = loss_sum / rc.grad_accum;
-    bool stop_for_time =
-        rc.max_seconds > 0 &&
-        std::chrono::duration<double>(Clock::now() - loop_start).count() >= rc.max_seconds;
-#ifdef TS_TRAIN_WITH_COMM
-    double comm_ms = 0;
-    if (sync) {
-      TS_RETURN_IF_ERROR(sync->Finish(&ph.comm_wait_ms));
-      comm_ms = comm_timer.TakeMs();  // the gradient buckets, not the loss all-reduce below
-      // Mean loss over ranks, and one stop decision for all (any rank out of time stops all).
-      auto t0 = Clock::now();
-      float pair[2] = {static_cast<float>(step_loss), stop_for_time ? 1.0f : 0.0f};
-      TS_RETURN_IF_ERROR(seam->AllReduce(pair, 2, absl::StrCat("step ", step, " loss all_reduce")));
-      ph.comm_wait_ms += MsSince(t0);
-      step_loss = pair[0] / world.world_size;
-      stop_for_time = pair[1] > 0;
-    }
-#endif
+  StepContext s;
+  s.step = step;
+  s.start = Clock::now();
+  s.lr = LearningRate(config_.optim, step, config_.train.steps);
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(s.lr);
+  }
+  TS_RETURN_IF_ERROR(ForwardBackward(&s));
+  TS_RETURN_IF_STOPPED(options_, *st_);
+  s.stop_for_time = config_.train.max_seconds > 0 &&
+                    std::chrono::duration<double>(Clock::now() - loop_start_).count() >=
+                        config_.train.max_seconds;
+  TS_RETURN_IF_ERROR(ReduceGradients(&s));
+  TS_RETURN_IF_ERROR(OptimizerStep(&s));
+  TS_RETURN_IF_ERROR(RecordStep(&s));
+  *stop = s.stop_for_time;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ForwardBackward(StepContext* s) {
+  const int accum = config_.train.grad_accum;
+  double loss_sum = 0;
+  for (int micro = 0; micro < accum; ++micro) {
+    if (micro > 0) TS_RETURN_IF_STOPPED(options_, *st_);
     auto t0 = Clock::now();
-    double grad_norm;
-    if (c.optim.grad_clip > 0) {
-      grad_norm = torch::nn::utils::clip_grad_norm_(all_params, c.optim.grad_clip);
-    } else {
-      torch::NoGradGuard no_grad;
-      torch::Tensor sq = torch::zeros({}, torch::kDouble);
-      for (const auto& p : all_params) {
-        if (p.grad().defined()) sq += p.grad().to(torch::kDouble).pow(2).sum();
-      }
-      grad_norm = std::sqrt(sq.item<double>());
+    Batch batch = loader_->Next();
+    s->phases.data_wait_ms += MsSince(t0);
+    s->sequence_ids.insert(s->sequence_ids.end(), batch.sequence_ids.begin(),
+                           batch.sequence_ids.end());
+    t0 = Clock::now();
+    torch::Tensor inputs =
+        torch::from_blob(batch.inputs.data(), {batch.rows, batch.cols}, torch::kLong).clone();
+    torch::Tensor targets =
+        torch::from_blob(batch.targets.data(), {batch.rows, batch.cols}, torch::kLong).clone();
+    s->phases.h2d_ms += MsSince(t0);
+    t0 = Clock::now();
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(bf16_);
+      loss = model_->Loss(inputs, targets);
     }
-    const bool norms_now =
-        observe && rc.layer_norms_every > 0 && (step % rc.layer_norms_every == 0 || step == 1);
-    std::vector<LayerNorms> layer_norms;
-    const auto obs_start = Clock::now();
-    if (norms_now) {
-      torch::NoGradGuard no_grad;
-      for (const auto& [name, p] : named) {
-        LayerNorms ln;
-        ln.name = name;
-        ln.weight_norm = p.norm().item<double>();
-        ln.grad_norm = p.grad().defined() ? p.grad().norm().item<double>() : 0.0;
-        layer_norms.push_back(std::move(ln));
+    const double loss_value = loss.item<double>();
+    s->phases.forward_ms += MsSince(t0);
+    if (!std::isfinite(loss_value)) {
+      std::string msg = absl::StrCat("non-finite loss ", loss_value, " at step ", s->step,
+                                     " (micro-batch ", micro, ") on rank ", world_.rank,
+                                     "; the run stopped");
+      if (st_->metrics) {
+        (void)st_->metrics->WriteRecord(
+            "error", {{"step", s->step}, {"rank", world_.rank}, {"message", msg}});
       }
+      return absl::AbortedError(msg);
     }
-    double obs_ms = MsSince(obs_start);
-    optimizer.step();
-    for (auto& p : all_params) p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none)
-    ph.optimizer_ms += MsSince(t0);
-
-    StepRecord rec;
-    rec.step = step;
-    rec.loss = step_loss;
-    rec.lr = lr;
-    rec.grad_norm = grad_norm;
-    rec.tokens = result.tokens_per_step;
-    rec.step_ms = MsSince(step_start);
-    rec.tokens_per_s = rec.step_ms > 0 ? rec.tokens * 1000.0 / rec.step_ms : 0;
-    rec.phases = ph;
+    loss_sum += loss_value;
+    t0 = Clock::now();
 #ifdef TS_TRAIN_WITH_COMM
-    rec.comm_ms = comm_ms;
-    (void)comm_timer.TakeMs();
+    if (sync_ && micro == accum - 1) sync_->Arm();
 #endif
-    result.losses.push_back(step_loss);
-    result.steps = step;
-    st->steps_done = step;
-    if (step > 1 || rc.steps == 1) {
-      phase_sum.Add(ph);
-      comm_sum += rec.comm_ms;
-      step_ms_sum += rec.step_ms;
-      timed_step_ms.push_back(rec.step_ms);
-      tokens_sum += rec.tokens;
-      ++timed_steps;
+    (loss / accum).backward();
+    s->phases.backward_ms += MsSince(t0);
+  }
+  s->loss = loss_sum / accum;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReduceGradients(StepContext* s) {
+#ifdef TS_TRAIN_WITH_COMM
+  if (!sync_) return absl::OkStatus();
+  TS_RETURN_IF_ERROR(sync_->Finish(&s->phases.comm_wait_ms));
+  s->comm_ms = world_.timer->TakeMs();  // the gradient buckets, not the loss all-reduce below
+  // Mean loss over ranks, and one stop decision for all (any rank out of time stops all).
+  auto t0 = Clock::now();
+  float pair[2] = {static_cast<float>(s->loss), s->stop_for_time ? 1.0f : 0.0f};
+  TS_RETURN_IF_ERROR(
+      seam_->AllReduce(pair, 2, absl::StrCat("step ", s->step, " loss all_reduce")));
+  s->phases.comm_wait_ms += MsSince(t0);
+  s->loss = pair[0] / world_.world_size;
+  s->stop_for_time = pair[1] > 0;
+#else
+  (void)s;
+#endif
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::OptimizerStep(StepContext* s) {
+  const RunConfig& rc = config_.train;
+  auto t0 = Clock::now();
+  if (config_.optim.grad_clip > 0) {
+    s->grad_norm = torch::nn::utils::clip_grad_norm_(all_params_, config_.optim.grad_clip);
+  } else {
+    torch::NoGradGuard no_grad;
+    torch::Tensor sq = torch::zeros({}, torch::kDouble);
+    for (const auto& p : all_params_) {
+      if (p.grad().defined()) sq += p.grad().to(torch::kDouble).pow(2).sum();
     }
-    if (metrics) {
-      const auto write_start = Clock::now();
-      rec.host_rss_bytes = HostRssBytes();
-      TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
-      if (norms_now) TS_RETURN_IF_ERROR(metrics->WriteLayerNorms(step, layer_norms));
-      obs_ms += MsSince(write_start);
-    }
-    obs_sum += obs_ms;
-    if (rank == 0 && options.on_step) options.on_step(rec);
-    if (stop_for_time && step < rc.steps) {
-      result.stopped_by_time = true;
-      break;
+    s->grad_norm = std::sqrt(sq.item<double>());
+  }
+  s->norms_now = rc.observability && rc.layer_norms_every > 0 &&
+                 (s->step % rc.layer_norms_every == 0 || s->step == 1);
+  const auto obs_start = Clock::now();
+  if (s->norms_now) {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, p] : named_) {
+      LayerNorms ln;
+      ln.name = name;
+      ln.weight_norm = p.norm().item<double>();
+      ln.grad_norm = p.grad().defined() ? p.grad().norm().item<double>() : 0.0;
+      s->layer_norms.push_back(std::move(ln));
     }
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
-  result.observability_fraction = result.seconds > 0 ? obs_sum / (result.seconds * 1000) : 0;
+  s->obs_ms = MsSince(obs_start);
+  optimizer_->step();
+  for (auto& p : all_params_) p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none)
+  s->phases.optimizer_ms += MsSince(t0);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RecordStep(StepContext* s) {
+  StepRecord rec;
+  rec.step = s->step;
+  rec.loss = s->loss;
+  rec.lr = s->lr;
+  rec.grad_norm = s->grad_norm;
+  rec.tokens = result_.tokens_per_step;
+  rec.step_ms = MsSince(s->start);
+  rec.tokens_per_s = rec.step_ms > 0 ? rec.tokens * 1000.0 / rec.step_ms : 0;
+  rec.phases = s->phases;
+#ifdef TS_TRAIN_WITH_COMM
+  rec.comm_ms = s->comm_ms;
+  if (world_.comm) (void)world_.timer->TakeMs();
+#endif
+  result_.losses.push_back(s->loss);
+  result_.steps = s->step;
+  st_->steps_done = s->step;
+  // The first step of a process is warm-up; it is timed only when it is the only one.
+  if (s->step > start_step_ + 1 || config_.train.steps == start_step_ + 1) {
+    phase_sum_.Add(s->phases);
+    comm_sum_ += rec.comm_ms;
+    step_ms_sum_ += rec.step_ms;
+    timed_step_ms_.push_back(rec.step_ms);
+    tokens_sum_ += rec.tokens;
+    ++timed_steps_;
+  }
+  double obs_ms = s->obs_ms;
+  if (MetricsWriter* metrics = st_->metrics.get()) {
+    const auto write_start = Clock::now();
+    rec.host_rss_bytes = HostRssBytes();
+    TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
+    if (s->norms_now) TS_RETURN_IF_ERROR(metrics->WriteLayerNorms(s->step, s->layer_norms));
+    obs_ms += MsSince(write_start);
+  }
+  obs_sum_ += obs_ms;
+  if (world_.rank == 0 && options_.on_step) options_.on_step(rec);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoint
+// ---------------------------------------------------------------------------------------
+
+std::string Trainer::CheckpointDir() const {
+  const std::string& d = config_.checkpoint.dir;
+  if (d.empty()) return options_.run_dir + "/checkpoints";
+  if (d[0] == '/') return d;
+  return options_.run_dir + "/" + d;
+}
+
+// xxh3-64 of the config with the keys that do not change the training arithmetic left out
+// (run length limits, logging, loader threads, checkpointing, timeouts): a resumed run must
+// have the same hash to continue bit for bit.
+std::string Trainer::ConfigHash() const {
+  json j = TrainConfigToJson(config_);
+  j.erase("checkpoint");
+  j.erase("comm");
+  for (const char* k : {"max_seconds", "log_every", "layer_norms_every", "observability",
+                        "keep_host_memory", "target_loss"}) {
+    j["train"].erase(k);
+  }
+  for (const char* k : {"num_workers", "prefetch", "worker_delay_ms"}) j["data"].erase(k);
+  const std::string text = j.dump();
+  return Hex64(XXH3_64bits(text.data(), text.size()));
+}
+
+json Trainer::RankState(int step) const {
+  // The CPU generator drives initialisation (and dropout, were there any); the loader's
+  // order is a pure function of (seed, position), so the position is its whole state.
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor g = gen.get_state();
+  return {{"format", "trainscope.checkpoint.rank"},
+          {"version", 1},
+          {"rank", world_.rank},
+          {"world_size", world_.world_size},
+          {"step", step},
+          {"torch_cpu_generator", HexBytes(g.data_ptr<uint8_t>(), g.numel())},
+          {"data",
+           {{"next_micro_step", int64_t{step} * config_.train.grad_accum},
+            {"micro_batch", config_.train.micro_batch},
+            {"seed", config_.train.seed},
+            {"num_sequences", corpus_.num_sequences}}}};
+}
+
+absl::Status Trainer::SetRankState(const json& j, const std::string& file) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", why));
+  };
+  if (!j.is_object() || !j.contains("torch_cpu_generator") ||
+      !j["torch_cpu_generator"].is_string() || !j.contains("data") || !j["data"].is_object()) {
+    return bad("not a rank state (torch_cpu_generator, data)");
+  }
+  std::vector<uint8_t> bytes;
+  if (!UnhexBytes(j["torch_cpu_generator"].get<std::string>(), &bytes)) {
+    return bad("torch_cpu_generator is not hex");
+  }
+  const json& d = j["data"];
+  if (d.value("num_sequences", int64_t{-1}) != corpus_.num_sequences) {
+    return bad(absl::StrCat("the corpus had ", d.value("num_sequences", int64_t{-1}),
+                            " sequences at save time and has ", corpus_.num_sequences,
+                            " now: the sample order would not continue"));
+  }
+  torch::Tensor state = torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())},
+                                         torch::kUInt8)
+                            .clone();
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(state);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::MaybeCheckpoint(int step) {
+  const int every = config_.checkpoint.every_steps;
+  if (every <= 0 || step % every != 0) return absl::OkStatus();
+  return SaveCheckpoint(step, /*anomaly=*/false, json::object()).status();
+}
+
+absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, const json& extra) {
+  const auto t0 = Clock::now();
+  // Every rank's small state to rank 0, as bytes over an int32 all-gather (lengths first).
+  std::vector<std::string> rank_states{RankState(step).dump()};
+#ifdef TS_TRAIN_WITH_COMM
+  if (world_.comm) {
+    const int n = world_.world_size;
+    int32_t mine = static_cast<int32_t>(rank_states[0].size());
+    std::vector<int32_t> lens(n);
+    TS_RETURN_IF_ERROR(world_.comm->AllGather(&mine, lens.data(), 1, comm::DType::kInt32));
+    const int32_t words = (*std::max_element(lens.begin(), lens.end()) + 3) / 4;
+    std::vector<int32_t> send(words, 0), recv(static_cast<size_t>(words) * n);
+    std::memcpy(send.data(), rank_states[0].data(), rank_states[0].size());
+    TS_RETURN_IF_ERROR(
+        world_.comm->AllGather(send.data(), recv.data(), words, comm::DType::kInt32));
+    rank_states.assign(n, "");
+    for (int r = 0; r < n; ++r) {
+      rank_states[r].assign(reinterpret_cast<const char*>(recv.data() + size_t{words} * r),
+                            lens[r]);
+    }
+  }
+#endif
+  if (world_.rank != 0) return std::string();
+
+  // Snapshot: the replicated tensors copied to host memory the writer owns.
+  auto snap = std::make_unique<CheckpointSnapshot>();
+  ckpt::CheckpointData& d = snap->data;
+  d.step = step;
+  d.world_size = world_.world_size;
+  d.config_hash = ConfigHash();
+  d.anomaly = anomaly;
+  for (const auto& [name, p] : named_) SnapshotTensor(snap.get(), false, name, p);
+  json adam_steps = json::object();
+  for (const auto& [name, p] : named_) {
+    torch::optim::AdamWParamState* a = AdamState(*optimizer_, p);
+    if (a == nullptr) continue;  // no step taken for this parameter yet
+    SnapshotTensor(snap.get(), true, name + ".exp_avg", a->exp_avg());
+    SnapshotTensor(snap.get(), true, name + ".exp_avg_sq", a->exp_avg_sq());
+    adam_steps[name] = a->step();
+  }
+  for (size_t r = 0; r < rank_states.size(); ++r) {
+    json j = json::parse(rank_states[r], nullptr, false);
+    if (j.is_discarded()) return absl::InternalError("a rank's state did not arrive intact");
+    d.json_files[absl::StrCat("rank", r, ".json")] = std::move(j);
+  }
+  d.meta_extra = {
+      {"optimizer", {{"kind", "adamw"}, {"param_steps", std::move(adam_steps)}}},
+      {"scheduler",
+       {{"kind", "warmup_cosine"},
+        {"step", step},
+        {"total_steps", config_.train.steps},
+        {"lr", LearningRate(config_.optim, std::max(step, 1), config_.train.steps)}}},
+      {"config", TrainConfigToJson(config_)}};
+  if (anomaly) d.meta_extra["anomaly"] = extra;
+  result_.checkpoint_snapshot_ms += MsSince(t0);
+  TS_ASSIGN_OR_RETURN(std::string path,
+                      checkpointer_->Save(std::move(snap), /*allow_async=*/!anomaly,
+                                          &result_.checkpoint_blocked_ms));
+  ++result_.checkpoints_saved;
+  return path;
+}
+
+absl::StatusOr<std::string> Trainer::ResolveResume() {
+  // Rank 0 decides, so that every rank loads the same step even while files change.
+  int64_t step = -1;
+  std::string path;
+  if (world_.rank == 0) {
+    TS_ASSIGN_OR_RETURN(ResumePlan plan, PlanResume(options_.resume, CheckpointDir()));
+    if (options_.on_notice) options_.on_notice(plan.notice);
+    path = plan.path;
+    step = plan.path.empty() ? -1 : plan.step;
+  }
+#ifdef TS_TRAIN_WITH_COMM
+  if (world_.comm) {
+    int64_t v = step;
+    TS_RETURN_IF_ERROR(world_.comm->Broadcast(&v, 1, comm::DType::kInt64, 0));
+    step = v;
+    if (world_.rank != 0 && step >= 0) {
+      path = options_.resume == "latest" ? absl::StrCat(CheckpointDir(), "/step-", step)
+                                         : options_.resume;
+      ckpt::CheckResult c = ckpt::CheckCheckpoint(path, /*hash=*/false);
+      if (!c.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rank ", world_.rank, ": rank 0 resumes from step ", step, " but ", path,
+            " is not complete here (", c.problems.empty() ? "?" : c.problems[0].problem,
+            "); multi-node runs need the checkpoint folder on a shared filesystem"));
+      }
+    }
+  }
+#endif
+  return path;
+}
+
+absl::Status Trainer::Restore(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(json meta, ReadJson(path + "/meta.json"));
+  const int64_t step = meta.value("step", int64_t{-1});
+  if (step < 0 || step > config_.train.steps) {
+    return absl::InvalidArgumentError(absl::StrCat(path, "/meta.json: step ", step,
+                                                   " is outside this run's 0..",
+                                                   config_.train.steps, " (train.steps)"));
+  }
+  if (meta.value("world_size", 0) != world_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": saved by a ", meta.value("world_size", 0), "-rank run, this run has ",
+        world_.world_size, " ranks (the sample order and the state per rank would differ)"));
+  }
+  if (meta.value("config_hash", "") != ConfigHash()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": saved with another config (config hash ", meta.value("config_hash", ""),
+        ", this run's is ", ConfigHash(),
+        "); model, optim, data order and train keys must match (see meta.json extra.config)"));
+  }
+  // Model.
+  const std::string model_file = path + "/model.safetensors";
+  TS_ASSIGN_OR_RETURN(std::vector<ckpt::TensorData> model, ckpt::ReadSafetensors(model_file));
+  std::map<std::string, const ckpt::TensorData*> by_name;
+  for (const auto& t : model) by_name[t.entry.name] = &t;
+  for (const auto& [name, p] : named_) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(model_file, ": no tensor \"", name, "\""));
+    }
+    TS_RETURN_IF_ERROR(LoadTensor(*it->second, model_file, p));
+  }
+  // Optimizer: AdamW moments and per-parameter step counts. The state objects are created
+  // here as AdamW's first step would create them.
+  const std::string opt_file = path + "/optimizer.safetensors";
+  const json steps = meta["extra"]["optimizer"].value("param_steps", json::object());
+  if (!steps.empty()) {
+    TS_ASSIGN_OR_RETURN(std::vector<ckpt::TensorData> opt, ckpt::ReadSafetensors(opt_file));
+    std::map<std::string, const ckpt::TensorData*> opt_by_name;
+    for (const auto& t : opt) opt_by_name[t.entry.name] = &t;
+    for (const auto& [name, p] : named_) {
+      if (!steps.contains(name)) continue;
+      auto a = std::make_unique<torch::optim::AdamWParamState>();
+      a->step(steps[name].get<int64_t>());
+      a->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      a->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      for (const char* part : {".exp_avg", ".exp_avg_sq"}) {
+        auto it = opt_by_name.find(name + part);
+        if (it == opt_by_name.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(opt_file, ": no tensor \"", name, part, "\""));
+        }
+        TS_RETURN_IF_ERROR(LoadTensor(*it->second, opt_file,
+                                      std::strcmp(part, ".exp_avg") == 0 ? a->exp_avg()
+                                                                         : a->exp_avg_sq()));
+      }
+      optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(a);
+    }
+  }
+  // This rank's RNG state and data position.
+  const std::string rank_file = absl::StrCat(path, "/rank", world_.rank, ".json");
+  TS_ASSIGN_OR_RETURN(json rank_state, ReadJson(rank_file));
+  TS_RETURN_IF_ERROR(SetRankState(rank_state, rank_file));
+  start_step_ = static_cast<int>(step);
+  st_->steps_done = start_step_;
+  result_.resumed_from_step = start_step_;
+  result_.resumed_from = path;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Summarize
+// ---------------------------------------------------------------------------------------
+
+absl::StatusOr<TrainResult> Trainer::Summarize() {
+  TrainResult& result = result_;
+  // A save still writing finishes before the run reports success.
+  if (checkpointer_) TS_RETURN_IF_ERROR(checkpointer_->Wait(&result.checkpoint_blocked_ms));
+  result.seconds = std::chrono::duration<double>(Clock::now() - loop_start_).count();
+  result.observability_fraction = result.seconds > 0 ? obs_sum_ / (result.seconds * 1000) : 0;
 
   const int n = static_cast<int>(result.losses.size());
-  result.loss_start = result.losses.front();
-  const int tail = std::max(1, std::min(10, n / 5 + 1));
-  double tail_sum = 0;
-  for (int i = n - tail; i < n; ++i) tail_sum += result.losses[i];
-  result.loss_end = tail_sum / tail;
-  if (timed_steps > 0) {
-    phase_sum.Add(phase_sum, 1.0 / timed_steps - 1.0);  // sum -> mean
-    result.mean_phases = phase_sum;
-    result.mean_step_ms = step_ms_sum / timed_steps;
-    std::sort(timed_step_ms.begin(), timed_step_ms.end());
-    const size_t mid = timed_step_ms.size() / 2;
-    result.median_step_ms = timed_step_ms.size() % 2
-                                ? timed_step_ms[mid]
-                                : (timed_step_ms[mid - 1] + timed_step_ms[mid]) / 2;
-    result.mean_comm_ms = comm_sum / timed_steps;
+  if (n > 0) {
+    result.loss_start = result.losses.front();
+    const int tail = std::max(1, std::min(10, n / 5 + 1));
+    double tail_sum = 0;
+    for (int i = n - tail; i < n; ++i) tail_sum += result.losses[i];
+    result.loss_end = tail_sum / tail;
+  }
+  if (timed_steps_ > 0) {
+    PhaseTimes mean = phase_sum_;
+    mean.Add(phase_sum_, 1.0 / timed_steps_ - 1.0);  // sum -> mean
+    result.mean_phases = mean;
+    result.mean_step_ms = step_ms_sum_ / timed_steps_;
+    std::vector<double> sorted = timed_step_ms_;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t mid = sorted.size() / 2;
+    result.median_step_ms = sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+    result.mean_comm_ms = comm_sum_ / timed_steps_;
     if (result.mean_comm_ms > 0) {
       // comm_wait also holds the small loss all-reduce; clamp to [0, 1].
       result.overlap_fraction =
           std::min(1.0, std::max(0.0, 1.0 - result.mean_phases.comm_wait_ms / result.mean_comm_ms));
     }
-    result.tokens_per_s = step_ms_sum > 0 ? tokens_sum * 1000.0 / step_ms_sum : 0;
+    result.tokens_per_s = step_ms_sum_ > 0 ? tokens_sum_ * 1000.0 / step_ms_sum_ : 0;
   }
-  result.loader =
-      JudgeDataLoader(result.mean_phases.data_wait_ms, result.mean_step_ms, c.data.num_workers);
+  result.loader = JudgeDataLoader(result.mean_phases.data_wait_ms, result.mean_step_ms,
+                                  config_.data.num_workers);
 
   // Weights checksum: xxh3-64 over every parameter's bytes in name order; ranks of a
   // data-parallel run must agree bit for bit.
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   json per_param = json::array();
-  for (const auto& [name, p] : named) {
+  for (const auto& [name, p] : named_) {
     torch::Tensor t = p.detach().contiguous();
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
     XXH3_64bits_update(state, t.data_ptr(), bytes);
@@ -572,36 +917,35 @@ absl::StatusOr<TrainResult> TrainImpl(const TrainConfig& config, const TrainOpti
   }
   result.weights_checksum = Hex64(XXH3_64bits_digest(state));
   XXH3_freeState(state);
-  if (options.write_weights) {
+  const int rank = world_.rank;
+  if (options_.write_weights) {
     json w = {{"format", "trainscope.train_weights"},
               {"version", 1},
               {"rank", rank},
-              {"world_size", world.world_size},
+              {"world_size", world_.world_size},
               {"step", result.steps},
               {"xxh3_64", result.weights_checksum},
               {"params", per_param}};
-    TS_RETURN_IF_ERROR(
-        WriteFileAtomic(absl::StrCat(train_dir, "/weights.rank", rank, ".json"), w.dump(1) + "\n"));
+    TS_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(train_dir_, "/weights.rank", rank, ".json"),
+                                       w.dump(1) + "\n"));
   }
-  if (metrics) {
-    TS_RETURN_IF_ERROR(metrics->WriteRecord("summary", TrainResultToJson(result)));
+  if (st_->metrics) {
+    TS_RETURN_IF_ERROR(st_->metrics->WriteRecord("summary", TrainResultToJson(result)));
   }
   if (rank == 0) {
     json summary = TrainResultToJson(result);
     summary["format"] = "trainscope.train_summary";
     summary["version"] = 1;
-    TS_RETURN_IF_ERROR(WriteFileAtomic(train_dir + "/summary.json", summary.dump(2) + "\n"));
+    TS_RETURN_IF_ERROR(WriteFileAtomic(train_dir_ + "/summary.json", summary.dump(2) + "\n"));
   }
 #ifdef TS_TRAIN_WITH_COMM
-  if (world.comm) {
-    sync.reset();
-    TS_RETURN_IF_ERROR(seam->Barrier("final barrier"));
+  if (world_.comm) {
+    sync_.reset();
+    TS_RETURN_IF_ERROR(seam_->Barrier("final barrier"));
   }
 #endif
   return result;
 }
-
-}  // namespace
 
 namespace {
 
@@ -640,14 +984,14 @@ class StopWatchdog {
  private:
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
-    Clock::time_point asked{};
+    TrainClock::time_point asked{};
     while (!done_) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
       if (done_) return;
       const int sig = StopValue(options_);
       if (sig == 0) continue;
-      if (asked == Clock::time_point{}) asked = Clock::now();
-      if (Clock::now() - asked < options_.stop_grace) continue;
+      if (asked == TrainClock::time_point{}) asked = TrainClock::now();
+      if (TrainClock::now() - asked < options_.stop_grace) continue;
       if (MetricsWriter* w = st_->writer.load()) {
         EndRecord e = st_->End(kEndInterrupted);
         if (sig > 0) e.signal = SignalName(sig);
@@ -705,7 +1049,8 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions&
     return absl::StrCat(" after step ", st.steps_done.load(), " on rank ", st.rank.load());
   };
   try {
-    r = TrainImpl(config, options, &st);
+    Trainer trainer(config, options, &st);
+    r = trainer.Run();
   } catch (const std::bad_alloc&) {
     r = absl::ResourceExhaustedError(absl::StrCat(
         config.source.empty() ? "config" : config.source, ": out of host memory (std::bad_alloc)",

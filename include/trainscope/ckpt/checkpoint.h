@@ -95,6 +95,15 @@ struct Latest {
 // is missing.
 absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash = true);
 
+// A tensor read back from a safetensors file (the trainer's resume).
+struct TensorData {
+  TensorEntry entry;  // name, dtype, shape
+  std::string bytes;  // the raw little-endian data
+};
+// Reads the header and every tensor of a safetensors file, in name order. Errors: those of
+// ReadHeader, DataLoss naming the file when its data ends early.
+absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path);
+
 // Deletes complete checkpoints under `dir` beyond the newest `keep`, never an anomaly one
 // and never an incomplete one. Returns the removed paths. keep <= 0 keeps everything.
 absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep);

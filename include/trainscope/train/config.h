@@ -99,12 +99,24 @@ struct CommConfig {
   double timeout_s = 600;
 };
 
+struct CheckpointConfig {
+  // Save a checkpoint after every N optimizer steps; 0 = no periodic checkpoints (anomaly
+  // checkpoints are still written). Format: docs/formats.md, "Checkpoint".
+  int every_steps = 0;
+  int keep = 3;        // complete periodic checkpoints kept (oldest removed); 0 = all
+  bool async = true;   // snapshot to host memory, write on a background thread
+  // Folder of step-<N>/ checkpoints; "" = <run-dir>/checkpoints. A relative path is
+  // relative to the run directory.
+  std::string dir;
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   RunConfig train;
   CommConfig comm;
+  CheckpointConfig checkpoint;
   std::string source;  // file it came from ("" for defaults), for messages
 };
 

@@ -75,6 +75,9 @@ struct LoaderOptions {
   int num_workers = 2;         // 0: Next() builds the batch itself
   int prefetch = 4;            // batches buffered ahead of the consumer
   double worker_delay_ms = 0;  // see DataConfig::worker_delay_ms
+  // The first micro-step to produce: a run resumed after optimizer step S starts at
+  // S x grad_accum, so it continues the same sample order (a checkpoint's data position).
+  int64_t start_index = 0;
 };
 
 // Sequence ids of micro-step `index` for `rank`: global positions
@@ -84,7 +87,7 @@ struct LoaderOptions {
 std::vector<int64_t> SequencesForMicroStep(int64_t num_sequences, const LoaderOptions& options,
                                            int64_t index);
 
-// Produces micro-batches 0, 1, 2, ... in order, built ahead by `num_workers` threads.
+// Produces micro-batches start_index, start_index + 1, ... in order, built ahead by `num_workers` threads.
 // Next() is called from one thread; the corpus must outlive the loader. Destruction stops
 // and joins the workers.
 class BatchLoader {

@@ -103,9 +103,13 @@ inline constexpr char kEndError[] = "error";
 // dropped and returns OK, so the end record stays the last line.
 class MetricsWriter {
  public:
-  // Creates parent directories. Internal naming the path on failure.
+  // Creates parent directories. Internal naming the path on failure. `append`: continue an
+  // existing file (a resumed run): a last line cut short by a kill is dropped first, then
+  // the new header follows what is there (docs/formats.md: readers take the last record of
+  // a step). Without `append` the file is rewritten.
   static absl::StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path,
-                                                             nlohmann::json header);
+                                                             nlohmann::json header,
+                                                             bool append = false);
   ~MetricsWriter();
   absl::Status WriteStep(const StepRecord& r);
   absl::Status WriteLayerNorms(int step, const std::vector<LayerNorms>& layers);

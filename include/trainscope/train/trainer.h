@@ -7,6 +7,7 @@
 //   <run_dir>/train/metrics.rank<R>.jsonl  per-rank metrics (trainscope.train_metrics v1)
 //   <run_dir>/train/weights.rank<R>.json   final weights checksums (trainscope.train_weights v1)
 //   <run_dir>/train/summary.json           result of the run (rank 0)
+//   <run_dir>/checkpoints/step-<N>/        checkpoints (config "checkpoint"; ckpt/checkpoint.h)
 //   <run_dir>/hang/flight_recorder.rank<R>.json, stacks.rank<R>.txt  written by the comm
 //                                          watchdog (data-parallel runs; hang/analyze.h)
 #ifndef TRAINSCOPE_TRAIN_TRAINER_H_
@@ -78,6 +79,17 @@ struct TrainOptions {
   // Fault injection for tests (train/inject.h); applied at the trainer's comm seam. Needs a
   // data-parallel run; ranks and steps outside the run are InvalidArgument.
   std::vector<Injection> inject;
+
+  // Resume (docs/formats.md, "Checkpoint"): "" = a fresh start (the metrics files are
+  // rewritten); "latest" = the newest complete checkpoint in the checkpoint folder, or a fresh
+  // start when there is none; else the path of a step-<N> checkpoint, which must be complete
+  // and intact (else InvalidArgument naming the problem and the newest good checkpoint).
+  // With a resume the metrics files are appended to: a new header, then the steps from the
+  // checkpoint's step + 1 (readers take the last record of a step).
+  std::string resume;
+  // One-line notices for the user (rank 0 only): where the run resumes from, or that it
+  // starts fresh. May be empty.
+  std::function<void(const std::string&)> on_notice;
 };
 
 struct TrainResult {
@@ -108,6 +120,13 @@ struct TrainResult {
   int threads = 0;
   std::string metrics_path;
   std::string weights_checksum;  // xxh3-64 hex over all parameters, in name order
+  // Resume and checkpoints: the step and path restored (0 and "" on a fresh start), the
+  // checkpoints this run saved and the time steps were blocked by a save still writing.
+  int resumed_from_step = 0;
+  std::string resumed_from;
+  int checkpoints_saved = 0;
+  double checkpoint_blocked_ms = 0;
+  double checkpoint_snapshot_ms = 0;  // copying the state to host memory, all saves
 };
 nlohmann::json TrainResultToJson(const TrainResult& r);
 

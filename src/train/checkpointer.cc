@@ -1,0 +1,201 @@
+// The checkpoint writer: one background thread, one save in flight at most.
+#include "train/checkpointer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace trainscope::train {
+
+void* CheckpointSnapshot::AddTensor(bool optimizer, std::string name, std::string dtype,
+                                    std::vector<uint64_t> shape, uint64_t bytes) {
+  buffers.push_back(std::unique_ptr<char[]>(new char[bytes > 0 ? bytes : 1]));
+  ckpt::TensorView v;
+  v.name = std::move(name);
+  v.dtype = std::move(dtype);
+  v.shape = std::move(shape);
+  v.data = buffers.back().get();
+  v.bytes = bytes;
+  (optimizer ? data.optimizer : data.model).push_back(std::move(v));
+  tensor_bytes += bytes;
+  return buffers.back().get();
+}
+
+Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {
+  if (options_.async) thread_ = std::thread([this] { Loop(); });
+}
+
+Checkpointer::~Checkpointer() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status Checkpointer::Wait(double* blocked_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !busy_; });
+  if (blocked_ms != nullptr) {
+    *blocked_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  absl::Status s = error_;
+  error_ = absl::OkStatus();
+  return s;
+}
+
+absl::StatusOr<std::string> Checkpointer::Save(std::unique_ptr<CheckpointSnapshot> snap,
+                                               bool allow_async, double* blocked_ms) {
+  if (absl::Status s = Wait(blocked_ms); !s.ok()) return s;
+  const std::string path = absl::StrCat(options_.dir, "/step-", snap->data.step);
+  if (options_.async && allow_async) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = std::move(snap);
+      busy_ = true;
+    }
+    cv_.notify_all();
+    return path;
+  }
+  SaveOutcome out = Write(*snap, /*async=*/false);
+  if (!out.status.ok()) return out.status;
+  return out.path;
+}
+
+// Writes one snapshot: WriteCheckpoint, then pruning; tells on_saved.
+SaveOutcome Checkpointer::Write(const CheckpointSnapshot& snap, bool async) const {
+  namespace fs = std::filesystem;
+  SaveOutcome out;
+  out.step = snap.data.step;
+  out.bytes = snap.tensor_bytes;
+  out.anomaly = snap.data.anomaly;
+  out.async = async;
+  out.path = absl::StrCat(options_.dir, "/step-", snap.data.step);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  bool write = true;
+  if (fs::exists(out.path, ec)) {
+    // A resumed run reaches a step an earlier process saved: keep an intact one (same
+    // state in a deterministic run), move a damaged one aside so the new save can land.
+    if (ckpt::CheckCheckpoint(out.path, /*hash=*/true).ok()) {
+      write = false;
+    } else {
+      fs::rename(out.path, absl::StrCat(out.path, ".bad-", ::getpid()), ec);
+      if (ec) {
+        out.status = absl::InternalError(
+            absl::StrCat(out.path, ": a damaged checkpoint is in the way and cannot be moved: ",
+                         ec.message()));
+      }
+    }
+  }
+  if (write && out.status.ok()) {
+    ckpt::WriteOptions wo;
+    wo.fsync = options_.fsync;
+    auto written = ckpt::WriteCheckpoint(options_.dir, snap.data, wo);
+    if (!written.ok()) out.status = written.status();
+  }
+  if (out.status.ok() && options_.keep > 0) {
+    auto pruned = ckpt::Prune(options_.dir, options_.keep);
+    if (pruned.ok()) {
+      out.pruned = *std::move(pruned);
+    } else {
+      out.status = pruned.status();
+    }
+  }
+  out.write_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (options_.on_saved) options_.on_saved(out);
+  return out;
+}
+
+void Checkpointer::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || pending_ != nullptr; });
+    if (pending_ == nullptr) return;  // stop_ with nothing to write
+    std::unique_ptr<CheckpointSnapshot> snap = std::move(pending_);
+    lock.unlock();
+    SaveOutcome out = Write(*snap, /*async=*/true);
+    snap.reset();  // the host copy goes before the next step may snapshot again
+    lock.lock();
+    if (!out.status.ok()) error_ = out.status;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+namespace {
+
+std::string NewestGood(const std::string& dir) {
+  auto latest = ckpt::FindLatestComplete(dir, /*hash=*/true);
+  if (!latest.ok() || latest->path.empty()) {
+    return absl::StrCat("there is no complete checkpoint in ", dir, "; drop --resume to start fresh");
+  }
+  return absl::StrCat("the newest complete one is ", latest->path, " (--resume ", latest->path,
+                      ", or --resume latest)");
+}
+
+}  // namespace
+
+absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string& dir) {
+  namespace fs = std::filesystem;
+  ResumePlan plan;
+  std::error_code ec;
+  if (spec == "latest") {
+    if (!fs::is_directory(dir, ec)) {
+      plan.notice = absl::StrCat("resume: no checkpoint folder ", dir, "; starting fresh");
+      return plan;
+    }
+    auto latest = ckpt::FindLatestComplete(dir, /*hash=*/true);
+    if (!latest.ok()) return latest.status();
+    std::string skipped;
+    if (!latest->skipped.empty()) {
+      skipped = absl::StrCat(" (skipped ", latest->skipped.size(), " newer: ",
+                             latest->skipped.front().file, ": ", latest->skipped.front().problem,
+                             latest->skipped.size() > 1 ? ", ..." : "", ")");
+    }
+    if (latest->path.empty()) {
+      plan.notice =
+          absl::StrCat("resume: no complete checkpoint in ", dir, "; starting fresh", skipped);
+      return plan;
+    }
+    plan.path = latest->path;
+    plan.step = latest->step;
+    plan.notice = absl::StrCat("resume: from ", plan.path, " (step ", plan.step, ")", skipped);
+    return plan;
+  }
+  std::string path = spec;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string parent = fs::path(path).parent_path().string();
+  if (!fs::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("--resume ", path, ": no such checkpoint; ",
+                                            NewestGood(parent.empty() ? dir : parent)));
+  }
+  if (!ckpt::LooksLikeCheckpoint(path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resume ", path, ": not a trainscope checkpoint (a step-<N> folder); ",
+                     NewestGood(fs::is_directory(path, ec) ? path : dir)));
+  }
+  ckpt::CheckResult c = ckpt::CheckCheckpoint(path, /*hash=*/true);
+  if (!c.ok()) {
+    std::string why = c.problems.empty()
+                          ? std::string("not complete")
+                          : absl::StrCat(c.problems[0].file, ": ", c.problems[0].problem);
+    return absl::InvalidArgumentError(absl::StrCat("--resume ", path,
+                                                   ": refusing a damaged checkpoint: ", why,
+                                                   "; ", NewestGood(parent.empty() ? "." : parent)));
+  }
+  plan.path = path;
+  plan.step = c.step;
+  plan.notice = absl::StrCat("resume: from ", path, " (step ", c.step, ")");
+  return plan;
+}
+
+}  // namespace trainscope::train

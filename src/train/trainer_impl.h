@@ -1,0 +1,200 @@
+// The Trainer class behind Train() (private to the train module; includes libtorch, so only
+// trainer.cc includes it). One object per Train() call, used from the training thread only.
+//
+//   Run()  = Init() -> [Restore()] -> for each step: RunStep() -> MaybeCheckpoint()
+//            -> Summarize()
+//   RunStep(step) = ForwardBackward -> ReduceGradients -> OptimizerStep -> RecordStep
+//
+// The seams other features hook into:
+//   - step:       StepContext carries what one step produced (losses, grad norm, phases, the
+//                 sample indices) from phase to phase; a check that needs "the step's
+//                 gradients before the all-reduce" goes between ForwardBackward and
+//                 ReduceGradients, one that needs the averaged ones before OptimizerStep.
+//   - checkpoint: SaveCheckpoint(step, anomaly, extra) snapshots the state after `step`
+//                 (model, AdamW state, scheduler, every rank's RNG state and data position);
+//                 Restore(path) puts it back. Collective in data-parallel runs.
+//   - summarize:  Summarize() turns the loop's sums into the TrainResult and the final files.
+#ifndef TRAINSCOPE_SRC_TRAIN_TRAINER_IMPL_H_
+#define TRAINSCOPE_SRC_TRAIN_TRAINER_IMPL_H_
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "train/checkpointer.h"
+#include "train/model.h"
+#include "trainscope/core/os.h"
+#include "trainscope/tokenizer/tokenizer.h"
+#include "trainscope/train/trainer.h"
+#ifdef TS_TRAIN_WITH_COMM
+#include "train/comm_seam.h"
+#include "train/ddp.h"
+#include "trainscope/comm/comm.h"
+#include "trainscope/comm/watchdog.h"
+#endif
+
+namespace trainscope::train {
+
+using TrainClock = std::chrono::steady_clock;
+
+#ifdef TS_TRAIN_WITH_COMM
+// Sums the durations of the communicator's ops (called from its progress thread).
+class CommTimer : public comm::OpObserver {
+ public:
+  void OnStart(const comm::OpRecord&) override {}
+  void OnEnd(const comm::OpRecord& r) override { busy_ns_ += r.end_ns - r.start_ns; }
+  double TakeMs() { return busy_ns_.exchange(0) / 1e6; }
+
+ private:
+  std::atomic<int64_t> busy_ns_{0};
+};
+#endif
+
+// This process's place in the job, and its communicator (data-parallel runs).
+struct World {
+  int rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+#ifdef TS_TRAIN_WITH_COMM
+  // Declared before comm: outlives the communicator that calls it.
+  std::unique_ptr<CommTimer> timer = std::make_unique<CommTimer>();
+  std::unique_ptr<comm::Communicator> comm;
+#endif
+};
+
+// What Train() needs to end the metrics file whatever way the Trainer leaves: set by the
+// training thread, read by Train() afterwards and by the stop watchdog meanwhile.
+struct RunState {
+  const TrainClock::time_point start = TrainClock::now();
+  std::unique_ptr<MetricsWriter> metrics;       // owned here so it outlives the Trainer
+  std::atomic<MetricsWriter*> writer{nullptr};  // metrics.get() once the header is written
+  std::atomic<int> rank{0};
+  std::atomic<int> steps_done{0};  // optimizer steps completed (the last step's number)
+  std::atomic<double> estimate_bytes{0};
+#ifdef TS_TRAIN_WITH_COMM
+  // Last member: stopped first, while the rest of the state its callback touches lives.
+  std::unique_ptr<comm::Watchdog> watchdog;
+#endif
+  std::atomic<void*> watchdog_ptr{nullptr};  // watchdog.get() once started (other threads)
+
+  EndRecord End(const char* reason) const;
+};
+
+// What one optimizer step produced, handed from phase to phase.
+struct StepContext {
+  int step = 0;
+  TrainClock::time_point start;
+  PhaseTimes phases;
+  double lr = 0;
+  double loss = 0;       // mean over micro-batches (over ranks after ReduceGradients)
+  double grad_norm = 0;  // global L2 norm before clipping
+  double comm_ms = 0;    // gradient all-reduce time on the progress thread
+  bool stop_for_time = false;
+  std::vector<int64_t> sequence_ids;  // this rank's samples (packed sequence ids), in order
+  bool norms_now = false;             // per-layer norms recorded this step
+  std::vector<LayerNorms> layer_norms;
+  double obs_ms = 0;  // time in observability code
+};
+
+class Trainer {
+ public:
+  // `config`, `options` and `st` must outlive the Trainer.
+  Trainer(const TrainConfig& config, const TrainOptions& options, RunState* st);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The whole run; the errors of Train() (trainer.h). Exceptions escape to Train().
+  absl::StatusOr<TrainResult> Run();
+
+ private:
+  // ---- setup ----
+  // World, config, model, optimizer, comm, resume, metrics file, loader.
+  absl::Status Init();
+  absl::Status BuildModelAndOptimizer();
+  absl::Status OpenMetrics();
+
+  // ---- step ----
+  // One optimizer step: the phases below, then the step record. *stop set when the run ends
+  // after this step (train.max_seconds on any rank).
+  absl::Status RunStep(int step, bool* stop);
+  // Micro-batches: data -> forward -> backward (buckets all-reduce from hooks meanwhile).
+  absl::Status ForwardBackward(StepContext* s);
+  // Waits for the gradient all-reduces; mean loss and the stop decision over ranks.
+  absl::Status ReduceGradients(StepContext* s);
+  // Clip (grad norm), per-layer norms when due, AdamW step, zero_grad.
+  absl::Status OptimizerStep(StepContext* s);
+  // Step record into the metrics file, sums for the summary, on_step.
+  absl::Status RecordStep(StepContext* s);
+
+  // ---- checkpoint ----
+  // Periodic save after `step` when checkpoint.every_steps divides it.
+  absl::Status MaybeCheckpoint(int step);
+  // Saves the state after `step` (call between steps, every rank at the same step: the
+  // ranks' small states are gathered to rank 0, which writes). Periodic saves go through
+  // the background writer when checkpoint.async; anomaly ones are written before this
+  // returns, flagged in meta.json (never pruned), `extra` under meta.json "extra".
+  // Returns the checkpoint's path on rank 0, "" on the others.
+  absl::StatusOr<std::string> SaveCheckpoint(int step, bool anomaly, const nlohmann::json& extra);
+  // Resolves options.resume ("latest" or a path) to a checkpoint, the same on every rank;
+  // "" when there is none (a fresh start). Errors: a PATH that is not a complete, intact
+  // checkpoint (InvalidArgument naming the problem and the newest good checkpoint).
+  absl::StatusOr<std::string> ResolveResume();
+  // Loads model, optimizer, step, this rank's RNG state and data position from `path`.
+  absl::Status Restore(const std::string& path);
+  // This rank's small state (RNG, data position) as JSON, and its inverse.
+  nlohmann::json RankState(int step) const;
+  absl::Status SetRankState(const nlohmann::json& j, const std::string& file);
+  std::string CheckpointDir() const;
+  std::string ConfigHash() const;
+
+  // ---- summarize ----
+  absl::StatusOr<TrainResult> Summarize();
+
+  // Constant after construction.
+  const TrainConfig& config_in_;
+  const TrainOptions& options_;
+  RunState* st_;
+
+  // Set up by Init().
+  World world_;
+  TrainConfig config_;  // validated copy
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  PackedCorpus corpus_;
+  int vocab_ = 0;
+  int threads_ = 1;
+  bool bf16_ = false;
+  Gpt model_{nullptr};
+  std::vector<std::pair<std::string, torch::Tensor>> named_;
+  std::vector<torch::Tensor> all_params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+#ifdef TS_TRAIN_WITH_COMM
+  std::unique_ptr<CommSeam> seam_;
+  std::unique_ptr<GradSync> sync_;
+#endif
+  std::string train_dir_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  int start_step_ = 0;  // the step restored from a checkpoint; 0 on a fresh start
+
+  // The loop's running sums.
+  TrainResult result_;
+  TrainClock::time_point loop_start_;
+  PhaseTimes phase_sum_;
+  double step_ms_sum_ = 0, tokens_sum_ = 0, comm_sum_ = 0;
+  double obs_sum_ = 0;  // time spent in observability code (norms, RSS, metrics lines)
+  int timed_steps_ = 0;
+  std::vector<double> timed_step_ms_;
+};
+
+}  // namespace trainscope::train
+
+#endif  // TRAINSCOPE_SRC_TRAIN_TRAINER_IMPL_H_
