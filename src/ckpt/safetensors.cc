@@ -43,7 +43,7 @@ const DTypeInfo* Find(std::string_view s) {
 
 bool MulOk(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
-std::string ShapeText(const std::vector<uint64_t>& shape) {
+std::string ShapeForError(const std::vector<uint64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
   return s + "]";
@@ -97,10 +97,10 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& path, const std::strin
     uint64_t want = 0;
     std::string why;
     if (!ByteSize(*d, e.shape, &want, &why)) {
-      return bad(absl::StrCat("shape ", ShapeText(e.shape), " of ", e.dtype, ": ", why));
+      return bad(absl::StrCat("shape ", ShapeForError(e.shape), " of ", e.dtype, ": ", why));
     }
     if (want != en - b) {
-      return bad(absl::StrCat("shape ", ShapeText(e.shape), " of ", e.dtype, " needs ", want,
+      return bad(absl::StrCat("shape ", ShapeForError(e.shape), " of ", e.dtype, " needs ", want,
                               " bytes, data_offsets span ", en - b));
     }
   }
@@ -218,9 +218,9 @@ absl::StatusOr<std::string> EncodeHeader(const std::vector<TensorView>& tensors,
     uint64_t want = 0;
     std::string why;
     if (!ByteSize(*d, t.shape, &want, &why) || want != t.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(t.name, ": shape ", ShapeText(t.shape), " of ",
-                                                     t.dtype, " needs ", want, " bytes, given ",
-                                                     t.bytes, " ", why));
+      return absl::InvalidArgumentError(absl::StrCat(t.name, ": shape ", ShapeForError(t.shape),
+                                                     " of ", t.dtype, " needs ", want,
+                                                     " bytes, given ", t.bytes, " ", why));
     }
     if (t.name == "__metadata__" || j.contains(t.name)) {
       return absl::InvalidArgumentError(absl::StrCat(t.name, ": tensor name repeated or reserved"));

@@ -22,7 +22,7 @@ struct EnvArgs {
   std::string matrix;       // check --matrix
 };
 
-void Print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+void Emit(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
 // JSON text of a document that may carry bytes from the command line or the machine (file
 // names, environment values): invalid UTF-8 becomes U+FFFD instead of an exception.
@@ -46,10 +46,10 @@ int RunFingerprint(const EnvArgs& args) {
     if (!st.ok()) return ReportAndExitCode("env fingerprint", st);
   }
   if (args.json) {
-    Print(doc);
+    Emit(doc);
   } else {
-    Print(env::RenderFingerprintSummary(*fp));
-    if (!args.output.empty()) Print("fingerprint written to " + args.output + "\n");
+    Emit(env::RenderFingerprintSummary(*fp));
+    if (!args.output.empty()) Emit("fingerprint written to " + args.output + "\n");
   }
   return kExitOk;
 }
@@ -61,9 +61,9 @@ int RunDiff(const EnvArgs& args) {
   if (!b.ok()) return ReportAndExitCode("env diff", b.status());
   env::DiffResult d = env::Diff(*a, *b);
   if (args.json) {
-    Print(Dump(env::DiffToJson(d, args.a, args.b)));
+    Emit(Dump(env::DiffToJson(d, args.a, args.b)));
   } else {
-    Print(env::RenderDiff(d, args.a, args.b));
+    Emit(env::RenderDiff(d, args.a, args.b));
   }
   return d.version_differences > 0 ? kExitProblems : kExitOk;
 }
@@ -81,9 +81,9 @@ int RunCheck(const EnvArgs& args) {
   if (!fp.ok()) return ReportAndExitCode("env check", fp.status());
   env::CheckResult r = env::Check(*fp, matrix);
   if (args.json) {
-    Print(Dump(env::CheckResultToJson(r)));
+    Emit(Dump(env::CheckResultToJson(r)));
   } else {
-    Print(env::RenderCheck(r));
+    Emit(env::RenderCheck(r));
   }
   return r.passed() ? kExitOk : kExitProblems;
 }

@@ -30,7 +30,7 @@
 namespace trainscope {
 namespace {
 
-enum SlotState : int { kIdle = 0, kAsked = 1, kBusy = 2, kDone = 3 };
+enum StackSlotState : int { kIdle = 0, kAsked = 1, kBusy = 2, kDone = 3 };
 
 struct Slot {
   std::atomic<int64_t> tid{0};

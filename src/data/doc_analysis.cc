@@ -30,10 +30,6 @@ inline uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
   return x;
 }
 
-inline bool IsSpace(unsigned char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
-}
-
 // ASCII punctuation and symbols become separators for shingling (datatrove's
 // remove_punctuation, restricted to ASCII).
 inline bool IsShingleSep(unsigned char c) {

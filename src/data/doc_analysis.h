@@ -21,6 +21,11 @@ class Tokenizer;
 
 namespace trainscope::data {
 
+// ASCII whitespace (the C locale's isspace), for the byte-level scanners.
+inline bool IsSpace(unsigned char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
 // Noise flags, one bit each. Names (FlagName) are the strings in verdicts and reports.
 enum DocFlag : int {
   kFlagEmpty = 0,

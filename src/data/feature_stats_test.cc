@@ -34,9 +34,9 @@
 namespace trainscope::data {
 namespace {
 
-std::string Tmp(const std::string& name) { return ::testing::TempDir() + "/fs_" + name; }
+std::string FsTmp(const std::string& name) { return ::testing::TempDir() + "/fs_" + name; }
 
-void WriteFile(const std::string& path, const std::string& data) {
+void WriteFsFile(const std::string& path, const std::string& data) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(data.data(), static_cast<std::streamsize>(data.size()));
   ASSERT_TRUE(f.good()) << path;
@@ -95,8 +95,8 @@ bool InChild(const std::function<bool()>& check, unsigned seconds) {
 // ---- .npy
 
 TEST(FeatureStatsNpy, ShapeOfTwoToThe64MinusOneIsAnErrorNotACrash) {
-  const std::string p = Tmp("max_dim.npy");
-  WriteFile(p, NpyShape("<f4", "(18446744073709551615,)", Floats({1, 2})));
+  const std::string p = FsTmp("max_dim.npy");
+  WriteFsFile(p, NpyShape("<f4", "(18446744073709551615,)", Floats({1, 2})));
   auto r = FeatureStatsOfFile(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -107,24 +107,24 @@ TEST(FeatureStatsNpy, ShapeOfTwoToThe64MinusOneIsAnErrorNotACrash) {
 }
 
 TEST(FeatureStatsNpy, OverflowingElementCountIsAnError) {
-  const std::string p = Tmp("overflow.npy");
+  const std::string p = FsTmp("overflow.npy");
   // 2^32 * 2^32 wraps to 0 elements in 64 bits: "fits" any file without the check.
-  WriteFile(p, NpyShape("<f4", "(4294967296, 4294967296)", ""));
+  WriteFsFile(p, NpyShape("<f4", "(4294967296, 4294967296)", ""));
   auto r = FeatureStatsOfFile(p);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(Message(r).find("shape (4294967296, 4294967296) of float32: the element count "
                             "overflows 64 bits"),
             std::string::npos)
       << r.status();
-  WriteFile(p, NpyShape("<f4", "(99999999999999999999,)", ""));
+  WriteFsFile(p, NpyShape("<f4", "(99999999999999999999,)", ""));
   r = FeatureStatsOfFile(p);
   EXPECT_NE(Message(r).find("header: shape: dimension 0 does not fit 64 bits"), std::string::npos)
       << r.status();
 }
 
 TEST(FeatureStatsNpy, EmptyArrayWithHugeLastAxisAllocatesNothing) {
-  const std::string p = Tmp("empty_wide.npy");
-  WriteFile(p, NpyShape("<f4", "(0, 9223372036854775807)", ""));
+  const std::string p = FsTmp("empty_wide.npy");
+  WriteFsFile(p, NpyShape("<f4", "(0, 9223372036854775807)", ""));
   EXPECT_TRUE(InChild(
       [&] {
         auto r = FeatureStatsOfFile(p);
@@ -135,8 +135,8 @@ TEST(FeatureStatsNpy, EmptyArrayWithHugeLastAxisAllocatesNothing) {
 }
 
 TEST(FeatureStatsNpy, DeclaredSizeMustMatchTheFileExactly) {
-  const std::string p = Tmp("sizes.npy");
-  WriteFile(p, NpyShape("<f4", "(2,)", Floats({1, 2, 3})));  // 4 trailing bytes
+  const std::string p = FsTmp("sizes.npy");
+  WriteFsFile(p, NpyShape("<f4", "(2,)", Floats({1, 2, 3})));  // 4 trailing bytes
   auto r = FeatureStatsOfFile(p);
   ASSERT_FALSE(r.ok()) << "statistics from a header that does not match the file";
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -145,7 +145,7 @@ TEST(FeatureStatsNpy, DeclaredSizeMustMatchTheFileExactly) {
             std::string::npos)
       << r.status();
 
-  WriteFile(p, NpyShape("<f4", "(100,)", Floats({1})));
+  WriteFsFile(p, NpyShape("<f4", "(100,)", Floats({1})));
   r = FeatureStatsOfFile(p);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
@@ -155,14 +155,14 @@ TEST(FeatureStatsNpy, DeclaredSizeMustMatchTheFileExactly) {
       << r.status();
 
   // The shape that matches gives statistics.
-  WriteFile(p, NpyShape("<f4", "(3,)", Floats({1, 2, 3})));
+  WriteFsFile(p, NpyShape("<f4", "(3,)", Floats({1, 2, 3})));
   r = FeatureStatsOfFile(p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->arrays[0].features[0].mean, 2);
 }
 
 TEST(FeatureStatsNpy, MalformedHeadersNameTheField) {
-  const std::string p = Tmp("hdr.npy");
+  const std::string p = FsTmp("hdr.npy");
   struct Case {
     std::string file, expect;
   };
@@ -182,7 +182,7 @@ TEST(FeatureStatsNpy, MalformedHeadersNameTheField) {
        "header: expected ',' or '}'"},
   };
   for (const Case& c : cases) {
-    WriteFile(p, c.file);
+    WriteFsFile(p, c.file);
     auto r = FeatureStatsOfFile(p);
     ASSERT_FALSE(r.ok()) << c.expect;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
@@ -193,7 +193,7 @@ TEST(FeatureStatsNpy, MalformedHeadersNameTheField) {
   std::string big = "\x93NUMPY\x02";
   big += '\0';
   big += std::string("\xff\xff\xff\x7f", 4);
-  WriteFile(p, big + "{}");
+  WriteFsFile(p, big + "{}");
   auto r = FeatureStatsOfFile(p);
   EXPECT_NE(Message(r).find("byte 8: header length 2147483647 exceeds the limit"),
             std::string::npos)
@@ -203,7 +203,7 @@ TEST(FeatureStatsNpy, MalformedHeadersNameTheField) {
 // ---- safetensors
 
 TEST(FeatureStatsSafetensors, HostileHeadersAreOneLineErrorsNamingTensorAndField) {
-  const std::string p = Tmp("bad.safetensors");
+  const std::string p = FsTmp("bad.safetensors");
   const std::string w24 = Floats({1, 2, 3, 4, 5, 6});
   struct Case {
     std::string header, data, expect;
@@ -250,7 +250,7 @@ TEST(FeatureStatsSafetensors, HostileHeadersAreOneLineErrorsNamingTensorAndField
       {R"([1,2])", "", "byte 8: header is not a JSON object"},
   };
   for (const Case& c : cases) {
-    WriteFile(p, Safetensors(c.header, c.data));
+    WriteFsFile(p, Safetensors(c.header, c.data));
     absl::StatusOr<FeatureReport> r;
     ASSERT_NO_THROW(r = FeatureStatsOfFile(p)) << c.header;
     ASSERT_FALSE(r.ok()) << c.header;
@@ -262,11 +262,11 @@ TEST(FeatureStatsSafetensors, HostileHeadersAreOneLineErrorsNamingTensorAndField
 }
 
 TEST(FeatureStatsSafetensors, HeaderLengthChecks) {
-  const std::string p = Tmp("len.safetensors");
+  const std::string p = FsTmp("len.safetensors");
   std::string f = Safetensors("{}", "");
   uint64_t n = 1000;
   std::memcpy(f.data(), &n, 8);
-  WriteFile(p, f);
+  WriteFsFile(p, f);
   auto r = FeatureStatsOfFile(p);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(Message(r).find("byte 8: header of 1000 bytes runs past the end (the file has 10)"),
@@ -274,7 +274,7 @@ TEST(FeatureStatsSafetensors, HeaderLengthChecks) {
       << r.status();
   n = ~uint64_t{0};
   std::memcpy(f.data(), &n, 8);
-  WriteFile(p, f);
+  WriteFsFile(p, f);
   r = FeatureStatsOfFile(p);
   EXPECT_NE(Message(r).find("header length 18446744073709551615 exceeds the format's limit of "
                             "100000000 bytes"),
@@ -283,18 +283,18 @@ TEST(FeatureStatsSafetensors, HeaderLengthChecks) {
 }
 
 TEST(FeatureStatsSafetensors, ValidFilesAndDtypesNotDecoded) {
-  const std::string p = Tmp("ok.safetensors");
+  const std::string p = FsTmp("ok.safetensors");
   // Offsets out of name order are fine as long as they tile the data section.
   std::string data = Floats({1, 2, 3, 4});
   data += std::string("\x01\x00\x02\x00", 4);  // U16 [1, 2]
   data += std::string("\x7f\x7f", 2);          // F8_E4M3 [2]
   data += std::string("\xab", 1);              // unknown dtype Q8 [1]
-  WriteFile(p, Safetensors(R"({"z":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
-                           R"("a":{"dtype":"U16","shape":[2],"data_offsets":[16,20]},)"
-                           R"("f8":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[20,22]},)"
-                           R"("q":{"dtype":"Q8","shape":[1],"data_offsets":[22,23]},)"
-                           R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[23,23]}})",
-                           data));
+  WriteFsFile(p, Safetensors(R"({"z":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                             R"("a":{"dtype":"U16","shape":[2],"data_offsets":[16,20]},)"
+                             R"("f8":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[20,22]},)"
+                             R"("q":{"dtype":"Q8","shape":[1],"data_offsets":[22,23]},)"
+                             R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[23,23]}})",
+                             data));
   auto r = FeatureStatsOfFile(p);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->arrays.size(), 5u);
@@ -317,8 +317,8 @@ TEST(FeatureStatsSafetensors, ValidFilesAndDtypesNotDecoded) {
 // ---- CSV
 
 TEST(FeatureStatsCsv, InvalidUtf8SurvivesJsonOutput) {
-  const std::string p = Tmp("utf8.csv");
-  WriteFile(p, "caf\xe9,ok\xff\xfe\n1,2\n3,4\n");
+  const std::string p = FsTmp("utf8.csv");
+  WriteFsFile(p, "caf\xe9,ok\xff\xfe\n1,2\n3,4\n");
   auto r = FeatureStatsOfFile(p);
   ASSERT_TRUE(r.ok()) << r.status();
   std::string out;
@@ -331,10 +331,10 @@ TEST(FeatureStatsCsv, InvalidUtf8SurvivesJsonOutput) {
 
 TEST(FeatureStatsCsv, LineEndingsLfCrlfAndCrOnly) {
   for (const char* eol : {"\n", "\r\n", "\r"}) {
-    const std::string p = Tmp("eol.csv");
+    const std::string p = FsTmp("eol.csv");
     std::string text;
     for (const char* line : {"a,b", "1,10", "2,20", "", "3,30"}) text += std::string(line) + eol;
-    WriteFile(p, text);
+    WriteFsFile(p, text);
     auto r = FeatureStatsOfFile(p);
     ASSERT_TRUE(r.ok()) << r.status();
     const auto& a = r->arrays[0];
@@ -343,31 +343,31 @@ TEST(FeatureStatsCsv, LineEndingsLfCrlfAndCrOnly) {
     EXPECT_EQ(a.features[0].name, "a");
     EXPECT_DOUBLE_EQ(a.features[1].mean, 20);
     // Line numbers count \r\n once: the ragged row is on line 6.
-    WriteFile(p, text + "4" + eol);
+    WriteFsFile(p, text + "4" + eol);
     r = FeatureStatsOfFile(p);
     EXPECT_NE(Message(r).find(p + ":6: 1 fields, header has 2"), std::string::npos) << r.status();
   }
 }
 
 TEST(FeatureStatsCsv, QuotedFieldsPerRfc4180) {
-  const std::string p = Tmp("quoted.csv");
-  WriteFile(p,
-            "id,\"name, full\",\"x\"\r\n"
-            "1,\"Smith, \"\"Jo\"\"\",2.5\r\n"
-            "2,\"two\r\nlines\",3.5\r\n"
-            "3,plain,\" 4.5 \"\r\n"
-            "4,\"\",5.5\r\n"
-            "5\r\n");
+  const std::string p = FsTmp("quoted.csv");
+  WriteFsFile(p,
+              "id,\"name, full\",\"x\"\r\n"
+              "1,\"Smith, \"\"Jo\"\"\",2.5\r\n"
+              "2,\"two\r\nlines\",3.5\r\n"
+              "3,plain,\" 4.5 \"\r\n"
+              "4,\"\",5.5\r\n"
+              "5\r\n");
   auto r = FeatureStatsOfFile(p);
   ASSERT_FALSE(r.ok());
   // The ragged row is reported on its own line, after a quoted line break.
   EXPECT_NE(Message(r).find(p + ":7: 1 fields, header has 3"), std::string::npos) << r.status();
-  WriteFile(p,
-            "id,\"name, full\",\"x\"\r\n"
-            "1,\"Smith, \"\"Jo\"\"\",2.5\r\n"
-            "2,\"two\r\nlines\",3.5\r\n"
-            "3,plain,\" 4.5 \"\r\n"
-            "4,\"\",5.5\r\n");
+  WriteFsFile(p,
+              "id,\"name, full\",\"x\"\r\n"
+              "1,\"Smith, \"\"Jo\"\"\",2.5\r\n"
+              "2,\"two\r\nlines\",3.5\r\n"
+              "3,plain,\" 4.5 \"\r\n"
+              "4,\"\",5.5\r\n");
   r = FeatureStatsOfFile(p);
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& f = r->arrays[0].features;
@@ -381,10 +381,10 @@ TEST(FeatureStatsCsv, QuotedFieldsPerRfc4180) {
 }
 
 TEST(FeatureStatsCsv, OverlongRecordsAreCountedNotBuffered) {
-  const std::string p = Tmp("long.csv");
+  const std::string p = FsTmp("long.csv");
   FeatureStatsOptions o;
   o.max_record_bytes = 64;
-  WriteFile(
+  WriteFsFile(
       p, "a,b\n1,2\n" + std::string(1000, '7') + ",1\n3,4\n\"" + std::string(200, 'q') + "\n5,6\n");
   auto r = FeatureStatsOfFile(p, o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -404,7 +404,7 @@ TEST(FeatureStatsCsv, OverlongRecordsAreCountedNotBuffered) {
   EXPECT_EQ(FeatureReportToJson(*r)["bad_records"]["oversized_record"], 2);
 
   // The default cap (1 MiB): a 3 MiB line is counted, and memory stays small.
-  WriteFile(p, "a\n1\n" + std::string(3 << 20, '9') + "\n2\n");
+  WriteFsFile(p, "a\n1\n" + std::string(3 << 20, '9') + "\n2\n");
   EXPECT_TRUE(InChild(
       [&] {
         auto d = FeatureStatsOfFile(p);
@@ -413,7 +413,7 @@ TEST(FeatureStatsCsv, OverlongRecordsAreCountedNotBuffered) {
       20));
 
   // A quote never closed: the record is counted, the rows before it are kept.
-  WriteFile(p, "a,b\n1,2\n3,\"4\n5,6\n");
+  WriteFsFile(p, "a,b\n1,2\n3,\"4\n5,6\n");
   r = FeatureStatsOfFile(p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->bad_records.at("unterminated_quote"), 1u);
@@ -424,7 +424,7 @@ TEST(FeatureStatsCsv, OverlongRecordsAreCountedNotBuffered) {
 // ---- files that are not files
 
 TEST(FeatureStatsFiles, DirectoryIsBadInput) {
-  for (const std::string& path : {Tmp("dir.npy"), Tmp("dir.csv")}) {
+  for (const std::string& path : {FsTmp("dir.npy"), FsTmp("dir.csv")}) {
     mkdir(path.c_str(), 0755);
     auto r = FeatureStatsOfFile(path);
     ASSERT_FALSE(r.ok());
@@ -434,7 +434,8 @@ TEST(FeatureStatsFiles, DirectoryIsBadInput) {
 }
 
 TEST(FeatureStatsFiles, DevZeroIsRefusedNotReadForever) {
-  const std::string npy = Tmp("zero.npy"), st = Tmp("zero.safetensors"), csv = Tmp("zero.csv");
+  const std::string npy = FsTmp("zero.npy"), st = FsTmp("zero.safetensors"),
+                    csv = FsTmp("zero.csv");
   for (const std::string& link : {npy, st, csv}) {
     unlink(link.c_str());
     ASSERT_EQ(symlink("/dev/zero", link.c_str()), 0);
@@ -455,7 +456,7 @@ TEST(FeatureStatsFiles, DevZeroIsRefusedNotReadForever) {
 }
 
 TEST(FeatureStatsFiles, FifoNeverBlocksForever) {
-  const std::string npy = Tmp("fifo.npy"), csv = Tmp("fifo.csv");
+  const std::string npy = FsTmp("fifo.npy"), csv = FsTmp("fifo.csv");
   for (const std::string& f : {npy, csv}) {
     unlink(f.c_str());
     ASSERT_EQ(mkfifo(f.c_str(), 0600), 0);

@@ -20,7 +20,7 @@
 namespace trainscope::device {
 namespace {
 
-double Now() {
+double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -49,20 +49,20 @@ absl::StatusOr<MatmulResult> TorchMatmul(const std::string& dtype, int n, int th
     MatmulResult r;
     r.n = n;
     const double flops = 2.0 * n * n * n;
-    double end = Now() + std::max(seconds, 0.01);
+    double end = SteadySeconds() + std::max(seconds, 0.01);
     double best = 0;
     do {
-      double t0 = Now();
+      double t0 = SteadySeconds();
       long k = 0;
       do {
         at::matmul_out(c, a, b);
         ++k;
-      } while (Now() - t0 < 0.05);
-      double dt = Now() - t0;
+      } while (SteadySeconds() - t0 < 0.05);
+      double dt = SteadySeconds() - t0;
       r.iterations += k;
       r.seconds += dt;
       best = std::max(best, flops * k / dt / 1e9);
-    } while (Now() < end);
+    } while (SteadySeconds() < end);
     // A product of random matrices is finite; NaN or inf means a broken kernel.
     if (!c.isfinite().all().item<bool>()) {
       return absl::InternalError(absl::StrCat("matmul ", dtype, " produced non-finite values"));

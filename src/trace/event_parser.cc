@@ -13,7 +13,9 @@
 
 namespace trainscope::trace {
 namespace {
-bool Has(std::string_view s, std::string_view sub) { return s.find(sub) != std::string_view::npos; }
+bool NameHas(std::string_view s, std::string_view sub) {
+  return s.find(sub) != std::string_view::npos;
+}
 bool StartsNoCase(std::string_view s, std::string_view p) {
   if (s.size() < p.size()) return false;
   for (size_t i = 0; i < p.size(); ++i)
@@ -139,12 +141,12 @@ std::string DescribeBadRecords(const ParseStats& s) {
 DeviceKind ClassifyDeviceName(std::string_view n) {
   // HTA checks communication first, then memory, then its list of non-compute names.
   auto starts = [&](std::string_view p) { return n.substr(0, p.size()) == p; };
-  if (starts("nccl") || starts("hip") || starts("hccl") || Has(n, "ncclKernel"))
+  if (starts("nccl") || starts("hip") || starts("hccl") || NameHas(n, "ncclKernel"))
     return DeviceKind::kComm;
   if (starts("Memcpy") || starts("Memset") || starts("hipMemcpy") || starts("hipMemset") ||
       starts("dma"))
     return DeviceKind::kMemory;
-  if (Has(n, "Memcpy") || Has(n, "Memset") || Has(n, "dma") || Has(n, "Sync") ||
+  if (NameHas(n, "Memcpy") || NameHas(n, "Memset") || NameHas(n, "dma") || NameHas(n, "Sync") ||
       starts("Stream Wait Event") || starts("runFunction") || starts("job_exe") ||
       starts("packet") || starts("pe_exe") || starts("cpum_exe_subgraph") ||
       starts("collective_subgraph_execution") ||
@@ -156,12 +158,12 @@ DeviceKind ClassifyDeviceName(std::string_view n) {
 DeviceKind ClassifyAscendName(std::string_view name) {
   auto starts = [&](std::string_view p) { return StartsNoCase(name, p); };
   if (starts("nccl") || starts("hccl") || starts("hcom") || starts("rccl") ||
-      Has(name, "ncclKernel") || Has(name, "ncclDevKernel") || starts("c10d::") ||
+      NameHas(name, "ncclKernel") || NameHas(name, "ncclDevKernel") || starts("c10d::") ||
       starts("gloo:") || starts("allreduce") || starts("all_reduce") || starts("allgather") ||
       starts("reducescatter"))
     return DeviceKind::kComm;
   if (starts("memcpy") || starts("memset") || starts("hipmemcpy") || starts("hipmemset") ||
-      starts("dma") || starts("MEMCPY_ASYNC") || Has(name, "Memcpy") || Has(name, "Memset"))
+      starts("dma") || starts("MEMCPY_ASYNC") || NameHas(name, "Memcpy") || NameHas(name, "Memset"))
     return DeviceKind::kMemory;
   return DeviceKind::kCompute;
 }
@@ -549,7 +551,8 @@ void EventParser::StoreComplete(const RawEvent& r, int64_t offset) {
   e.cat = c;
   if (!r.input_dims.empty() && r.input_dims != "[]")
     e.input_dims = out_->strings.Intern(r.input_dims);
-  if (Has(r.input_type, "double") || Has(r.input_type, "DT_DOUBLE")) e.flags |= kFlagFloat64;
+  if (NameHas(r.input_type, "double") || NameHas(r.input_type, "DT_DOUBLE"))
+    e.flags |= kFlagFloat64;
   if (r.collective) e.flags |= kFlagCollective;
   if (r.correlation.kind != Kind::kAbsent && (e.correlation || r.correlation.text == "0"))
     e.flags |= kFlagHasCorrelation;
@@ -606,7 +609,7 @@ void ClassifyDeviceEvents(RankTrace* t) {
       auto it = device_pids.find(e.pid);
       if (it != device_pids.end() && it->second == DeviceKind::kComm) e.kind = DeviceKind::kComm;
     }
-    if (Has(std::string_view(t->strings.Get(e.name)), "double")) e.flags |= kFlagFloat64;
+    if (NameHas(std::string_view(t->strings.Get(e.name)), "double")) e.flags |= kFlagFloat64;
   }
 }
 

@@ -11,7 +11,7 @@
 namespace trainscope::trace::internal {
 namespace {
 
-std::string Ms(double us) { return absl::StrFormat("%.1f ms", us / 1e3); }
+std::string MsText(double us) { return absl::StrFormat("%.1f ms", us / 1e3); }
 std::string Pc(double pct) { return absl::StrFormat("%.0f%%", pct); }
 // A number for a sentence: no exponent, at most one decimal.
 std::string N(double v) {
@@ -85,11 +85,11 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         absl::StrCat(who, ": iteration gap ", Pc(pct), " of step time (", flagged, " of ",
                      r->steps.size(), " steps above ", Pc(opt.iteration_gap_threshold_pct),
                      "): fix the pipeline before any operator"),
-        absl::StrCat("mean gap ", Ms(gap_sum / r->steps.size()), " per ",
-                     Ms(step_sum / r->steps.size()), " step, ", basis,
+        absl::StrCat("mean gap ", MsText(gap_sum / r->steps.size()), " per ",
+                     MsText(step_sum / r->steps.size()), " step, ", basis,
                      c.key.empty()
                          ? ""
-                         : absl::StrCat("; largest part: ", c.key, " ", Ms(c.us), " per step")),
+                         : absl::StrCat("; largest part: ", c.key, " ", MsText(c.us), " per step")),
         FixFor(c.key));
   }
   // Slow data loader (msprof-analyze: > 10 ms per step), or a large share of the step.
@@ -97,9 +97,9 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
   double step = r->MeanStepUs();
   if (data > opt.dataloader_ms_per_step * 1e3 || (step > 0 && data > 0.1 * step)) {
     Add(r, Severity::kWarning, "slow_dataloader",
-        absl::StrCat(who, ": data loading takes ", Ms(data), " per step (",
+        absl::StrCat(who, ": data loading takes ", MsText(data), " per step (",
                      Pc(step > 0 ? 100 * data / step : 0), " of the step)"),
-        absl::StrCat("DataLoader/data_wait events on the main thread, mean ", Ms(data),
+        absl::StrCat("DataLoader/data_wait events on the main thread, mean ", MsText(data),
                      " per step; threshold ", opt.dataloader_ms_per_step, " ms or 10%"),
         FixFor("data_loading"));
   }
@@ -108,7 +108,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     if (r->idle_pct > 20) {
       Add(r, Severity::kWarning, "device_idle",
           absl::StrCat(who, ": the device is idle ", Pc(r->idle_pct), " of the kernel time"),
-          absl::StrCat("idle ", Ms(r->idle_us), " of ", Ms(r->kernel_time_us)),
+          absl::StrCat("idle ", MsText(r->idle_us), " of ", MsText(r->kernel_time_us)),
           FixFor("host_idle"));
     }
   }
@@ -296,12 +296,12 @@ void CrossRankFindings(const AnalyzeOptions& opt, Report* rep) {
     rep->stragglers.push_back(st);
     std::string cause_text = st.cause.empty() ? "unknown (no host component stands out)" : st.cause;
     if (st.cause == "data_loading") cause_text = "data loading";
-    std::string evidence = absl::StrCat("waits ", Ms(st.comm_us), " per step in collectives vs ",
-                                        Ms(st.others_comm_us), " on the other ranks (least in ",
-                                        st.votes, " of ", st.steps_compared, " steps)");
+    std::string evidence = absl::StrCat(
+        "waits ", MsText(st.comm_us), " per step in collectives vs ", MsText(st.others_comm_us),
+        " on the other ranks (least in ", st.votes, " of ", st.steps_compared, " steps)");
     if (!st.cause.empty()) {
-      absl::StrAppend(&evidence, "; its ", st.cause, " takes ", Ms(st.cause_us), " per step vs ",
-                      Ms(st.others_cause_us), " on the others");
+      absl::StrAppend(&evidence, "; its ", st.cause, " takes ", MsText(st.cause_us),
+                      " per step vs ", MsText(st.others_cause_us), " on the others");
     }
     Finding f{Severity::kError, "straggler",
               absl::StrCat("rank ", st.rank,
@@ -322,7 +322,7 @@ void CrossRankFindings(const AnalyzeOptions& opt, Report* rep) {
     rep->findings.push_back({Severity::kWarning, "step_time_spread",
                              absl::StrCat("step times differ across ranks by ",
                                           Pc(100 * (mx - mn) / mean), " of the mean"),
-                             absl::StrCat("min ", Ms(mn), ", max ", Ms(mx), " per step"),
+                             absl::StrCat("min ", MsText(mn), ", max ", MsText(mx), " per step"),
                              "look at the slowest rank's breakdown side by side"});
   }
 }

@@ -13,7 +13,9 @@
 namespace trainscope::trace::internal {
 namespace {
 
-bool Has(std::string_view s, std::string_view sub) { return s.find(sub) != std::string_view::npos; }
+bool OpHas(std::string_view s, std::string_view sub) {
+  return s.find(sub) != std::string_view::npos;
+}
 
 struct Agg {
   int64_t count = 0;
@@ -22,7 +24,7 @@ struct Agg {
 };
 
 double Us(int64_t ns) { return std::round(ns / 10.0) / 100.0; }  // us, 2 decimals
-double R2(double v) { return std::round(v * 100.0) / 100.0; }
+double Round2(double v) { return std::round(v * 100.0) / 100.0; }
 
 // Top `k` names by total and by self time, with count, mean and p95 (second pass).
 nlohmann::json TopTable(const RankTrace& t, const absl::flat_hash_map<uint32_t, Agg>& agg,
@@ -54,8 +56,8 @@ nlohmann::json TopTable(const RankTrace& t, const absl::flat_hash_map<uint32_t, 
     nlohmann::json j = {{"name", t.strings.Get(n)},
                         {"count", a.count},
                         {"total_us", Us(a.total_ns)},
-                        {"mean_us", R2(a.count ? a.total_ns / 1e3 / a.count : 0)},
-                        {"p95_us", R2(PercentileSorted(d, 95))}};
+                        {"mean_us", Round2(a.count ? a.total_ns / 1e3 / a.count : 0)},
+                        {"p95_us", Round2(PercentileSorted(d, 95))}};
     if (with_self) j["self_us"] = Us(a.self_ns);
     return j;
   };
@@ -84,9 +86,9 @@ bool IsHeavyComputeOp(std::string_view n) {
 }
 
 bool IsGatherScatter(std::string_view n) {
-  return Has(n, "gather") || Has(n, "scatter") || Has(n, "index_select") || Has(n, "index_add") ||
-         Has(n, "index_put") || Has(n, "embedding_dense_backward") || Has(n, "Gather") ||
-         Has(n, "Scatter") || Has(n, "IndexPut");
+  return OpHas(n, "gather") || OpHas(n, "scatter") || OpHas(n, "index_select") ||
+         OpHas(n, "index_add") || OpHas(n, "index_put") || OpHas(n, "embedding_dense_backward") ||
+         OpHas(n, "Gather") || OpHas(n, "Scatter") || OpHas(n, "IndexPut");
 }
 
 bool IsFusible(std::string_view n) {
@@ -95,7 +97,7 @@ bool IsFusible(std::string_view n) {
         "sigmoid", "tanh",        "dropout", "layer_norm", "batch_norm", "group_norm", "rms_norm",
         "softmax", "conv",        "linear",  "bias",       "exp",        "pow",        "clamp",
         "where",   "masked_fill", "Add",     "Mul",        "Gelu",       "Relu",       "Norm"})
-    if (Has(n, k)) return true;
+    if (OpHas(n, k)) return true;
   return false;
 }
 
@@ -105,7 +107,7 @@ std::string KnownPattern(const std::vector<std::string>& names) {
   auto any = [&](std::initializer_list<const char*> keys) {
     for (const auto& n : names)
       for (const char* k : keys)
-        if (Has(n, k)) return true;
+        if (OpHas(n, k)) return true;
     return false;
   };
   if (any({"layer_norm", "rms_norm"}) && any({"add"}) && any({"gelu", "relu", "silu"}))
@@ -178,10 +180,10 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   nlohmann::json frag = {{"short_threshold_us", opt.short_kernel_ns / 1e3}};
   if (!k_members.empty()) {
     frag["kernels"] = static_cast<int64_t>(k_members.size());
-    frag["kernels_per_step"] = R2(k_members.size() / steps);
+    frag["kernels_per_step"] = Round2(k_members.size() / steps);
     frag["short_kernels"] = n_short;
-    frag["short_kernels_pct"] = R2(100.0 * n_short / k_members.size());
-    frag["short_kernels_time_pct"] = R2(k_total ? 100.0 * short_ns / k_total : 0);
+    frag["short_kernels_pct"] = Round2(100.0 * n_short / k_members.size());
+    frag["short_kernels_time_pct"] = Round2(k_total ? 100.0 * short_ns / k_total : 0);
   }
   // First-level aten operators: aten ops without an aten ancestor (what the framework
   // dispatches; their children are its decomposition).
@@ -200,10 +202,10 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   for (uint32_t i : first_level)
     if (ev[i].dur_ns < opt.short_kernel_ns) ++short_ops;
   frag["operators"] = static_cast<int64_t>(first_level.size());
-  frag["operators_per_step"] = R2(first_level.size() / steps);
+  frag["operators_per_step"] = Round2(first_level.size() / steps);
   frag["short_operators"] = short_ops;
   frag["short_operators_pct"] =
-      R2(first_level.empty() ? 0 : 100.0 * short_ops / first_level.size());
+      Round2(first_level.empty() ? 0 : 100.0 * short_ops / first_level.size());
 
   // --- Launch overhead (HTA cuda kernel launch stats): runtime launch <-> kernel by
   // correlation; launch delay = kernel start - launch end. A kernel cannot start before its
@@ -252,14 +254,14 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       // No valid delay at all: the percentiles are null, not a made-up 0.
       nlohmann::json p50, p95;
       if (!delay.empty()) {
-        p50 = R2(pct(delay, 50));
-        p95 = R2(pct(delay, 95));
+        p50 = Round2(pct(delay, 50));
+        p95 = Round2(pct(delay, 95));
       }
       frag["launch"] = {{"launches", static_cast<int64_t>(cpu.size())},
-                        {"cpu_launch_mean_us", R2(sc.mean)},
-                        {"kernel_mean_us", R2(sg.mean)},
+                        {"cpu_launch_mean_us", Round2(sc.mean)},
+                        {"kernel_mean_us", Round2(sg.mean)},
                         {"kernels_shorter_than_launch", short_k},
-                        {"kernels_shorter_than_launch_pct", R2(100.0 * short_k / cpu.size())},
+                        {"kernels_shorter_than_launch_pct", Round2(100.0 * short_k / cpu.size())},
                         {"launch_runtime_outliers", runtime_out},
                         {"launch_delay_p50_us", p50},
                         {"launch_delay_p95_us", p95},
@@ -345,11 +347,11 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   sus["host_device_syncs"] = list(syncs);
   int64_t sync_count = 0;
   for (const auto& [n, a] : syncs) sync_count += a.count;
-  sus["host_device_syncs_per_step"] = R2(sync_count / steps);
+  sus["host_device_syncs_per_step"] = Round2(sync_count / steps);
   double gather_pct = k_total && hv.has_device
                           ? 100.0 * gather_kernel_ns / k_total
                           : (host_self_total ? 100.0 * gather_self / host_self_total : 0);
-  sus["gather_scatter_pct"] = R2(gather_pct);
+  sus["gather_scatter_pct"] = Round2(gather_pct);
   d["suspects"] = sus;
 
   // --- Fusion candidates: frequent sequences of 2-3 consecutive first-level operators on one
