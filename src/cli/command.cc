@@ -104,6 +104,9 @@ int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv) {
 }
 
 void ConfigureRoot(CLI::App& app) {
+  // Usage lines say `trainscope`, not the path the binary was started by (argv[0] would be
+  // e.g. build/bin/trainscope, or trainscope-torch after the exec).
+  app.name("trainscope");
   app.set_version_flag("--version", std::string("trainscope ") + TS_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
