@@ -15,6 +15,7 @@
 #include "trainscope/core/exit.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/data/clean.h"
+#include "trainscope/data/compare.h"
 #include "trainscope/data/feature_stats.h"
 #include "trainscope/data/pack.h"
 #include "trainscope/data/scan.h"
@@ -314,6 +315,52 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
       }
       Print(f->json ? data::PackReportToJson(*rep).dump(2) + "\n" : data::PackReportToText(*rep));
       ctx.exit_code = StrictCheck("pack", *f, rep->bad);
+    });
+  }
+
+  // ---- compare
+  {
+    auto* ref = KeepAlive<std::string>();
+    auto* cand = KeepAlive<std::string>();
+    auto* f = KeepAlive<CorpusFlags>();
+    auto* o = KeepAlive<data::CompareOptions>();
+    CLI::App* cmp = cmd->add_subcommand(
+        "compare",
+        "how well CANDIDATE (a calibration or eval set, a cleaned corpus) covers REFERENCE (real "
+        "traffic, the raw corpus): vocabulary and n-gram coverage, length and token-count "
+        "distances, language mix, feature PSI, least-covered documents; exit 1 when it does not "
+        "(docs/metrics.md \"Corpus coverage\")");
+    cmp->add_option("reference", *ref, "REFERENCE corpus: file, directory or glob")->required();
+    cmp->add_option("candidate", *cand, "CANDIDATE corpus: file, directory or glob")->required();
+    cmp->add_option("--format", f->format, "auto | jsonl | text | megatron")
+        ->check(CLI::IsMember({"auto", "jsonl", "text", "megatron"}));
+    cmp->add_option("--text-field", f->text_field, "JSONL field with the document text");
+    cmp->add_flag("--blocks", f->blocks, "plain text: one document per blank-line block");
+    cmp->add_option("--tokenizer", f->tokenizer,
+                    "SentencePiece .model or HuggingFace tokenizer.json: adds token-id coverage");
+    cmp->add_option("--least-covered", o->least_covered, "REFERENCE documents listed (default 10)")
+        ->check(CLI::NonNegativeNumber);
+    cmp->add_flag("--json", f->json, "machine-readable output");
+    cmp->callback([&ctx, ref, cand, f, o] {
+      o->reader = f->Reader();
+      std::unique_ptr<tokenizer::Tokenizer> tok;
+      if (!f->tokenizer.empty() && f->tokenizer != "byte") {
+        auto t = LoadTokenizerFile(f->tokenizer);
+        if (!t.ok()) {
+          ctx.exit_code = ReportAndExitCode("data compare", t.status());
+          return;
+        }
+        tok = std::move(*t);
+        o->tokenizer = tok.get();
+      }
+      auto rep = data::CompareCorpora({*ref}, {*cand}, *o);
+      if (!rep.ok()) {
+        ctx.exit_code = ReportAndExitCode("data compare", rep.status());
+        return;
+      }
+      Print(f->json ? data::CompareReportToJson(*rep).dump(2) + "\n"
+                    : data::CompareReportToText(*rep));
+      ctx.exit_code = rep->covers ? kExitOk : kExitProblems;
     });
   }
 

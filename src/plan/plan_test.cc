@@ -1,0 +1,182 @@
+#include "trainscope/plan/plan.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/core/fake_os.h"
+
+namespace trainscope::plan {
+namespace {
+
+PlanOptions ZeroPaperOptions() {
+  PlanOptions o;
+  o.model.params = 7.5e9;
+  o.model.layers = 32;
+  o.model.hidden = 4096;
+  o.model.heads = 32;
+  o.model.seq_len = 1024;
+  o.model.vocab = 50304;
+  o.cluster.devices = 64;
+  o.cluster.device_memory_gb = 32;
+  o.global_batch = 64;
+  o.tp = {1};
+  o.pp = {1};
+  o.micro_batch = {1};
+  o.recompute = {Recompute::kFull};
+  return o;
+}
+
+// Rajbhandari et al. 2020, Figure 1: 7.5B parameters, Nd = 64, K = 12.
+TEST(PlanTest, ZeroPaperModelStates) {
+  PlanOptions o = ZeroPaperOptions();
+  const double expected_gb[] = {120.0, 31.40625, 16.640625, 1.875};
+  for (int z = 0; z <= 3; ++z) {
+    Strategy s = Evaluate(o, 7.5e9, 64, 1, 1, z, Recompute::kFull, 1);
+    EXPECT_NEAR((s.memory.params + s.memory.grads + s.memory.optimizer) / 1e9, expected_gb[z], 1e-9)
+        << "ZeRO " << z;
+  }
+}
+
+// Korthikanti et al. 2022 Table 2, bf16: sbh(34 + 5as/h) without parallelism, and the TP,
+// TP+SP, selective and full rows.
+TEST(PlanTest, KorthikantiActivationRows) {
+  ModelShape m;
+  m.layers = 1;
+  m.hidden = 12288;
+  m.heads = 96;
+  m.seq_len = 2048;
+  m.vocab = 51200;
+  const double s = 2048, b = 1, h = 12288, a = 96, t = 8;
+  const Precision p = Precision::kBf16;
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, p, Recompute::kNone, 1, false, 1),
+                   s * b * h * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, p, Recompute::kNone, 8, false, 1),
+                   s * b * h * (10 + 24 / t + 5 * a * s / (h * t)));
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, p, Recompute::kNone, 8, true, 1),
+                   s * b * h / t * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, p, Recompute::kSelective, 8, false, 1),
+                   s * b * h * (10 + 24 / t));
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, p, Recompute::kSelective, 8, true, 1),
+                   s * b * h * 34 / t);
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, p, Recompute::kFull, 1, false, 1), 2 * s * b * h);
+}
+
+// The fp32 eager trainer (src/train/model.cc): 4 B T ((12 + 2r) C + H T) bytes saved per layer,
+// plus two (B, H, T, T) fp32 score tensors live in the current layer.
+TEST(PlanTest, Fp32ActivationsCountedFromTheTrainer) {
+  ModelShape m;
+  m.layers = 1;
+  m.hidden = 32;
+  m.heads = 2;
+  m.seq_len = 32;
+  m.vocab = 257;
+  EXPECT_DOUBLE_EQ(ActivationBytesPerLayer(m, Precision::kFp32, Recompute::kNone, 1, false, 4),
+                   4.0 * 4 * 32 * ((12 + 8) * 32 + 2 * 32));
+  EXPECT_DOUBLE_EQ(AttentionWorkingSet(m, Precision::kFp32, 1, 4), 2.0 * 2 * 32 * 32 * 4 * 4);
+  EXPECT_DOUBLE_EQ(AttentionWorkingSet(m, Precision::kBf16, 1, 4), 0);
+  EXPECT_DOUBLE_EQ(CountParams(m), 22016);  // docs/metrics.md worked check
+}
+
+TEST(PlanTest, BubbleAndCommVolumes) {
+  EXPECT_DOUBLE_EQ(BubbleFraction(1, 8), 0);
+  EXPECT_DOUBLE_EQ(BubbleFraction(4, 8), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(BubbleFraction(8, 1), 7.0 / 8);
+  PlanOptions o = ZeroPaperOptions();
+  Strategy z0 = Evaluate(o, 7.5e9, 64, 1, 1, 0, Recompute::kFull, 1);
+  Strategy z3 = Evaluate(o, 7.5e9, 64, 1, 1, 3, Recompute::kFull, 1);
+  EXPECT_NEAR(z0.comm.dp, 2.0 * 63 / 64 * 7.5e9 * 2, 1);
+  EXPECT_NEAR(z3.comm.dp / z0.comm.dp, 1.5, 1e-12);  // ZeRO-3: 1.5x the all-reduce
+}
+
+TEST(PlanTest, ImpossibleCombinationsAreNamed) {
+  PlanOptions o = ZeroPaperOptions();
+  o.model.layers = 4;
+  o.model.heads = 12;
+  o.model.hidden = 768;
+  o.tp = {1, 8, 128};
+  o.pp = {1, 8};
+  absl::StatusOr<Plan> p = MakePlan(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::string all;
+  for (const Rejected& r : p->rejected) all += r.what + ": " + r.reason + "\n";
+  EXPECT_NE(all.find("tp=8: does not divide the 12 heads"), std::string::npos) << all;
+  EXPECT_NE(all.find("tp=128: more devices than given (64)"), std::string::npos) << all;
+  EXPECT_NE(all.find("pp=8: more stages than the 4 layers"), std::string::npos) << all;
+  for (const Strategy& s : p->strategies) EXPECT_EQ(s.tp * s.pp, 1);
+}
+
+TEST(PlanTest, RecommendsFittingAndRanksByBottleneck) {
+  PlanOptions o = ZeroPaperOptions();
+  o.tp.clear();
+  o.pp.clear();
+  o.recompute.clear();
+  o.micro_batch.clear();
+  o.cluster.nodes = 8;
+  absl::StatusOr<Plan> p = MakePlan(o);
+  ASSERT_TRUE(p.ok());
+  ASSERT_GE(p->recommended, 0);
+  EXPECT_TRUE(p->strategies[p->recommended].fits);
+  for (size_t i = 1; i < p->strategies.size(); ++i) {
+    if (p->strategies[i].fits) {
+      EXPECT_LE(p->strategies[0].step_s, p->strategies[i].step_s);
+    }
+  }
+  Measured comm;
+  comm.bottleneck = Bottleneck::kCommunication;
+  absl::StatusOr<Plan> pc = MakePlan(o, comm);
+  ASSERT_TRUE(pc.ok());
+  for (const Strategy& s : pc->strategies) {
+    if (s.fits) {
+      EXPECT_LE(pc->strategies[0].comm.seconds, s.comm.seconds);
+    }
+  }
+  o.cluster.device_memory_gb = 0.5;  // nothing fits
+  absl::StatusOr<Plan> none = MakePlan(o);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->recommended, -1);
+  EXPECT_NE(none->reason.find("nothing fits"), std::string::npos);
+}
+
+TEST(PlanTest, ReadersAndClassifier) {
+  FakeOs os;
+  os.AddFile(
+      "/c.json",
+      R"({"format":"trainscope.train_config","version":1,"model":{"layers":2,"heads":2,"width":64,)"
+      R"("seq_len":32},"train":{"micro_batch":4,"grad_accum":2}})");
+  absl::StatusOr<ConfigModel> c = ReadTrainConfig(&os, "/c.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers, 2);
+  EXPECT_EQ(c->model.hidden, 64);
+  EXPECT_EQ(c->model.vocab, 257);
+  EXPECT_EQ(c->precision, Precision::kFp32);
+  EXPECT_EQ(c->micro_batch * c->grad_accum, 8);
+  os.AddFile("/bad.json", R"({"model":{"layers":-1}})");
+  absl::StatusOr<ConfigModel> bad = ReadTrainConfig(&os, "/bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("model.layers"), std::string::npos);
+  EXPECT_FALSE(ReadTrainConfig(&os, "/missing.json").ok());
+
+  os.AddFile(
+      "/comm.json",
+      R"({"format":"trainscope.selftest.comm","results":[{"op":"all_reduce","bytes":1024,"busbw_gbps":1.0},)"
+      R"({"op":"all_reduce","bytes":1048576,"busbw_gbps":3.5},{"op":"all_gather","bytes":4194304,"busbw_gbps":9}]})");
+  absl::StatusOr<double> bw = ReadSelftestBusBw(&os, "/comm.json");
+  ASSERT_TRUE(bw.ok());
+  EXPECT_DOUBLE_EQ(*bw, 3.5);
+
+  nlohmann::json a = nlohmann::json::parse(
+      R"({"format":"trainscope.trace.analysis","ranks":[{"per_step":[
+        {"step_us":100,"comm_us":40,"host_breakdown":{"data_loading_us":5,"comm_wait_us":35}}]}]})");
+  absl::StatusOr<Measured> m = ClassifyAnalysis(a, "x");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->bottleneck, Bottleneck::kCommunication);
+  a["ranks"][0]["per_step"][0]["host_breakdown"]["data_loading_us"] = 50;
+  EXPECT_EQ(ClassifyAnalysis(a, "x")->bottleneck, Bottleneck::kData);
+  a["ranks"][0]["per_step"][0]["host_breakdown"] = {{"data_loading_us", 1}, {"comm_wait_us", 2}};
+  EXPECT_EQ(ClassifyAnalysis(a, "x")->bottleneck, Bottleneck::kCompute);
+  EXPECT_FALSE(ClassifyAnalysis(nlohmann::json::object(), "x").ok());
+}
+
+}  // namespace
+}  // namespace trainscope::plan
