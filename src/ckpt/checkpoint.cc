@@ -5,6 +5,7 @@
 #include "trainscope/ckpt/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -328,10 +329,30 @@ absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep)
       ++kept;
       continue;
     }
+    // Renamed out of the step-<N> namespace first: a kill during remove_all would otherwise
+    // leave a step-<N> without its manifest, which reads as a damaged checkpoint.
     std::error_code ec;
-    fs::remove_all(p, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat(p, ": cannot remove: ", ec.message()));
+    const std::string doomed = absl::StrCat(p, ".deleting-", ::getpid());
+    if (::rename(p.c_str(), doomed.c_str()) != 0) return ErrnoStatus(p, "cannot rename for removal");
+    fs::remove_all(doomed, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat(doomed, ": cannot remove: ", ec.message()));
     removed.push_back(p);
+  }
+  // Leftovers of removals a kill interrupted.
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    bool tmp = false;
+    int pid = 0;
+    const size_t at = name.find(".tmp-");
+    // A temporary directory of a writer that is gone (killed mid-save).
+    const bool dead_writer = StepFromName(name, &tmp) >= 0 && tmp &&
+                             absl::SimpleAtoi(name.substr(at + 5), &pid) && pid > 0 &&
+                             pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (dead_writer || (absl::StartsWith(name, "step-") && absl::StrContains(name, ".deleting-"))) {
+      std::error_code ec2;
+      fs::remove_all(it->path(), ec2);
+    }
   }
   return removed;
 }

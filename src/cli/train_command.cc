@@ -1,4 +1,4 @@
-// `trainscope train --config FILE [--run-dir DIR]`: the reference trainer.
+// `trainscope train --config FILE [--run-dir DIR] [--resume latest|PATH]`: the reference trainer.
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,6 +35,7 @@ struct TrainFlags {
   int sweep_steps = 20;
   double comm_timeout_s = -1;  // -1: comm.timeout_s of the config
   std::vector<std::string> inject;
+  std::string resume;  // "", "latest" or a checkpoint path
 };
 
 // An exception thrown on a thread nobody can catch on (gloo's network thread raises when
@@ -145,6 +146,8 @@ int RunTrain(const TrainFlags& f) {
   o.dump_request = DumpOnSignal::requests();
   o.on_watchdog_started = [&dump_signal] { dump_signal.emplace(); };
   o.inject = *std::move(inject);
+  o.resume = f.resume;
+  o.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   // A stuck or failed collective ends the rank at once, the dumps already on disk: one line
   // naming the op and its sequence number, exit 1 (a blocked training thread cannot unwind).
   g_previous_terminate = std::set_terminate(TerminateWithHangDump);
@@ -250,6 +253,10 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                   "exit:rank=R,step=S,code=C (docs/formats.md)")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--resume", flags->resume,
+                  "continue from a checkpoint: 'latest' (the newest complete one in the run's "
+                  "checkpoint folder; a fresh start when there is none) or a step-<N> path; "
+                  "metrics are appended to the same run directory");
   cmd->add_flag("--sweep-workers", flags->sweep,
                 "measure step time for several data.num_workers values and report the best");
   cmd->add_option("--sweep-values", flags->sweep_values, "num_workers values to sweep (0,1,2,4)");

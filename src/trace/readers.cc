@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -364,6 +365,18 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
     }
     t->phase_steps.push_back(std::move(ps));
     ++t->stats.events_kept;
+  }
+  // A resumed trainer run appends to the same file and repeats the steps after its
+  // checkpoint: the last record of a step wins.
+  std::map<int64_t, size_t> last_of_step;
+  for (size_t i = 0; i < t->phase_steps.size(); ++i) last_of_step[t->phase_steps[i].step] = i;
+  if (last_of_step.size() != t->phase_steps.size()) {
+    std::vector<PhaseStep> kept;
+    for (size_t i = 0; i < t->phase_steps.size(); ++i) {
+      if (last_of_step[t->phase_steps[i].step] == i) kept.push_back(std::move(t->phase_steps[i]));
+    }
+    t->stats.events_kept -= static_cast<int64_t>(t->phase_steps.size() - kept.size());
+    t->phase_steps = std::move(kept);
   }
   t->stats.bytes = static_cast<int64_t>(text.size());
   if (t->phase_steps.empty()) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/core/os.h"
@@ -218,7 +219,8 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read metrics file"));
   std::string line;
-  int64_t line_no = 0, steps = 0;
+  int64_t line_no = 0;
+  std::set<int64_t> step_numbers;  // a step a resumed run repeated counts once
   MetricsFileInfo info;
   int64_t last_step = 0;
   auto bad = [&](const std::string& why) {
@@ -236,9 +238,20 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
     if (!j.contains("type") || !j["type"].is_string()) return bad("missing string key \"type\"");
     const std::string type = j["type"];
     std::string why;
-    if (info.ended) return bad("a line after the end record");
-    if (line_no == 1) {
-      if (type != "header") return bad("first line is not the header");
+    // A resumed run appends a new segment (header, steps from the checkpoint's step + 1,
+    // end) to the file of the run it continues; only a header may follow an end record.
+    if (info.ended && type != "header") return bad("a line after the end record");
+    if (line_no == 1 && type != "header") return bad("first line is not the header");
+    if (type == "header") {
+      ++info.segments;
+      info.ended = false;
+      last_step = 0;
+      if (j.contains("resumed_from_step")) {
+        if (!IsInt(j["resumed_from_step"])) return bad("key \"resumed_from_step\" is not an integer");
+        last_step = j["resumed_from_step"].get<int64_t>();
+      } else if (line_no > 1) {
+        return bad("a header after line 1 without \"resumed_from_step\"");
+      }
       if (j.value("format", "") != kMetricsFormat)
         return bad("format is not trainscope.train_metrics");
       if (j.value("version", 0) != kMetricsVersion) return bad("unsupported version");
@@ -273,7 +286,7 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
         int64_t s = j["step"].get<int64_t>();
         if (s <= last_step) why = absl::StrCat("step ", s, " does not increase");
         last_step = s;
-        ++steps;
+        step_numbers.insert(s);
       }
     } else if (type == "layer_norms") {
       why = CheckFields(j, {{"step", IsInt, "an integer"},
@@ -309,6 +322,12 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
         info.end.time_unix_us = j["time_unix_us"].get<int64_t>();
         info.end.elapsed_s = j["elapsed_s"].is_number() ? j["elapsed_s"].get<double>() : 0;
       }
+    } else if (type == "checkpoint") {
+      why = CheckFields(j, {{"step", IsInt, "an integer"},
+                            {"path", [](const json& v) { return v.is_string(); }, "a string"},
+                            {"bytes", IsInt, "an integer"},
+                            {"write_ms", IsNum, "a number"},
+                            {"ok", [](const json& v) { return v.is_boolean(); }, "a boolean"}});
     } else if (type == "event" || type == "summary" || type == "error") {
       // free-form payloads, documented per event
     } else {
@@ -317,7 +336,7 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
     if (!why.empty()) return bad(why);
   }
   if (line_no == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty metrics file"));
-  info.steps = steps;
+  info.steps = static_cast<int64_t>(step_numbers.size());
   info.state = info.ended ? info.end.reason : "running_or_killed";
   return info;
 }

@@ -86,6 +86,7 @@ absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& conf
     o.distributed_from_env = false;
     o.on_step = nullptr;
     o.write_weights = false;
+    o.resume.clear();
     o.run_dir = absl::StrCat(options.run_dir, "/sweep/workers", w);
     TS_ASSIGN_OR_RETURN(TrainResult r, Train(c, o));
     WorkerSweepRow row;

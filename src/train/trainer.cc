@@ -447,7 +447,7 @@ absl::Status Trainer::OpenMetrics() {
                  {"tokens_per_step", result_.tokens_per_step},
                  {"corpus", CorpusStatsToJson(corpus_.stats)},
                  {"config", TrainConfigToJson(config_)}};
-  if (start_step_ > 0) {
+  if (!options_.resume.empty()) {  // 0 and "": --resume found nothing, a fresh start
     header["resumed_from_step"] = start_step_;
     header["resumed_from"] = result_.resumed_from;
   }
@@ -634,14 +634,15 @@ std::string Trainer::CheckpointDir() const {
   return options_.run_dir + "/" + d;
 }
 
-// xxh3-64 of the config with the keys that do not change the training arithmetic left out
-// (run length limits, logging, loader threads, checkpointing, timeouts): a resumed run must
-// have the same hash to continue bit for bit.
+// xxh3-64 of the config with the keys that do not change the state's meaning left out (run
+// length: train.steps may grow to extend a run, the LR schedule then follows the new length;
+// time limits, logging, loader threads, checkpointing, timeouts): a resumed run must have the
+// same hash.
 std::string Trainer::ConfigHash() const {
   json j = TrainConfigToJson(config_);
   j.erase("checkpoint");
   j.erase("comm");
-  for (const char* k : {"max_seconds", "log_every", "layer_norms_every", "observability",
+  for (const char* k : {"steps", "max_seconds", "log_every", "layer_norms_every", "observability",
                         "keep_host_memory", "target_loss"}) {
     j["train"].erase(k);
   }
@@ -764,19 +765,30 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, cons
 
 absl::StatusOr<std::string> Trainer::ResolveResume() {
   // Rank 0 decides, so that every rank loads the same step even while files change.
+  // step: -1 a fresh start, -2 rank 0 refused (its error says why).
   int64_t step = -1;
   std::string path;
+  absl::Status refused;
   if (world_.rank == 0) {
-    TS_ASSIGN_OR_RETURN(ResumePlan plan, PlanResume(options_.resume, CheckpointDir()));
-    if (options_.on_notice) options_.on_notice(plan.notice);
-    path = plan.path;
-    step = plan.path.empty() ? -1 : plan.step;
+    absl::StatusOr<ResumePlan> plan = PlanResume(options_.resume, CheckpointDir());
+    if (plan.ok()) {
+      if (options_.on_notice) options_.on_notice(plan->notice);
+      path = plan->path;
+      step = plan->path.empty() ? -1 : plan->step;
+    } else {
+      refused = plan.status();
+      step = -2;
+    }
   }
 #ifdef TS_TRAIN_WITH_COMM
   if (world_.comm) {
     int64_t v = step;
     TS_RETURN_IF_ERROR(world_.comm->Broadcast(&v, 1, comm::DType::kInt64, 0));
     step = v;
+    if (world_.rank != 0 && step == -2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", world_.rank, ": rank 0 refused --resume ", options_.resume, " (its log says why)"));
+    }
     if (world_.rank != 0 && step >= 0) {
       path = options_.resume == "latest" ? absl::StrCat(CheckpointDir(), "/step-", step)
                                          : options_.resume;
@@ -790,6 +802,7 @@ absl::StatusOr<std::string> Trainer::ResolveResume() {
     }
   }
 #endif
+  if (!refused.ok()) return refused;
   return path;
 }
 

@@ -106,6 +106,9 @@ absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path)
 
 // Deletes complete checkpoints under `dir` beyond the newest `keep`, never an anomaly one
 // and never an incomplete one. Returns the removed paths. keep <= 0 keeps everything.
+// Crash-safe: each is renamed to step-<N>.deleting-<pid> (outside the step-<N> names every
+// reader lists) before it is removed; such leftovers of a killed removal are removed too,
+// and so are step-<N>.tmp-<pid> folders whose writer process no longer exists.
 absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep);
 
 }  // namespace trainscope::ckpt

@@ -133,7 +133,8 @@ nlohmann::json EndRecordToJson(const EndRecord& end);
 
 // What a metrics file says about its run.
 struct MetricsFileInfo {
-  int64_t steps = 0;  // step lines
+  int64_t steps = 0;  // distinct steps (a step a resumed run repeated counts once)
+  int segments = 0;   // headers: 1 + the resumed runs that appended to the file
   // false: no end record, the run is still going or was killed before it could write one.
   bool ended = false;
   EndRecord end;  // when ended
@@ -146,7 +147,8 @@ struct MetricsFileInfo {
 
 // Checks a metrics file against the documented format: header first with format/version,
 // every line a JSON object of a known type with the documented keys and types, steps
-// increasing, nothing after an end record. InvalidArgument naming the file and line.
+// increasing within a segment, nothing but a resumed run's header (with resumed_from_step,
+// after which steps restart above it) after an end record. InvalidArgument naming the file and line.
 absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path);
 
 }  // namespace trainscope::train
