@@ -77,11 +77,37 @@ int InternalError(const CLI::App& app, const char* what) {
   _exit(kExitInternal);
 }
 
+// The first argument that is not a root flag, when it names no verb; "" otherwise.
+std::string UnknownVerb(const CLI::App& app, int argc, char** argv) {
+  int i = 1;
+  while (i < argc && argv[i][0] == '-') ++i;
+  if (i >= argc) return "";
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(argv[i])) return "";
+  }
+  return argv[i];
+}
+
+std::string VerbList(const CLI::App& app) {
+  std::string list;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (!list.empty()) list += ", ";
+    list += sub->get_name();
+  }
+  return list;
+}
+
 }  // namespace
 
 int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv) {
   g_command_line = new std::string(JoinArgs(argc, argv));  // lives as long as the process
   std::set_terminate(OnTerminate);
+  if (const std::string unknown = UnknownVerb(app, argc, argv); !unknown.empty()) {
+    std::fprintf(stderr, "trainscope: error: unknown verb '%s' (verbs: %s)\n", unknown.c_str(),
+                 VerbList(app).c_str());
+    std::fprintf(stderr, "hint: `trainscope --help` lists them\n");
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -107,6 +133,8 @@ void ConfigureRoot(CLI::App& app) {
   // Usage lines say `trainscope`, not the path the binary was started by (argv[0] would be
   // e.g. build/bin/trainscope, or trainscope-torch after the exec).
   app.name("trainscope");
+  // --help shows each option's default (subcommands inherit this; set before they exist).
+  app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", std::string("trainscope ") + TS_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
