@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/ckpt_command.h"
 #include "cli/command.h"
+#include "cli/diagnose_command.h"
 #include "cli/hang_command.h"
 #include "cli/plan_command.h"
 #include "trainscope/core/env_vars.h"
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   RegisterForwarded(app, "train", "the reference GPT trainer (--config FILE)");
   trainscope::cli::RegisterDataCommand(app, ctx);
   trainscope::cli::RegisterTraceCommand(app, ctx);
+  trainscope::cli::RegisterDiagnoseCommand(app, ctx);
   trainscope::cli::RegisterPlanCommand(app, ctx);
   // Pickle dumps need libtorch's unpickler: the same command line re-runs in trainscope-torch.
   trainscope::cli::RegisterHangCommand(app, ctx, nullptr,

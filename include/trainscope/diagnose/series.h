@@ -1,0 +1,73 @@
+// Metric series read from training logs, for the loss-curve classifier (curve.h).
+//
+// Readers (docs/formats.md "Diagnose inputs"):
+//   - trainscope train's train/metrics.rank<R>.jsonl (trainscope.train_metrics v1): "step"
+//     records; a null loss is a non-finite one (NaN here);
+//   - any metrics JSONL: one object per line, top-level keys with common names (below);
+//     Python's bare NaN / Infinity / -Infinity tokens are read as numbers;
+//   - CSV (or TSV) with a header row naming the columns;
+//   - HuggingFace Trainer trainer_state.json (log_history; NaN written as NaN).
+// Column / key names, compared after lower-casing and turning ' ', '-', '/' and '.' into '_':
+//   step:     step, iteration, iter, global_step, steps, trainer_global_step
+//   loss:     loss, train_loss, lm_loss, training_loss, train_lm_loss, loss_train
+//   val_loss: val_loss, eval_loss, valid_loss, validation_loss, val_lm_loss, loss_val, test_loss
+//   lr:       lr, learning_rate
+//   grad_norm: grad_norm, gradient_norm, grad_norm_total, global_grad_norm
+// A step that appears more than once keeps its last record (a resumed run rewrites it); the
+// repeats are counted. Records without a step number take the next number after the last.
+// Bad records (a line that is not a JSON object, a CSV row with a bad number) are counted and
+// skipped; the first one is named with its line.
+// Thread-safety: pure functions.
+#ifndef TRAINSCOPE_DIAGNOSE_SERIES_H_
+#define TRAINSCOPE_DIAGNOSE_SERIES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainscope::diagnose {
+
+struct Point {
+  int64_t step = 0;
+  double value = 0;  // NaN or +-Inf for a non-finite value
+};
+
+// The metrics of one run (or one rank of a run).
+struct Series {
+  std::string path;    // the file read
+  std::string format;  // "trainscope_metrics", "jsonl", "csv", "trainer_state"
+  int rank = -1;       // trainscope metrics: the header's rank
+  std::vector<Point> loss, val_loss, lr, grad_norm;  // sorted by step, one point per step
+  int64_t records = 0;                               // records read (lines or log_history entries)
+  int64_t bad_records = 0;                           // skipped
+  std::string first_bad;                             // "line 12: not a JSON object", "" when none
+  int64_t repeated_steps = 0;  // records replaced by a later record of the same step
+  std::string end_reason;      // trainscope metrics: the "end" record's reason, else ""
+};
+
+enum class FileKind { kUnknown, kTrainscopeMetrics, kJsonl, kCsv, kTrainerState };
+const char* FileKindName(FileKind kind);  // "unknown", "trainscope_metrics", ...
+
+// The kind of a file from its name and first bytes (`head`, up to a few KB). kUnknown for
+// anything else (including trainscope's other JSON documents).
+FileKind DetectKind(const std::string& path, const std::string& head);
+
+// Parses `text` (the whole file) as `kind`. `path` names the file in messages and in
+// Series::path. InvalidArgument naming the file (and line) when nothing usable is in it:
+// no loss or validation loss column/key, not one good record, or a malformed
+// trainer_state.json.
+absl::StatusOr<Series> ParseSeries(const std::string& path, FileKind kind, const std::string& text);
+
+// Reads and parses a file. NotFound / InvalidArgument naming the file; InvalidArgument
+// "not a metrics file" for a file of an unknown kind.
+absl::StatusOr<Series> ReadSeries(const std::string& path);
+
+// A metric name normalised as described above, then mapped: "step", "loss", "val_loss",
+// "lr", "grad_norm", or "" for any other.
+std::string CanonicalMetric(const std::string& name);
+
+}  // namespace trainscope::diagnose
+
+#endif  // TRAINSCOPE_DIAGNOSE_SERIES_H_

@@ -1,0 +1,364 @@
+// The loss-curve classifier (curve.h). Robust statistics only: a running median smooths the
+// curve, the median absolute deviation (MAD) of the residuals is the noise, medians of the
+// first and last windows are the start and end levels, and a Spearman rank correlation tells
+// a sustained rise from oscillation. Every threshold is a ratio to the start level, to the
+// drop, or to the noise (docs/metrics.md "Loss-curve classes").
+#include "trainscope/diagnose/curve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace trainscope::diagnose {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
+  return m;
+}
+
+double MedianOf(const std::vector<double>& x, size_t begin, size_t end) {
+  return Median(std::vector<double>(x.begin() + begin, x.begin() + end));
+}
+
+// Centered running median of odd width w (shrinking at the ends).
+std::vector<double> RunningMedian(const std::vector<double>& x, size_t w) {
+  size_t n = x.size(), h = w / 2;
+  std::vector<double> out(n), buf;
+  for (size_t i = 0; i < n; ++i) {
+    size_t lo = i >= h ? i - h : 0, hi = std::min(n, i + h + 1);
+    buf.assign(x.begin() + lo, x.begin() + hi);
+    size_t mid = buf.size() / 2;
+    std::nth_element(buf.begin(), buf.begin() + mid, buf.end());
+    out[i] = buf[mid];
+  }
+  return out;
+}
+
+// Spearman rank correlation of x[begin..end) with its index (ties ranked by position).
+double TrendRho(const std::vector<double>& x, size_t begin, size_t end) {
+  size_t m = end - begin;
+  if (m < 3) return 0;
+  std::vector<size_t> order(m);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return x[begin + a] < x[begin + b]; });
+  std::vector<double> rank(m);
+  for (size_t r = 0; r < m; ++r) rank[order[r]] = static_cast<double>(r);
+  double d2 = 0;
+  for (size_t i = 0; i < m; ++i) d2 += (rank[i] - i) * (rank[i] - i);
+  double md = static_cast<double>(m);
+  return 1 - 6 * d2 / (md * (md * md - 1));
+}
+
+struct Stats {
+  size_t n = 0, w = 0, k = 0;
+  std::vector<double> s;  // smoothed
+  double first = 0;       // median of the first 3 values: the level before any explosion
+  double start = 0, end = 0, min = 0, max = 0, sigma = 0, scale = 1;
+  size_t imin = 0;
+};
+
+Stats Describe(const std::vector<double>& x) {
+  Stats st;
+  st.n = x.size();
+  st.w = std::clamp<size_t>(st.n / 20, 5, 51) | 1;
+  st.k = std::max<size_t>(3, std::min<size_t>(st.n / 20, st.n));
+  st.s = RunningMedian(x, st.w);
+  st.start = MedianOf(x, 0, std::min(st.k, st.n));
+  st.first = MedianOf(x, 0, std::min<size_t>(3, st.n));
+  st.end = MedianOf(x, st.n - std::min(st.k, st.n), st.n);
+  st.imin = static_cast<size_t>(std::min_element(st.s.begin(), st.s.end()) - st.s.begin());
+  st.min = st.s[st.imin];
+  st.max = *std::max_element(st.s.begin(), st.s.end());
+  std::vector<double> resid(st.n);
+  for (size_t i = 0; i < st.n; ++i) resid[i] = x[i] - st.s[i];
+  double med = Median(resid);
+  for (double& r : resid) r = std::fabs(r - med);
+  st.scale = std::max(std::fabs(st.start), 1e-12);
+  st.sigma = std::max(1.4826 * Median(resid), 1e-3 * st.scale);
+  return st;
+}
+
+void Ev(CurveResult* r, const char* name, double v) { r->evidence.emplace_back(name, v); }
+
+// A sustained rise after the minimum: large enough, and ranked increasing.
+// A curve that exploded before its minimum is unstable, not diverging.
+bool Rising(const Stats& st, const CurveOptions& o, double* rho) {
+  *rho = 0;
+  if (st.n - st.imin < 2 * st.w) return false;
+  double explode = st.first + (o.explode_ratio - 1) * std::max(std::fabs(st.first), 1e-12);
+  if (std::any_of(st.s.begin(), st.s.begin() + st.imin, [&](double v) { return v > explode; }))
+    return false;
+  *rho = TrendRho(st.s, st.imin, st.n);
+  return st.end - st.min > o.diverge_rise * st.scale && *rho > 0.8;
+}
+
+constexpr char kFixNotLearning[] =
+    "raise the learning rate (it may be orders of magnitude too low); check that the parameters "
+    "are trainable (requires_grad, the optimizer's parameter groups), that fp16 gradients do not "
+    "underflow (a larger initial loss scale), and that labels line up with the inputs (shifted "
+    "by one token)";
+constexpr char kFixPlateau[] =
+    "the loss stopped falling while it was still dropping fast: check the learning-rate schedule "
+    "(a decay or drop far too early), parameters frozen part-way, or a data stream that ran out "
+    "and repeats; resume from a checkpoint before the stall with the intended schedule";
+constexpr char kFixDiverging[] =
+    "lower the learning rate (2-10x), add or lengthen the warm-up and clip gradients (max_norm "
+    "near the 90th percentile of unclipped norms); restart from a checkpoint before the first "
+    "bad step";
+constexpr char kFixUnstable[] =
+    "the learning rate is too high for this model and batch: lower it 3-10x, add warm-up and "
+    "gradient clipping, then restart";
+constexpr char kFixSpikes[] =
+    "isolated bad batches: inspect the batches of the spike steps (trainscope data scan for "
+    "noise and duplicates); restart from a checkpoint about 100 steps before a spike and skip "
+    "those batches; gradient clipping limits the damage";
+constexpr char kFixOverfitting[] =
+    "first suspect duplicate-heavy data (run trainscope data scan: exact and near duplicates); "
+    "then more data, regularisation (dropout, weight decay) or stopping at the best validation "
+    "step";
+constexpr char kFixNan[] =
+    "a non-finite loss with no warning sign before it points at the data or one operation: "
+    "inspect the batch of that step (trainscope data scan), replay the step with non-finite "
+    "checks (trainscope train localises the module), look for log/div/sqrt of zero and fp16 "
+    "overflow";
+
+std::string Num(double v) { return absl::StrFormat("%.4g", v); }
+
+}  // namespace
+
+std::string EvidenceText(const CurveResult& r) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : r.evidence) parts.push_back(absl::StrCat(k, " ", Num(v)));
+  return absl::StrJoin(parts, ", ");
+}
+
+CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
+  CurveResult r;
+  const std::vector<Point>& pts = series.loss.empty() ? series.val_loss : series.loss;
+  size_t i_nan = pts.size();
+  for (size_t i = 0; i < pts.size(); ++i) {
+    if (!std::isfinite(pts[i].value)) {
+      i_nan = i;
+      break;
+    }
+  }
+  std::vector<double> x;
+  x.reserve(i_nan);
+  for (size_t i = 0; i < i_nan; ++i) x.push_back(pts[i].value);
+  auto step = [&](size_t i) { return pts[std::min(i, pts.size() - 1)].step; };
+
+  // --- a non-finite loss: after a rise (diverging), or out of the blue (fixed step) ---
+  if (i_nan < pts.size()) {
+    r.nan_step = pts[i_nan].step;
+    Ev(&r, "nan_step", static_cast<double>(r.nan_step));
+    Ev(&r, "finite_points_before", static_cast<double>(x.size()));
+    double gn_ratio = 0;
+    {
+      // Grad norm before the NaN vs the run's median grad norm: a blow-up is a warning sign.
+      std::vector<double> g, last;
+      for (const Point& p : series.grad_norm) {
+        if (p.step >= r.nan_step || !std::isfinite(p.value)) continue;
+        g.push_back(p.value);
+      }
+      if (g.size() >= 10) {
+        size_t t = std::max<size_t>(3, g.size() / 20);
+        double base = MedianOf(g, 0, g.size() - t), tail = MedianOf(g, g.size() - t, g.size());
+        if (base > 0) gn_ratio = tail / base;
+        Ev(&r, "grad_norm_tail_over_median", gn_ratio);
+      }
+    }
+    double rho = 0;
+    bool rising = false;
+    if (x.size() >= 10) {
+      Stats st = Describe(x);
+      rising = Rising(st, o, &rho) || st.end > st.first + (o.explode_ratio - 1) * st.scale;
+      Ev(&r, "window", static_cast<double>(st.w));
+      Ev(&r, "start", st.start);
+      Ev(&r, "min", st.min);
+      Ev(&r, "end_before_nan", st.end);
+      Ev(&r, "rise_rho", rho);
+      if (rising) r.first_bad_step = step(st.imin);
+    }
+    if (rising || gn_ratio > 10) {
+      r.cls = "diverging";
+      r.nan_after_divergence = true;
+      if (r.first_bad_step < 0) r.first_bad_step = r.nan_step;
+      r.severity = Severity::kError;
+      r.sentence = absl::StrCat("the loss grew from step ", r.first_bad_step,
+                                " and turned non-finite at step ", r.nan_step);
+      r.fix = kFixDiverging;
+    } else {
+      r.cls = "nan_fixed_step";
+      r.first_bad_step = r.nan_step;
+      r.severity = Severity::kError;
+      r.sentence = absl::StrCat("the loss turned non-finite at step ", r.nan_step,
+                                " with no warning sign before it");
+      r.fix = kFixNan;
+    }
+    return r;
+  }
+
+  if (x.size() < static_cast<size_t>(o.min_points)) {
+    r.cls = "too_short";
+    r.sentence = absl::StrCat("only ", x.size(), " loss values: too few to judge the curve");
+    Ev(&r, "points", static_cast<double>(x.size()));
+    return r;
+  }
+
+  Stats st = Describe(x);
+  const size_t n = st.n;
+  Ev(&r, "points", static_cast<double>(n));
+  Ev(&r, "window", static_cast<double>(st.w));
+  Ev(&r, "start", st.start);
+  Ev(&r, "end", st.end);
+  Ev(&r, "min", st.min);
+  Ev(&r, "noise_sigma", st.sigma);
+  Ev(&r, "drop_share", (st.start - st.end) / st.scale);
+
+  // --- diverging: a sustained rise after the minimum ---
+  double rho = 0;
+  if (Rising(st, o, &rho)) {
+    Ev(&r, "rise_rho", rho);
+    Ev(&r, "rise_share", (st.end - st.min) / st.scale);
+    r.cls = "diverging";
+    r.first_bad_step = step(st.imin);
+    r.severity = Severity::kError;
+    r.sentence = absl::StrCat("the loss grows from step ", r.first_bad_step, ": ", Num(st.min),
+                              " -> ", Num(st.end));
+    r.fix = kFixDiverging;
+    return r;
+  }
+
+  // --- unstable: explodes far above the start level (and does not grow steadily) ---
+  double explode = st.first + (o.explode_ratio - 1) * std::max(std::fabs(st.first), 1e-12);
+  if (st.max > explode) {
+    size_t first = 0;
+    while (first < n && x[first] <= explode) ++first;
+    Ev(&r, "first", st.first);
+    Ev(&r, "max_over_first", st.max / std::max(std::fabs(st.first), 1e-12));
+    Ev(&r, "rise_rho", rho);
+    r.cls = "unstable";
+    r.first_bad_step = step(first);
+    r.severity = Severity::kError;
+    r.sentence =
+        absl::StrCat("the loss explodes from step ", r.first_bad_step, " to ",
+                     Num(st.max / st.scale), "x its start and oscillates (end ", Num(st.end), ")");
+    r.fix = kFixUnstable;
+    return r;
+  }
+
+  // --- not_learning: flat from the start ---
+  if (st.start - st.end < o.not_learning_drop * st.scale &&
+      st.start - st.min < 2 * o.not_learning_drop * st.scale) {
+    r.cls = "not_learning";
+    r.first_bad_step = step(0);
+    r.severity = Severity::kError;
+    r.sentence = absl::StrCat("the loss does not fall: ", Num(st.start), " -> ", Num(st.end),
+                              " over ", n, " values");
+    r.fix = kFixNotLearning;
+    return r;
+  }
+
+  // --- overfitting: validation rises from its minimum while training loss keeps falling ---
+  std::vector<Point> val;
+  for (const Point& p : series.val_loss)
+    if (std::isfinite(p.value)) val.push_back(p);
+  if (!series.loss.empty() && val.size() >= 5) {
+    // The minimum of a 3-point running median: one lucky evaluation is not the minimum.
+    std::vector<double> vv;
+    for (const Point& p : val) vv.push_back(p.value);
+    std::vector<double> vs = RunningMedian(vv, 3);
+    size_t j = 0;
+    for (size_t i = 1; i < val.size(); ++i)
+      if (vs[i] < vs[j]) j = i;
+    size_t after = val.size() - 1 - j;
+    if (after >= 2) {
+      std::vector<double> tail;
+      for (size_t i = val.size() - std::min<size_t>(3, after); i < val.size(); ++i)
+        tail.push_back(val[i].value);
+      double vend = Median(tail), vmin = vs[j];
+      double vscale = std::max(std::fabs(vmin), 1e-12);
+      // Training level at the validation minimum vs at the end.
+      size_t ti = 0;
+      while (ti + 1 < n && step(ti) < val[j].step) ++ti;
+      double train_fall = (st.s[ti] - st.end) / st.scale;
+      Ev(&r, "val_min", vmin);
+      Ev(&r, "val_min_step", static_cast<double>(val[j].step));
+      Ev(&r, "val_end", vend);
+      Ev(&r, "val_rise_share", (vend - vmin) / vscale);
+      Ev(&r, "train_fall_share_since", train_fall);
+      if ((vend - vmin) / vscale > o.overfit_rise && train_fall > o.overfit_train_fall) {
+        r.cls = "overfitting";
+        r.first_bad_step = val[j].step;
+        r.severity = Severity::kWarning;
+        r.sentence =
+            absl::StrCat("validation loss rises from ", Num(vmin), " at step ", val[j].step, " to ",
+                         Num(vend), " while the training loss keeps falling");
+        r.fix = kFixOverfitting;
+        return r;
+      }
+    }
+  }
+
+  // --- plateau: a fast drop that stops dead well above where it was heading ---
+  double total = st.start - std::min(st.end, st.min);
+  for (size_t k = st.w; total > 0 && k * 10 <= n * 6 && n - k >= 2 * st.w; ++k) {
+    double pre = st.s[k - st.w] - st.s[k];
+    double post = st.s[k] - st.end;
+    if (pre >= o.plateau_pre_share * total && post < o.plateau_post_share * pre) {
+      Ev(&r, "stall_step", static_cast<double>(step(k)));
+      Ev(&r, "drop_before_share", pre / total);
+      Ev(&r, "drop_after_share", post / total);
+      r.cls = "plateau";
+      r.first_bad_step = step(k);
+      r.severity = Severity::kWarning;
+      r.sentence = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", step(k),
+                                " after falling ", Num(pre), " in the ", st.w,
+                                " steps before; it then moves only ", Num(post));
+      r.fix = kFixPlateau;
+      return r;
+    }
+  }
+
+  // --- loss spikes: isolated jumps far above the smoothed curve that recover ---
+  // From the first full window on: at the edge the running median lags a steep fall.
+  for (size_t i = st.w; i < n; ++i) {
+    if (x[i] - st.s[i] <= o.spike_sigmas * st.sigma) continue;
+    if (x[i] - x[i - 1] <= o.spike_jump_sigmas * st.sigma) continue;
+    size_t back = 0, seen = 0;
+    for (size_t j = i + 1; j < n && j <= i + 3; ++j, ++seen) back += x[j] - st.s[j] < 3 * st.sigma;
+    if (back >= std::min<size_t>(2, seen)) r.spike_steps.push_back(step(i));
+  }
+  if (!r.spike_steps.empty()) {
+    Ev(&r, "spikes", static_cast<double>(r.spike_steps.size()));
+    r.cls = "loss_spikes";
+    r.first_bad_step = r.spike_steps[0];
+    r.severity = Severity::kWarning;
+    std::vector<std::string> s;
+    for (size_t i = 0; i < r.spike_steps.size() && i < 8; ++i)
+      s.push_back(absl::StrCat(r.spike_steps[i]));
+    if (r.spike_steps.size() > 8) s.push_back("...");
+    r.sentence = absl::StrCat(r.spike_steps.size(), " loss spike(s) that recover, at step(s) ",
+                              absl::StrJoin(s, ", "));
+    r.fix = kFixSpikes;
+    return r;
+  }
+
+  r.cls = "healthy";
+  r.severity = Severity::kInfo;
+  r.sentence = absl::StrCat("the loss curve looks healthy: ", Num(st.start), " -> ", Num(st.end),
+                            " over ", n, " values");
+  return r;
+}
+
+}  // namespace trainscope::diagnose

@@ -1,0 +1,313 @@
+// Diagnose (diagnose.h): expand the paths into files, read each as a metrics series or a
+// trainscope report with findings, classify the curves, rank everything.
+#include "trainscope/diagnose/diagnose.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "diagnose/flat_json.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/core/formats.h"
+#include "trainscope/core/table.h"
+
+namespace trainscope::diagnose {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Most specific first, within one severity.
+int Specificity(const std::string& id) {
+  static const char* kOrder[] = {"curve.nan_fixed_step", "curve.diverging",   "curve.unstable",
+                                 "curve.not_learning",   "curve.overfitting", "curve.loss_spikes",
+                                 "curve.plateau"};
+  for (size_t i = 0; i < std::size(kOrder); ++i)
+    if (id == kOrder[i]) return static_cast<int>(i);
+  return std::size(kOrder);  // reports' own findings, then healthy / too short
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Findings of a trainscope report; false when `doc` is not one diagnose reads.
+bool DocumentFindings(const std::string& path, const json& doc, std::vector<Finding>* out) {
+  if (!doc.is_object()) return false;
+  std::string format = doc.value("format", "");
+  auto str = [](const json& j, const char* k) {
+    auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto list = doc.find("findings");
+  if (format == formats::kEnvCheck || format == formats::kTraceAnalysis) {
+    if (list == doc.end() || !list->is_array()) return false;
+    for (const json& f : *list) {
+      if (!f.is_object()) continue;
+      Finding x;
+      if (!ParseSeverity(str(f, "severity"), &x.severity)) continue;
+      bool env = format == formats::kEnvCheck;
+      x.id = absl::StrCat(env ? "env." : "trace.", str(f, env ? "id" : "code"));
+      x.title = str(f, "what");
+      x.evidence = str(f, "evidence");
+      x.fix = str(f, "fix");
+      x.where = path;
+      if (auto r = f.find("rank"); r != f.end() && r->is_number_integer()) x.rank = r->get<int>();
+      out->push_back(std::move(x));
+    }
+    return true;
+  }
+  if (format == formats::kDoctor) {
+    auto checks = doc.find("checks");
+    if (checks == doc.end() || !checks->is_array()) return false;
+    for (const json& c : *checks) {
+      if (!c.is_object()) continue;
+      std::string verdict = str(c, "verdict");
+      if (verdict != "fail" && verdict != "warn") continue;
+      Finding x;
+      x.severity = verdict == "fail" ? Severity::kError : Severity::kWarning;
+      x.id = absl::StrCat("doctor.", str(c, "name"));
+      x.title = absl::StrCat("doctor check ", str(c, "name"), " ",
+                             verdict == "fail" ? "failed" : "warned", ": ", str(c, "value"));
+      x.evidence = absl::StrCat(str(c, "value"), " (expected ", str(c, "expected"), ")");
+      x.fix = str(c, "advice");
+      x.where = path;
+      out->push_back(std::move(x));
+    }
+    return true;
+  }
+  // Hang analysis (hang/analysis.json): {"problem", "findings": [{"kind", "sentence", ...}]}.
+  if (doc.contains("problem") && list != doc.end() && list->is_array()) {
+    for (const json& f : *list) {
+      if (!f.is_object()) continue;
+      Finding x;
+      std::string kind = str(f, "kind");
+      x.severity = kind == "missing_dump" ? Severity::kWarning : Severity::kError;
+      x.id = absl::StrCat("hang.", kind);
+      x.title = str(f, "sentence");
+      x.evidence = str(f, "evidence");
+      x.fix = str(f, "fix");
+      x.where = path;
+      out->push_back(std::move(x));
+    }
+    return true;
+  }
+  return false;
+}
+
+struct Walk {
+  std::vector<std::string> files;
+  std::vector<SkippedFile>* skipped;
+};
+
+void ListDir(const fs::path& dir, int depth, Walk* w) {
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    entries.push_back(it->path());
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    if (fs::is_directory(p, ec)) {
+      if (depth < 8) ListDir(p, depth + 1, w);
+    } else if (fs::is_regular_file(p, ec)) {
+      w->files.push_back(p.string());
+    } else {
+      w->skipped->push_back({p.string(), "not a regular file"});
+    }
+  }
+}
+
+// Reads one file into the report. `named`: given on the command line (an unknown kind is
+// then an error, not a skip).
+absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep) {
+  std::string text;
+  if (!ReadFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  FileKind kind = DetectKind(path, text.substr(0, 4096));
+  if (kind == FileKind::kUnknown) {
+    std::string reason = "not a metrics log or a trainscope report with findings";
+    if (absl::EndsWith(path, ".json")) {
+      json doc = json::parse(text, nullptr, false);
+      std::vector<Finding> found;
+      if (!doc.is_discarded() && DocumentFindings(path, doc, &found)) {
+        rep->documents.push_back(path);
+        for (Finding& f : found) rep->findings.push_back(std::move(f));
+        return absl::OkStatus();
+      }
+      if (!doc.is_discarded() && doc.is_object() && doc.contains("format"))
+        reason = absl::StrCat("a ", doc.value("format", "?"), " document (no findings to read)");
+    }
+    if (absl::StrContains(path, "tfevents")) reason = "a TensorBoard event file (not read yet)";
+    if (named) return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
+    rep->skipped.push_back({path, reason});
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Series> s = ParseSeries(path, kind, text);
+  if (!s.ok()) {
+    if (named) return s.status();
+    rep->skipped.push_back({path, std::string(s.status().message())});
+    return absl::OkStatus();
+  }
+  RunResult r;
+  r.path = path;
+  r.format = s->format;
+  r.rank = s->rank;
+  r.loss_points = s->loss.size();
+  r.val_points = s->val_loss.size();
+  const std::vector<Point>& main = s->loss.empty() ? s->val_loss : s->loss;
+  r.first_step = main.front().step;
+  r.last_step = main.back().step;
+  r.bad_records = s->bad_records;
+  r.repeated_steps = s->repeated_steps;
+  r.first_bad = s->first_bad;
+  r.end_reason = s->end_reason;
+  r.curve = ClassifyCurve(*s, o.curve);
+  Finding f;
+  f.severity = r.curve.severity;
+  f.id = absl::StrCat("curve.", r.curve.cls);
+  f.title = r.curve.sentence;
+  f.evidence = EvidenceText(r.curve);
+  f.fix = r.curve.fix;
+  f.where = path;
+  f.rank = r.rank;
+  rep->findings.push_back(std::move(f));
+  if (r.bad_records > 0) {
+    rep->findings.push_back({Severity::kInfo, "input.bad_records",
+                             absl::StrCat(r.bad_records, " bad record(s) skipped in ", path),
+                             absl::StrCat("first: ", r.first_bad), "check how the log was written",
+                             path});
+  }
+  rep->runs.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+std::string Label(const Finding& f) {
+  return f.rank >= 0 && !absl::StrContains(f.where, "rank")
+             ? absl::StrCat(f.where, " (rank ", f.rank, ")")
+             : f.where;
+}
+
+}  // namespace
+
+bool Report::has_error() const { return CountFindings(findings, Severity::kError) > 0; }
+
+absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Options& o) {
+  Report rep;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+      return absl::NotFoundError(absl::StrCat(p, ": no such file or directory"));
+    if (fs::is_directory(p, ec)) {
+      Walk w{{}, &rep.skipped};
+      ListDir(p, 0, &w);
+      for (const std::string& f : w.files)
+        if (absl::Status s = ReadOne(f, false, o, &rep); !s.ok()) return s;
+    } else if (absl::Status s = ReadOne(p, true, o, &rep); !s.ok()) {
+      return s;
+    }
+  }
+  if (rep.runs.empty() && rep.documents.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no metrics logs or trainscope reports under ",
+                                                   absl::StrJoin(paths, " "), " (",
+                                                   rep.skipped.size(), " file(s) skipped)"));
+  }
+  std::stable_sort(rep.findings.begin(), rep.findings.end(),
+                   [](const Finding& a, const Finding& b) {
+                     if (a.severity != b.severity) return a.severity < b.severity;
+                     return Specificity(a.id) < Specificity(b.id);
+                   });
+  return rep;
+}
+
+std::vector<Finding> FindingsFrom(const Report& report) { return report.findings; }
+
+json ReportToJson(const Report& rep) {
+  json j;
+  j["format"] = formats::kDiagnose;
+  j["version"] = 1;
+  j["findings"] = json::array();
+  for (const Finding& f : rep.findings) j["findings"].push_back(FindingToJson(f));
+  j["runs"] = json::array();
+  for (const RunResult& r : rep.runs) {
+    json ev = json::object();
+    for (const auto& [k, v] : r.curve.evidence) ev[k] = v;
+    json c = {
+        {"class", r.curve.cls},
+        {"first_bad_step", r.curve.first_bad_step >= 0 ? json(r.curve.first_bad_step) : json()},
+        {"evidence", ev},
+        {"fix", r.curve.fix}};
+    if (r.curve.nan_step >= 0) c["nan_step"] = r.curve.nan_step;
+    if (r.curve.cls == "diverging") c["nan_after_divergence"] = r.curve.nan_after_divergence;
+    if (r.curve.cls == "loss_spikes") c["spike_steps"] = r.curve.spike_steps;
+    json x = {{"path", r.path},
+              {"format", r.format},
+              {"loss_points", r.loss_points},
+              {"val_points", r.val_points},
+              {"first_step", r.first_step},
+              {"last_step", r.last_step},
+              {"bad_records", r.bad_records},
+              {"repeated_steps", r.repeated_steps},
+              {"curve", std::move(c)}};
+    if (r.rank >= 0) x["rank"] = r.rank;
+    if (!r.end_reason.empty()) x["end_reason"] = r.end_reason;
+    j["runs"].push_back(std::move(x));
+  }
+  j["documents"] = rep.documents;
+  j["skipped"] = json::array();
+  for (const SkippedFile& s : rep.skipped)
+    j["skipped"].push_back({{"path", s.path}, {"reason", s.reason}});
+  j["errors"] = CountFindings(rep.findings, Severity::kError);
+  j["warnings"] = CountFindings(rep.findings, Severity::kWarning);
+  return j;
+}
+
+std::string ReportToText(const Report& rep) {
+  std::string out;
+  for (const Finding& f : rep.findings) {
+    absl::StrAppend(&out, SeverityName(f.severity), ": ", Label(f), ": ", f.title, " (", f.id,
+                    ").\n");
+  }
+  if (!rep.runs.empty()) {
+    Table t({"run", "format", "steps", "class", "first bad step"});
+    for (const RunResult& r : rep.runs) {
+      std::string cls = r.curve.cls;
+      if (r.curve.nan_after_divergence) cls += " + nan";
+      t.AddRow({r.rank >= 0 && !absl::StrContains(r.path, "rank")
+                    ? absl::StrCat(r.path, " rank ", r.rank)
+                    : r.path,
+                r.format, absl::StrCat(r.first_step, "-", r.last_step), cls,
+                r.curve.first_bad_step >= 0 ? absl::StrCat(r.curve.first_bad_step) : "-"});
+    }
+    absl::StrAppend(&out, "\n", t.Render(60));
+  }
+  bool any = false;
+  for (const Finding& f : rep.findings) {
+    if (f.severity == Severity::kInfo && f.fix.empty()) continue;
+    if (!any) out += "\n";
+    any = true;
+    absl::StrAppend(&out, "[", SeverityName(f.severity), "] ", f.id, " ", Label(f),
+                    "\n  evidence: ", f.evidence, "\n");
+    if (!f.fix.empty()) absl::StrAppend(&out, "  fix: ", f.fix, "\n");
+  }
+  if (!rep.skipped.empty()) {
+    absl::StrAppend(&out, "\nSkipped (", rep.skipped.size(), ")\n");
+    for (const SkippedFile& s : rep.skipped)
+      absl::StrAppend(&out, "  ", s.path, ": ", s.reason, "\n");
+  }
+  int e = CountFindings(rep.findings, Severity::kError),
+      w = CountFindings(rep.findings, Severity::kWarning);
+  absl::StrAppend(&out, "\n", e, " error(s), ", w, " warning(s) over ", rep.runs.size(),
+                  " run(s) and ", rep.documents.size(), " report(s)\n");
+  return out;
+}
+
+}  // namespace trainscope::diagnose
