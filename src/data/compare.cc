@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -306,11 +307,11 @@ absl::StatusOr<CompareReport> CompareCorpora(const std::vector<std::string>& ref
     rep.features.push_back(shift);
   }
   // Language mix: total variation distance of the document shares.
-  std::map<std::string, bool> codes;
-  for (const auto& [c, n] : rep.reference.languages) codes[c] = true;
-  for (const auto& [c, n] : rep.candidate.languages) codes[c] = true;
+  std::set<std::string> codes;
+  for (const auto& entry : rep.reference.languages) codes.insert(entry.first);
+  for (const auto& entry : rep.candidate.languages) codes.insert(entry.first);
   double tvd = 0;
-  for (const auto& [c, unused] : codes) {
+  for (const std::string& c : codes) {
     auto share = [&](const CorpusSide& s) {
       auto it = s.languages.find(c);
       return it == s.languages.end() ? 0.0 : double(it->second) / s.docs;
