@@ -122,13 +122,39 @@ int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
   std::unique_ptr<comm::Watchdog> watchdog = StartWatchdog(**c);
   std::optional<DumpOnSignal> dump_signal;  // SIGUSR1 is caught only when it can be served
   if (watchdog != nullptr) dump_signal.emplace();
-  auto rep = comm::RunSelftest(**c, so);
+  // Text output streams: each size's row is printed as soon as it is measured (nccl-tests
+  // does the same), which is also the progress of a long sweep on any stdout.
+  comm::SelftestOptions run_options = so;
+  std::optional<comm::SelftestTableStream> stream;
+  if (!f.json) {
+    run_options.on_row = [&stream](const comm::SelftestReport& so_far,
+                                   const comm::SelftestRow& row) {
+      std::string text;
+      if (!stream) {
+        stream.emplace(so_far.backend, so_far.world_size, so_far.options);
+        text = stream->Begin();
+      }
+      text += stream->Row(row);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  auto rep = comm::RunSelftest(**c, run_options);
   if (!rep.ok()) {
     if (watchdog != nullptr) (void)watchdog->CheckNow();  // dumps, prints and exits if it fires
     return ReportAndExitCode(kVerb, rep.status());
   }
   if ((*c)->rank() == 0) {
-    std::string text = f.json ? comm::SelftestJson(*rep) + "\n" : comm::RenderSelftestTable(*rep);
+    std::string text;
+    if (f.json) {
+      text = comm::SelftestJson(*rep) + "\n";
+    } else {
+      if (!stream) {  // no row was measured
+        stream.emplace(rep->backend, rep->world_size, rep->options);
+        text = stream->Begin();
+      }
+      text += stream->End(*rep);
+    }
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     if (!rep->passed)
@@ -219,7 +245,11 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
   lo.argv = std::move(rank_args);
   lo.nproc_per_node = n;
   lo.run_dir = tmpl;
-  lo.live_output = false;
+  // Rank 0's stdout (the table, a row per size as it is measured) is echoed as it comes.
+  lo.live_output = true;
+  lo.live_rank = 0;
+  lo.live_prefix = false;
+  lo.live_stderr = nullptr;
   lo.stop_grace = std::chrono::milliseconds(2000);
   lo.bind_cpus = false;  // ranks of a self-test share this process's CPUs like threads would
   if (::isatty(2)) {
@@ -233,8 +263,7 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
   std::ifstream rank0(r->ranks.at(0).stdout_log);
   std::stringstream ss;
   ss << rank0.rdbuf();
-  std::string out = ss.str();
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  const std::string out = ss.str();  // already echoed
   std::fflush(stdout);
   bool verdict_only = true;  // every failing rank just reported a failed check (exit 1)
   for (const auto& s : r->ranks) {

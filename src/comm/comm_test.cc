@@ -728,6 +728,45 @@ TEST(SelftestTest, SweepPassesAndInjectedErrorFails) {
   }
 }
 
+// Rows reach on_row on rank 0 only, one call per row in sweep order, and the streamed text
+// (Begin, Row per call, End) is the whole table's text.
+TEST(SelftestTest, RowsStreamOnRankZeroAsTheWholeTable) {
+  std::vector<SelftestReport> reps(2);
+  std::vector<int> calls(2, 0);
+  std::string streamed;
+  auto st = RunRanks(2, [&](Communicator& c) -> absl::Status {
+    SelftestOptions o;
+    o.ops = {SelftestOp::kAllGather, SelftestOp::kAllReduce};
+    o.sizes = {4, 64, 1024};  // 4 B: below one float per rank for all_gather, skipped
+    o.iters = 1;
+    o.warmup = 0;
+    o.slow_rank_ratio = 0;
+    std::optional<SelftestTableStream> stream;
+    const int rank = c.rank();
+    o.on_row = [&, rank](const SelftestReport& so_far, const SelftestRow& row) {
+      ++calls[rank];
+      EXPECT_EQ(so_far.rows.size(), static_cast<size_t>(calls[rank] - 1));
+      if (!stream) {
+        stream.emplace(so_far.backend, so_far.world_size, so_far.options);
+        streamed = stream->Begin();
+      }
+      streamed += stream->Row(row);
+    };
+    auto rep = RunSelftest(c, o);
+    if (!rep.ok()) return rep.status();
+    if (rank == 0) streamed += stream->End(*rep);
+    reps[rank] = *rep;
+    return absl::OkStatus();
+  });
+  ExpectAllOk(st);
+  EXPECT_EQ(calls[1], 0);
+  EXPECT_EQ(calls[0], static_cast<int>(reps[0].rows.size()));
+  EXPECT_EQ(reps[0].rows.size(), 5u);
+  EXPECT_EQ(streamed, RenderSelftestTable(reps[0]));
+  EXPECT_THAT(streamed, HasSubstr("# all_gather\n"));
+  EXPECT_THAT(streamed, HasSubstr("# Avg bus bandwidth"));
+}
+
 // Repetition rows: rep_gbps[k][q].
 std::vector<std::vector<double>> Reps(std::initializer_list<std::vector<double>> rows) {
   return std::vector<std::vector<double>>(rows);

@@ -416,6 +416,7 @@ absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOpt
         row.wrong_by_dtype[DTypeName(o.check_dtypes[k])] = wrong[k];
       }
       rep.wrong_total += row.wrong;
+      if (r == 0 && o.on_row) o.on_row(rep, row);
       rep.rows.push_back(std::move(row));
     }
   }

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -40,42 +42,67 @@ const char* NcclType(DType d) {
 
 }  // namespace
 
-std::string RenderSelftestTable(const SelftestReport& rep) {
-  const SelftestOptions& o = rep.options;
+SelftestTableStream::SelftestTableStream(std::string backend, int world_size,
+                                         SelftestOptions options)
+    : backend_(std::move(backend)), world_size_(world_size), options_(std::move(options)) {}
+
+std::string SelftestTableStream::Begin() const {
   std::vector<std::string> dtypes;
-  for (DType d : o.check_dtypes) dtypes.push_back(DTypeName(d));
-  std::string out = absl::StrFormat(
+  for (DType d : options_.check_dtypes) dtypes.push_back(DTypeName(d));
+  return absl::StrFormat(
       "# trainscope selftest comm: backend %s, %d ranks, iters %d (fewer for large sizes), "
       "warmup %d\n# every size checked exactly in: %s\n#\n",
-      rep.backend, rep.world_size, o.iters, o.warmup, absl::StrJoin(dtypes, ", "));
-  std::vector<std::string> names;
-  for (SelftestOp op : o.ops) {
-    names.push_back(SelftestOpName(op));
-    absl::StrAppendFormat(&out, "# %s\n", SelftestOpName(op));
+      backend_, world_size_, options_.iters, options_.warmup, absl::StrJoin(dtypes, ", "));
+}
+
+std::string SelftestTableStream::Footer() const {
+  return absl::StrFormat("# Out of bounds values : %d %s\n# Avg bus bandwidth    : %.3f\n#\n",
+                         wrong_, wrong_ == 0 ? "OK" : "FAILED",
+                         bw_count_ > 0 ? bw_sum_ / bw_count_ : 0);
+}
+
+std::string SelftestTableStream::OpenThrough(size_t op_index) {
+  std::string out;
+  while (next_op_ <= op_index && next_op_ < options_.ops.size()) {
+    if (open_) absl::StrAppend(&out, Footer());
+    bw_sum_ = 0;
+    bw_count_ = 0;
+    wrong_ = 0;
+    absl::StrAppendFormat(&out, "# %s\n", SelftestOpName(options_.ops[next_op_]));
     absl::StrAppend(&out,
                     "#       size         count      type   redop    root     time   algbw   busbw "
                     " #wrong\n"
                     "#        (B)    (elements)                               (us)  (GB/s)  (GB/s) "
                     "       \n");
-    double bw_sum = 0;
-    int bw_count = 0;
-    int64_t wrong = 0;
-    for (const SelftestRow& row : rep.rows) {
-      if (row.op != op) continue;
-      const bool reduces = op == SelftestOp::kAllReduce || op == SelftestOp::kReduceScatter;
-      absl::StrAppendFormat(&out, "%12d  %12d  %8s  %6s  %6d  %7s  %6s  %6s  %6d\n", row.bytes,
-                            row.count, NcclType(row.dtype), reduces ? "sum" : "none", row.root,
-                            FloatCell(row.time_us, 7), FloatCell(row.algbw_gbps, 6),
-                            FloatCell(row.busbw_gbps, 6), row.wrong);
-      bw_sum += row.busbw_gbps;
-      ++bw_count;
-      wrong += row.wrong;
-    }
-    absl::StrAppendFormat(&out, "# Out of bounds values : %d %s\n", wrong,
-                          wrong == 0 ? "OK" : "FAILED");
-    absl::StrAppendFormat(&out, "# Avg bus bandwidth    : %.3f\n#\n",
-                          bw_count > 0 ? bw_sum / bw_count : 0);
+    open_ = true;
+    ++next_op_;
   }
+  return out;
+}
+
+std::string SelftestTableStream::Row(const SelftestRow& row) {
+  size_t k = 0;
+  while (k < options_.ops.size() && options_.ops[k] != row.op) ++k;
+  std::string out;
+  // A row of the op whose block is open, or of a later op (rows come in sweep order).
+  if (next_op_ == 0 || options_.ops[next_op_ - 1] != row.op) out = OpenThrough(k);
+  const bool reduces = row.op == SelftestOp::kAllReduce || row.op == SelftestOp::kReduceScatter;
+  absl::StrAppendFormat(&out, "%12d  %12d  %8s  %6s  %6d  %7s  %6s  %6s  %6d\n", row.bytes,
+                        row.count, NcclType(row.dtype), reduces ? "sum" : "none", row.root,
+                        FloatCell(row.time_us, 7), FloatCell(row.algbw_gbps, 6),
+                        FloatCell(row.busbw_gbps, 6), row.wrong);
+  bw_sum_ += row.busbw_gbps;
+  ++bw_count_;
+  wrong_ += row.wrong;
+  return out;
+}
+
+std::string SelftestTableStream::End(const SelftestReport& rep) {
+  std::string out = OpenThrough(options_.ops.size());
+  if (open_) absl::StrAppend(&out, Footer());
+  open_ = false;
+  std::vector<std::string> names;
+  for (SelftestOp op : options_.ops) names.push_back(SelftestOpName(op));
   std::vector<std::string> probe;
   for (size_t q = 0; q < rep.rank_memcpy_gbps.size(); ++q) {
     probe.push_back(absl::StrFormat("%d: %.2f", q, rep.rank_memcpy_gbps[q]));
@@ -84,6 +111,14 @@ std::string RenderSelftestTable(const SelftestReport& rep) {
   absl::StrAppendFormat(&out, "# Collective test concluded: %s\n", absl::StrJoin(names, " "));
   absl::StrAppendFormat(&out, "# Result: %s\n",
                         rep.passed ? "PASSED" : absl::StrCat("FAILED: ", rep.reason));
+  return out;
+}
+
+std::string RenderSelftestTable(const SelftestReport& rep) {
+  SelftestTableStream stream(rep.backend, rep.world_size, rep.options);
+  std::string out = stream.Begin();
+  for (const SelftestRow& row : rep.rows) absl::StrAppend(&out, stream.Row(row));
+  absl::StrAppend(&out, stream.End(rep));
   return out;
 }
 

@@ -114,6 +114,14 @@ void AddTail(Child& c, std::string line, int max_lines) {
   while (static_cast<int>(c.tail.size()) > max_lines) c.tail.pop_front();
 }
 
+void EchoLine(FILE* f, int rank, const std::string& line, const LaunchOptions& o) {
+  if (o.live_prefix) {
+    std::fprintf(f, "[rank %d] %s\n", rank, line.c_str());
+  } else {
+    std::fprintf(f, "%s\n", line.c_str());
+  }
+}
+
 // Emits complete lines of `s` (all of it when `flush`) live with the rank prefix.
 void EmitLines(Child& c, Stream& s, bool flush, const LaunchOptions& o) {
   size_t start = 0;
@@ -121,17 +129,13 @@ void EmitLines(Child& c, Stream& s, bool flush, const LaunchOptions& o) {
     size_t nl = s.partial.find('\n', start);
     if (nl == std::string::npos) break;
     std::string line = s.partial.substr(start, nl - start);
-    if (o.live_output && s.live != nullptr) {
-      std::fprintf(s.live, "[rank %d] %s\n", c.status.rank, line.c_str());
-    }
+    if (o.live_output && s.live != nullptr) EchoLine(s.live, c.status.rank, line, o);
     AddTail(c, std::move(line), o.tail_lines);
     start = nl + 1;
   }
   s.partial.erase(0, start);
   if (flush && !s.partial.empty()) {
-    if (o.live_output && s.live != nullptr) {
-      std::fprintf(s.live, "[rank %d] %s\n", c.status.rank, s.partial.c_str());
-    }
+    if (o.live_output && s.live != nullptr) EchoLine(s.live, c.status.rank, s.partial, o);
     AddTail(c, s.partial, o.tail_lines);
     s.partial.clear();
   }
@@ -378,8 +382,9 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot write logs in ", dir, ": ", std::strerror(errno)));
     }
-    c.out.live = o.live_stdout;
-    c.err.live = o.live_stderr;
+    const bool echoed = o.live_rank < 0 || o.live_rank == c.status.rank;
+    c.out.live = echoed ? o.live_stdout : nullptr;
+    c.err.live = echoed ? o.live_stderr : nullptr;
     std::map<std::string, std::string> env = base;
     env[envvar::kRank] = std::to_string(c.status.rank);
     env[envvar::kWorldSize] = std::to_string(result.world_size);

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ std::vector<size_t> SizeSweep(size_t min_bytes, size_t max_bytes, double factor)
 // all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, send_recv 1.
 double BusBwFactor(SelftestOp op, int world_size);
 
+struct SelftestReport;
+struct SelftestRow;
+
 struct SelftestOptions {
   std::vector<SelftestOp> ops;      // empty: all
   std::vector<size_t> sizes;        // bytes per row (total buffer, as nccl-tests "size")
@@ -52,6 +56,10 @@ struct SelftestOptions {
   // (see FindSlowRanks: in a majority of kMemcpyProbeRepetitions and in the median); 0: off.
   double slow_rank_ratio = 2.0;
   int inject_error_rank = -1;  // >= 0: that rank corrupts one result element (tests)
+  // Called on rank 0 as soon as each row is measured and checked (nccl-tests prints each
+  // size's line as it goes), with the report so far (backend, world size, options with
+  // their defaults filled in; rows before this one); may be empty.
+  std::function<void(const SelftestReport& so_far, const SelftestRow& row)> on_row;
 };
 
 struct SelftestRow {
@@ -121,6 +129,29 @@ MpirunFailure ParseMpirunFailure(const std::string& mpirun_output);
 // nccl-tests style text (one block per op, with its footer) and the JSON document
 // (format "trainscope.selftest.comm", version 1).
 std::string RenderSelftestTable(const SelftestReport& report);
+
+// The same text a piece at a time, for printing rows while the sweep runs: Begin(), then
+// Row() for each row in sweep order, then End() with the finished report. The pieces
+// concatenated are RenderSelftestTable's text.
+class SelftestTableStream {
+ public:
+  SelftestTableStream(std::string backend, int world_size, SelftestOptions options);
+  std::string Begin() const;
+  std::string Row(const SelftestRow& row);
+  std::string End(const SelftestReport& report);
+
+ private:
+  std::string OpenThrough(size_t op_index);  // footers/headers up to ops[op_index]
+  std::string Footer() const;
+  const std::string backend_;
+  const int world_size_;
+  const SelftestOptions options_;
+  size_t next_op_ = 0;  // ops_[0..next_op_) have their header out
+  bool open_ = false;   // ops_[next_op_ - 1]'s block still needs its footer
+  double bw_sum_ = 0;
+  int bw_count_ = 0;
+  int64_t wrong_ = 0;
+};
 std::string SelftestJson(const SelftestReport& report);
 
 }  // namespace trainscope::comm

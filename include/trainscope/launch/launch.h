@@ -67,13 +67,15 @@ struct LaunchOptions {
   bool bind_cpus = true;                       // sched_setaffinity per rank
   bool live_output = true;                     // echo rank output with a prefix
   FILE* live_stdout = stdout;                  // where rank stdout is echoed
-  FILE* live_stderr = stderr;
-  int tail_lines = 20;                        // log lines kept for the failure report
-  std::string sysfs_root = "/sys";            // topology source (tests use a fake tree)
-  std::string dev_root = "/dev";              // device nodes (nvidia*, davinci*)
-  std::map<std::string, std::string> env;     // extra variables for every rank
-  std::chrono::milliseconds exit_timeout{0};  // after the first clean exit (0: wait forever)
-  std::chrono::milliseconds job_timeout{0};   // whole job (0: no limit)
+  FILE* live_stderr = stderr;                  // nullptr: that stream is not echoed
+  int live_rank = -1;                          // >= 0: echo only this rank's output
+  bool live_prefix = true;                     // "[rank R] " before each echoed line
+  int tail_lines = 20;                         // log lines kept for the failure report
+  std::string sysfs_root = "/sys";             // topology source (tests use a fake tree)
+  std::string dev_root = "/dev";               // device nodes (nvidia*, davinci*)
+  std::map<std::string, std::string> env;      // extra variables for every rank
+  std::chrono::milliseconds exit_timeout{0};   // after the first clean exit (0: wait forever)
+  std::chrono::milliseconds job_timeout{0};    // whole job (0: no limit)
   std::string job_token;      // "" : from env / environment / generated (see the contract above)
   bool request_dumps = true;  // SIGUSR1 to the ranks that catch it before stopping them
   std::chrono::milliseconds dump_wait{10000};  // for the asked ranks' dumps
