@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
@@ -211,7 +212,18 @@ int RunTrain(const TrainFlags& f) {
     return kExitOk;
   }
   auto r = train::Train(*config, o);
-  if (!r.ok()) return signals.ExitCode("train", r.status());
+  if (!r.ok()) {
+    // A non-finite step: --json carries the localisation record under "nonfinite"; the
+    // error line (stderr) is its one-sentence verdict.
+    if (auto payload = r.status().GetPayload(train::kNonfinitePayload); payload && f.json) {
+      nlohmann::json j = {{"error", std::string(r.status().message())},
+                          {"run_dir", o.run_dir},
+                          {"nonfinite", nlohmann::json::parse(std::string(*payload), nullptr,
+                                                              /*allow_exceptions=*/false)}};
+      std::printf("%s\n", j.dump(2).c_str());
+    }
+    return signals.ExitCode("train", r.status());
+  }
   if (f.json) {
     nlohmann::json j = train::TrainResultToJson(*r);
     j["run_dir"] = o.run_dir;
@@ -250,7 +262,9 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                   "testing aid, repeatable: make one rank misbehave at the first collective of "
                   "one step. KIND:rank=R,step=S with KIND skip_collective, wrong_op, "
                   "wrong_size, wrong_dtype; sleep:rank=R,step=S,seconds=X; "
-                  "exit:rank=R,step=S,code=C (docs/formats.md)")
+                  "exit:rank=R,step=S,code=C; numeric faults nan_forward|nan_backward:layer=L,"
+                  "step=S[,rank=R], inf_weight:layer=L,step=S, lr_spike:factor=F,step=S, "
+                  "nan_data:step=S[,rank=R] (docs/formats.md)")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--resume", flags->resume,

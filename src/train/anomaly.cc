@@ -27,6 +27,8 @@ constexpr double kSigmaFloorRelative = 0.01;  // sigma >= 1% of |median|
 constexpr double kFp16Max = 65504;
 constexpr double kLrJump = 5;
 constexpr double kGradNormJump = 10;
+// fp32 activations this large are no single operation's overflow: the weights diverged.
+constexpr double kDivergedActivation = 1e10;
 
 }  // namespace
 
@@ -135,11 +137,11 @@ NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e) {
                             "(train.precision), or keep %s in fp32",
                             where, e.max_abs_activation, where)};
   }
-  if (e.prev_lr > 0 && e.lr >= kLrJump * e.prev_lr) {
+  if (e.lr_jump >= kLrJump) {
     return {"lr_too_high",
-            absl::StrFormat("the learning rate jumped %.3gx at this step (%.3g -> %.3g): lower "
-                            "optim.lr or lengthen optim.warmup_steps",
-                            e.lr / e.prev_lr, e.prev_lr, e.lr)};
+            absl::StrFormat("the learning rate jumped %.3gx at step %d: lower optim.lr or "
+                            "lengthen optim.warmup_steps (check the LR schedule)",
+                            e.lr_jump, e.lr_jump_step)};
   }
   const double jump = GradNormJump(e.grad_norms);
   if (jump >= kGradNormJump) {
@@ -147,6 +149,13 @@ NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e) {
             absl::StrFormat("the gradient norm rose %.3gx over the recent median before this "
                             "step: clip harder (lower optim.grad_clip) or lower optim.lr",
                             jump)};
+  }
+  if (!e.fp16 && e.max_abs_activation >= kDivergedActivation) {
+    return {"lr_too_high",
+            absl::StrFormat("activations reached %.3g before turning non-finite, so the weights "
+                            "diverged: lower optim.lr (%.3g at this step) or clip harder "
+                            "(optim.grad_clip)",
+                            e.max_abs_activation, e.lr)};
   }
   if (e.phase == NonfinitePhase::kOptimizer) {
     return {"lr_too_high",

@@ -124,15 +124,23 @@ TEST(Classify, EachRule) {
   EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("bf16"));
   e.fp16 = false;  // the same magnitude is no overflow in fp32
   EXPECT_EQ(ClassifyNonfinite(e).cls, "operator");
+  e.max_abs_activation = 1e28;  // but this is divergence
+  EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");
+  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("diverged"));
 
   e = Base();
   e.phase = NonfinitePhase::kOptimizer;
   e.replayed = false;
-  e.lr = 1e3;
+  EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");  // the update itself overflowed
+  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("update itself"));
+
+  e = Base();  // forward at the step after an LR jump
+  e.lr_jump = 1e30;
+  e.lr_jump_step = 6;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("jumped"));
-  e.lr = e.prev_lr;  // no jump: still the update that overflowed
-  EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");
+  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("jumped 1e+30x at step 6"));
+  e.lr_jump = 4;  // under 5x: a schedule, not a jump
+  EXPECT_EQ(ClassifyNonfinite(e).cls, "operator");
 
   e = Base();
   e.phase = NonfinitePhase::kBackward;

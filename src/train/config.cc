@@ -210,8 +210,16 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
         absl::StrCat(r.threads, " is out of range: must be in 0..", MaxTrainThreads(),
                      " (0 = automatic; at most 4 x the ", std::thread::hardware_concurrency(),
                      " hardware threads, and 1024)"));
-  if (r.precision != "fp32" && r.precision != "bf16")
-    return KeyError(c, "train.precision", absl::StrCat("\"", r.precision, "\" is not fp32|bf16"));
+  if (r.precision != "fp32" && r.precision != "bf16" && r.precision != "fp16")
+    return KeyError(c, "train.precision",
+                    absl::StrCat("\"", r.precision, "\" is not fp32|bf16|fp16"));
+  for (absl::Status st :
+       {ValidateSpikeOptions(c.anomaly.spike), ValidateLossScalerOptions(c.fp16)}) {
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.source.empty() ? "config" : c.source, ": key ", st.message()));
+    }
+  }
   if (!(r.max_seconds >= 0)) return KeyError(c, "train.max_seconds", "must be >= 0");
   if (r.log_every < 0) return KeyError(c, "train.log_every", "must be >= 0");
   if (r.layer_norms_every < 0) return KeyError(c, "train.layer_norms_every", "must be >= 0");
@@ -220,8 +228,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
         c, "train.bucket_mb",
         absl::StrCat(r.bucket_mb, " is out of range: must be in (0, ", kMaxBucketMb, "]"));
   if (!(r.target_loss >= 0)) return KeyError(c, "train.target_loss", "must be >= 0");
-  TS_RETURN_IF_ERROR(
-      InRange(c, "checkpoint.every_steps", c.checkpoint.every_steps, 0, kMaxSteps));
+  TS_RETURN_IF_ERROR(InRange(c, "checkpoint.every_steps", c.checkpoint.every_steps, 0, kMaxSteps));
   TS_RETURN_IF_ERROR(InRange(c, "checkpoint.keep", c.checkpoint.keep, 0, kMaxSteps));
   if (!(c.comm.timeout_s > 0 && c.comm.timeout_s <= kMaxCommTimeoutS))
     return KeyError(c, "comm.timeout_s",
@@ -255,7 +262,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
     return absl::InvalidArgumentError(absl::StrCat(src, ": expected a JSON object at the top"));
 
   Section model(src, "model"), data(src, "data"), optim(src, "optim"), train(src, "train"),
-      comm(src, "comm"), ckpt(src, "checkpoint");
+      comm(src, "comm"), ckpt(src, "checkpoint"), anomaly(src, "anomaly"), fp16(src, "fp16");
   model.Int("layers", &c.model.layers);
   model.Int("heads", &c.model.heads);
   model.Int("width", &c.model.width);
@@ -297,6 +304,19 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   ckpt.Int("keep", &c.checkpoint.keep);
   ckpt.Bool("async", &c.checkpoint.async);
   ckpt.String("dir", &c.checkpoint.dir);
+  anomaly.Bool("nonfinite_checks", &c.anomaly.nonfinite_checks);
+  anomaly.String("spike_rule", &c.anomaly.spike.rule);
+  anomaly.Int("spike_window", &c.anomaly.spike.window);
+  anomaly.Int("spike_min_samples", &c.anomaly.spike.min_samples);
+  anomaly.Double("spike_k", &c.anomaly.spike.k);
+  anomaly.Double("spike_factor", &c.anomaly.spike.factor);
+  anomaly.Bool("spike_checkpoint", &c.anomaly.spike_checkpoint);
+  fp16.Double("initial_scale", &c.fp16.initial_scale);
+  fp16.Int("growth_interval", &c.fp16.growth_interval);
+  fp16.Double("growth_factor", &c.fp16.growth_factor);
+  fp16.Double("backoff_factor", &c.fp16.backoff_factor);
+  fp16.Int("hysteresis", &c.fp16.hysteresis);
+  fp16.Double("min_scale", &c.fp16.min_scale);
 
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();
@@ -312,6 +332,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
       TS_RETURN_IF_ERROR(comm.Apply(it.value()));
     } else if (k == "checkpoint") {
       TS_RETURN_IF_ERROR(ckpt.Apply(it.value()));
+    } else if (k == "anomaly") {
+      TS_RETURN_IF_ERROR(anomaly.Apply(it.value()));
+    } else if (k == "fp16") {
+      TS_RETURN_IF_ERROR(fp16.Apply(it.value()));
     } else if (k == "format") {
       if (!it.value().is_string() || it.value().get<std::string>() != "trainscope.train_config")
         return absl::InvalidArgumentError(
@@ -324,9 +348,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
     } else if (k == "comment") {
       // free text, ignored
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          src, ": key \"", k,
-          "\": unknown key (known: format, version, comment, model, data, optim, train, comm, checkpoint)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(src, ": key \"", k,
+                       "\": unknown key (known: format, version, comment, model, data, optim, "
+                       "train, comm, checkpoint, anomaly, fp16)"));
     }
   }
   // Corpus paths relative to the config file's directory.
@@ -393,6 +418,16 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                      {"keep", c.checkpoint.keep},
                      {"async", c.checkpoint.async},
                      {"dir", c.checkpoint.dir}};
+  j["anomaly"] = {{"nonfinite_checks", c.anomaly.nonfinite_checks},
+                  {"spike_rule", c.anomaly.spike.rule},
+                  {"spike_window", c.anomaly.spike.window},
+                  {"spike_min_samples", c.anomaly.spike.min_samples},
+                  {"spike_k", c.anomaly.spike.k},
+                  {"spike_factor", c.anomaly.spike.factor},
+                  {"spike_checkpoint", c.anomaly.spike_checkpoint}};
+  j["fp16"] = {{"initial_scale", c.fp16.initial_scale}, {"growth_interval", c.fp16.growth_interval},
+               {"growth_factor", c.fp16.growth_factor}, {"backoff_factor", c.fp16.backoff_factor},
+               {"hysteresis", c.fp16.hysteresis},       {"min_scale", c.fp16.min_scale}};
   return j;
 }
 

@@ -247,7 +247,8 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
       info.ended = false;
       last_step = 0;
       if (j.contains("resumed_from_step")) {
-        if (!IsInt(j["resumed_from_step"])) return bad("key \"resumed_from_step\" is not an integer");
+        if (!IsInt(j["resumed_from_step"]))
+          return bad("key \"resumed_from_step\" is not an integer");
         last_step = j["resumed_from_step"].get<int64_t>();
       } else if (line_no > 1) {
         return bad("a header after line 1 without \"resumed_from_step\"");
@@ -328,6 +329,23 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
                             {"bytes", IsInt, "an integer"},
                             {"write_ms", IsNum, "a number"},
                             {"ok", [](const json& v) { return v.is_boolean(); }, "a boolean"}});
+    } else if (type == "nonfinite") {  // train/anomaly.h NonfiniteToJson
+      auto is_str = [](const json& v) { return v.is_string(); };
+      why = CheckFields(j, {{"step", IsInt, "an integer"},
+                            {"rank", IsInt, "an integer"},
+                            {"phase", is_str, "a string"},
+                            {"module", is_str, "a string"},
+                            {"class", is_str, "a string"},
+                            {"fix", is_str, "a string"}});
+    } else if (type == "spike") {
+      why = CheckFields(j, {{"step", IsInt, "an integer"},
+                            {"loss", IsNum, "a number"},
+                            {"threshold", IsNum, "a number"}});
+    } else if (type == "loss_scale") {
+      why =
+          CheckFields(j, {{"step", IsInt, "an integer"},
+                          {"scale", IsNum, "a number"},
+                          {"skipped", [](const json& v) { return v.is_boolean(); }, "a boolean"}});
     } else if (type == "event" || type == "summary" || type == "error") {
       // free-form payloads, documented per event
     } else {

@@ -111,6 +111,8 @@ bool NonfiniteGuard::grad_flag() const { return options_.checks && !std::isfinit
 
 void NonfiniteGuard::EndStep(double lr, double grad_norm) {
   last_lr_ = lr;
+  lrs_.emplace_back(step_, lr);
+  if (lrs_.size() > 3) lrs_.erase(lrs_.begin());
   if (!std::isfinite(grad_norm)) return;
   grad_norms_.push_back(grad_norm);
   if (grad_norms_.size() > 20) grad_norms_.erase(grad_norms_.begin());
@@ -217,6 +219,15 @@ void NonfiniteGuard::LocaliseWeights() {
 void NonfiniteGuard::FillHistory(double lr, NonfiniteEvidence* e) const {
   e->lr = lr;
   e->prev_lr = last_lr_;
+  // The largest step-to-step jump over the last steps and this one.
+  std::vector<std::pair<int, double>> lrs = lrs_;
+  lrs.emplace_back(step_, lr);
+  for (size_t i = lrs.size() >= 3 ? lrs.size() - 3 : 0; i + 1 < lrs.size(); ++i) {
+    if (lrs[i].second > 0 && lrs[i + 1].second / lrs[i].second > e->lr_jump) {
+      e->lr_jump = lrs[i + 1].second / lrs[i].second;
+      e->lr_jump_step = lrs[i + 1].first;
+    }
+  }
   e->grad_norms = grad_norms_;
   e->fp16 = options_.fp16;
 }

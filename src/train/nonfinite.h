@@ -138,7 +138,8 @@ class NonfiniteGuard : public ModelTap {
 
   // History.
   double last_lr_ = 0;
-  std::vector<double> grad_norms_;  // last 20 finite global grad norms
+  std::vector<std::pair<int, double>> lrs_;  // (step, lr) of the last 3 steps that went through
+  std::vector<double> grad_norms_;           // last 20 finite global grad norms
 };
 
 }  // namespace trainscope::train

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,8 +36,8 @@
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
-#include "trainscope/tokenizer/tokenizer.h"
 #include "trainscope/hang/analyze.h"
+#include "trainscope/tokenizer/tokenizer.h"
 
 namespace trainscope::train {
 namespace {
@@ -296,13 +297,16 @@ absl::Status Trainer::Init() {
 #else
   const bool data_parallel = false;
 #endif
-  if (!options.inject.empty() && !data_parallel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--inject '", options.inject.front().text,
-                     "' needs a data-parallel run (e.g. trainscope launch -n 2 -- trainscope "
-                     "train ...)"));
+  for (const Injection& inj : options.inject) {
+    if (IsCommFault(inj.kind) && !data_parallel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--inject '", inj.text,
+                       "' needs a data-parallel run (e.g. trainscope launch -n 2 -- trainscope "
+                       "train ...)"));
+    }
   }
-  TS_RETURN_IF_ERROR(CheckInjections(options.inject, world_.world_size, config_in_.train.steps));
+  TS_RETURN_IF_ERROR(CheckInjections(options.inject, world_.world_size, config_in_.train.steps,
+                                     config_in_.model.layers));
   TS_RETURN_IF_STOPPED(options, *st_);
 
   // Everything sized by the config, once: tokenizer, memory check, corpus.
@@ -349,6 +353,20 @@ absl::Status Trainer::Init() {
     TS_RETURN_IF_ERROR(sync_->BroadcastParams());
   }
 #endif
+  // Anomalies: the guard hooks every parameter and taps every module output.
+  fp16_ = config_.train.precision == "fp16";
+  bool numeric_inject = false;
+  for (const Injection& inj : options.inject) numeric_inject |= !IsCommFault(inj.kind);
+  if (config_.anomaly.nonfinite_checks || fp16_ || numeric_inject) {
+    NonfiniteGuardOptions go;
+    go.rank = world_.rank;
+    go.checks = config_.anomaly.nonfinite_checks;
+    go.fp16 = fp16_;
+    go.inject = options.inject;
+    guard_ = std::make_unique<NonfiniteGuard>(model_, named_, std::move(go));
+  }
+  spike_ = std::make_unique<SpikeDetector>(config_.anomaly.spike);
+  if (fp16_) scaler_ = std::make_unique<LossScaler>(config_.fp16);
   if (world_.rank == 0) {
     TS_RETURN_IF_ERROR(
         WriteFileAtomic(train_dir_ + "/config.json", TrainConfigToJson(config_).dump(2) + "\n"));
@@ -373,9 +391,9 @@ absl::Status Trainer::Init() {
     co.on_saved = [this](const SaveOutcome& o) {
       MetricsWriter* w = st_->writer.load();
       if (w == nullptr) return;
-      json j = {{"step", o.step},       {"path", o.path},       {"bytes", o.bytes},
+      json j = {{"step", o.step},         {"path", o.path},       {"bytes", o.bytes},
                 {"write_ms", o.write_ms}, {"anomaly", o.anomaly}, {"async", o.async},
-                {"pruned", o.pruned},   {"ok", o.status.ok()}};
+                {"pruned", o.pruned},     {"ok", o.status.ok()}};
       if (!o.status.ok()) j["error"] = std::string(o.status.message());
       (void)w->WriteRecord("checkpoint", std::move(j));
     };
@@ -471,6 +489,7 @@ absl::Status Trainer::RunStep(int step, bool* stop) {
   s.step = step;
   s.start = Clock::now();
   s.lr = LearningRate(config_.optim, step, config_.train.steps);
+  if (guard_) s.lr *= guard_->BeginStep(step);  // lr_spike injection: the factor, else 1
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(s.lr);
   }
@@ -482,6 +501,7 @@ absl::Status Trainer::RunStep(int step, bool* stop) {
   TS_RETURN_IF_ERROR(ReduceGradients(&s));
   TS_RETURN_IF_ERROR(OptimizerStep(&s));
   TS_RETURN_IF_ERROR(RecordStep(&s));
+  TS_RETURN_IF_ERROR(CheckSpike(s));
   *stop = s.stop_for_time;
   return absl::OkStatus();
 }
@@ -502,6 +522,7 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
     torch::Tensor targets =
         torch::from_blob(batch.targets.data(), {batch.rows, batch.cols}, torch::kLong).clone();
     s->phases.h2d_ms += MsSince(t0);
+    if (guard_) guard_->KeepBatch(inputs, targets, batch.sequence_ids);
     t0 = Clock::now();
     torch::Tensor loss;
     {
@@ -510,10 +531,14 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
     }
     const double loss_value = loss.item<double>();
     s->phases.forward_ms += MsSince(t0);
-    if (!std::isfinite(loss_value)) {
-      std::string msg = absl::StrCat("non-finite loss ", loss_value, " at step ", s->step,
-                                     " (micro-batch ", micro, ") on rank ", world_.rank,
-                                     "; the run stopped");
+    if (!std::isfinite(loss_value) && guard_ && config_.anomaly.nonfinite_checks) {
+      // Not a return: every rank goes on through backward and the step's all-reduces, so
+      // that all stop at this step together once the flags are reduced.
+      guard_->FlagLoss();
+    } else if (!std::isfinite(loss_value)) {
+      std::string msg =
+          absl::StrCat("non-finite loss ", loss_value, " at step ", s->step, " (micro-batch ",
+                       micro, ") on rank ", world_.rank, "; the run stopped");
       if (st_->metrics) {
         (void)st_->metrics->WriteRecord(
             "error", {{"step", s->step}, {"rank", world_.rank}, {"message", msg}});
@@ -525,6 +550,7 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
 #ifdef TS_TRAIN_WITH_COMM
     if (sync_ && micro == accum - 1) sync_->Arm();
 #endif
+    if (scaler_) loss = loss * scaler_->scale();
     (loss / accum).backward();
     s->phases.backward_ms += MsSince(t0);
   }
@@ -533,27 +559,50 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
 }
 
 absl::Status Trainer::ReduceGradients(StepContext* s) {
+  // This rank's non-finite flag: its loss, or one of its gradients before the all-reduce
+  // (except under fp16, where gradient overflows are the loss scaler's to handle).
+  const bool local_flag = guard_ != nullptr && config_.anomaly.nonfinite_checks &&
+                          (guard_->loss_flag() || (!fp16_ && guard_->grad_flag()));
+  std::vector<int> flagged;
+  bool reduced = false;
 #ifdef TS_TRAIN_WITH_COMM
-  if (!sync_) return absl::OkStatus();
-  TS_RETURN_IF_ERROR(sync_->Finish(&s->phases.comm_wait_ms));
-  s->comm_ms = world_.timer->TakeMs();  // the gradient buckets, not the loss all-reduce below
-  // Mean loss over ranks, and one stop decision for all (any rank out of time stops all).
-  auto t0 = Clock::now();
-  float pair[2] = {static_cast<float>(s->loss), s->stop_for_time ? 1.0f : 0.0f};
-  TS_RETURN_IF_ERROR(
-      seam_->AllReduce(pair, 2, absl::StrCat("step ", s->step, " loss all_reduce")));
-  s->phases.comm_wait_ms += MsSince(t0);
-  s->loss = pair[0] / world_.world_size;
-  s->stop_for_time = pair[1] > 0;
-#else
-  (void)s;
+  if (sync_) {
+    TS_RETURN_IF_ERROR(sync_->Finish(&s->phases.comm_wait_ms));
+    s->comm_ms = world_.timer->TakeMs();  // the gradient buckets, not the loss all-reduce below
+    // Mean loss over ranks, one stop decision for all (any rank out of time stops all), and
+    // every rank's non-finite flag in its own slot (so the rank is named).
+    auto t0 = Clock::now();
+    std::vector<float> v(2 + static_cast<size_t>(world_.world_size), 0.0f);
+    v[0] = static_cast<float>(s->loss);
+    v[1] = s->stop_for_time ? 1.0f : 0.0f;
+    v[2 + world_.rank] = local_flag ? 1.0f : 0.0f;
+    TS_RETURN_IF_ERROR(
+        seam_->AllReduce(v.data(), v.size(), absl::StrCat("step ", s->step, " loss all_reduce")));
+    s->phases.comm_wait_ms += MsSince(t0);
+    s->loss = v[0] / world_.world_size;
+    s->stop_for_time = v[1] > 0;
+    for (int r = 0; r < world_.world_size; ++r) {
+      if (!(v[2 + r] == 0)) flagged.push_back(r);
+    }
+    reduced = true;
+  }
 #endif
+  if (!reduced && local_flag) flagged.push_back(world_.rank);
+  if (!flagged.empty()) return OnNonfinite(s, flagged, /*optimizer_phase=*/false);
   return absl::OkStatus();
 }
 
 absl::Status Trainer::OptimizerStep(StepContext* s) {
   const RunConfig& rc = config_.train;
   auto t0 = Clock::now();
+  if (scaler_) {
+    TS_RETURN_IF_ERROR(Fp16Unscale(s));
+    if (s->skipped) {
+      for (auto& p : all_params_) p.mutable_grad() = torch::Tensor();
+      s->phases.optimizer_ms += MsSince(t0);
+      return absl::OkStatus();
+    }
+  }
   if (config_.optim.grad_clip > 0) {
     s->grad_norm = torch::nn::utils::clip_grad_norm_(all_params_, config_.optim.grad_clip);
   } else {
@@ -579,6 +628,12 @@ absl::Status Trainer::OptimizerStep(StepContext* s) {
   }
   s->obs_ms = MsSince(obs_start);
   optimizer_->step();
+  if (guard_ && config_.anomaly.nonfinite_checks && !guard_->WeightsFinite()) {
+    std::vector<int> all(static_cast<size_t>(world_.world_size));
+    for (int r = 0; r < world_.world_size; ++r) all[r] = r;  // replicated: every rank
+    return OnNonfinite(s, all, /*optimizer_phase=*/true);
+  }
+  if (guard_) guard_->EndStep(s->lr, s->grad_norm);
   for (auto& p : all_params_) p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none)
   s->phases.optimizer_ms += MsSince(t0);
   return absl::OkStatus();
@@ -620,6 +675,112 @@ absl::Status Trainer::RecordStep(StepContext* s) {
   }
   obs_sum_ += obs_ms;
   if (world_.rank == 0 && options_.on_step) options_.on_step(rec);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Anomalies
+// ---------------------------------------------------------------------------------------
+
+absl::Status Trainer::OnNonfinite(StepContext* s, const std::vector<int>& ranks,
+                                  bool optimizer_phase) {
+  NonfiniteEvidence e;
+  e.step = s->step;
+  e.ranks = ranks;
+  e.rank = ranks.front();
+  if (optimizer_phase) {
+    guard_->LocaliseWeights();
+  } else if (std::find(ranks.begin(), ranks.end(), world_.rank) != ranks.end()) {
+    const double scale = scaler_ ? scaler_->scale() : 1.0;
+    guard_->Replay(
+        [this, scale](const torch::Tensor& in, const torch::Tensor& tg) {
+          AutocastScope autocast(bf16_);
+          torch::Tensor loss = model_->Loss(in, tg);
+          return scale != 1.0 ? loss * scale : loss;
+        },
+        config_.train.grad_accum);
+  }
+  // Every rank fills its own slot; the sum hands each the culprit's findings.
+  const size_t k = NonfiniteGuard::kSlotFloats;
+  std::vector<float> slots(k * static_cast<size_t>(world_.world_size), 0.0f);
+  guard_->Encode(&slots[k * static_cast<size_t>(world_.rank)]);
+#ifdef TS_TRAIN_WITH_COMM
+  if (seam_) {
+    TS_RETURN_IF_ERROR(seam_->AllReduce(slots.data(), slots.size(),
+                                        absl::StrCat("step ", s->step, " nonfinite exchange")));
+  }
+#endif
+  guard_->Decode(&slots[k * static_cast<size_t>(e.rank)], &e);
+  guard_->FillHistory(s->lr, &e);
+  const NonfiniteVerdict verdict = ClassifyNonfinite(e);
+  const json rec = NonfiniteToJson(e, verdict);
+  std::string sentence = NonfiniteSentence(e, verdict);
+  if (st_->metrics) TS_RETURN_IF_ERROR(st_->metrics->WriteRecord("nonfinite", rec));
+  // The anomaly checkpoint: the last good state (before this step) when the forward or
+  // backward pass turned non-finite; the state the optimizer step left in the optimizer phase.
+  for (auto& p : all_params_) p.mutable_grad() = torch::Tensor();
+  absl::StatusOr<std::string> saved =
+      SaveCheckpoint(optimizer_phase ? s->step : s->step - 1, /*anomaly=*/true, rec);
+  if (!saved.ok()) {
+    absl::StrAppend(&sentence, " (the anomaly checkpoint failed: ", saved.status().message(), ")");
+  }
+  absl::Status st = absl::AbortedError(sentence);
+  st.SetPayload(kNonfinitePayload, absl::Cord(rec.dump()));
+  return st;
+}
+
+absl::Status Trainer::Fp16Unscale(StepContext* s) {
+  const double scale = scaler_->scale();
+  double zero_fraction = 0;
+  const bool overflow = guard_->UnscaleFp16Grads(scale, &zero_fraction);
+  s->skipped = scaler_->Update(overflow);
+  if (s->skipped && scaler_->stuck_at_min()) {
+    // Scaling cannot help any more: a non-finite gradient, found like any other.
+    std::vector<int> all(static_cast<size_t>(world_.world_size));
+    for (int r = 0; r < world_.world_size; ++r) all[r] = r;
+    return OnNonfinite(s, all, /*optimizer_phase=*/false);
+  }
+  const bool warn = !underflow_warned_ && zero_fraction > kUnderflowWarnFraction;
+  if (MetricsWriter* m = st_->metrics.get();
+      m && (s->skipped || scale != scaler_->scale() || warn)) {
+    TS_RETURN_IF_ERROR(m->WriteRecord("loss_scale", {{"step", s->step},
+                                                     {"scale", scale},
+                                                     {"next_scale", scaler_->scale()},
+                                                     {"skipped", s->skipped},
+                                                     {"skipped_steps", scaler_->skipped_steps()},
+                                                     {"zero_grad_fraction", zero_fraction}}));
+  }
+  if (warn) {
+    underflow_warned_ = true;
+    if (world_.rank == 0 && options_.on_notice) {
+      options_.on_notice(absl::StrFormat(
+          "warning: fp16 underflow: %.1f%% of the Linear weights' gradients are exactly 0 at "
+          "step %d with loss scale %g: raise fp16.initial_scale",
+          100 * zero_fraction, s->step, scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckSpike(const StepContext& s) {
+  if (s.skipped) return absl::OkStatus();
+  const SpikeVerdict v = spike_->Observe(s.loss);
+  if (!v.spike) return absl::OkStatus();
+  const json rec = {{"step", s.step},           {"rank", world_.rank},
+                    {"loss", s.loss},           {"rule", config_.anomaly.spike.rule},
+                    {"threshold", v.threshold}, {"median", v.median},
+                    {"sigma", v.sigma},         {"window", v.samples},
+                    {"samples", s.sequence_ids}};
+  if (st_->metrics) TS_RETURN_IF_ERROR(st_->metrics->WriteRecord("spike", rec));
+  if (world_.rank == 0 && options_.on_notice) {
+    options_.on_notice(
+        absl::StrFormat("warning: loss spike at step %d: %.4g > %.4g (%s rule over %d steps)%s",
+                        s.step, s.loss, v.threshold, config_.anomaly.spike.rule, v.samples,
+                        config_.anomaly.spike_checkpoint ? "; anomaly checkpoint saved" : ""));
+  }
+  if (config_.anomaly.spike_checkpoint) {
+    TS_RETURN_IF_ERROR(SaveCheckpoint(s.step, /*anomaly=*/true, rec).status());
+  }
   return absl::OkStatus();
 }
 
@@ -687,9 +848,8 @@ absl::Status Trainer::SetRankState(const json& j, const std::string& file) {
                             " sequences at save time and has ", corpus_.num_sequences,
                             " now: the sample order would not continue"));
   }
-  torch::Tensor state = torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())},
-                                         torch::kUInt8)
-                            .clone();
+  torch::Tensor state =
+      torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8).clone();
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(state);
   return absl::OkStatus();
@@ -746,14 +906,13 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, cons
     if (j.is_discarded()) return absl::InternalError("a rank's state did not arrive intact");
     d.json_files[absl::StrCat("rank", r, ".json")] = std::move(j);
   }
-  d.meta_extra = {
-      {"optimizer", {{"kind", "adamw"}, {"param_steps", std::move(adam_steps)}}},
-      {"scheduler",
-       {{"kind", "warmup_cosine"},
-        {"step", step},
-        {"total_steps", config_.train.steps},
-        {"lr", LearningRate(config_.optim, std::max(step, 1), config_.train.steps)}}},
-      {"config", TrainConfigToJson(config_)}};
+  d.meta_extra = {{"optimizer", {{"kind", "adamw"}, {"param_steps", std::move(adam_steps)}}},
+                  {"scheduler",
+                   {{"kind", "warmup_cosine"},
+                    {"step", step},
+                    {"total_steps", config_.train.steps},
+                    {"lr", LearningRate(config_.optim, std::max(step, 1), config_.train.steps)}}},
+                  {"config", TrainConfigToJson(config_)}};
   if (anomaly) d.meta_extra["anomaly"] = extra;
   result_.checkpoint_snapshot_ms += MsSince(t0);
   TS_ASSIGN_OR_RETURN(std::string path,
@@ -857,9 +1016,9 @@ absl::Status Trainer::Restore(const std::string& path) {
           return absl::InvalidArgumentError(
               absl::StrCat(opt_file, ": no tensor \"", name, part, "\""));
         }
-        TS_RETURN_IF_ERROR(LoadTensor(*it->second, opt_file,
-                                      std::strcmp(part, ".exp_avg") == 0 ? a->exp_avg()
-                                                                         : a->exp_avg_sq()));
+        TS_RETURN_IF_ERROR(
+            LoadTensor(*it->second, opt_file,
+                       std::strcmp(part, ".exp_avg") == 0 ? a->exp_avg() : a->exp_avg_sq()));
       }
       optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(a);
     }

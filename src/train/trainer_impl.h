@@ -31,8 +31,10 @@
 #include "nlohmann/json.hpp"
 #include "train/checkpointer.h"
 #include "train/model.h"
+#include "train/nonfinite.h"
 #include "trainscope/core/os.h"
 #include "trainscope/tokenizer/tokenizer.h"
+#include "trainscope/train/anomaly.h"
 #include "trainscope/train/trainer.h"
 #ifdef TS_TRAIN_WITH_COMM
 #include "train/comm_seam.h"
@@ -101,7 +103,8 @@ struct StepContext {
   std::vector<int64_t> sequence_ids;  // this rank's samples (packed sequence ids), in order
   bool norms_now = false;             // per-layer norms recorded this step
   std::vector<LayerNorms> layer_norms;
-  double obs_ms = 0;  // time in observability code
+  double obs_ms = 0;     // time in observability code
+  bool skipped = false;  // fp16: a gradient overflow skipped the optimizer step
 };
 
 class Trainer {
@@ -156,6 +159,17 @@ class Trainer {
   std::string CheckpointDir() const;
   std::string ConfigHash() const;
 
+  // ---- anomalies (nonfinite.h, anomaly.h) ----
+  // Some rank flagged step s->step (`ranks`, ascending): the flagged ranks replay it (the
+  // optimizer phase needs no replay), the findings are exchanged so every rank holds the
+  // same record; writes the "nonfinite" record and an anomaly checkpoint, and returns
+  // Aborted with the one-sentence verdict (the record as payload kNonfinitePayload).
+  absl::Status OnNonfinite(StepContext* s, const std::vector<int>& ranks, bool optimizer_phase);
+  // fp16: unscale (through half) and let the loss scaler decide; s->skipped on an overflow.
+  absl::Status Fp16Unscale(StepContext* s);
+  // The loss-spike rule on the step's mean loss: "spike" record, warning, anomaly checkpoint.
+  absl::Status CheckSpike(const StepContext& s);
+
   // ---- summarize ----
   absl::StatusOr<TrainResult> Summarize();
 
@@ -184,6 +198,13 @@ class Trainer {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<Checkpointer> checkpointer_;
   int start_step_ = 0;  // the step restored from a checkpoint; 0 on a fresh start
+  // Anomalies: the non-finite guard (checks, fp16 emulation, numeric --inject faults; null
+  // when none of these is on), the spike rule, and the fp16 loss scaler (fp16 only).
+  std::unique_ptr<NonfiniteGuard> guard_;
+  std::unique_ptr<SpikeDetector> spike_;
+  std::unique_ptr<LossScaler> scaler_;
+  bool fp16_ = false;
+  bool underflow_warned_ = false;
 
   // The loop's running sums.
   TrainResult result_;

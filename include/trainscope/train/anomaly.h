@@ -80,17 +80,21 @@ struct NonfiniteEvidence {
   int rank = 0;            // the rank whose local values first went non-finite (lowest)
   std::vector<int> ranks;  // every rank that flagged this step
   NonfinitePhase phase = NonfinitePhase::kForward;
-  std::string module;               // "blocks.1.fc"; "" when the replay did not reproduce it
-  std::string parameter;            // backward / optimizer: the first parameter hit; forward: a
-                                    // non-finite parameter of the module, if any
-  bool replayed = false;            // the step was replayed (false for the optimizer phase)
-  bool reproducible = false;        // both replays turned non-finite at the same place
-  bool embedding_output = false;    // the first non-finite output was the input embeddings
-  bool weights_nonfinite = false;   // the module's parameters were already non-finite
-  bool fp16 = false;                // train.precision fp16
-  double max_abs_activation = 0;    // largest finite |x| at the module's input/output (replay)
-  double lr = 0;                    // this step's learning rate
-  double prev_lr = 0;               // the previous step's (0 at step 1)
+  std::string module;              // "blocks.1.fc"; "" when the replay did not reproduce it
+  std::string parameter;           // backward / optimizer: the first parameter hit; forward: a
+                                   // non-finite parameter of the module, if any
+  bool replayed = false;           // the step was replayed (false for the optimizer phase)
+  bool reproducible = false;       // both replays turned non-finite at the same place
+  bool embedding_output = false;   // the first non-finite output was the input embeddings
+  bool weights_nonfinite = false;  // the module's parameters were already non-finite
+  bool fp16 = false;               // train.precision fp16
+  double max_abs_activation = 0;   // largest finite |x| at the module's input/output (replay)
+  double lr = 0;                   // this step's learning rate
+  double prev_lr = 0;              // the previous step's (0 at step 1)
+  // The largest step-to-step LR ratio over this step and the two before it, and the step it
+  // happened at (a jump shows one or two steps later, once the update reaches the weights).
+  double lr_jump = 0;
+  int lr_jump_step = 0;
   std::vector<double> grad_norms;   // recent finite global grad norms, oldest first
   std::vector<int64_t> sample_ids;  // the step's samples on `rank` (packed sequence ids)
 };
@@ -104,9 +108,11 @@ struct NonfiniteVerdict {
 };
 // The rules, first match wins: not reproducible -> transient; weights already non-finite
 // (before an optimizer step) -> nonfinite_weight; forward at the input embeddings -> bad_data;
-// fp16 and |activation| beyond 65504 -> fp16_overflow; LR up >= 5x over the previous step
-// -> lr_too_high; grad norm >= 10x the median of the recent ones -> exploding_gradients;
-// optimizer phase -> lr_too_high; else operator.
+// fp16 and |activation| beyond 65504 -> fp16_overflow; an LR jump >= 5x from one step to the
+// next within the last three steps (lr_jump) -> lr_too_high; grad norm >= 10x the median of
+// the recent ones -> exploding_gradients; fp32 activations >= 1e10 before the overflow (the
+// weights diverged) -> lr_too_high; optimizer phase -> lr_too_high; loss phase or else
+// operator.
 NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e);
 
 // The metrics record / `train --json` object: {"type": "nonfinite", "step", "rank", "ranks",

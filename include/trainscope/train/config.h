@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
+#include "trainscope/train/anomaly.h"
 
 namespace trainscope {
 class Os;
@@ -82,7 +83,7 @@ struct RunConfig {
   uint64_t seed = 1234;            // init, data order (same on every rank)
   bool deterministic = true;       // deterministic algorithms; same seed+config -> same losses
   int threads = 0;                 // intra-op threads; 0 = hardware threads / local ranks
-  std::string precision = "fp32";  // "fp32" | "bf16" (autocast matmuls, fp32 master weights)
+  std::string precision = "fp32";  // "fp32" | "bf16" (autocast) | "fp16" (emulated; nonfinite.h)
   double max_seconds = 0;          // stop after this much training time; 0 = no limit
   int log_every = 10;              // progress line every N steps (metrics JSONL has every step)
   int layer_norms_every = 50;      // per-layer weight/grad norms every K steps; 0 = never
@@ -103,11 +104,22 @@ struct CheckpointConfig {
   // Save a checkpoint after every N optimizer steps; 0 = no periodic checkpoints (anomaly
   // checkpoints are still written). Format: docs/formats.md, "Checkpoint".
   int every_steps = 0;
-  int keep = 3;        // complete periodic checkpoints kept (oldest removed); 0 = all
-  bool async = true;   // snapshot to host memory, write on a background thread
+  int keep = 3;       // complete periodic checkpoints kept (oldest removed); 0 = all
+  bool async = true;  // snapshot to host memory, write on a background thread
   // Folder of step-<N>/ checkpoints; "" = <run-dir>/checkpoints. A relative path is
   // relative to the run directory.
   std::string dir;
+};
+
+// Anomaly handling (docs/formats.md "Trainer config", docs/metrics.md "Loss spikes" and
+// "Non-finite localisation").
+struct AnomalyConfig {
+  // Every step: this rank's loss and gradients (before the all-reduce) and the weights after
+  // the optimizer step are checked; a non-finite value stops every rank at that step after a
+  // replay that localises it.
+  bool nonfinite_checks = true;
+  SpikeOptions spike;  // keys spike_rule, spike_window, spike_min_samples, spike_k, spike_factor
+  bool spike_checkpoint = true;  // an anomaly checkpoint at each loss spike
 };
 
 struct TrainConfig {
@@ -117,7 +129,9 @@ struct TrainConfig {
   RunConfig train;
   CommConfig comm;
   CheckpointConfig checkpoint;
-  std::string source;  // file it came from ("" for defaults), for messages
+  AnomalyConfig anomaly;
+  LossScalerOptions fp16;  // the dynamic loss scaler of train.precision "fp16"
+  std::string source;      // file it came from ("" for defaults), for messages
 };
 
 // Parses `text` (JSON); `source` names the file in messages, and the directory relative
