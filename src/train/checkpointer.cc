@@ -1,6 +1,8 @@
 // The checkpoint writer: one background thread, one save in flight at most.
 #include "train/checkpointer.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -116,6 +118,9 @@ SaveOutcome Checkpointer::Write(const CheckpointSnapshot& snap, bool async) cons
 }
 
 void Checkpointer::Loop() {
+  // Below the training threads: hashing and writing must not take their cores. Linux nice
+  // values are per thread (this thread only; best effort).
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || pending_ != nullptr; });
