@@ -5,14 +5,17 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/core/table.h"
+#include "trainscope/diagnose/diagnose.h"
 #include "trainscope/doctor/interrupt.h"
 
 namespace trainscope::doctor {
@@ -40,7 +43,7 @@ int NvidiaDevices(const PartOutcome& device) {
 bool FingerprintTaken(const Report& report) {
   for (const PartOutcome& o : report.parts) {
     if (o.name == "fingerprint" && o.started && !o.timed_out && o.exit_code == 0) {
-      return Os::Default()->FileExists(report.run_dir + "/fingerprint.json");
+      return Os::Default()->FileExists(run_dir::Join(report.run_dir, run_dir::kFingerprint));
     }
   }
   return false;
@@ -77,13 +80,22 @@ std::vector<Part> DefaultParts(const std::string& self, bool quick) {
   return parts;
 }
 
-std::string DefaultRunDir() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm;
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "runs/doctor-%Y%m%d-%H%M%S", &tm);
-  return buf;
+std::string DefaultRunDir() { return run_dir::DefaultRunDir("doctor"); }
+
+std::vector<Finding> FindingsFrom(const std::vector<Check>& checks) {
+  std::vector<Finding> out;
+  for (const Check& c : checks) {
+    if (c.verdict != "fail" && c.verdict != "warn") continue;
+    Finding f;
+    f.severity = c.verdict == "fail" ? Severity::kError : Severity::kWarning;
+    f.id = absl::StrCat("doctor.", c.name);
+    f.title = absl::StrCat(c.name, c.verdict == "fail" ? " failed: " : " warned: ", c.value);
+    f.evidence =
+        c.expected.empty() ? c.value : absl::StrCat(c.value, " (expected ", c.expected, ")");
+    f.fix = c.advice;
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 int Report::exit_code() const {
@@ -95,7 +107,7 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
   const double start = NowS();
   Report report;
   report.run_dir = options.run_dir.empty() ? DefaultRunDir() : options.run_dir;
-  if (absl::Status s = MakeDirs(report.run_dir + "/parts"); !s.ok()) {
+  if (absl::Status s = MakeDirs(run_dir::Join(report.run_dir, run_dir::kParts)); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create run directory ", report.run_dir, ": ", s.message()));
   }
@@ -130,7 +142,7 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
     const double left = deadline - NowS();
     if (defaults && part.name == "env" && FingerprintTaken(report)) {
       // Check the fingerprint just taken instead of probing the machine again.
-      part.argv.push_back(report.run_dir + "/fingerprint.json");
+      part.argv.push_back(run_dir::Join(report.run_dir, run_dir::kFingerprint));
     }
     if (defaults && part.name == "train") {
       // The trainer stops itself before doctor's budget would kill it; start-up, data
@@ -138,6 +150,8 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
       double budget = std::min(part.budget_s, left - kGraceS);
       part.argv.insert(part.argv.end(),
                        {"--max-seconds", FormatDouble(std::max(1.0, budget * 0.6), 0)});
+      // Its metrics go into this run directory (train/), where diagnose reads the curve.
+      part.argv.insert(part.argv.end(), {"--run-dir", report.run_dir});
     }
     PartOutcome o;
     o.name = part.name;
@@ -178,13 +192,12 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
       o.started = false;
       o.skip_reason = "interrupted while running";
     }
-    WriteFileAtomic(absl::StrCat(report.run_dir, "/parts/", part.name, ".stdout"), o.out)
-        .IgnoreError();
-    WriteFileAtomic(absl::StrCat(report.run_dir, "/parts/", part.name, ".stderr"), o.err)
-        .IgnoreError();
+    const std::string parts_dir = run_dir::Join(report.run_dir, run_dir::kParts);
+    WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stdout"), o.out).IgnoreError();
+    WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stderr"), o.err).IgnoreError();
     std::vector<Check> checks = EvaluatePart(o);
     if (part.name == "fingerprint" && o.started && o.exit_code == 0) {
-      WriteFileAtomic(report.run_dir + "/fingerprint.json", o.out).IgnoreError();
+      WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kFingerprint), o.out).IgnoreError();
     }
     std::string worst = "pass";
     for (const Check& c : checks) {
@@ -214,10 +227,22 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
     else
       ++report.passes;
   }
+  // Then diagnose: the checks' findings and, when the train part left metrics, its curve.
+  report.findings = FindingsFrom(report.checks);
+  const std::string train_dir = run_dir::Join(report.run_dir, run_dir::kTrain);
+  std::error_code ec;
+  if (std::filesystem::is_directory(train_dir, ec)) {
+    absl::StatusOr<diagnose::Report> d = diagnose::Diagnose({train_dir});
+    if (d.ok()) {
+      for (Finding& f : d->findings) report.findings.push_back(std::move(f));
+    }
+  }
+  SortFindings(&report.findings);
   report.wall_s = NowS() - start;
-  TS_RETURN_IF_ERROR(
-      WriteFileAtomic(report.run_dir + "/report.json", ReportToJson(report).dump(2) + "\n"));
-  TS_RETURN_IF_ERROR(WriteFileAtomic(report.run_dir + "/report.md", RenderMarkdown(report)));
+  TS_RETURN_IF_ERROR(WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kDoctorReportJson),
+                                     ReportToJson(report).dump(2) + "\n"));
+  TS_RETURN_IF_ERROR(WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kDoctorReportMd),
+                                     RenderMarkdown(report)));
   return report;
 }
 

@@ -328,3 +328,26 @@ TEST(Interrupt, SigintLeavesNoStrayProcesses) {
 
 }  // namespace
 }  // namespace trainscope::doctor
+
+namespace trainscope::doctor {
+namespace {
+
+TEST(DoctorFindings, FailedAndWarnedChecksBecomeFindings) {
+  std::vector<Check> checks = {
+      {"comm", "fail", "9/10 correct", "every size correct", "do not train"},
+      {"env", "warn", "OMP_NUM_THREADS unset", "", "set it"},
+      {"device", "pass", "ok", "", ""},
+      {"train", "skip", "", "", ""}};
+  std::vector<Finding> f = FindingsFrom(checks);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].severity, Severity::kError);
+  EXPECT_EQ(f[0].id, "doctor.comm");
+  EXPECT_EQ(f[0].title, "comm failed: 9/10 correct");
+  EXPECT_EQ(f[0].evidence, "9/10 correct (expected every size correct)");
+  EXPECT_EQ(f[0].fix, "do not train");
+  EXPECT_EQ(f[1].severity, Severity::kWarning);
+  EXPECT_EQ(f[1].evidence, "OMP_NUM_THREADS unset");
+}
+
+}  // namespace
+}  // namespace trainscope::doctor

@@ -31,6 +31,8 @@ nlohmann::json ReportToJson(const Report& r) {
     p["skip_reason"] = o.skip_reason;
     parts.push_back(p);
   }
+  json findings = json::array();
+  for (const Finding& f : r.findings) findings.push_back(FindingToJson(f));
   return json{{"format", "trainscope.doctor"},
               {"version", 1},
               {"passed", r.failures == 0 && !r.interrupted},
@@ -40,6 +42,7 @@ nlohmann::json ReportToJson(const Report& r) {
               {"summary",
                {{"pass", r.passes}, {"warn", r.warnings}, {"fail", r.failures}, {"skip", r.skips}}},
               {"checks", checks},
+              {"findings", findings},
               {"parts", parts}};
 }
 
@@ -64,7 +67,17 @@ std::string RenderTable(const Report& r) {
   Table t({"check", "verdict", "value", "expected", "advice"});
   for (const Check& c : r.checks)
     t.AddRow({c.name, Verdict(c.verdict), c.value, c.expected, c.advice});
-  return absl::StrCat(t.Render(70), "\n", Summary(r), "\nreport: ", r.run_dir, "/report.md\n");
+  std::string out =
+      absl::StrCat(t.Render(70), "\n", Summary(r), "\nreport: ", r.run_dir, "/report.md\n");
+  // It ends with diagnose's findings: one sentence each, most severe first.
+  int shown = 0;
+  for (const Finding& f : r.findings) {
+    if (f.severity == Severity::kInfo) continue;
+    if (shown++ == 0) out += "\ndiagnose:\n";
+    absl::StrAppend(&out, "  ", SeverityName(f.severity), ": ", f.title, " (", f.id, ")\n");
+    if (!f.fix.empty()) absl::StrAppend(&out, "    fix: ", f.fix, "\n");
+  }
+  return out;
 }
 
 std::string RenderMarkdown(const Report& r) {
@@ -77,6 +90,13 @@ std::string RenderMarkdown(const Report& r) {
   for (const Check& c : r.checks) {
     absl::StrAppend(&md, "| ", cell(c.name), " | ", Verdict(c.verdict), " | ", cell(c.value), " | ",
                     cell(c.expected), " | ", cell(c.advice), " |\n");
+  }
+  if (!r.findings.empty()) {
+    md += "\n## Diagnosis\n\n| severity | finding | evidence | fix |\n|---|---|---|---|\n";
+    for (const Finding& f : r.findings) {
+      absl::StrAppend(&md, "| ", SeverityName(f.severity), " | ", cell(f.title), " (`", f.id,
+                      "`) | ", cell(f.evidence), " | ", cell(f.fix), " |\n");
+    }
   }
   md +=
       "\n## Parts\n\n| part | command | exit | time | budget | note |\n|---|---|---|---|---|---|\n";

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/check.h"
+#include "trainscope/core/finding.h"
 
 namespace trainscope::doctor {
 
@@ -86,6 +87,9 @@ struct Report {
   bool interrupted = false;
   double wall_s = 0;
   int failures = 0, warnings = 0, skips = 0, passes = 0;
+  // "Run the parts, then diagnose": the failed and warned checks as findings plus diagnose's
+  // findings over the run directory (the train part's loss curve in train/), ranked.
+  std::vector<Finding> findings;
   int exit_code() const;  // 1 if any fail (or interrupted), else 0
 };
 
@@ -100,7 +104,11 @@ nlohmann::json ReportToJson(const Report& report);
 std::string RenderTable(const Report& report);
 std::string RenderMarkdown(const Report& report);
 
-// runs/doctor-YYYYmmdd-HHMMSS under the current directory.
+// The failed (error) and warned (warning) checks as findings: id "doctor.<check>", title
+// "<check> failed: <value>", evidence value and expected, fix the advice.
+std::vector<Finding> FindingsFrom(const std::vector<Check>& checks);
+
+// runs/doctor-YYYYmmdd-HHMMSS-<pid> under the current directory (core/run_dir.h).
 std::string DefaultRunDir();
 
 }  // namespace trainscope::doctor
