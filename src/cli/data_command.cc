@@ -387,7 +387,8 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
       }
       Print(*json ? data::FeatureReportToJson(*rep).dump(2) + "\n"
                   : data::FeatureReportToText(*rep));
-      ctx.exit_code = kExitOk;
+      // NaN or Inf values are a problem (exit 1); the other findings are advice.
+      ctx.exit_code = data::NonFiniteCount(*rep) > 0 ? kExitProblems : kExitOk;
     });
   }
 }

@@ -268,13 +268,13 @@ class StatsInput {
 absl::StatusOr<ArrayStats> Reduce(const StatsInput& in, uint64_t offset, const DType& t,
                                   const std::vector<uint64_t>& shape, uint64_t total, bool fortran,
                                   const std::string& name, const std::string& where,
-                                  const FeatureStatsOptions& o) {
+                                  const FeatureStatsOptions& o, bool whole = false) {
   ArrayStats a;
   a.name = name;
   a.dtype = t.name;
   a.shape = shape;
   if (total == 0) return a;
-  const uint64_t f = shape.size() >= 2 ? shape.back() : 1;
+  const uint64_t f = !whole && shape.size() >= 2 ? shape.back() : 1;
   if (f > o.max_features) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, f, " features on the last axis, more than the limit of ", o.max_features));
@@ -753,11 +753,14 @@ absl::StatusOr<FeatureReport> Safetensors(const StatsInput& in, const FeatureSta
       r.arrays.push_back(std::move(a));
       continue;
     }
+    // A tensor in a checkpoint is one population (weights, not features): one line of
+    // statistics per tensor, and no normalisation advice.
     TS_ASSIGN_OR_RETURN(ArrayStats a,
                         Reduce(in, data_off + e.begin, e.dtype->t, e.shape, e.count, false, e.name,
                                absl::StrCat(path, ": tensor ", Quote(e.name), ": shape ",
                                             ShapeText(e.shape, false), ": "),
-                               o));
+                               o, /*whole=*/true));
+    for (FeatureStats& f : a.features) f.suggest.clear();
     r.arrays.push_back(std::move(a));
   }
   return r;
@@ -1041,6 +1044,22 @@ void Findings(FeatureReport* r) {
       }
     }
   }
+  if (nan + inf > 0 && r->format == "safetensors") {
+    std::vector<std::string> bad;
+    for (const auto& a : r->arrays) {
+      uint64_t n = 0;
+      for (const auto& f : a.features) n += f.nan + f.inf;
+      if (n > 0) bad.push_back(Quote(a.name));
+    }
+    const size_t named = std::min<size_t>(bad.size(), 5);
+    r->findings.push_back(absl::StrCat(
+        nan, " NaN and ", inf, " Inf values in ", bad.size(), " tensor(s) (",
+        absl::StrJoin(bad.begin(), bad.begin() + named, ", "), bad.size() > named ? ", ..." : "",
+        "): a model saved with non-finite weights diverged before the save or was corrupted; "
+        "resume from an earlier checkpoint (trainscope ckpt verify finds the newest good one)"));
+    return;  // weights get no feature advice (constant or differently scaled is normal)
+  }
+  if (r->format == "safetensors") return;
   if (nan + inf > 0) {
     r->findings.push_back(absl::StrCat(nan, " NaN and ", inf,
                                        " Inf values: they poison the loss; impute or drop them"));
@@ -1084,18 +1103,19 @@ nlohmann::json FeatureReportToJson(const FeatureReport& r) {
   for (const auto& a : r.arrays) {
     json feats = json::array();
     for (const auto& f : a.features) {
-      feats.push_back(
-          {{"name", ValidUtf8(f.name)},
-           {"count", f.count},
-           {"nan", f.nan},
-           {"inf", f.inf},
-           {"non_numeric", f.non_numeric},
-           {"mean", num(f.mean)},
-           {"std", num(f.std)},
-           {"min", num(f.min)},
-           {"max", num(f.max)},
-           {"normalize",
-            {{"method", f.suggest}, {"shift", num(f.shift)}, {"scale", num(f.scale)}}}});
+      feats.push_back({{"name", ValidUtf8(f.name)},
+                       {"count", f.count},
+                       {"nan", f.nan},
+                       {"inf", f.inf},
+                       {"non_numeric", f.non_numeric},
+                       {"mean", num(f.mean)},
+                       {"std", num(f.std)},
+                       {"min", num(f.min)},
+                       {"max", num(f.max)}});
+      if (!f.suggest.empty()) {
+        feats.back()["normalize"] = {
+            {"method", f.suggest}, {"shift", num(f.shift)}, {"scale", num(f.scale)}};
+      }
     }
     arrays.push_back({{"name", ValidUtf8(a.name)},
                       {"dtype", ValidUtf8(a.dtype)},
@@ -1116,8 +1136,45 @@ nlohmann::json FeatureReportToJson(const FeatureReport& r) {
           {"bad_record_examples", examples}};
 }
 
+uint64_t NonFiniteCount(const FeatureReport& r) {
+  uint64_t n = 0;
+  for (const auto& a : r.arrays) {
+    for (const auto& f : a.features) n += f.nan + f.inf;
+  }
+  return n;
+}
+
+namespace {
+
+// Checkpoint tensors: one row per tensor.
+std::string TensorTable(const FeatureReport& r) {
+  Table t({"tensor", "dtype", "shape", "mean", "std", "min", "max", "NaN", "Inf"});
+  for (const auto& a : r.arrays) {
+    std::string shape;
+    for (size_t i = 0; i < a.shape.size(); ++i)
+      shape += (i ? "x" : "") + std::to_string(a.shape[i]);
+    if (a.features.empty()) {
+      t.AddRow({a.name, a.dtype, "[" + shape + "]", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    const FeatureStats& f = a.features.front();
+    t.AddRow({a.name, a.dtype, "[" + shape + "]", FormatDouble(f.mean, 4), FormatDouble(f.std, 4),
+              FormatDouble(f.min, 4), FormatDouble(f.max, 4), FormatCount(f.nan),
+              FormatCount(f.inf)});
+  }
+  return t.Render() + "\n";
+}
+
+}  // namespace
+
 std::string FeatureReportToText(const FeatureReport& r) {
   std::string out;
+  if (r.format == "safetensors") {
+    out = TensorTable(r);
+    for (const auto& f : r.findings) out += "finding: " + f + "\n";
+    if (r.findings.empty()) out += "no problems found\n";
+    return out;
+  }
   for (const auto& a : r.arrays) {
     std::string shape;
     for (size_t i = 0; i < a.shape.size(); ++i)

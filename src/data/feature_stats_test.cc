@@ -305,8 +305,15 @@ TEST(FeatureStatsSafetensors, ValidFilesAndDtypesNotDecoded) {
   EXPECT_TRUE(r->arrays[1].features.empty());
   EXPECT_EQ(r->arrays[2].dtype, "F8_E4M3");
   EXPECT_TRUE(r->arrays[2].features.empty());
-  EXPECT_EQ(r->arrays[4].features.size(), 2u);
-  EXPECT_DOUBLE_EQ(r->arrays[4].features[1].mean, 3);
+  // A tensor is one population: [[1, 2], [3, 4]] has one mean, and no normalisation advice.
+  ASSERT_EQ(r->arrays[4].features.size(), 1u);
+  EXPECT_DOUBLE_EQ(r->arrays[4].features[0].mean, 2.5);
+  EXPECT_DOUBLE_EQ(r->arrays[4].features[0].min, 1);
+  EXPECT_DOUBLE_EQ(r->arrays[4].features[0].max, 4);
+  EXPECT_EQ(r->arrays[4].features[0].suggest, "");
+  EXPECT_FALSE(FeatureReportToJson(*r)["arrays"][4]["features"][0].contains("normalize"));
+  EXPECT_EQ(FeatureReportToText(*r).find("normalise"), std::string::npos);
+  EXPECT_EQ(NonFiniteCount(*r), 0u);
   std::string all;
   for (const auto& f : r->findings) all += f + "\n";
   EXPECT_NE(all.find("tensor 'f8' is F8_E4M3: not decoded"), std::string::npos) << all;

@@ -1,8 +1,9 @@
 // `trainscope data stats`: statistics of numeric features in .npy, .safetensors and CSV
 // files, for normalising inputs: per feature count, mean, std, min, max, NaN and Inf
 // counts, and suggested normalisation constants. float64 data is flagged (accelerators
-// emulate fp64 slowly or not at all). Features: the last axis of each array ((N, F) ->
-// F features; 1-D -> one feature); CSV columns.
+// emulate fp64 slowly or not at all). Features: the last axis of each .npy array ((N, F)
+// -> F features; 1-D -> one feature); CSV columns. A .safetensors tensor is a checkpoint's
+// weights, not features: one set of statistics per tensor and no normalisation advice.
 //
 // Hostile files: every size a header declares is checked (overflow-checked element
 // counts, shape x dtype against the bytes actually present) before any data is read, so
@@ -28,7 +29,8 @@ struct FeatureStats {
   uint64_t count = 0;  // values, NaN and Inf included
   uint64_t nan = 0, inf = 0, non_numeric = 0;
   double mean = 0, std = 0, min = 0, max = 0;  // over finite values
-  // Suggestion: "zscore" (x - shift) / scale, "drop" (constant), "none" (no finite value).
+  // Suggestion: "zscore" (x - shift) / scale, "drop" (constant), "none" (no finite value);
+  // "" for a safetensors tensor (weights get no normalisation advice; JSON omits it).
   std::string suggest = "zscore";
   double shift = 0, scale = 1;
 };
@@ -88,6 +90,8 @@ absl::StatusOr<FeatureReport> FeatureStatsOfFile(const std::string& path,
 // "findings", "bad_records", "bad_record_examples"}. Every string is valid UTF-8 (invalid
 // bytes from CSV cells or paths become U+FFFD), so dump() never throws.
 nlohmann::json FeatureReportToJson(const FeatureReport& r);
+// NaN plus Inf values over every array (`data stats` exits 1 when there are any).
+uint64_t NonFiniteCount(const FeatureReport& r);
 std::string FeatureReportToText(const FeatureReport& r);
 
 }  // namespace trainscope::data
