@@ -300,8 +300,12 @@ bool Better(const Strategy& a, const Strategy& b, Bottleneck bottleneck) {
         return s.step_s;
     }
   };
+  auto differ = [](double x, double y) {
+    return std::fabs(x - y) > 1e-9 * std::max(std::fabs(x), std::fabs(y));
+  };
   const double ka = key(a), kb = key(b);
-  if (std::fabs(ka - kb) > 1e-9 * std::max(std::fabs(ka), std::fabs(kb))) return ka < kb;
+  if (differ(ka, kb)) return ka < kb;
+  if (differ(a.step_s, b.step_s)) return a.step_s < b.step_s;
   if (a.memory.total != b.memory.total) return a.memory.total < b.memory.total;
   if (a.tp * a.pp != b.tp * b.pp) return a.tp * a.pp < b.tp * b.pp;
   return a.zero < b.zero;

@@ -255,7 +255,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
   j["precision"] = PrecisionName(o.precision);
   j["global_batch"] = o.global_batch;
   j["allowance_fraction"] = o.allowance_fraction;
-  auto gb = [](double bytes) { return Round(bytes / kGB, 1e6); };
+  auto gb = [](double bytes) { return Round(bytes / kGB, 1e9); };  // to the byte
   nlohmann::json list = nlohmann::json::array();
   for (const Strategy& s : plan.strategies) {
     list.push_back(
@@ -278,9 +278,9 @@ nlohmann::json PlanToJson(const Plan& plan) {
            {"total", gb(s.memory.total)}}},
          {"comm_gb_per_step", gb(s.comm.total)},
          {"comm_gb", {{"dp", gb(s.comm.dp)}, {"tp", gb(s.comm.tp)}, {"pp", gb(s.comm.pp)}}},
-         {"comm_s", Round(s.comm.seconds, 1e6)},
+         {"comm_s", Round(s.comm.seconds, 1e9)},
          {"bubble", Round(s.bubble, 1e6)},
-         {"step_s", Round(s.step_s, 1e6)},
+         {"step_s", Round(s.step_s, 1e9)},
          {"fits", s.fits},
          {"rank", s.rank}});
   }
