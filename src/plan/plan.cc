@@ -373,6 +373,12 @@ absl::StatusOr<Plan> MakePlan(const PlanOptions& options, const Measured& measur
     if (!tp_ok(tp)) continue;
     for (int pp : pps) {
       if (!pp_ok(pp)) continue;
+      if (tp * pp > n) {
+        plan.rejected.push_back(
+            {0, tp, pp, absl::StrCat("tp=", tp, " x pp=", pp),
+             absl::StrCat("needs ", tp * pp, " devices, more than the ", n, " given")});
+        continue;
+      }
       if (n % (tp * pp) != 0) {
         plan.rejected.push_back({0, tp, pp, absl::StrCat("tp=", tp, " x pp=", pp),
                                  absl::StrCat("does not divide --devices ", n)});

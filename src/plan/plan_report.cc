@@ -46,6 +46,25 @@ absl::StatusOr<int> IntKey(const nlohmann::json& obj, const char* section, const
 
 double Round(double v, double scale) { return std::round(v * scale) / scale; }
 
+// `text` broken at spaces into lines of at most `width` columns, each after `indent`.
+std::string Wrap(const std::string& text, const std::string& indent, size_t width = 118) {
+  std::string out, line;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(pos, end - pos);
+    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
+      absl::StrAppend(&out, indent, line, "\n");
+      line.clear();
+    }
+    absl::StrAppend(&line, line.empty() ? "" : " ", word);
+    pos = end + 1;
+  }
+  if (!line.empty()) absl::StrAppend(&out, indent, line, "\n");
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ConfigModel> ReadTrainConfig(Os* os, const std::string& path) {
@@ -323,12 +342,12 @@ std::string PlanToText(const Plan& plan, int max_rows) {
   const PlanOptions& o = plan.options;
   std::string out = absl::StrFormat(
       "model: %.3g params, %d layers, hidden %d, %d heads, seq %d, vocab %d; %s\n"
-      "cluster: %d devices on %d node(s), %.1f GB each; busbw %.1f GB/s in a node, %.1f between "
-      "(%s); %.0f TFLOP/s; global batch %d; allowance %.0f%%\n\n",
+      "cluster: %d devices on %d node(s), %.1f GB each; global batch %d; allowance %.0f%%\n"
+      "links: busbw %.1f GB/s in a node, %.1f between (%s); %.0f TFLOP/s per device\n\n",
       plan.params, o.model.layers, o.model.hidden, o.model.heads, o.model.seq_len, o.model.vocab,
       PrecisionName(o.precision), o.cluster.devices, o.cluster.nodes, o.cluster.device_memory_gb,
-      o.cluster.intra_node_gbps, o.cluster.inter_node_gbps, o.cluster.bandwidth_source,
-      o.cluster.device_tflops, o.global_batch, 100 * o.allowance_fraction);
+      o.global_batch, 100 * o.allowance_fraction, o.cluster.intra_node_gbps,
+      o.cluster.inter_node_gbps, o.cluster.bandwidth_source, o.cluster.device_tflops);
   // One unit for the table: GB, or MB when every fitting candidate is under 1 GB.
   double max_total = 0;
   for (const Strategy& s : plan.strategies) {
@@ -369,18 +388,22 @@ std::string PlanToText(const Plan& plan, int max_rows) {
   }
   if (plan.measured.bottleneck != Bottleneck::kNone) {
     const Measured& m = plan.measured;
-    absl::StrAppend(&out, "\nmeasured (", m.source, "): ", BottleneckName(m.bottleneck), "-bound; ",
-                    m.evidence, "\n  rule: ", m.rule, "\n");
+    absl::StrAppend(&out, "\n",
+                    Wrap(absl::StrCat("measured (", m.source, "): ", BottleneckName(m.bottleneck),
+                                      "-bound; ", m.evidence),
+                         ""),
+                    Wrap("rule: " + m.rule, "  "));
   }
   if (plan.recommended >= 0) {
     const Strategy& s = plan.strategies[plan.recommended];
-    absl::StrAppend(
-        &out, absl::StrFormat("\nrecommended: dp %d x tp %d x pp %d, ZeRO %d, recompute %s, "
-                              "micro-batch %d (%d per step)\n  why: %s\n",
-                              s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute), s.micro_batch,
-                              s.micro_batches, plan.reason));
+    absl::StrAppend(&out,
+                    absl::StrFormat("\nrecommended: dp %d x tp %d x pp %d, ZeRO %d, recompute %s, "
+                                    "micro-batch %d (%d per step)\n",
+                                    s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute),
+                                    s.micro_batch, s.micro_batches),
+                    Wrap("why: " + plan.reason, "  "));
   } else {
-    absl::StrAppend(&out, "\nrecommended: none: ", plan.reason, "\n");
+    absl::StrAppend(&out, "\n", Wrap("recommended: none: " + plan.reason, ""));
   }
   return out;
 }
