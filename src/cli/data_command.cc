@@ -180,10 +180,18 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     scan->add_flag(
         "--no-noise", *no_noise,
         "skip the noise rules (Gopher, C4, FineWeb, mojibake, control chars, truncation)");
+    auto* fail_on = KeepAlive<std::string>("duplicates=0.05,noise=0.2");
+    scan->add_option("--fail-on", *fail_on,
+                     "exit 1 when a share exceeds its threshold: duplicates=S,noise=S, or none "
+                     "(docs/metrics.md)");
     scan->add_flag("--exact-only", *exact_only,
                    "exact duplicates and all statistics only: same as --no-near-dup --no-noise "
                    "--no-lang (the fast scan; noise flags and languages are not reported)");
-    scan->callback([&ctx, f, o, no_near, no_lang, no_noise, exact_only] {
+    scan->callback([&ctx, f, o, no_near, no_lang, no_noise, exact_only, fail_on] {
+      if (auto st = data::ParseFailOn(*fail_on, o); !st.ok()) {
+        ctx.exit_code = ReportAndExitCode("data scan", st);
+        return;
+      }
       RemoveTempFilesOnStopSignals("scan");
       o->near_dup = !*no_near && !*exact_only;
       o->language = !*no_lang && !*exact_only;
@@ -212,6 +220,9 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
       Print(f->json ? data::ScanResultToJson(*res, *o).dump(2) + "\n"
                     : data::ScanResultToText(*res, *o));
       ctx.exit_code = StrictCheck("scan", *f, res->bad);
+      if (ctx.exit_code == kExitOk && o->fail && !data::ScanProblems(*res, *o).empty()) {
+        ctx.exit_code = kExitProblems;
+      }
     });
   }
 

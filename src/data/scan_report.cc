@@ -1,7 +1,9 @@
 // `data scan` output: JSON (format trainscope.data.scan, version 1) and the readable summary.
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/table.h"
 #include "trainscope/data/scan.h"
@@ -38,6 +40,9 @@ nlohmann::json ScanResultToJson(const ScanResult& r, const ScanOptions& o) {
   nlohmann::json j;
   j["format"] = "trainscope.data.scan";
   j["version"] = 1;
+  j["problems"] = ScanProblems(r, o);
+  j["fail_on"] = o.fail ? nlohmann::json{{"duplicates", o.fail_duplicates}, {"noise", o.fail_noise}}
+                        : nlohmann::json("none");
   j["docs"] = r.docs;
   j["bytes"] = r.bytes;
   j["chars"] = r.chars;
@@ -160,19 +165,69 @@ std::string ScanResultToText(const ScanResult& r, const ScanOptions& o) {
     for (const auto& e : r.bad.examples()) out += "  " + e + "\n";
   }
   // The one-sentence answer.
-  const double dup = Ratio(r.near_duplicate_docs, r.docs);
-  if (dup >= 0.05) {
-    out += absl::StrCat("\nverdict: ", Pct(dup),
-                        " of documents are duplicates: the loss will fall faster than the model "
-                        "improves; run `trainscope data clean`.\n");
-  } else if (Ratio(r.flagged_docs, r.docs) >= 0.2) {
-    out += absl::StrCat("\nverdict: ", Pct(Ratio(r.flagged_docs, r.docs)),
-                        " of documents trip a noise rule; review the flags above and run "
-                        "`trainscope data clean --rules ...`.\n");
-  } else {
-    out += "\nverdict: no major duplication or noise found.\n";
+  const std::vector<std::string> problems = ScanProblems(r, o);
+  for (const std::string& p : problems) out += "\nverdict: " + p + "\n";
+  if (problems.empty()) out += "\nverdict: no major duplication or noise found.\n";
+  return out;
+}
+
+namespace {
+
+// Duplicate documents: keep-first near duplicates (which include the exact ones), or the
+// exact ones when near duplicates were not computed.
+uint64_t DuplicateDocs(const ScanResult& r, const ScanOptions& o) {
+  return o.near_dup ? std::max(r.near_duplicate_docs, r.exact_duplicate_docs)
+                    : r.exact_duplicate_docs;
+}
+
+}  // namespace
+
+std::vector<std::string> ScanProblems(const ScanResult& r, const ScanOptions& o) {
+  std::vector<std::string> out;
+  const double dup = Ratio(DuplicateDocs(r, o), r.docs);
+  if (r.docs > 0 && dup > o.fail_duplicates) {
+    out.push_back(absl::StrCat(Pct(dup), " of documents are duplicates (threshold ",
+                               Pct(o.fail_duplicates),
+                               "): the loss will fall faster than the model improves; run "
+                               "`trainscope data clean`."));
+  }
+  const double noise = Ratio(r.flagged_docs, r.docs);
+  if (r.docs > 0 && o.noise && noise > o.fail_noise) {
+    out.push_back(absl::StrCat(Pct(noise), " of documents trip a noise rule (threshold ",
+                               Pct(o.fail_noise),
+                               "); review the flags above and run `trainscope data clean "
+                               "--rules ...`."));
   }
   return out;
+}
+
+absl::Status ParseFailOn(const std::string& spec, ScanOptions* o) {
+  const std::string where = absl::StrCat("--fail-on '", spec, "'");
+  if (spec == "none") {
+    o->fail = false;
+    return absl::OkStatus();
+  }
+  o->fail = true;
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.first != "duplicates" && kv.first != "noise") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown condition '", kv.first, "' (duplicates, noise, or none)"));
+    }
+    std::string v = kv.second;
+    double scale = 1;
+    if (!v.empty() && v.back() == '%') {
+      v.pop_back();
+      scale = 0.01;
+    }
+    double x;
+    if (v.empty() || !absl::SimpleAtod(v, &x) || !(x >= 0) || x * scale > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": '", item, "' needs a share from 0 to 1 (or 0% to 100%), e.g. duplicates=0.1"));
+    }
+    (kv.first == "duplicates" ? o->fail_duplicates : o->fail_noise) = x * scale;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainscope::data

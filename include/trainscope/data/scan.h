@@ -42,7 +42,19 @@ struct ScanOptions {
   std::string tmp_dir;           // "" = $TMPDIR or /tmp
   bool keep_doc_arrays = false;  // fill ScanResult::doc_* (for data clean)
   bool progress = true;
+  // The shares above which the scan reports a problem (`data scan` exits 1; docs/metrics.md
+  // "Data scan thresholds"): duplicate documents (near duplicates, or exact ones when near
+  // duplicates are off) and documents that trip a noise rule. `fail` false: the verdicts
+  // are still reported but `data scan` exits 0.
+  double fail_duplicates = 0.05;
+  double fail_noise = 0.20;
+  bool fail = true;
 };
+
+// `--fail-on`: "duplicates=0.1,noise=0.3" (shares; "10%" also accepted), a subset of
+// them, or "none" (report, never fail). Sets the fail* fields of `options`;
+// InvalidArgument naming the bad entry.
+absl::Status ParseFailOn(const std::string& spec, ScanOptions* options);
 
 struct LengthStats {
   Summary summary;  // exact percentiles over documents
@@ -104,6 +116,10 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs,
 // into L-sized pieces; pieces placed best-fit decreasing).
 std::vector<PaddingStrategy> PaddingWaste(const std::vector<uint32_t>& tokens, int64_t seq_len,
                                           int64_t batch_size);
+
+// The problems the thresholds find, one sentence each (empty: none); the text report's
+// verdict and the JSON's "problems".
+std::vector<std::string> ScanProblems(const ScanResult& r, const ScanOptions& options);
 
 nlohmann::json ScanResultToJson(const ScanResult& r, const ScanOptions& options);
 std::string ScanResultToText(const ScanResult& r, const ScanOptions& options);
