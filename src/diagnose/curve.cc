@@ -63,7 +63,7 @@ struct Stats {
   size_t n = 0, w = 0, k = 0;
   std::vector<double> s;  // smoothed
   double first = 0;       // median of the first 3 values: the level before any explosion
-  double start = 0, end = 0, min = 0, max = 0, sigma = 0, scale = 1;
+  double start = 0, end = 0, min = 0, max = 0, scale = 1;
   size_t imin = 0;
 };
 
@@ -79,13 +79,51 @@ Stats Describe(const std::vector<double>& x) {
   st.imin = static_cast<size_t>(std::min_element(st.s.begin(), st.s.end()) - st.s.begin());
   st.min = st.s[st.imin];
   st.max = *std::max_element(st.s.begin(), st.s.end());
-  std::vector<double> resid(st.n);
-  for (size_t i = 0; i < st.n; ++i) resid[i] = x[i] - st.s[i];
-  double med = Median(resid);
-  for (double& r : resid) r = std::fabs(r - med);
   st.scale = std::max(std::fabs(st.start), 1e-12);
-  st.sigma = std::max(1.4826 * Median(resid), 1e-3 * st.scale);
   return st;
+}
+
+// Long runs: the trend classes look at bin medians (at most kTrendPoints bins), so that the
+// smoothing window spans a fixed share of the run whatever its length, at O(n) cost.
+constexpr size_t kTrendPoints = 2000;
+
+struct Trend {
+  std::vector<double> x;
+  std::vector<int64_t> steps;  // the step of each trend point (a bin's middle value)
+  size_t bin = 1;              // raw values per trend point
+};
+
+Trend MakeTrend(const std::vector<double>& x, const std::vector<int64_t>& steps) {
+  Trend t;
+  if (x.size() <= 2 * kTrendPoints) {
+    t.x = x;
+    t.steps = steps;
+    return t;
+  }
+  t.bin = (x.size() + kTrendPoints - 1) / kTrendPoints;
+  for (size_t b = 0; b < x.size(); b += t.bin) {
+    size_t e = std::min(x.size(), b + t.bin);
+    t.x.push_back(MedianOf(x, b, e));
+    t.steps.push_back(steps[b + (e - b) / 2]);
+  }
+  return t;
+}
+
+// The noise of single values: 1.4826 x MAD of the first differences / sqrt(2) (a trend moves
+// little from one value to the next; an isolated spike moves two differences only).
+double DiffSigma(const std::vector<double>& x) {
+  if (x.size() < 3) return 0;
+  std::vector<double> d(x.size() - 1);
+  for (size_t i = 1; i < x.size(); ++i) d[i - 1] = x[i] - x[i - 1];
+  double med = Median(d);
+  for (double& v : d) v = std::fabs(v - med);
+  return 1.4826 * Median(d) / std::sqrt(2.0);
+}
+
+// The median of the `w` values centered on i (shrinking at the ends).
+double LocalMedian(const std::vector<double>& x, size_t i, size_t w) {
+  size_t h = w / 2, lo = i >= h ? i - h : 0, hi = std::min(x.size(), i + h + 1);
+  return MedianOf(x, lo, hi);
 }
 
 void Ev(CurveResult* r, const char* name, double v) { r->evidence.emplace_back(name, v); }
@@ -153,9 +191,17 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     }
   }
   std::vector<double> x;
+  std::vector<int64_t> xs;
   x.reserve(i_nan);
-  for (size_t i = 0; i < i_nan; ++i) x.push_back(pts[i].value);
+  xs.reserve(i_nan);
+  for (size_t i = 0; i < i_nan; ++i) {
+    x.push_back(pts[i].value);
+    xs.push_back(pts[i].step);
+  }
   auto step = [&](size_t i) { return pts[std::min(i, pts.size() - 1)].step; };
+  Trend trend = MakeTrend(x, xs);
+  // The step of trend point i.
+  auto ts = [&](size_t i) { return trend.steps[std::min(i, trend.steps.size() - 1)]; };
 
   // --- a non-finite loss: after a rise (diverging), or out of the blue (fixed step) ---
   if (i_nan < pts.size()) {
@@ -180,14 +226,14 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     double rho = 0;
     bool rising = false;
     if (x.size() >= 10) {
-      Stats st = Describe(x);
+      Stats st = Describe(trend.x);
       rising = Rising(st, o, &rho) || st.end > st.first + (o.explode_ratio - 1) * st.scale;
       Ev(&r, "window", static_cast<double>(st.w));
       Ev(&r, "start", st.start);
       Ev(&r, "min", st.min);
       Ev(&r, "end_before_nan", st.end);
       Ev(&r, "rise_rho", rho);
-      if (rising) r.first_bad_step = step(st.imin);
+      if (rising) r.first_bad_step = ts(st.imin);
     }
     if (rising || gn_ratio > 10) {
       r.cls = "diverging";
@@ -215,14 +261,16 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     return r;
   }
 
-  Stats st = Describe(x);
-  const size_t n = st.n;
-  Ev(&r, "points", static_cast<double>(n));
+  Stats st = Describe(trend.x);
+  const size_t n = st.n;  // trend points
+  const double sigma = std::max(DiffSigma(x), 1e-3 * st.scale);
+  Ev(&r, "points", static_cast<double>(x.size()));
+  if (trend.bin > 1) Ev(&r, "bin", static_cast<double>(trend.bin));
   Ev(&r, "window", static_cast<double>(st.w));
   Ev(&r, "start", st.start);
   Ev(&r, "end", st.end);
   Ev(&r, "min", st.min);
-  Ev(&r, "noise_sigma", st.sigma);
+  Ev(&r, "noise_sigma", sigma);
   Ev(&r, "drop_share", (st.start - st.end) / st.scale);
 
   // --- diverging: a sustained rise after the minimum ---
@@ -231,7 +279,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     Ev(&r, "rise_rho", rho);
     Ev(&r, "rise_share", (st.end - st.min) / st.scale);
     r.cls = "diverging";
-    r.first_bad_step = step(st.imin);
+    r.first_bad_step = ts(st.imin);
     r.severity = Severity::kError;
     r.sentence = absl::StrCat("the loss grows from step ", r.first_bad_step, ": ", Num(st.min),
                               " -> ", Num(st.end));
@@ -243,7 +291,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
   double explode = st.first + (o.explode_ratio - 1) * std::max(std::fabs(st.first), 1e-12);
   if (st.max > explode) {
     size_t first = 0;
-    while (first < n && x[first] <= explode) ++first;
+    while (first < x.size() && x[first] <= explode) ++first;
     Ev(&r, "first", st.first);
     Ev(&r, "max_over_first", st.max / std::max(std::fabs(st.first), 1e-12));
     Ev(&r, "rise_rho", rho);
@@ -261,10 +309,10 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
   if (st.start - st.end < o.not_learning_drop * st.scale &&
       st.start - st.min < 2 * o.not_learning_drop * st.scale) {
     r.cls = "not_learning";
-    r.first_bad_step = step(0);
+    r.first_bad_step = ts(0);
     r.severity = Severity::kError;
     r.sentence = absl::StrCat("the loss does not fall: ", Num(st.start), " -> ", Num(st.end),
-                              " over ", n, " values");
+                              " over ", x.size(), " values");
     r.fix = kFixNotLearning;
     return r;
   }
@@ -290,7 +338,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
       double vscale = std::max(std::fabs(vmin), 1e-12);
       // Training level at the validation minimum vs at the end.
       size_t ti = 0;
-      while (ti + 1 < n && step(ti) < val[j].step) ++ti;
+      while (ti + 1 < n && ts(ti) < val[j].step) ++ti;
       double train_fall = (st.s[ti] - st.end) / st.scale;
       Ev(&r, "val_min", vmin);
       Ev(&r, "val_min_step", static_cast<double>(val[j].step));
@@ -316,27 +364,32 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     double pre = st.s[k - st.w] - st.s[k];
     double post = st.s[k] - st.end;
     if (pre >= o.plateau_pre_share * total && post < o.plateau_post_share * pre) {
-      Ev(&r, "stall_step", static_cast<double>(step(k)));
+      Ev(&r, "stall_step", static_cast<double>(ts(k)));
       Ev(&r, "drop_before_share", pre / total);
       Ev(&r, "drop_after_share", post / total);
       r.cls = "plateau";
-      r.first_bad_step = step(k);
+      r.first_bad_step = ts(k);
       r.severity = Severity::kWarning;
-      r.sentence = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", step(k),
-                                " after falling ", Num(pre), " in the ", st.w,
+      r.sentence = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", ts(k),
+                                " after falling ", Num(pre), " in the ", ts(k) - ts(k - st.w),
                                 " steps before; it then moves only ", Num(post));
       r.fix = kFixPlateau;
       return r;
     }
   }
 
-  // --- loss spikes: isolated jumps far above the smoothed curve that recover ---
-  // From the first full window on: at the edge the running median lags a steep fall.
-  for (size_t i = st.w; i < n; ++i) {
-    if (x[i] - st.s[i] <= o.spike_sigmas * st.sigma) continue;
-    if (x[i] - x[i - 1] <= o.spike_jump_sigmas * st.sigma) continue;
+  // --- loss spikes: isolated jumps far above the local median that recover ---
+  // Candidates jump from the previous value; the local median (width kSpikeWindow) is taken
+  // only at those (O(n) over the run).
+  constexpr size_t kSpikeWindow = 21;
+  for (size_t i = kSpikeWindow / 2; i < x.size(); ++i) {
+    if (x[i] - x[i - 1] <= o.spike_jump_sigmas * sigma) continue;
+    double local = LocalMedian(x, i, kSpikeWindow);
+    if (x[i] - local <= o.spike_sigmas * sigma) continue;
+    if (x[i] - local <= o.spike_min_rel * std::fabs(local)) continue;
     size_t back = 0, seen = 0;
-    for (size_t j = i + 1; j < n && j <= i + 3; ++j, ++seen) back += x[j] - st.s[j] < 3 * st.sigma;
+    for (size_t j = i + 1; j < x.size() && j <= i + 3; ++j, ++seen)
+      back += x[j] - LocalMedian(x, j, kSpikeWindow) < 3 * sigma;
     if (back >= std::min<size_t>(2, seen)) r.spike_steps.push_back(step(i));
   }
   if (!r.spike_steps.empty()) {
@@ -357,7 +410,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
   r.cls = "healthy";
   r.severity = Severity::kInfo;
   r.sentence = absl::StrCat("the loss curve looks healthy: ", Num(st.start), " -> ", Num(st.end),
-                            " over ", n, " values");
+                            " over ", x.size(), " values");
   return r;
 }
 

@@ -32,15 +32,6 @@ int Specificity(const std::string& id) {
   return std::size(kOrder);  // reports' own findings, then healthy / too short
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
-
 // Findings of a trainscope report; false when `doc` is not one diagnose reads.
 bool DocumentFindings(const std::string& path, const json& doc, std::vector<Finding>* out) {
   if (!doc.is_object()) return false;
@@ -131,7 +122,7 @@ void ListDir(const fs::path& dir, int depth, Walk* w) {
 // then an error, not a skip).
 absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep) {
   std::string text;
-  if (!ReadFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   FileKind kind = DetectKind(path, text.substr(0, 4096));
   if (kind == FileKind::kUnknown) {
     std::string reason = "not a metrics log or a trainscope report with findings";

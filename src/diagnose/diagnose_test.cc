@@ -143,6 +143,17 @@ TEST(Curve, HealthyIsHealthyForManySeedsAndScales) {
   }
 }
 
+TEST(Curve, LongRunsUseBinsAndStayHealthy) {
+  Series s = Healthy(9, 50000);
+  CurveResult r = ClassifyCurve(s);
+  EXPECT_EQ(r.cls, "healthy") << r.sentence << " " << EvidenceText(r);
+  // A spike in a long run is still found at its own step.
+  s.loss[30000].value *= 3;
+  r = ClassifyCurve(s);
+  EXPECT_EQ(r.cls, "loss_spikes") << EvidenceText(r);
+  EXPECT_EQ(r.spike_steps, (std::vector<int64_t>{30001}));
+}
+
 TEST(Curve, EachClass) {
   Series nan = Healthy(1);
   for (Point& p : nan.loss)

@@ -355,6 +355,23 @@ absl::StatusOr<Series> ParseTrainerState(const std::string& path, const std::str
   return b.Finish();
 }
 
+}  // namespace
+
+bool ReadWholeFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return false;
+  std::streamoff size = in.tellg();
+  if (size < 0) return false;
+  out->resize(static_cast<size_t>(size));
+  in.seekg(0);
+  in.read(out->data(), size);
+  // A file that changed size while read (a log still being written): keep what was read.
+  out->resize(static_cast<size_t>(in.gcount()));
+  return !in.bad();
+}
+
+namespace {
+
 std::string BaseName(const std::string& path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -468,11 +485,8 @@ absl::StatusOr<Series> ParseSeries(const std::string& path, FileKind kind,
 }
 
 absl::StatusOr<Series> ReadSeries(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::string text;
+  if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   FileKind kind = DetectKind(path, text.substr(0, 4096));
   if (kind == FileKind::kUnknown) {
     return absl::InvalidArgumentError(

@@ -25,6 +25,7 @@ struct CurveOptions {
   int min_points = 20;               // fewer finite losses: "too_short"
   double spike_sigmas = 6;           // a spike: this many robust sigmas above the smoothed curve
   double spike_jump_sigmas = 4;      // ... and this far above the previous point
+  double spike_min_rel = 0.1;        // ... and at least this share above the local median
   double not_learning_drop = 0.03;   // learned less than this share of the starting loss
   double explode_ratio = 1.5;        // smoothed loss above start x this: exploded
   double diverge_rise = 0.25;        // rise above the minimum, as a share of the start level

@@ -64,6 +64,9 @@ absl::StatusOr<Series> ParseSeries(const std::string& path, FileKind kind, const
 // "not a metrics file" for a file of an unknown kind.
 absl::StatusOr<Series> ReadSeries(const std::string& path);
 
+// Reads a whole file into *out (one allocation). False when it cannot be opened or read.
+bool ReadWholeFile(const std::string& path, std::string* out);
+
 // A metric name normalised as described above, then mapped: "step", "loss", "val_loss",
 // "lr", "grad_norm", or "" for any other.
 std::string CanonicalMetric(const std::string& name);
