@@ -333,9 +333,11 @@ absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep)
     // leave a step-<N> without its manifest, which reads as a damaged checkpoint.
     std::error_code ec;
     const std::string doomed = absl::StrCat(p, ".deleting-", ::getpid());
-    if (::rename(p.c_str(), doomed.c_str()) != 0) return ErrnoStatus(p, "cannot rename for removal");
+    if (::rename(p.c_str(), doomed.c_str()) != 0)
+      return ErrnoStatus(p, "cannot rename for removal");
     fs::remove_all(doomed, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat(doomed, ": cannot remove: ", ec.message()));
+    if (ec)
+      return absl::InvalidArgumentError(absl::StrCat(doomed, ": cannot remove: ", ec.message()));
     removed.push_back(p);
   }
   // Leftovers of removals a kill interrupted.

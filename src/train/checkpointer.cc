@@ -91,9 +91,8 @@ SaveOutcome Checkpointer::Write(const CheckpointSnapshot& snap, bool async) cons
     } else {
       fs::rename(out.path, absl::StrCat(out.path, ".bad-", ::getpid()), ec);
       if (ec) {
-        out.status = absl::InternalError(
-            absl::StrCat(out.path, ": a damaged checkpoint is in the way and cannot be moved: ",
-                         ec.message()));
+        out.status = absl::InternalError(absl::StrCat(
+            out.path, ": a damaged checkpoint is in the way and cannot be moved: ", ec.message()));
       }
     }
   }
@@ -141,7 +140,8 @@ namespace {
 std::string NewestGood(const std::string& dir) {
   auto latest = ckpt::FindLatestComplete(dir, /*hash=*/true);
   if (!latest.ok() || latest->path.empty()) {
-    return absl::StrCat("there is no complete checkpoint in ", dir, "; drop --resume to start fresh");
+    return absl::StrCat("there is no complete checkpoint in ", dir,
+                        "; drop --resume to start fresh");
   }
   return absl::StrCat("the newest complete one is ", latest->path, " (--resume ", latest->path,
                       ", or --resume latest)");
@@ -162,9 +162,9 @@ absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string
     if (!latest.ok()) return latest.status();
     std::string skipped;
     if (!latest->skipped.empty()) {
-      skipped = absl::StrCat(" (skipped ", latest->skipped.size(), " newer: ",
-                             latest->skipped.front().file, ": ", latest->skipped.front().problem,
-                             latest->skipped.size() > 1 ? ", ..." : "", ")");
+      skipped = absl::StrCat(
+          " (skipped ", latest->skipped.size(), " newer: ", latest->skipped.front().file, ": ",
+          latest->skipped.front().problem, latest->skipped.size() > 1 ? ", ..." : "", ")");
     }
     if (latest->path.empty()) {
       plan.notice =
@@ -194,8 +194,8 @@ absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string
                           ? std::string("not complete")
                           : absl::StrCat(c.problems[0].file, ": ", c.problems[0].problem);
     return absl::InvalidArgumentError(absl::StrCat("--resume ", path,
-                                                   ": refusing a damaged checkpoint: ", why,
-                                                   "; ", NewestGood(parent.empty() ? "." : parent)));
+                                                   ": refusing a damaged checkpoint: ", why, "; ",
+                                                   NewestGood(parent.empty() ? "." : parent)));
   }
   plan.path = path;
   plan.step = c.step;

@@ -34,8 +34,8 @@ struct CheckpointSnapshot {
   uint64_t tensor_bytes = 0;
   // Appends a tensor of `bytes` bytes (to the optimizer file when `optimizer`) and returns
   // the memory to copy it into (uninitialised, owned by the snapshot).
-  void* AddTensor(bool optimizer, std::string name, std::string dtype,
-                  std::vector<uint64_t> shape, uint64_t bytes);
+  void* AddTensor(bool optimizer, std::string name, std::string dtype, std::vector<uint64_t> shape,
+                  uint64_t bytes);
 };
 
 struct SaveOutcome {

@@ -178,16 +178,23 @@ TEST(MetricsFile, AResumedRunAppendsASegmentAndRepeatedStepsCountOnce) {
     return r;
   };
   {
-    auto w = MetricsWriter::Open(path, {{"rank", 0}, {"world_size", 1}, {"params", 1},
-                                        {"start_unix_us", 1}, {"config", nlohmann::json::object()}});
+    auto w = MetricsWriter::Open(path, {{"rank", 0},
+                                        {"world_size", 1},
+                                        {"params", 1},
+                                        {"start_unix_us", 1},
+                                        {"config", nlohmann::json::object()}});
     ASSERT_TRUE(w.ok());
     for (int s = 1; s <= 5; ++s) ASSERT_TRUE((*w)->WriteStep(step(s)).ok());
   }
   // Killed mid-line: no end record, a partial last line.
   { std::ofstream(path, std::ios::app) << "{\"type\":\"st"; }
   auto w = MetricsWriter::Open(path,
-                               {{"rank", 0}, {"world_size", 1}, {"params", 1}, {"start_unix_us", 2},
-                                {"config", nlohmann::json::object()}, {"resumed_from_step", 3}},
+                               {{"rank", 0},
+                                {"world_size", 1},
+                                {"params", 1},
+                                {"start_unix_us", 2},
+                                {"config", nlohmann::json::object()},
+                                {"resumed_from_step", 3}},
                                /*append=*/true);
   ASSERT_TRUE(w.ok());
   for (int s = 4; s <= 7; ++s) ASSERT_TRUE((*w)->WriteStep(step(s)).ok());
@@ -203,7 +210,10 @@ TEST(MetricsFile, AResumedRunAppendsASegmentAndRepeatedStepsCountOnce) {
   EXPECT_TRUE(info->ended);
   EXPECT_EQ(info->state, "done");
   // A second header without resumed_from_step is malformed.
-  { std::ofstream(path, std::ios::app) << "{\"type\":\"header\",\"format\":\"trainscope.train_metrics\"}\n"; }
+  {
+    std::ofstream(path, std::ios::app)
+        << "{\"type\":\"header\",\"format\":\"trainscope.train_metrics\"}\n";
+  }
   EXPECT_FALSE(ValidateMetricsFile(path).ok());
 }
 
