@@ -341,6 +341,8 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
       why = CheckFields(j, {{"step", IsInt, "an integer"},
                             {"loss", IsNum, "a number"},
                             {"threshold", IsNum, "a number"}});
+    } else if (type == "nonfinite_checks") {
+      why = CheckFields(j, {{"check_ms", IsNum, "a number"}, {"loop_ms", IsNum, "a number"}});
     } else if (type == "loss_scale") {
       why =
           CheckFields(j, {{"step", IsInt, "an integer"},

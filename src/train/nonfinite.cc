@@ -3,6 +3,7 @@
 #include "train/nonfinite.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -10,6 +11,12 @@ namespace trainscope::train {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -62,7 +69,7 @@ NonfiniteGuard::~NonfiniteGuard() {
 double NonfiniteGuard::BeginStep(int step) {
   step_ = step;
   loss_flag_ = false;
-  grad_sum_ = 0;
+  grad_bad_ = false;
   inputs_.clear();
   targets_.clear();
   sample_ids_.clear();
@@ -107,7 +114,7 @@ void NonfiniteGuard::KeepBatch(const torch::Tensor& inputs, const torch::Tensor&
   sample_ids_.insert(sample_ids_.end(), sample_ids.begin(), sample_ids.end());
 }
 
-bool NonfiniteGuard::grad_flag() const { return options_.checks && !std::isfinite(grad_sum_); }
+bool NonfiniteGuard::grad_flag() const { return options_.checks && grad_bad_; }
 
 void NonfiniteGuard::EndStep(double lr, double grad_norm) {
   last_lr_ = lr;
@@ -120,16 +127,26 @@ void NonfiniteGuard::EndStep(double lr, double grad_norm) {
 
 bool NonfiniteGuard::WeightsFinite() const {
   torch::NoGradGuard no_grad;
-  double sum = 0;
-  for (const auto& [name, p] : named_) sum += p.sum(torch::kDouble).item<double>();
-  return std::isfinite(sum);
+  const int64_t t0 = NowNs();
+  bool finite = true;
+  for (const auto& [name, p] : named_) {
+    if (!std::isfinite(p.sum().item<float>()) && !AllFinite(p)) finite = false;
+  }
+  check_ns_ += NowNs() - t0;
+  return finite;
 }
 
-// The per-step gradient check: the sum of a gradient is NaN or +-Inf exactly when one of its
-// elements is (summed in double, finite gradients cannot overflow it), so one reduction per
-// gradient, taken while it is hot in cache, covers every element. Replays add the exact test.
+// The per-step gradient check: one fp32 sum per gradient, taken while it is hot in cache. A
+// NaN or Inf element makes the sum NaN/Inf; a non-finite sum of finite elements (an overflow
+// of the sum itself) is told apart by the exact test, which runs only then. (A sum in double
+// needs no such second test but converts every element: measured 1.7% of the default model's
+// step against the 1% budget.)
 void NonfiniteGuard::OnGrad(int index, const torch::Tensor& grad) {
-  if (options_.checks && !probing_) grad_sum_ += grad.sum(torch::kDouble).item<double>();
+  if (options_.checks && !probing_) {
+    const int64_t t0 = NowNs();
+    if (!std::isfinite(grad.sum().item<float>()) && !AllFinite(grad)) grad_bad_ = true;
+    check_ns_ += NowNs() - t0;
+  }
   if (probing_ && !found_.any() && !AllFinite(grad)) {
     found_.phase = NonfinitePhase::kBackward;
     found_.param = index;

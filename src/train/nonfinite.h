@@ -1,9 +1,9 @@
 // The trainer's non-finite guard (private to the train module; libtorch). One object per run,
 // used from the training thread only. It is the model's tap (model.h) and holds a hook on
 // every parameter's gradient, which gives it one place for:
-//   - the per-step checks: this rank's loss and its gradients before the all-reduce (a sum in
-//     double per gradient as backward produces it: non-finite iff some element is), and the
-//     weights after the optimizer step;
+//   - the per-step checks: this rank's loss and its gradients before the all-reduce (an fp32
+//     sum per gradient as backward produces it, non-finite when some element is; an exact
+//     test only when the sum is), and the weights after the optimizer step;
 //   - the localisation of a flagged step: replay its micro-batches from the unchanged state
 //     (the optimizer has not stepped) with probes on every module output and every parameter
 //     gradient: the first module whose output is non-finite (forward), else the first
@@ -91,6 +91,10 @@ class NonfiniteGuard : public ModelTap {
 
   torch::Tensor Out(int site, torch::Tensor y) override;
 
+  // Time spent in the per-step checks so far (gradient sums, weight sums), for the overhead
+  // figure (docs/PERFORMANCE.md).
+  double check_ms() const { return check_ns_ / 1e6; }
+
  private:
   struct Found {
     NonfinitePhase phase = NonfinitePhase::kForward;
@@ -123,7 +127,8 @@ class NonfiniteGuard : public ModelTap {
   int nan_site_ = -1;       // forward NaN injected at this site's output
   int nan_grad_site_ = -1;  // backward NaN injected at this site's output gradient
   bool loss_flag_ = false;
-  double grad_sum_ = 0;  // sum of every local gradient element (double): NaN/Inf if any is
+  mutable int64_t check_ns_ = 0;
+  bool grad_bad_ = false;  // a local gradient of this step held a NaN/Inf
   std::vector<torch::Tensor> inputs_, targets_;
   std::vector<int64_t> sample_ids_;
 

@@ -283,6 +283,14 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       break;
     }
   }
+  if (guard_ && config_.anomaly.nonfinite_checks && st_->metrics) {
+    // The per-step checks' own time over the loop's (docs/PERFORMANCE.md).
+    const double loop_ms = MsSince(loop_start_);
+    TS_RETURN_IF_ERROR(st_->metrics->WriteRecord(
+        "nonfinite_checks", {{"check_ms", guard_->check_ms()},
+                             {"loop_ms", loop_ms},
+                             {"fraction", loop_ms > 0 ? guard_->check_ms() / loop_ms : 0.0}}));
+  }
   return Summarize();
 }
 
@@ -945,8 +953,9 @@ absl::StatusOr<std::string> Trainer::ResolveResume() {
     TS_RETURN_IF_ERROR(world_.comm->Broadcast(&v, 1, comm::DType::kInt64, 0));
     step = v;
     if (world_.rank != 0 && step == -2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", world_.rank, ": rank 0 refused --resume ", options_.resume, " (its log says why)"));
+      return absl::InvalidArgumentError(absl::StrCat("rank ", world_.rank,
+                                                     ": rank 0 refused --resume ", options_.resume,
+                                                     " (its log says why)"));
     }
     if (world_.rank != 0 && step >= 0) {
       path = options_.resume == "latest" ? absl::StrCat(CheckpointDir(), "/step-", step)
