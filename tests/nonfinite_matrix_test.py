@@ -228,6 +228,9 @@ def main():
         ok = check_healthy(a, tmp) and ok
         ok = check_single_json(a, tmp) and ok
         ok = check_spike(a, tmp) and ok
+    except BaseException:
+        ok = False
+        raise
     finally:
         print(f"{'PASSED' if ok else 'FAILED'}: {n} injections in {time.monotonic() - t0:.0f} s"
               f"{' (runs kept in ' + tmp + ')' if not ok or a.keep else ''}", flush=True)
