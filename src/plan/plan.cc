@@ -16,8 +16,6 @@
 namespace trainscope::plan {
 namespace {
 
-constexpr double kGB = 1e9;
-
 // Bytes of one activation element.
 double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
@@ -193,7 +191,7 @@ Strategy Evaluate(const PlanOptions& o, double params, int dp, int tp, int pp, i
       st.memory.params + st.memory.grads + st.memory.optimizer + st.memory.activations;
   st.memory.allowance = base * o.allowance_fraction;
   st.memory.total = base + st.memory.allowance;
-  st.fits = st.memory.total <= o.cluster.device_memory_gb * kGB;
+  st.fits = st.memory.total <= o.cluster.device_memory_gb * kBytesPerGB;
 
   // Communication per device per optimizer step.
   const double grad_bytes = shard * (o.precision == Precision::kFp32 ? 4.0 : 2.0);
@@ -220,7 +218,8 @@ Strategy Evaluate(const PlanOptions& o, double params, int dp, int tp, int pp, i
   const int per_node = std::max(1, o.cluster.devices / std::max(1, o.cluster.nodes));
   const bool multi = o.cluster.nodes > 1;
   auto bw = [&](int span) {
-    return (multi && span > per_node ? o.cluster.inter_node_gbps : o.cluster.intra_node_gbps) * kGB;
+    return (multi && span > per_node ? o.cluster.inter_node_gbps : o.cluster.intra_node_gbps) *
+           kBytesPerGB;
   };
   st.comm.seconds = st.comm.dp / bw(dp * tp * pp) + st.comm.tp / bw(tp) + st.comm.pp / bw(tp * pp);
 
@@ -441,8 +440,9 @@ absl::StatusOr<Plan> MakePlan(const PlanOptions& options, const Measured& measur
     plan.reason = absl::StrFormat(
         "%s of %d fitting candidates: %.3g of %.1f GB per device, %.3g GB sent per device per step "
         "(%.3g s at the %s bandwidths), bubble %.1f%%, est. step %.3g s",
-        by, rank, s.memory.total / kGB, o.cluster.device_memory_gb, s.comm.total / kGB,
-        s.comm.seconds, o.cluster.bandwidth_source, 100 * s.bubble, s.step_s);
+        by, rank, s.memory.total / kBytesPerGB, o.cluster.device_memory_gb,
+        s.comm.total / kBytesPerGB, s.comm.seconds, o.cluster.bandwidth_source, 100 * s.bubble,
+        s.step_s);
   } else if (plan.strategies.empty()) {
     plan.reason = "no candidate: every combination was impossible (see rejected)";
   } else {
@@ -451,7 +451,7 @@ absl::StatusOr<Plan> MakePlan(const PlanOptions& options, const Measured& measur
         "nothing fits in %.1f GB: the smallest candidate (dp %d, tp %d, pp %d, ZeRO %d, "
         "recompute %s, micro-batch %d) needs %.1f GB; add devices or memory",
         o.cluster.device_memory_gb, s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute),
-        s.micro_batch, s.memory.total / kGB);
+        s.micro_batch, s.memory.total / kBytesPerGB);
   }
   return plan;
 }

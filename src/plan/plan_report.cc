@@ -18,8 +18,6 @@
 namespace trainscope::plan {
 namespace {
 
-constexpr double kGB = 1e9;
-
 absl::StatusOr<nlohmann::json> ReadJson(Os* os, const std::string& path) {
   absl::StatusOr<std::string> text = os->ReadFile(path);
   if (!text.ok()) {
@@ -274,7 +272,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
   j["precision"] = PrecisionName(o.precision);
   j["global_batch"] = o.global_batch;
   j["allowance_fraction"] = o.allowance_fraction;
-  auto gb = [](double bytes) { return Round(bytes / kGB, 1e9); };  // to the byte
+  auto gb = [](double bytes) { return Round(bytes / kBytesPerGB, 1e9); };  // to the byte
   nlohmann::json list = nlohmann::json::array();
   for (const Strategy& s : plan.strategies) {
     list.push_back(
@@ -353,8 +351,8 @@ std::string PlanToText(const Plan& plan, int max_rows) {
   for (const Strategy& s : plan.strategies) {
     if (s.fits) max_total = std::max({max_total, s.memory.total, s.comm.total});
   }
-  const bool mb = max_total < kGB;
-  const double unit = mb ? 1e6 : kGB;
+  const bool mb = max_total < kBytesPerGB;
+  const double unit = mb ? 1e6 : kBytesPerGB;
   const std::string u = mb ? " MB" : " GB";
   Table t({"#", "dp", "tp", "pp", "zero", "recompute", "mb", "params", "grads", "optim", "activ",
            "total" + u, "comm" + u, "comm s", "bubble", "step s"});

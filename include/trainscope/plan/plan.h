@@ -25,6 +25,9 @@ class Os;
 
 namespace trainscope::plan {
 
+// Memory and traffic figures are in bytes; reports print decimal GB (1e9 bytes).
+inline constexpr double kBytesPerGB = 1e9;
+
 // The decoder model. `params` = 0: counted from the shape (CountParams).
 struct ModelShape {
   double params = 0;
