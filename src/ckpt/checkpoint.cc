@@ -108,11 +108,13 @@ bool ValidJsonName(const std::string& n) {
          n != "manifest.json" && n[0] != '.' && absl::EndsWith(n, ".json");
 }
 
-// step-<N> or step-<N>.tmp-<pid>: the step, or -1.
+// [anomaly-]step-<N> or [anomaly-]step-<N>.tmp-<pid>: the step, or -1.
 int64_t StepFromName(const std::string& name, bool* tmp) {
   *tmp = false;
-  if (!absl::StartsWith(name, "step-")) return -1;
-  std::string rest = name.substr(5);
+  std::string rest = name;
+  if (absl::StartsWith(rest, kAnomalyPrefix)) rest = rest.substr(sizeof(kAnomalyPrefix) - 1);
+  if (!absl::StartsWith(rest, "step-")) return -1;
+  rest = rest.substr(5);
   size_t t = rest.find(".tmp-");
   if (t != std::string::npos) {
     *tmp = true;
@@ -125,6 +127,10 @@ int64_t StepFromName(const std::string& name, bool* tmp) {
 
 }  // namespace
 
+std::string CheckpointDirName(int64_t step, bool anomaly) {
+  return absl::StrCat(anomaly ? kAnomalyPrefix : "", "step-", step);
+}
+
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
                                             const WriteOptions& options) {
   for (const auto& [name, blob] : data.json_files) {
@@ -135,7 +141,7 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  const std::string final_path = absl::StrCat(dir, "/step-", data.step);
+  const std::string final_path = absl::StrCat(dir, "/", CheckpointDirName(data.step, data.anomaly));
   if (fs::exists(final_path, ec)) {
     return absl::AlreadyExistsError(absl::StrCat(final_path, ": a checkpoint of this step exists"));
   }
@@ -290,7 +296,13 @@ absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash)
   if (fs::is_directory(run_dir + "/checkpoints", ec)) dir = run_dir + "/checkpoints";
   Latest latest;
   for (const std::string& p : ListCheckpointDirs(dir)) {
+    // Anomaly checkpoints (a loss spike, or the last good state before a non-finite step)
+    // are kept for inspection, never resumed from by "latest": the run they belong to went
+    // wrong right after them. Skipped by name before any hashing, and by meta.json for
+    // checkpoints written under a step-<N> name.
+    if (absl::StartsWith(fs::path(p).filename().string(), kAnomalyPrefix)) continue;
     CheckResult c = CheckCheckpoint(p, hash);
+    if (c.anomaly) continue;
     if (c.ok()) {
       latest.path = p;
       latest.step = c.step;

@@ -175,10 +175,53 @@ TEST_F(CkptTest, KeepPruning) {
   auto removed = Prune(dir_, 2);
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(*removed, (std::vector<std::string>{dir_ + "/step-3", dir_ + "/step-1"}));
-  EXPECT_TRUE(fs::exists(dir_ + "/step-2"));
+  EXPECT_TRUE(fs::exists(dir_ + "/anomaly-step-2"));
   EXPECT_TRUE(fs::exists(dir_ + "/step-4"));
   EXPECT_TRUE(fs::exists(dir_ + "/step-5"));
   EXPECT_TRUE(fs::exists(dir_ + "/step-6.tmp-1"));
+}
+
+TEST_F(CkptTest, AnomalyCheckpointsAreKeptAndListedButNeverLatest) {
+  auto anomaly = [&](int64_t step) {
+    CheckpointData d = Data(step);
+    d.anomaly = true;
+    return WriteCheckpoint(dir_, d, Fast());
+  };
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(2), Fast()).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(3), Fast()).ok());
+  auto a3 = anomaly(3);  // same step as a periodic one: no clash of names
+  ASSERT_TRUE(a3.ok()) << a3.status();
+  EXPECT_EQ(*a3, dir_ + "/anomaly-step-3");
+  ASSERT_TRUE(anomaly(4).ok());
+  // An anomaly checkpoint under a plain step-<N> name (meta.json "anomaly": true).
+  ASSERT_TRUE(anomaly(5).ok());
+  fs::rename(dir_ + "/anomaly-step-5", dir_ + "/step-5");
+  EXPECT_TRUE(CheckCheckpoint(dir_ + "/anomaly-step-4", true).anomaly);
+  EXPECT_TRUE(LooksLikeCheckpoint(dir_ + "/anomaly-step-4"));
+
+  auto latest = FindLatestComplete(dir_);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->path, dir_ + "/step-3");
+  EXPECT_EQ(latest->step, 3);
+  EXPECT_TRUE(latest->skipped.empty());
+
+  // inspect/verify still see every one of them, and they verify.
+  std::vector<std::string> listed = ListCheckpointDirs(dir_);
+  EXPECT_EQ(listed, (std::vector<std::string>{dir_ + "/step-5", dir_ + "/anomaly-step-4",
+                                              dir_ + "/anomaly-step-3", dir_ + "/step-3",
+                                              dir_ + "/step-2"}));
+  auto reports = InspectPath(dir_, InspectOptions{});
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  EXPECT_EQ(reports->size(), 5u);
+  for (const auto& r : *reports) EXPECT_TRUE(r.ok()) << r.path;
+
+  // keep 1: only step-2 goes; the anomaly ones stay whatever their name.
+  auto removed = Prune(dir_, 1);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, (std::vector<std::string>{dir_ + "/step-2"}));
+  for (const char* kept : {"/step-3", "/anomaly-step-3", "/anomaly-step-4", "/step-5"}) {
+    EXPECT_TRUE(fs::exists(dir_ + kept)) << kept;
+  }
 }
 
 TEST(SafetensorsTest, HeaderRules) {

@@ -56,7 +56,8 @@ absl::Status Checkpointer::Wait(double* blocked_ms) {
 absl::StatusOr<std::string> Checkpointer::Save(std::unique_ptr<CheckpointSnapshot> snap,
                                                bool allow_async, double* blocked_ms) {
   if (absl::Status s = Wait(blocked_ms); !s.ok()) return s;
-  const std::string path = absl::StrCat(options_.dir, "/step-", snap->data.step);
+  const std::string path =
+      absl::StrCat(options_.dir, "/", ckpt::CheckpointDirName(snap->data.step, snap->data.anomaly));
   if (options_.async && allow_async) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -79,7 +80,8 @@ SaveOutcome Checkpointer::Write(const CheckpointSnapshot& snap, bool async) cons
   out.bytes = snap.tensor_bytes;
   out.anomaly = snap.data.anomaly;
   out.async = async;
-  out.path = absl::StrCat(options_.dir, "/step-", snap.data.step);
+  out.path =
+      absl::StrCat(options_.dir, "/", ckpt::CheckpointDirName(snap.data.step, snap.data.anomaly));
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
   bool write = true;

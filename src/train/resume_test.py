@@ -10,7 +10,9 @@
 --mode kill: one run (a save after every step) is SIGKILLed at --kills random moments during
   saves and restarted each time with --resume latest; after every kill `trainscope ckpt verify`
   must pass on what is left (an interrupted save is incomplete, not corrupt), and the restarted
-  run must continue from the newest complete checkpoint."""
+  run must continue from the newest complete checkpoint.
+  Also in --mode exact: a run stopped by an injected NaN leaves checkpoints/anomaly-step-<N>,
+  which `ckpt verify` checks and `--resume latest` passes over for the newest periodic one."""
 import argparse, glob, json, os, random, re, shutil, signal, subprocess, sys, tempfile, time
 
 
@@ -102,9 +104,25 @@ def exact(a):
     os.truncate(os.path.join(bad, "model.safetensors"), 1000)
     p = train(a, os.path.join(tmp, "bad"), ["--resume", bad], check=False)
     assert refused(p) and "truncated" in p.stderr, (p.returncode, p.stderr[-1000:])
+    # 6. An anomaly checkpoint (NaN injected in the backward of step 8: the last good state,
+    # step 7, is saved as checkpoints/anomaly-step-7) is verified and kept, but `--resume
+    # latest` passes over it and takes the newest periodic one, step-6.
+    nan = os.path.join(tmp, "nan")
+    p = train(a, nan, ["--inject", "nan_backward:layer=0,step=8"], check=False)
+    assert p.returncode != 0, p.stderr[-1000:]
+    anomaly7 = os.path.join(nan, "checkpoints", "anomaly-step-7")
+    assert os.path.isdir(anomaly7), os.listdir(os.path.join(nan, "checkpoints"))
+    assert json.load(open(os.path.join(anomaly7, "meta.json")))["anomaly"] is True
+    newest_ok, _ = verify(a, os.path.join(nan, "checkpoints"))
+    assert newest_ok == 7, newest_ok  # listed and verified like any other
+    p = train(a, nan, ["--resume", "latest"])
+    assert re.search(r"resume: from \S+/step-6 \(step 6\)", p.stderr), p.stderr[-1000:]
+    same_as_ref(nan, "resume latest past an anomaly checkpoint")
+    assert os.path.isdir(anomaly7), "the anomaly checkpoint was removed"
     shutil.rmtree(tmp)
     print(f"ok: {a.ranks} rank(s): resumed from step 6, steps 7..{steps} bit-identical "
-          f"(new run dir and appended), weights {ref_weights[0]}; damaged checkpoints refused")
+          f"(new run dir and appended), weights {ref_weights[0]}; damaged checkpoints refused; "
+          f"--resume latest passed over anomaly-step-7")
     return 0
 
 

@@ -8,6 +8,9 @@
 //       meta.json                           {"format": "trainscope.checkpoint", "version": 1, ...}
 //       manifest.json                       written last: every other file, bytes, xxh3-64
 //   <checkpoints dir>/step-<step>.tmp-<pid>/ a save in progress, or one a crash interrupted
+//   <checkpoints dir>/anomaly-step-<step>/  an anomaly checkpoint (same files, meta.json
+//                                           "anomaly": true): listed, checked and kept, never
+//                                           taken by FindLatestComplete (resume "latest")
 //
 // A directory without a valid manifest is never complete. Functions are thread-compatible
 // (no shared state); they block on file I/O and have no timeout (local disk).
@@ -29,6 +32,10 @@ namespace trainscope::ckpt {
 inline constexpr char kCheckpointFormat[] = "trainscope.checkpoint";
 inline constexpr char kManifestFormat[] = "trainscope.checkpoint.manifest";
 inline constexpr int kCheckpointVersion = 1;
+inline constexpr char kAnomalyPrefix[] = "anomaly-";
+
+// The directory name of a checkpoint: "step-<step>", or "anomaly-step-<step>" when `anomaly`.
+std::string CheckpointDirName(int64_t step, bool anomaly);
 
 // What one save holds. Views point into the caller's memory, read during the call only.
 struct CheckpointData {
@@ -49,9 +56,10 @@ struct WriteOptions {
   std::function<absl::Status(const std::string& file)> after_file;
 };
 
-// Writes `data` into `<dir>/step-<step>.tmp-<pid>/`, fsyncs every file and the directory,
-// writes manifest.json last, renames to `<dir>/step-<step>/` and fsyncs `dir`. Creates `dir`
-// when missing. Returns the final path. Errors: AlreadyExists when step-<step> exists;
+// Writes `data` into `<dir>/<name>.tmp-<pid>/`, fsyncs every file and the directory, writes
+// manifest.json last, renames to `<dir>/<name>/` and fsyncs `dir`, where <name> is
+// CheckpointDirName(data.step, data.anomaly). Creates `dir` when missing. Returns the final
+// path. Errors: AlreadyExists when <name> exists;
 // InvalidArgument for a bad tensor (dtype x shape != bytes, repeated name) or JSON file
 // name; I/O errors name the path. On error the temporary directory is left behind.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
@@ -78,11 +86,13 @@ struct CheckResult {
 CheckResult CheckCheckpoint(const std::string& path, bool hash,
                             const std::function<void(uint64_t)>& on_bytes = {});
 
-// True when `path` is a directory that looks like one of ours (name step-<N>[.tmp-<pid>],
+// True when `path` is a directory that looks like one of ours (name
+// [anomaly-]step-<N>[.tmp-<pid>],
 // or holds meta.json/manifest.json in our format).
 bool LooksLikeCheckpoint(const std::string& path);
 
-// Checkpoint directories (complete or not) directly under `dir`, newest step first.
+// Checkpoint directories (complete or not, anomaly ones included) directly under `dir`,
+// newest step first.
 std::vector<std::string> ListCheckpointDirs(const std::string& dir);
 
 struct Latest {
@@ -91,8 +101,9 @@ struct Latest {
   std::vector<Problem> skipped;  // newer checkpoints skipped, and why
 };
 // The newest complete checkpoint under `run_dir` (its checkpoints/ folder when present,
-// else `run_dir` itself). Hashes are checked when `hash`. Errors: NotFound when `run_dir`
-// is missing.
+// else `run_dir` itself) that is not an anomaly checkpoint (anomaly-step-<N>, or meta.json
+// "anomaly": true); anomaly ones are passed over silently (not in `skipped`). Hashes are
+// checked when `hash`. Errors: NotFound when `run_dir` is missing.
 absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash = true);
 
 // A tensor read back from a safetensors file (the trainer's resume).
