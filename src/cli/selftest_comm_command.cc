@@ -307,6 +307,21 @@ int RunSelftestComm(CommFlags f, const std::string& self) {
   if (f.backend != "gloo" && f.backend != "mpi" && f.backend != "nccl") {
     return Usage(absl::StrCat("unknown backend '", f.backend, "' (expected gloo, mpi or nccl)"));
   }
+  if (f.backend == "nccl") {
+    // Asked for NCCL where it cannot run: a usage error before any rank starts.
+    auto have = comm::AvailableBackends();
+    if (std::find(have.begin(), have.end(), "nccl") == have.end()) {
+      return Usage(
+          "--backend nccl: this trainscope was built without NCCL (CUDA toolkit and "
+          "libnccl-dev at build time); use --backend gloo");
+    }
+    const launch::LocalDevices dev = launch::DetectLocalDevices("/dev");
+    if (dev.visible_var != "CUDA_VISIBLE_DEVICES" || dev.count == 0) {
+      return Usage(
+          "--backend nccl needs an NVIDIA GPU and none is visible (no /dev/nvidia<N>); "
+          "use --backend gloo on CPUs");
+    }
+  }
   comm::SelftestOptions so;
   auto ops = comm::ParseSelftestOps(f.ops);
   if (!ops.ok()) return Usage(std::string(ops.status().message()));
