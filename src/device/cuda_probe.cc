@@ -168,7 +168,7 @@ GpuBench BenchOne(const Api& api, int dev, bool quick, double seconds) {
   for (void* p : {a, b, c})
     if (p) api.Free(p);
   a = b = c = nullptr;
-  const size_t elems = size_t{quick ? 32 : 64} << 20;  // 128 / 256 MiB per array
+  const size_t elems = static_cast<size_t>(quick ? 32 : 64) << 20;  // 128 / 256 MiB per array
   if (r.error.empty() && api.Malloc(&a, elems * 4) == cudaSuccess &&
       api.Malloc(&b, elems * 4) == cudaSuccess && api.Malloc(&c, elems * 4) == cudaSuccess) {
     api.Memset(a, 0, elems * 4);
