@@ -1,9 +1,9 @@
 // The trainer's non-finite guard (private to the train module; libtorch). One object per run,
 // used from the training thread only. It is the model's tap (model.h) and holds a hook on
 // every parameter's gradient, which gives it one place for:
-//   - the per-step checks: this rank's loss and its gradients before the all-reduce (an fp32
-//     sum per gradient as backward produces it, non-finite when some element is; an exact
-//     test only when the sum is), and the weights after the optimizer step;
+//   - the per-step checks: this rank's loss and its gradients before the all-reduce (each
+//     gradient as backward produces it), and the weights after the optimizer step; fp32 CPU
+//     tensors by one exact pass over their words (an exponent of all ones is NaN or Inf);
 //   - the localisation of a flagged step: replay its micro-batches from the unchanged state
 //     (the optimizer has not stepped) with probes on every module output and every parameter
 //     gradient: the first module whose output is non-finite (forward), else the first
