@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
+#include <memory>
 #include <new>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -97,11 +100,109 @@ std::string VerbList(const CLI::App& app) {
   return list;
 }
 
+// Help text fits 120 columns: descriptions are word-wrapped beside the 30-column name column
+// (format_help indents the lines after a '\n'), the app's own description and footer at 120.
+constexpr size_t kHelpWidth = 120;
+
+std::string Wrap(const std::string& text, size_t width) {
+  std::string out, line;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string para = text.substr(start, end - start);
+    line.clear();
+    size_t i = 0;
+    while (i < para.size()) {
+      size_t j = para.find(' ', i);
+      if (j == std::string::npos) j = para.size();
+      const std::string word = para.substr(i, j - i);
+      if (!line.empty() && line.size() + 1 + word.size() > width) {
+        out += line + "\n";
+        line.clear();
+      }
+      line += (line.empty() ? "" : " ") + word;
+      i = j + 1;
+    }
+    out += line;
+    if (end == text.size()) break;
+    out += "\n";
+    start = end + 1;
+  }
+  return out;
+}
+
+class WrappingFormatter : public CLI::Formatter {
+ public:
+  std::string make_option(const CLI::Option* opt, bool is_positional) const override {
+    std::stringstream out;
+    CLI::detail::format_help(out, make_option_name(opt, is_positional) + make_option_opts(opt),
+                             Wrap(make_option_desc(opt), kHelpWidth - column_width_),
+                             column_width_);
+    return out.str();
+  }
+  std::string make_subcommand(const CLI::App* sub) const override {
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true),
+                             Wrap(sub->get_description(), kHelpWidth - column_width_),
+                             column_width_);
+    return out.str();
+  }
+  std::string make_description(const CLI::App* app) const override {
+    const std::string d = app->get_description();
+    return d.empty() ? "" : Wrap(d, kHelpWidth) + "\n";
+  }
+  std::string make_footer(const CLI::App* app) const override {
+    const std::string f = app->get_footer();
+    return f.empty() ? "" : Wrap(f, kHelpWidth) + "\n";
+  }
+};
+
+// One example per verb, shown at the end of its --help.
+void AddExamples(CLI::App& app, const std::string& path) {
+  static const std::map<std::string, std::string> kExamples = {
+      {"env fingerprint", "trainscope env fingerprint -o node1.json"},
+      {"env diff", "trainscope env diff node1.json node2.json"},
+      {"env check", "trainscope env check node1.json --json"},
+      {"doctor", "trainscope doctor --quick"},
+      {"selftest device", "trainscope selftest device --quick"},
+      {"selftest comm", "trainscope selftest comm -n 2 --max-bytes 64M"},
+      {"selftest train", "trainscope selftest train --quick"},
+      {"launch", "trainscope launch -n 2 -- trainscope train --config configs/default.json"},
+      {"train", "trainscope train --config configs/default.json --run-dir runs/a --resume latest"},
+      {"data scan", "trainscope data scan corpus.jsonl.zst --tokenizer tokenizer.json"},
+      {"data clean", "trainscope data clean corpus.jsonl -o clean.jsonl --rules gopher,c4"},
+      {"data pack",
+       "trainscope data pack clean.jsonl -o packed/train --seq-len 2048 --tokenizer "
+       "tokenizer.json"},
+      {"data compare", "trainscope data compare traffic.jsonl calibration.jsonl"},
+      {"data stats", "trainscope data stats features.npy"},
+      {"trace analyze", "trainscope trace analyze ./profiler_logs --export steps.json"},
+      {"diagnose", "trainscope diagnose runs/a output/checkpoint-500/trainer_state.json"},
+      {"plan",
+       "trainscope plan --layers 32 --hidden 4096 --heads 32 --seq 4096 --vocab 32000 "
+       "--devices 64 --nodes 8 --device-memory 80"},
+      {"hang analyze", "trainscope hang analyze runs/launch-20261130T120000Z-4242/hang"},
+      {"ckpt inspect", "trainscope ckpt inspect runs/a/checkpoints/step-1000"},
+      {"ckpt verify", "trainscope ckpt verify runs/a/checkpoints"},
+      {"ckpt diff",
+       "trainscope ckpt diff runs/a/checkpoints/step-1000 runs/b/checkpoints/step-1000"},
+  };
+  if (auto it = kExamples.find(path); it != kExamples.end()) {
+    const std::string footer = app.get_footer();
+    app.footer((footer.empty() ? "" : footer + "\n\n") + "example: " + it->second);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    AddExamples(*sub, path.empty() ? sub->get_name() : path + " " + sub->get_name());
+  }
+}
+
 }  // namespace
 
 int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv) {
   g_command_line = new std::string(JoinArgs(argc, argv));  // lives as long as the process
   std::set_terminate(OnTerminate);
+  AddExamples(app, "");
   if (const std::string unknown = UnknownVerb(app, argc, argv); !unknown.empty()) {
     std::fprintf(stderr, "trainscope: error: unknown verb '%s' (verbs: %s)\n", unknown.c_str(),
                  VerbList(app).c_str());
@@ -135,6 +236,7 @@ void ConfigureRoot(CLI::App& app) {
   app.name("trainscope");
   // --help shows each option's default (subcommands inherit this; set before they exist).
   app.option_defaults()->always_capture_default();
+  app.formatter(std::make_shared<WrappingFormatter>());  // inherited by subcommands
   app.set_version_flag("--version", std::string("trainscope ") + TS_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
