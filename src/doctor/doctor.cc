@@ -201,17 +201,16 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
     if (part.name == "fingerprint" && o.started && o.exit_code == 0) {
       WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kFingerprint), o.out).IgnoreError();
     }
-    std::string worst = "pass";
-    for (const Check& c : checks) {
-      if (c.verdict == "fail")
-        worst = "fail";
-      else if (c.verdict == "warn" && worst != "fail")
-        worst = "warn";
-      else if (c.verdict == "skip" && worst == "pass")
-        worst = "skip";
+    // What the part found, worst first: "1 fail, 8 pass, 2 skip".
+    std::vector<std::string> found;
+    for (const char* verdict : {"fail", "warn", "pass", "skip"}) {
+      const auto n = std::count_if(checks.begin(), checks.end(),
+                                   [&](const Check& c) { return c.verdict == verdict; });
+      if (n > 0) found.push_back(absl::StrCat(n, " ", verdict));
     }
+    if (found.empty()) found.push_back("no checks");
     if (o.started || !o.skip_reason.empty()) {
-      progress(absl::StrCat(tag, ": ", worst,
+      progress(absl::StrCat(tag, ": ", absl::StrJoin(found, ", "),
                             o.started ? absl::StrCat(" (", FormatDouble(o.wall_s, 1), " s)")
                                       : absl::StrCat(" (", o.skip_reason, ")")));
     }
