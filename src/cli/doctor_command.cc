@@ -20,6 +20,7 @@ void RegisterDoctorCommand(CLI::App& parent, CommandContext& ctx) {
     std::string run_dir;
     bool quick = false;
     bool json = false;
+    bool wide = false;
     std::vector<std::string> skip;
     std::vector<std::string> part_args;
     double budget_s = 0;
@@ -29,6 +30,8 @@ void RegisterDoctorCommand(CLI::App& parent, CommandContext& ctx) {
                   "where report.md, report.json and parts/ go (default runs/doctor-<UTC time>)");
   cmd->add_flag("--quick", args->quick, "short budgets: the whole run in under a minute");
   cmd->add_flag("--json", args->json, "print report.json to stdout instead of the table");
+  cmd->add_flag("--wide", args->wide,
+                "one table with every column in full (expected, advice), wider than 120 columns");
   cmd->add_option("--skip", args->skip, "parts not to run: fingerprint,env,device,comm,train")
       ->delimiter(',')
       ->check(CLI::IsMember({"fingerprint", "env", "device", "comm", "train"}));
@@ -68,7 +71,7 @@ void RegisterDoctorCommand(CLI::App& parent, CommandContext& ctx) {
     if (args->json) {
       std::cout << doctor::ReportToJson(*report).dump(2) << "\n";
     } else {
-      std::cout << doctor::RenderTable(*report);
+      std::cout << doctor::RenderTable(*report, args->wide);
     }
     ctx.exit_code = report->exit_code();
   });

@@ -1,8 +1,10 @@
 // Doctor's outputs: report.json ("trainscope.doctor" v1, docs/formats.md "Doctor report"),
 // the summary table printed to the terminal, and report.md.
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "trainscope/core/table.h"
 #include "trainscope/doctor/doctor.h"
 
@@ -54,6 +56,26 @@ std::string Verdict(const std::string& v) {
   return v;
 }
 
+// `text` word-wrapped to `width` columns; the first line starts with `lead`, the others with
+// `indent`.
+std::string WrapIndented(const std::string& text, size_t width, const std::string& indent,
+                         const std::string& lead = "") {
+  std::string out, line = lead;
+  bool first_word = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!first_word && line.size() + 1 + word.size() > width) {
+      absl::StrAppend(&out, line, "\n");
+      line = indent;
+      first_word = true;
+    }
+    if (!first_word) line += ' ';
+    absl::StrAppend(&line, word);
+    first_word = false;
+  }
+  if (!first_word) absl::StrAppend(&out, line, "\n");
+  return out;
+}
+
 std::string Summary(const Report& r) {
   std::string s = absl::StrCat(r.passes, " pass, ", r.warnings, " warn, ", r.failures, " fail, ",
                                r.skips, " skip in ", FormatDouble(r.wall_s, 1), " s");
@@ -63,19 +85,39 @@ std::string Summary(const Report& r) {
 
 }  // namespace
 
-std::string RenderTable(const Report& r) {
-  Table t({"check", "verdict", "value", "expected", "advice"});
-  for (const Check& c : r.checks)
-    t.AddRow({c.name, Verdict(c.verdict), c.value, c.expected, c.advice});
-  std::string out =
-      absl::StrCat(t.Render(70), "\n", Summary(r), "\nreport: ", r.run_dir, "/report.md\n");
-  // It ends with diagnose's findings: one sentence each, most severe first.
+std::string RenderTable(const Report& r, bool wide) {
+  std::string out;
+  if (wide) {
+    Table t({"check", "verdict", "value", "expected", "advice"});
+    for (const Check& c : r.checks)
+      t.AddRow({c.name, Verdict(c.verdict), c.value, c.expected, c.advice});
+    out = t.Render(1000);
+  } else {
+    // check (up to 24) + verdict + value (up to 80) + gaps: under 120 columns.
+    Table t({"check", "verdict", "value"});
+    for (const Check& c : r.checks) t.AddRow({c.name, Verdict(c.verdict), c.value});
+    out = t.Render(80);
+    std::string notes;
+    for (const Check& c : r.checks) {
+      if (c.verdict != "fail" && c.verdict != "warn") continue;
+      std::string text = c.advice;
+      if (!c.expected.empty()) text = absl::StrCat("expected ", c.expected, ". ", text);
+      absl::StrAppend(&notes, WrapIndented(absl::StrCat(c.name, ": ", text), 120, "    "));
+    }
+    if (!notes.empty()) absl::StrAppend(&out, "\n", notes);
+  }
+  absl::StrAppend(&out, "\n", Summary(r), "\nreport: ", r.run_dir, "/report.md\n");
+  // It ends with diagnose's findings, one sentence each, most severe first: those beyond the
+  // checks above (e.g. the baseline run's loss curve); the checks' own are listed already.
   int shown = 0;
   for (const Finding& f : r.findings) {
     if (f.severity == Severity::kInfo) continue;
+    if (!wide && absl::StartsWith(f.id, "doctor.")) continue;
     if (shown++ == 0) out += "\ndiagnose:\n";
-    absl::StrAppend(&out, "  ", SeverityName(f.severity), ": ", f.title, " (", f.id, ")\n");
-    if (!f.fix.empty()) absl::StrAppend(&out, "    fix: ", f.fix, "\n");
+    absl::StrAppend(
+        &out, WrapIndented(absl::StrCat(SeverityName(f.severity), ": ", f.title, " (", f.id, ")"),
+                           120, "      ", "  "));
+    if (!f.fix.empty()) absl::StrAppend(&out, WrapIndented("fix: " + f.fix, 120, "      ", "    "));
   }
   return out;
 }

@@ -101,7 +101,9 @@ absl::StatusOr<Report> RunDoctor(const Options& options);
 
 // report.json ("trainscope.doctor", version 1), the summary table, and report.md.
 nlohmann::json ReportToJson(const Report& report);
-std::string RenderTable(const Report& report);
+// The table fits 120 columns (check, verdict, value), followed by the expected value and the
+// advice of every check that did not pass, wrapped; `wide`: one table with every column.
+std::string RenderTable(const Report& report, bool wide = false);
 std::string RenderMarkdown(const Report& report);
 
 // The failed (error) and warned (warning) checks as findings: id "doctor.<check>", title
