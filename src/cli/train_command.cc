@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -16,8 +19,11 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
+#include "trainscope/core/finding.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
+#include "trainscope/diagnose/diagnose.h"
 #include "trainscope/train/config.h"
 #include "trainscope/train/trainer.h"
 
@@ -213,6 +219,18 @@ int RunTrain(const TrainFlags& f) {
   }
   auto r = train::Train(*config, o);
   if (!r.ok()) {
+    // A failed run ends with diagnose's reading of the metrics it left (rank 0; not for a
+    // run stopped by a signal or one that never got to write metrics).
+    const char* rank_env = std::getenv("RANK");
+    const bool rank0 = rank_env == nullptr || std::string(rank_env) == "0";
+    std::vector<Finding> findings;
+    if (rank0 && r.status().code() != absl::StatusCode::kCancelled) {
+      const std::string train_dir = run_dir::Join(o.run_dir, run_dir::kTrain);
+      std::error_code ec;
+      if (std::filesystem::is_directory(train_dir, ec)) {
+        if (auto d = diagnose::Diagnose({train_dir}); d.ok()) findings = d->findings;
+      }
+    }
     // A non-finite step: --json carries the localisation record under "nonfinite"; the
     // error line (stderr) is its one-sentence verdict.
     if (auto payload = r.status().GetPayload(train::kNonfinitePayload); payload && f.json) {
@@ -220,9 +238,20 @@ int RunTrain(const TrainFlags& f) {
                           {"run_dir", o.run_dir},
                           {"nonfinite", nlohmann::json::parse(std::string(*payload), nullptr,
                                                               /*allow_exceptions=*/false)}};
+      j["findings"] = nlohmann::json::array();
+      for (const Finding& fd : findings) j["findings"].push_back(FindingToJson(fd));
       std::printf("%s\n", j.dump(2).c_str());
     }
-    return signals.ExitCode("train", r.status());
+    const int code = signals.ExitCode("train", r.status());
+    int shown = 0;
+    for (const Finding& fd : findings) {
+      if (fd.severity == Severity::kInfo) continue;
+      if (shown++ == 0) std::fprintf(stderr, "diagnose (%s):\n", o.run_dir.c_str());
+      std::fprintf(stderr, "  %s: %s (%s)\n", SeverityName(fd.severity), fd.title.c_str(),
+                   fd.id.c_str());
+      if (!fd.fix.empty()) std::fprintf(stderr, "    fix: %s\n", fd.fix.c_str());
+    }
+    return code;
   }
   if (f.json) {
     nlohmann::json j = train::TrainResultToJson(*r);

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "diagnose/flat_json.h"
 #include "gtest/gtest.h"
 #include "trainscope/diagnose/curve.h"
@@ -90,6 +91,30 @@ TEST(Readers, TrainscopeMetricsNullLossIsNonFinite) {
   EXPECT_TRUE(std::isnan(s->loss[1].value));
   EXPECT_EQ(s->lr.size(), 2u);
   EXPECT_EQ(s->end_reason, "error");
+}
+
+// The trainer stops at a non-finite step with a "nonfinite" record instead of a step record:
+// that step's loss is non-finite (the next step's when the optimizer phase made the weights
+// non-finite after a finite loss).
+TEST(Readers, TrainscopeNonfiniteRecordIsTheNonFiniteLoss) {
+  auto text = [](const char* phase) {
+    return absl::StrCat(
+        "{\"type\":\"header\",\"format\":\"trainscope.train_metrics\",\"version\":1,\"rank\":0}\n"
+        "{\"type\":\"step\",\"step\":1,\"loss\":5.5}\n"
+        "{\"type\":\"step\",\"step\":2,\"loss\":5.1}\n"
+        "{\"type\":\"nonfinite\",\"step\":3,\"rank\":0,\"phase\":\"",
+        phase, "\",\"module\":\"blocks.0.fc\",\"class\":\"bad_data\"}\n",
+        "{\"type\":\"end\",\"reason\":\"error\",\"step\":3,\"rank\":0}\n");
+  };
+  absl::StatusOr<Series> fwd = ParseSeries("x", FileKind::kTrainscopeMetrics, text("forward"));
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  ASSERT_EQ(fwd->loss.size(), 3u);
+  EXPECT_EQ(fwd->loss[2].step, 3);
+  EXPECT_TRUE(std::isnan(fwd->loss[2].value));
+  absl::StatusOr<Series> opt = ParseSeries("x", FileKind::kTrainscopeMetrics, text("optimizer"));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  ASSERT_EQ(opt->loss.size(), 3u);
+  EXPECT_EQ(opt->loss[2].step, 4);
 }
 
 TEST(Readers, CsvAndTrainerState) {

@@ -128,10 +128,14 @@ absl::StatusOr<Series> ParseJsonl(const std::string& path, const std::string& te
     bool has_step = false;
     double step = 0, vals[kNumMetrics];
     bool has[kNumMetrics] = {false, false, false, false};
-    std::string_view type;
+    std::string_view type, phase;
     bool ok = internal::ScanFlatObject(l, &error, [&](std::string_view key, const FlatValue& v) {
       if (trainscope && key == "type" && v.kind == FlatValue::kString) {
         type = v.text;
+        return;
+      }
+      if (trainscope && key == "phase" && v.kind == FlatValue::kString) {
+        phase = v.text;
         return;
       }
       if (trainscope && key == "reason" && v.kind == FlatValue::kString) {
@@ -177,7 +181,14 @@ absl::StatusOr<Series> ParseJsonl(const std::string& path, const std::string& te
     if (trainscope) {
       if (type != "end") s.end_reason.clear();
       if (type == "end") return;
-      if (type != "step") return;  // header, layer_norms, spike, nonfinite, error, summary
+      if (type == "nonfinite" && has_step) {
+        // The trainer stops at a non-finite step without a step record: the loss of that
+        // step is the non-finite value (of the next one when the optimizer step made the
+        // weights non-finite after a finite loss).
+        b.Add(kLoss, b.NextStep(true, phase == "optimizer" ? step + 1 : step), kNaN);
+        return;
+      }
+      if (type != "step") return;  // header, layer_norms, spike, error, summary
     }
     if (!has[kLoss] && !has[kVal] && !has[kLr] && !has[kGrad]) return;
     int64_t st = b.NextStep(has_step, step);
