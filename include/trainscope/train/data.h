@@ -87,8 +87,8 @@ struct LoaderOptions {
 std::vector<int64_t> SequencesForMicroStep(int64_t num_sequences, const LoaderOptions& options,
                                            int64_t index);
 
-// Produces micro-batches start_index, start_index + 1, ... in order, built ahead by `num_workers` threads.
-// Next() is called from one thread; the corpus must outlive the loader. Destruction stops
+// Produces micro-batches start_index, start_index + 1, ... in order, built ahead by `num_workers`
+// threads. Next() is called from one thread; the corpus must outlive the loader. Destruction stops
 // and joins the workers.
 class BatchLoader {
  public:

@@ -148,7 +148,8 @@ struct MetricsFileInfo {
 // Checks a metrics file against the documented format: header first with format/version,
 // every line a JSON object of a known type with the documented keys and types, steps
 // increasing within a segment, nothing but a resumed run's header (with resumed_from_step,
-// after which steps restart above it) after an end record. InvalidArgument naming the file and line.
+// after which steps restart above it) after an end record. InvalidArgument naming the file and
+// line.
 absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path);
 
 }  // namespace trainscope::train
