@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "trainscope/core/exit.h"
+#include "trainscope/core/table.h"
 
 namespace trainscope::cli {
 namespace {
@@ -104,31 +105,11 @@ std::string VerbList(const CLI::App& app) {
 // (format_help indents the lines after a '\n'), the app's own description and footer at 120.
 constexpr size_t kHelpWidth = 120;
 
+// Wrapped without the last line's newline: CLI11 adds its own.
 std::string Wrap(const std::string& text, size_t width) {
-  std::string out, line;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string para = text.substr(start, end - start);
-    line.clear();
-    size_t i = 0;
-    while (i < para.size()) {
-      size_t j = para.find(' ', i);
-      if (j == std::string::npos) j = para.size();
-      const std::string word = para.substr(i, j - i);
-      if (!line.empty() && line.size() + 1 + word.size() > width) {
-        out += line + "\n";
-        line.clear();
-      }
-      line += (line.empty() ? "" : " ") + word;
-      i = j + 1;
-    }
-    out += line;
-    if (end == text.size()) break;
-    out += "\n";
-    start = end + 1;
-  }
+  if (text.empty()) return text;
+  std::string out = WrapText(text, width);
+  out.pop_back();
   return out;
 }
 

@@ -149,3 +149,16 @@ TEST(Stats, Log2Histogram) {
 
 }  // namespace
 }  // namespace trainscope
+
+namespace trainscope {
+namespace {
+
+TEST(WrapText, BreaksAtSpacesWithLeadIndentAndNewlines) {
+  EXPECT_EQ(WrapText("aaa bbb ccc", 7), "aaa bbb\nccc\n");
+  EXPECT_EQ(WrapText("aaa bbb ccc", 9, "- ", "  "), "- aaa bbb\n  ccc\n");
+  EXPECT_EQ(WrapText("averyverylongword x", 5), "averyverylongword\nx\n");  // stands alone
+  EXPECT_EQ(WrapText("one\n\ntwo", 80), "one\n\ntwo\n");                    // blank line kept
+}
+
+}  // namespace
+}  // namespace trainscope

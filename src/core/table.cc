@@ -106,4 +106,31 @@ std::string FormatCount(long long n) {
   return out;
 }
 
+std::string WrapText(std::string_view text, size_t width, std::string_view lead,
+                     std::string_view indent) {
+  std::string out;
+  std::string line(lead);
+  size_t prefix = line.size();
+  auto end_line = [&] {
+    out += line;
+    out += '\n';
+    line.assign(indent);
+    prefix = line.size();
+  };
+  size_t pos = 0;
+  while (true) {
+    const size_t stop = std::min(text.find_first_of(" \n", pos), text.size());
+    const std::string_view word = text.substr(pos, stop - pos);
+    const bool has_words = line.size() > prefix;
+    if (has_words && line.size() + 1 + word.size() > width) end_line();
+    if (line.size() > prefix) line += ' ';
+    line += word;
+    if (stop == text.size()) break;
+    if (text[stop] == '\n') end_line();
+    pos = stop + 1;
+  }
+  end_line();
+  return out;
+}
+
 }  // namespace trainscope

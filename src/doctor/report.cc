@@ -56,26 +56,6 @@ std::string Verdict(const std::string& v) {
   return v;
 }
 
-// `text` word-wrapped to `width` columns; the first line starts with `lead`, the others with
-// `indent`.
-std::string WrapIndented(const std::string& text, size_t width, const std::string& indent,
-                         const std::string& lead = "") {
-  std::string out, line = lead;
-  bool first_word = true;
-  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    if (!first_word && line.size() + 1 + word.size() > width) {
-      absl::StrAppend(&out, line, "\n");
-      line = indent;
-      first_word = true;
-    }
-    if (!first_word) line += ' ';
-    absl::StrAppend(&line, word);
-    first_word = false;
-  }
-  if (!first_word) absl::StrAppend(&out, line, "\n");
-  return out;
-}
-
 std::string Summary(const Report& r) {
   std::string s = absl::StrCat(r.passes, " pass, ", r.warnings, " warn, ", r.failures, " fail, ",
                                r.skips, " skip in ", FormatDouble(r.wall_s, 1), " s");
@@ -102,7 +82,7 @@ std::string RenderTable(const Report& r, bool wide) {
       if (c.verdict != "fail" && c.verdict != "warn") continue;
       std::string text = c.advice;
       if (!c.expected.empty()) text = absl::StrCat("expected ", c.expected, ". ", text);
-      absl::StrAppend(&notes, WrapIndented(absl::StrCat(c.name, ": ", text), 120, "    "));
+      absl::StrAppend(&notes, WrapText(absl::StrCat(c.name, ": ", text), 120, "", "    "));
     }
     if (!notes.empty()) absl::StrAppend(&out, "\n", notes);
   }
@@ -115,9 +95,9 @@ std::string RenderTable(const Report& r, bool wide) {
     if (!wide && absl::StartsWith(f.id, "doctor.")) continue;
     if (shown++ == 0) out += "\ndiagnose:\n";
     absl::StrAppend(
-        &out, WrapIndented(absl::StrCat(SeverityName(f.severity), ": ", f.title, " (", f.id, ")"),
-                           120, "      ", "  "));
-    if (!f.fix.empty()) absl::StrAppend(&out, WrapIndented("fix: " + f.fix, 120, "      ", "    "));
+        &out, WrapText(absl::StrCat(SeverityName(f.severity), ": ", f.title, " (", f.id, ")"), 120,
+                       "  ", "      "));
+    if (!f.fix.empty()) absl::StrAppend(&out, WrapText("fix: " + f.fix, 120, "    ", "      "));
   }
   return out;
 }

@@ -44,25 +44,6 @@ absl::StatusOr<int> IntKey(const nlohmann::json& obj, const char* section, const
 
 double Round(double v, double scale) { return std::round(v * scale) / scale; }
 
-// `text` broken at spaces into lines of at most `width` columns, each after `indent`.
-std::string Wrap(const std::string& text, const std::string& indent, size_t width = 118) {
-  std::string out, line;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find(' ', pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(pos, end - pos);
-    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
-      absl::StrAppend(&out, indent, line, "\n");
-      line.clear();
-    }
-    absl::StrAppend(&line, line.empty() ? "" : " ", word);
-    pos = end + 1;
-  }
-  if (!line.empty()) absl::StrAppend(&out, indent, line, "\n");
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<ConfigModel> ReadTrainConfig(Os* os, const std::string& path) {
@@ -387,10 +368,10 @@ std::string PlanToText(const Plan& plan, int max_rows) {
   if (plan.measured.bottleneck != Bottleneck::kNone) {
     const Measured& m = plan.measured;
     absl::StrAppend(&out, "\n",
-                    Wrap(absl::StrCat("measured (", m.source, "): ", BottleneckName(m.bottleneck),
-                                      "-bound; ", m.evidence),
-                         ""),
-                    Wrap("rule: " + m.rule, "  "));
+                    WrapText(absl::StrCat("measured (", m.source, "): ",
+                                          BottleneckName(m.bottleneck), "-bound; ", m.evidence),
+                             118),
+                    WrapText("rule: " + m.rule, 118, "  ", "  "));
   }
   if (plan.recommended >= 0) {
     const Strategy& s = plan.strategies[plan.recommended];
@@ -399,9 +380,9 @@ std::string PlanToText(const Plan& plan, int max_rows) {
                                     "micro-batch %d (%d per step)\n",
                                     s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute),
                                     s.micro_batch, s.micro_batches),
-                    Wrap("why: " + plan.reason, "  "));
+                    WrapText("why: " + plan.reason, 118, "  ", "  "));
   } else {
-    absl::StrAppend(&out, "\n", Wrap("recommended: none: " + plan.reason, ""));
+    absl::StrAppend(&out, "\n", WrapText("recommended: none: " + plan.reason, 118));
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #define TRAINSCOPE_CORE_TABLE_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trainscope {
@@ -27,6 +28,12 @@ class Table {
 std::string FormatDouble(double v, int precision = 2);
 std::string FormatBytes(double bytes);
 std::string FormatCount(long long n);
+
+// `text` broken at spaces into lines of at most `width` columns (a longer word stands alone):
+// the first line starts with `lead`, the others with `indent`; a '\n' in `text` starts a new
+// line. Every line ends in '\n'. For prose under a table (120 columns).
+std::string WrapText(std::string_view text, size_t width, std::string_view lead = "",
+                     std::string_view indent = "");
 
 }  // namespace trainscope
 
