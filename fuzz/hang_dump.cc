@@ -2,7 +2,7 @@
 // each read from bytes as a file of unknown kind would be, then analysed together, so
 // values that parse but make no sense (negative or huge sequence ids, ranks, sizes, groups
 // whose members disagree) reach the matching and the report as well. Pickle bytes go
-// through a loader that parses the rest of the input as JSON, standing in for libtorch's.
+// through core/pickle.h, as in the CLI (pickle_fuzzer covers the reader alone).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -17,17 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace trainscope::hang;
   std::string_view a, b;
   trainscope::fuzz::SplitTwo(std::string_view(reinterpret_cast<const char*>(data), size), &a, &b);
-  PickleLoader loader = [](const std::string& bytes) -> absl::StatusOr<nlohmann::json> {
-    nlohmann::json j = nlohmann::json::parse(bytes.begin() + 2, bytes.end(), nullptr, false);
-    if (j.is_discarded()) return absl::InvalidArgumentError("not JSON");
-    return j;
-  };
   std::vector<Dump> dumps;
   InputCounts counts;
   int i = 0;
   for (std::string_view part : {a, b}) {
     std::string name = "nccl_trace_rank_" + std::to_string(i++);
-    ReadResult r = ReadDumpBytes(part, name, loader);
+    ReadResult r = ReadDumpBytes(part, name);
     ++counts.files_read;
     if (r.outcome == ReadOutcome::kDump) {
       dumps.push_back(std::move(r.dump));

@@ -83,6 +83,10 @@ def seeds(target):
     if target == "tokenizer_json_fuzzer":  # tokenizer.json + a text (SplitTwo)
         text = read(os.path.join(DATA, "data", "small.jsonl"), 1 << 12)
         return [two(read(f), text) for f in files("tests/data/tokenizer/*.json")]
+    if target == "pickle_fuzzer":  # Python's pickles, a DCP .metadata, FR dumps
+        return [read(f) for f in files("tests/data/pickle/*.pkl", "tests/data/pickle/dcp/.metadata",
+                                       "tests/data/pickle/fr_skipped/*",
+                                       "tests/data/hang/pickle_*/*")]
     if target == "store_message_fuzzer":
         return [read(f) for f in files("fuzz/seeds/store/*")]
     return []

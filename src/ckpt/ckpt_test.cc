@@ -7,9 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
+#include "ckpt/dcp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/ckpt/inspect.h"
 #include "trainscope/ckpt/safetensors.h"
@@ -222,6 +225,67 @@ TEST_F(CkptTest, AnomalyCheckpointsAreKeptAndListedButNeverLatest) {
   for (const char* kept : {"/step-3", "/anomaly-step-3", "/anomaly-step-4", "/step-5"}) {
     EXPECT_TRUE(fs::exists(dir_ + kept)) << kept;
   }
+}
+
+std::string CkptSourcePath(const std::string& rel) {
+  const char* src = std::getenv("TS_SOURCE_DIR");
+  return std::string(src ? src : TS_SOURCE_DIR) + "/" + rel;
+}
+
+// A torch 1.13 DCP folder (tests/data/pickle/make_fixtures.py): what Inspect lists must be
+// what Python's own unpickling of .metadata says (dcp.expected.json).
+TEST(DcpTest, MatchesPythonsReading) {
+  std::ifstream in(CkptSourcePath("tests/data/pickle/dcp.expected.json"));
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  auto meta = ReadDcpMetadata(CkptSourcePath("tests/data/pickle/dcp/.metadata"));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_TRUE(meta->has_storage_data);
+  ASSERT_EQ(meta->entries.size(), expected.size());
+  for (const DcpEntry& e : meta->entries) {
+    ASSERT_TRUE(expected.contains(e.name)) << e.name;
+    const nlohmann::json& x = expected[e.name];
+    EXPECT_EQ(e.is_tensor, x["kind"] == "tensor") << e.name;
+    if (e.is_tensor) {
+      EXPECT_EQ(e.dtype, x["dtype"].get<std::string>()) << e.name;
+      EXPECT_EQ(nlohmann::json(e.shape), x["size"]) << e.name;
+      EXPECT_EQ(e.chunks, x["chunks"].get<int>()) << e.name;
+    }
+    nlohmann::json storage = nlohmann::json::array();
+    for (const DcpStorage& s : e.storage) storage.push_back({s.file, s.offset, s.length});
+    EXPECT_EQ(storage, x["storage"]) << e.name;
+  }
+  auto r = Inspect(CkptSourcePath("tests/data/pickle/dcp"), InspectOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->format, "dcp");
+  EXPECT_TRUE(r->ok()) << r->problems[0].problem;
+  EXPECT_EQ(r->tensors.size(), expected.size());
+}
+
+// verify: a chunk's file missing or cut short, a .metadata that is no pickle.
+TEST_F(CkptTest, DcpMissingAndTruncatedChunks) {
+  fs::copy(CkptSourcePath("tests/data/pickle/dcp"), dir_);
+  auto ok = Inspect(dir_, InspectOptions{});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_TRUE(ok->ok());
+  fs::remove(dir_ + "/__0_0.distcp");            // model.0.weight
+  fs::resize_file(dir_ + "/__0_1.distcp", 100);  // model.0.bias
+  auto r = Inspect(dir_, InspectOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->complete);
+  ASSERT_EQ(r->problems.size(), 2u);
+  EXPECT_EQ(r->problems[0].file, dir_ + "/__0_0.distcp");
+  EXPECT_EQ(r->problems[0].problem,
+            "missing: holds chunks of \"model.0.weight\" (named by .metadata) but is absent");
+  EXPECT_EQ(r->problems[1].problem,
+            "truncated: 100 bytes, but \"model.0.bias\" is stored up to byte 747");
+  {
+    std::ofstream out(dir_ + "/.metadata", std::ios::binary | std::ios::trunc);
+    out << std::string("\x80\x04\x95", 3);
+  }
+  auto bad = Inspect(dir_, InspectOptions{});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            dir_ + "/.metadata: byte 2: FRAME: needs 8 bytes, 0 left (truncated)");
 }
 
 TEST(SafetensorsTest, HeaderRules) {

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ckpt/dcp.h"
 #include "ckpt/file_io.h"
 
 namespace trainscope::ckpt {
@@ -182,10 +183,55 @@ uint64_t TorchDTypeBytes(const std::string& d) {
   return it == kSizes.end() ? 0 : it->second;
 }
 
-absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir, const InspectOptions& o) {
+// Where each chunk lies (storage_data): every file must exist inside the folder and reach
+// the chunk's end. Each file is reported once, with the furthest end any chunk needs.
+void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, CheckpointReport* r) {
+  std::map<std::string, std::pair<uint64_t, std::string>> need;  // file -> (end, tensor)
+  for (const DcpEntry& e : meta.entries) {
+    if (meta.has_storage_data && e.is_tensor && static_cast<int>(e.storage.size()) < e.chunks) {
+      r->complete = false;
+      r->problems.push_back(
+          {Join(dir, ".metadata"),
+           absl::StrCat("missing: tensor \"", e.name, "\" has ", e.chunks, " chunks, ",
+                        e.storage.size(), " of them in storage_data")});
+    }
+    for (const DcpStorage& s : e.storage) {
+      if (s.file.empty() || s.file[0] == '/' || absl::StrContains(s.file, "..")) {
+        r->problems.push_back(
+            {Join(dir, ".metadata"), absl::StrCat("corrupt: entry \"", e.name, "\" is stored in \"",
+                                                  s.file, "\", outside the folder")});
+        continue;
+      }
+      uint64_t end = 0;
+      if (__builtin_add_overflow(s.offset, s.length, &end)) end = UINT64_MAX;
+      auto& n = need[s.file];
+      if (end > n.first || n.second.empty()) n = {end, e.name};
+    }
+  }
+  for (const auto& [file, end_and_name] : need) {
+    const std::string p = Join(dir, file);
+    std::error_code ec;
+    if (!IsFile(p)) {
+      r->complete = false;
+      r->problems.push_back({p, absl::StrCat("missing: holds chunks of \"", end_and_name.second,
+                                             "\" (named by .metadata) but is absent")});
+      continue;
+    }
+    const uint64_t size = fs::file_size(p, ec);
+    if (!ec && size < end_and_name.first) {
+      r->problems.push_back(
+          {p, absl::StrCat("truncated: ", size, " bytes, but \"", end_and_name.second,
+                           "\" is stored up to byte ", end_and_name.first)});
+    }
+  }
+}
+
+absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir) {
   CheckpointReport r;
   r.path = dir;
   r.format = "dcp";
+  auto meta = ReadDcpMetadata(Join(dir, ".metadata"));
+  if (!meta.ok()) return meta.status();  // unreadable input: exit 2, not "corrupt"
   uint64_t distcp_bytes = 0;
   int distcp_files = 0;
   std::error_code ec;
@@ -199,27 +245,38 @@ absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir, const Inspec
     r.complete = false;
     r.problems.push_back({dir, "incomplete: no .distcp data files next to .metadata"});
   }
-  if (!o.dcp_loader) {
-    r.needs_dcp_loader = true;
-    return r;
-  }
-  auto tensors = o.dcp_loader(Join(dir, ".metadata"));
-  if (!tensors.ok()) return tensors.status();  // unreadable input: exit 2, not "corrupt"
-  for (const DcpTensor& d : *tensors) {
+  for (const DcpEntry& d : meta->entries) {
     TensorReport t;
     t.name = d.name;
     t.dtype = d.dtype;
-    t.file = "";
     t.shape = d.shape;
-    uint64_t n = TorchDTypeBytes(d.dtype);
-    for (uint64_t x : d.shape) n = __builtin_mul_overflow(n, x, &n) ? 0 : n;
-    t.bytes = n;
-    r.total_bytes += n;
+    t.chunks = d.chunks;
+    uint64_t numel = 1;
+    for (uint64_t x : d.shape) numel = __builtin_mul_overflow(numel, x, &numel) ? 0 : numel;
+    if (d.is_tensor) {
+      uint64_t n = TorchDTypeBytes(d.dtype);
+      t.bytes = __builtin_mul_overflow(n, numel, &n) ? 0 : n;
+      if (d.chunk_elements != numel) {
+        r.problems.push_back(
+            {Join(dir, ".metadata"),
+             absl::StrCat("incomplete: the chunks of tensor \"", d.name, "\" cover ",
+                          d.chunk_elements, " of its ", numel, " elements")});
+      }
+    } else {
+      for (const DcpStorage& s : d.storage) t.bytes += s.length;  // the pickled object
+    }
+    // The file, when the entry lies in one.
+    for (const DcpStorage& s : d.storage) {
+      t.file = t.file.empty() || t.file == s.file ? s.file : "(several)";
+    }
+    r.total_bytes += t.bytes;
     r.tensors.push_back(std::move(t));
   }
   std::sort(r.tensors.begin(), r.tensors.end(),
             [](const TensorReport& a, const TensorReport& b) { return a.name < b.name; });
-  if (distcp_files && distcp_bytes < r.total_bytes) {
+  if (meta->has_storage_data) {
+    CheckDcpStorage(dir, *meta, &r);
+  } else if (distcp_files && distcp_bytes < r.total_bytes) {
     r.problems.push_back({dir, absl::StrCat("truncated: the .distcp files hold ", distcp_bytes,
                                             " bytes, less than the ", r.total_bytes,
                                             " bytes of tensors the metadata lists")});
@@ -255,7 +312,7 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
     const std::string name = fs::path(path).filename().string();
     const std::string parent = fs::path(path).parent_path().string();
     if (name == kIndexName) return Inspect(parent.empty() ? "." : parent, o);
-    if (name == ".metadata") return InspectDcp(parent.empty() ? "." : parent, o);
+    if (name == ".metadata") return InspectDcp(parent.empty() ? "." : parent);
     auto h = ReadHeader(path);
     if (!h.ok() && !absl::EndsWith(name, ".safetensors")) return UnknownFormat(path);
     CheckpointReport r;
@@ -267,7 +324,7 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
   }
   if (!IsDir(path)) return UnknownFormat(path);
   if (IsFile(Join(path, kIndexName))) return InspectSharded(path, o);
-  if (IsFile(Join(path, ".metadata"))) return InspectDcp(path, o);
+  if (IsFile(Join(path, ".metadata"))) return InspectDcp(path);
   if (LooksLikeCheckpoint(path)) return InspectOurs(path, o);
   return UnknownFormat(path);
 }

@@ -21,6 +21,7 @@ std::string G(double v) { return absl::StrFormat("%.4g", v); }
 json TensorJson(const TensorReport& t) {
   json j = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"bytes", t.bytes}};
   if (!t.file.empty()) j["file"] = t.file;
+  if (t.chunks >= 0) j["chunks"] = t.chunks;
   if (t.stats.decoded) {
     j["nonfinite"] = t.stats.nonfinite;
     j["l2"] = t.stats.l2;
@@ -45,7 +46,6 @@ json ReportToJson(const CheckpointReport& r, bool with_tensors) {
             {"tensor_count", r.tensors.size()},
             {"tensor_bytes", r.total_bytes}};
   if (r.step >= 0) j["step"] = r.step;
-  if (r.needs_dcp_loader) j["needs_libtorch"] = true;
   if (with_tensors) {
     json ts = json::array();
     for (const TensorReport& t : r.tensors) ts.push_back(TensorJson(t));
@@ -77,17 +77,14 @@ std::string FormatReportText(const CheckpointReport& r, bool with_tensors) {
   absl::StrAppend(&out, r.path, ": ", r.format, r.step >= 0 ? absl::StrCat(", step ", r.step) : "",
                   ", ", r.tensors.size(), " tensors, ", FormatBytes(r.total_bytes),
                   r.complete ? "" : ", incomplete", r.ok() ? ", ok" : ", problems found", "\n");
-  if (r.needs_dcp_loader) {
-    absl::StrAppend(&out, "(tensor names of a DCP folder need trainscope-torch)\n");
-  }
   if (!with_tensors || r.tensors.empty()) return out;
   Table t({"tensor", "dtype", "shape", "bytes", "nonfinite", "l2", "min", "max"});
   for (const TensorReport& x : r.tensors) {
     const bool s = x.stats.decoded;
-    const std::string name =
-        x.file.empty() || x.file == "model.safetensors" || r.format == "hf-sharded"
-            ? x.name
-            : absl::StrCat(x.file.substr(0, x.file.find('.')), ":", x.name);
+    const std::string name = x.file.empty() || x.file == "model.safetensors" ||
+                                     r.format == "hf-sharded" || r.format == "dcp"
+                                 ? x.name
+                                 : absl::StrCat(x.file.substr(0, x.file.find('.')), ":", x.name);
     t.AddRow({name, x.dtype, ShapeText(x.shape), FormatBytes(x.bytes),
               s ? FormatCount(x.stats.nonfinite) : "-", s ? G(x.stats.l2) : "-",
               s ? G(x.stats.min) : "-", s ? G(x.stats.max) : "-"});

@@ -23,10 +23,9 @@ void Print(const nlohmann::json& j) {
 }
 
 // inspect (with tensors) and verify (without): one report per checkpoint found.
-int RunInspect(const char* verb, bool verify, const CkptArgs& a, const ckpt::InspectOptions& base,
-               const std::function<int()>& rerun_with_torch) {
+int RunInspect(const char* verb, bool verify, const CkptArgs& a) {
   Progress progress(verb, 0, true);
-  ckpt::InspectOptions o = base;
+  ckpt::InspectOptions o;
   o.on_bytes = [&](uint64_t n) { progress.Add(n); };
   std::vector<ckpt::CheckpointReport> reports;
   for (const std::string& p : a.paths) {
@@ -34,15 +33,8 @@ int RunInspect(const char* verb, bool verify, const CkptArgs& a, const ckpt::Ins
     if (!r.ok()) return ReportAndExitCode(verb, r.status());
     for (auto& x : *r) reports.push_back(std::move(x));
   }
-  bool ok = true, needs_torch = false;
-  for (const auto& r : reports) {
-    ok = ok && r.ok();
-    needs_torch = needs_torch || r.needs_dcp_loader;
-  }
-  if (needs_torch && rerun_with_torch) {
-    std::fflush(stdout);
-    (void)rerun_with_torch();  // returns only when trainscope-torch could not start
-  }
+  bool ok = true;
+  for (const auto& r : reports) ok = ok && r.ok();
   if (a.json) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& r : reports) list.push_back(ckpt::ReportToJson(r, !verify));
@@ -53,25 +45,15 @@ int RunInspect(const char* verb, bool verify, const CkptArgs& a, const ckpt::Ins
   return ok ? kExitOk : kExitProblems;
 }
 
-int RunDiff(const CkptArgs& a, const ckpt::InspectOptions& base,
-            const std::function<int()>& rerun_with_torch) {
+int RunDiff(const CkptArgs& a) {
   if (a.paths.size() != 2) {
     std::fprintf(stderr, "trainscope ckpt diff: error: give two checkpoints, A and B\n");
     return kExitUsage;
   }
   Progress progress("ckpt diff", 0, true);
-  ckpt::InspectOptions o = base;
+  ckpt::InspectOptions o;
   o.hash = false;
   o.on_bytes = [&](uint64_t n) { progress.Add(n); };
-  if (!o.dcp_loader && rerun_with_torch) {
-    for (const std::string& p : a.paths) {
-      auto r = ckpt::Inspect(p, ckpt::InspectOptions{false, false, {}, {}});
-      if (r.ok() && r->needs_dcp_loader) {
-        std::fflush(stdout);
-        (void)rerun_with_torch();
-      }
-    }
-  }
   auto d = ckpt::Diff(a.paths[0], a.paths[1], o);
   if (!d.ok()) return ReportAndExitCode("ckpt diff", d.status());
   if (a.json) {
@@ -84,15 +66,12 @@ int RunDiff(const CkptArgs& a, const ckpt::InspectOptions& base,
 
 }  // namespace
 
-void RegisterCkptCommand(CLI::App& root, CommandContext& ctx, ckpt::DcpMetadataLoader dcp_loader,
-                         std::function<int()> rerun_with_torch) {
+void RegisterCkptCommand(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand(
       "ckpt",
       "checkpoints: trainscope step-<N> folders, safetensors files, HuggingFace sharded "
       "folders, torch.distributed.checkpoint folders");
   cmd->require_subcommand(1);
-  ckpt::InspectOptions base;
-  base.dcp_loader = std::move(dcp_loader);
   struct Verb {
     const char* name;
     const char* help;
@@ -112,12 +91,12 @@ void RegisterCkptCommand(CLI::App& root, CommandContext& ctx, ckpt::DcpMetadataL
         ->required();
     sub->add_flag("--json", args->json, "print JSON (docs/formats.md \"Checkpoint\")");
     const std::string name = v.name;
-    sub->callback([&ctx, args, base, name, rerun_with_torch] {
+    sub->callback([&ctx, args, name] {
       const std::string verb = "ckpt " + name;
       if (name == "diff") {
-        ctx.exit_code = RunDiff(*args, base, rerun_with_torch);
+        ctx.exit_code = RunDiff(*args);
       } else {
-        ctx.exit_code = RunInspect(verb.c_str(), name == "verify", *args, base, rerun_with_torch);
+        ctx.exit_code = RunInspect(verb.c_str(), name == "verify", *args);
       }
     });
   }

@@ -19,17 +19,11 @@ struct HangArgs {
   int mismatch_cap = 10;
 };
 
-int RunAnalyze(const HangArgs& a, const hang::PickleLoader& loader,
-               const std::function<int()>& rerun_with_torch) {
+int RunAnalyze(const HangArgs& a) {
   hang::AnalyzeOptions options;
-  options.pickle_loader = loader;
   options.mismatch_cap = a.mismatch_cap;
   auto report = hang::AnalyzePaths(a.paths, options);
   if (!report.ok()) return ReportAndExitCode("hang analyze", report.status());
-  if (report->needs_pickle_loader && rerun_with_torch) {
-    std::fflush(stdout);
-    (void)rerun_with_torch();  // returns only when trainscope-torch could not start
-  }
   if (a.json) {
     std::cout << hang::ReportToJson(*report).dump(2, ' ', false,
                                                   nlohmann::json::error_handler_t::replace)
@@ -38,9 +32,7 @@ int RunAnalyze(const HangArgs& a, const hang::PickleLoader& loader,
     std::cout << hang::FormatReportText(*report);
   }
   if (report->details["inputs"].value("dumps", 0) == 0) {
-    std::fprintf(stderr,
-                 "trainscope hang analyze: error: %s: no dump could be read (pickle dumps need "
-                 "trainscope-torch)\n",
+    std::fprintf(stderr, "trainscope hang analyze: error: %s: no dump could be read\n",
                  a.paths[0].c_str());
     return kExitUsage;
   }
@@ -49,8 +41,7 @@ int RunAnalyze(const HangArgs& a, const hang::PickleLoader& loader,
 
 }  // namespace
 
-void RegisterHangCommand(CLI::App& root, CommandContext& ctx, hang::PickleLoader pickle_loader,
-                         std::function<int()> rerun_with_torch) {
+void RegisterHangCommand(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand("hang", "hang diagnosis from flight recorder dumps");
   cmd->require_subcommand(1);
   auto args = std::make_shared<HangArgs>();
@@ -66,10 +57,7 @@ void RegisterHangCommand(CLI::App& root, CommandContext& ctx, hang::PickleLoader
   an->add_option("--mismatch-cap", args->mismatch_cap,
                  "report at most N findings, earliest first (default 10)")
       ->check(CLI::NonNegativeNumber);
-  an->callback(
-      [&ctx, args, loader = std::move(pickle_loader), rerun = std::move(rerun_with_torch)] {
-        ctx.exit_code = RunAnalyze(*args, loader, rerun);
-      });
+  an->callback([&ctx, args] { ctx.exit_code = RunAnalyze(*args); });
 }
 
 }  // namespace trainscope::cli

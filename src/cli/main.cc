@@ -89,11 +89,7 @@ int main(int argc, char** argv) {
   trainscope::cli::RegisterTraceCommand(app, ctx);
   trainscope::cli::RegisterDiagnoseCommand(app, ctx);
   trainscope::cli::RegisterPlanCommand(app, ctx);
-  // Pickle dumps need libtorch's unpickler: the same command line re-runs in trainscope-torch.
-  trainscope::cli::RegisterHangCommand(app, ctx, nullptr,
-                                       [&] { return ExecTorchBinary(ctx.argv0, argv); });
-  // DCP's .metadata is a pickle too: same re-run.
-  trainscope::cli::RegisterCkptCommand(app, ctx, nullptr,
-                                       [&] { return ExecTorchBinary(ctx.argv0, argv); });
+  trainscope::cli::RegisterHangCommand(app, ctx);
+  trainscope::cli::RegisterCkptCommand(app, ctx);
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

@@ -4,12 +4,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "ckpt/dcp_torch.h"
-#include "cli/ckpt_command.h"
 #include "cli/command.h"
-#include "cli/hang_command.h"
 #include "cli/stop_signals.h"
-#include "hang/pickle_torch.h"
 #include "trainscope/core/stacks.h"
 #include "trainscope/core/subprocess.h"
 
@@ -28,8 +24,5 @@ int main(int argc, char** argv) {
   trainscope::cli::RegisterSelftestDeviceCommand(*selftest, ctx);
   trainscope::cli::RegisterSelftestTrainCommand(*selftest, ctx);
   trainscope::cli::RegisterTrainCommand(app, ctx);
-  trainscope::cli::RegisterHangCommand(app, ctx, trainscope::hang::TorchPickleLoader(), nullptr);
-  trainscope::cli::RegisterCkptCommand(app, ctx, trainscope::ckpt::TorchDcpMetadataLoader(),
-                                       nullptr);
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

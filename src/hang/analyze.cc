@@ -52,8 +52,7 @@ absl::Status ListInputs(const std::string& path, std::vector<std::string>* files
   return absl::OkStatus();
 }
 
-void ReadOne(const std::string& file, const AnalyzeOptions& options, std::vector<Dump>* dumps,
-             InputCounts* counts, bool* needs_pickle) {
+void ReadOne(const std::string& file, std::vector<Dump>* dumps, InputCounts* counts) {
   ++counts->files_read;
   struct stat st;
   if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -69,7 +68,7 @@ void ReadOne(const std::string& file, const AnalyzeOptions& options, std::vector
     counts->corrupt.push_back({file, std::string(bytes.status().message())});
     return;
   }
-  ReadResult r = ReadDumpBytes(*bytes, file, options.pickle_loader);
+  ReadResult r = ReadDumpBytes(*bytes, file);
   switch (r.outcome) {
     case ReadOutcome::kDump:
       r.dump.file = file;
@@ -80,10 +79,6 @@ void ReadOne(const std::string& file, const AnalyzeOptions& options, std::vector
       break;
     case ReadOutcome::kCorrupt:
       counts->corrupt.push_back({file, r.reason});
-      break;
-    case ReadOutcome::kNeedsPickle:
-      counts->unreadable_pickle.push_back(file);
-      *needs_pickle = true;
       break;
   }
 }
@@ -156,15 +151,12 @@ Report AnalyzeDumps(std::vector<Dump> dumps, InputCounts counts, const AnalyzeOp
   auto base = [](const std::string& p) { return p.substr(p.rfind('/') + 1); };
   for (const auto& [file, reason] : counts.corrupt)
     unusable.push_back(base(file) + " (" + reason + ")");
-  for (const std::string& f : counts.unreadable_pickle)
-    unusable.push_back(base(f) + " (a pickle: needs trainscope-torch)");
   Report report;
   report.findings = internal::FindProblems(unique, groups, unusable);
   if (options.mismatch_cap >= 0 &&
       report.findings.size() > static_cast<size_t>(options.mismatch_cap))
     report.findings.resize(options.mismatch_cap);
   report.problem = !report.findings.empty();
-  report.needs_pickle_loader = !counts.unreadable_pickle.empty() && !options.pickle_loader;
   report.details = internal::BuildDetails(unique, groups, counts, disagreements);
   return report;
 }
@@ -180,9 +172,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   }
   std::vector<Dump> dumps;
   InputCounts counts;
-  bool needs_pickle = false;
-  for (const std::string& f : files) ReadOne(f, options, &dumps, &counts, &needs_pickle);
-  if (dumps.empty() && !needs_pickle) {
+  for (const std::string& f : files) ReadOne(f, &dumps, &counts);
+  if (dumps.empty()) {
     std::string what = paths.size() == 1 ? paths[0] : absl::StrCat(paths.size(), " paths");
     std::string why = counts.corrupt.empty() ? ""
                                              : absl::StrCat(" (", counts.corrupt.size(),

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/pickle.h"
 #include "trainscope/core/utf8.h"
 #include "trainscope/hang/dump.h"
 
@@ -332,26 +333,23 @@ absl::StatusOr<Dump> ParseDump(const json& doc, const std::string& name) {
   return d;
 }
 
-ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name,
-                         const PickleLoader& pickle_loader) {
+ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name) {
   ReadResult r;
   size_t i = 0;
   while (i < bytes.size() && std::isspace(static_cast<unsigned char>(bytes[i]))) ++i;
   json doc;
-  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80 && bytes[1] >= 2 &&
-      bytes[1] <= 5) {
-    if (!pickle_loader) {
-      r.outcome = ReadOutcome::kNeedsPickle;
-      r.reason = "a pickle (needs trainscope-torch's unpickler)";
-      return r;
-    }
-    auto loaded = pickle_loader(std::string(bytes));
+  if (pickle::LooksLikePickle(bytes)) {
+    // PyTorch's writer (torch::jit::Pickler, protocol 2) and Python's pickle.dumps alike;
+    // the dump is then read as its JSON form (dict -> object, tuple -> array, ...).
+    pickle::Options options;
+    options.max_depth = kMaxJsonDepth;
+    auto loaded = pickle::Parse(bytes, options);
     if (!loaded.ok()) {
       r.outcome = ReadOutcome::kCorrupt;
       r.reason = absl::StrCat("pickle: ", loaded.status().message());
       return r;
     }
-    doc = *std::move(loaded);
+    doc = pickle::ToJson(*loaded);
     r.dump.format = "pickle";
   } else if (i < bytes.size() && bytes[i] == '{') {
     std::string_view text = bytes.substr(i);

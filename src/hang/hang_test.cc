@@ -1,6 +1,7 @@
 // Unit tests of the hang analysis: reading dumps, and the verdicts for the faults the
 // trainer injects (skip, wrong op / size / dtype, sleep, exit) with 2 ranks (no majority)
 // and 4, sub-groups, wrapped buffers and bad inputs.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ void ExpectFinding(const Report& r, FindingKind kind, std::vector<int> culprits,
 
 TEST(HangRead, SniffsJsonPickleAndJunk) {
   json d = DumpJson(0, {E{}}, 2);
-  ReadResult ok = ReadDumpBytes(d.dump(), "x", nullptr);
+  ReadResult ok = ReadDumpBytes(d.dump(), "x");
   EXPECT_EQ(ok.outcome, ReadOutcome::kDump);
   EXPECT_EQ(ok.dump.rank, 0);
   EXPECT_EQ(ok.dump.entries.size(), 1u);
@@ -40,22 +41,38 @@ TEST(HangRead, SniffsJsonPickleAndJunk) {
   EXPECT_EQ(ok.dump.entries[0].backend, "nccl");
 
   std::string text = d.dump();
-  ReadResult cut = ReadDumpBytes(text.substr(0, text.size() / 2), "x", nullptr);
+  ReadResult cut = ReadDumpBytes(text.substr(0, text.size() / 2), "x");
   EXPECT_EQ(cut.outcome, ReadOutcome::kCorrupt);
   EXPECT_NE(cut.reason.find("at byte"), std::string::npos) << cut.reason;
 
-  EXPECT_EQ(ReadDumpBytes("hello", "x", nullptr).outcome, ReadOutcome::kNotADump);
-  EXPECT_EQ(ReadDumpBytes("", "x", nullptr).outcome, ReadOutcome::kNotADump);
-  EXPECT_EQ(ReadDumpBytes("{\"a\": 1}", "x", nullptr).outcome, ReadOutcome::kNotADump);
-  EXPECT_EQ(ReadDumpBytes(std::string("\x80\x02}q\x00.", 6), "x", nullptr).outcome,
-            ReadOutcome::kNeedsPickle);
-  PickleLoader fake = [](const std::string&) -> absl::StatusOr<json> {
-    return DumpJson(3, {E{}}, 4);
-  };
-  ReadResult p = ReadDumpBytes(std::string("\x80\x02}q\x00.", 6), "x", fake);
-  EXPECT_EQ(p.outcome, ReadOutcome::kDump);
-  EXPECT_EQ(p.dump.format, "pickle");
-  EXPECT_EQ(p.dump.rank, 3);
+  EXPECT_EQ(ReadDumpBytes("hello", "x").outcome, ReadOutcome::kNotADump);
+  EXPECT_EQ(ReadDumpBytes("", "x").outcome, ReadOutcome::kNotADump);
+  EXPECT_EQ(ReadDumpBytes("{\"a\": 1}", "x").outcome, ReadOutcome::kNotADump);
+  // Pickles are read with core/pickle.h: a dict that is no dump is skipped, a broken
+  // pickle is a corrupt dump whose reason names the byte and opcode.
+  EXPECT_EQ(ReadDumpBytes(std::string("\x80\x02}q\x00.", 6), "x").outcome, ReadOutcome::kNotADump);
+  ReadResult bad = ReadDumpBytes(std::string("\x80\x02}q\x00(X\x07\x00\x00\x00"
+                                             "entr",
+                                             15),
+                                 "x");
+  EXPECT_EQ(bad.outcome, ReadOutcome::kCorrupt);
+  EXPECT_NE(bad.reason.find("pickle: byte 6: BINUNICODE: needs 7 bytes"), std::string::npos)
+      << bad.reason;
+}
+
+// tests/data/pickle/fr_skipped holds tests/data/hang/skipped's dumps as pickles (PyTorch's
+// protocol 2 and Python's protocol 4): the verdict must be the same.
+TEST(HangRead, PickleDumpsGiveTheJsonVerdict) {
+  const char* src = std::getenv("TS_SOURCE_DIR");
+  const std::string root = src ? src : TS_SOURCE_DIR;
+  auto pickled = AnalyzePaths({root + "/tests/data/pickle/fr_skipped"});
+  auto json_dumps = AnalyzePaths({root + "/tests/data/hang/skipped"});
+  ASSERT_TRUE(pickled.ok()) << pickled.status();
+  ASSERT_TRUE(json_dumps.ok()) << json_dumps.status();
+  EXPECT_EQ(pickled->details["inputs"]["dumps"], 2) << pickled->details["inputs"].dump();
+  ASSERT_FALSE(json_dumps->findings.empty());
+  EXPECT_EQ(ReportToJson(*pickled)["findings"], ReportToJson(*json_dumps)["findings"]);
+  for (const json& r : pickled->details["ranks"]) EXPECT_EQ(r.value("format", ""), "pickle");
 }
 
 TEST(HangRead, RankFromNameAndLenientTypes) {

@@ -77,9 +77,6 @@ json BuildDetails(const std::vector<Dump>& dumps, const std::vector<Group>& grou
   json in = {{"files_read", counts.files_read}, {"dumps", dumps.size()}};
   in["skipped"] = FileList(counts.skipped);
   in["corrupt"] = FileList(counts.corrupt);
-  in["unreadable_pickle"] = json::array();
-  for (const std::string& f : counts.unreadable_pickle)
-    in["unreadable_pickle"].push_back({{"file", f}, {"name", BaseName(f)}});
   const std::string version = MajorityVersion(dumps);
   in["version_mismatch"] = json::array();
   for (const Dump& d : dumps)
@@ -161,9 +158,7 @@ nlohmann::json ReportToJson(const Report& report) {
     j["fix"] = f.fix;
     findings.push_back(std::move(j));
   }
-  json out = {{"problem", report.problem},
-              {"findings", findings},
-              {"needs_pickle_loader", report.needs_pickle_loader}};
+  json out = {{"problem", report.problem}, {"findings", findings}};
   out["details"] = report.details.is_null() ? json::object() : report.details;
   return out;
 }
@@ -187,8 +182,7 @@ std::string FormatReportText(const Report& report) {
   if (!in.empty()) {
     out += "inputs: " + std::to_string(in.value("files_read", 0)) + " files read, " +
            std::to_string(in.value("dumps", 0)) + " dumps";
-    const char* lists[] = {"skipped", "corrupt", "unreadable_pickle", "version_mismatch",
-                           "membership_disagreements"};
+    const char* lists[] = {"skipped", "corrupt", "version_mismatch", "membership_disagreements"};
     for (const char* key : lists)
       if (in.contains(key) && !in[key].empty())
         out += ", " + std::to_string(in[key].size()) + " " + key;
@@ -197,9 +191,6 @@ std::string FormatReportText(const Report& report) {
       for (const json& x : in.value(key, json::array()))
         out += Wrap("  " + std::string(key) + ":",
                     x.value("file", "") + ": " + x.value("reason", ""), "    ");
-    for (const json& x : in.value("unreadable_pickle", json::array()))
-      out +=
-          "  unreadable_pickle: " + x.value("file", "") + " (pickle dumps need trainscope-torch)\n";
     for (const json& x : in.value("version_mismatch", json::array()))
       out += "  version_mismatch: " + x.value("file", "") + " has version " +
              x.value("version", "") + ", most dumps " + d.value("version", "") + "\n";

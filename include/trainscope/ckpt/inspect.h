@@ -3,8 +3,9 @@
 //   trainscope   our step-<N> directory (checkpoint.h), or a folder of them (each one reported)
 //   safetensors  one .safetensors file (or any file whose header parses as one)
 //   hf-sharded   a folder with model.safetensors.index.json (weight_map -> shard files)
-//   dcp          a torch.distributed.checkpoint folder (.metadata pickle + *.distcp); names,
-//                shapes and dtypes need the DcpMetadataLoader that trainscope-torch passes
+//   dcp          a torch.distributed.checkpoint folder (.metadata pickle + *.distcp), read
+//                with core/pickle.h: names, global shapes, dtypes, chunks and where each
+//                chunk lies; tensor data is not read (stats stay undecoded)
 // Thread-compatible; blocks on file I/O; no timeout (local files).
 #ifndef TRAINSCOPE_CKPT_INSPECT_H_
 #define TRAINSCOPE_CKPT_INSPECT_H_
@@ -21,20 +22,9 @@
 
 namespace trainscope::ckpt {
 
-// One tensor of a DCP .metadata file.
-struct DcpTensor {
-  std::string name, dtype;  // dtype as torch names it ("float32"); "bytes" for a non-tensor
-  std::vector<uint64_t> shape;
-  int chunks = 0;
-};
-// Reads a DCP `.metadata` pickle. Implemented with libtorch's unpickler in ts_ckpt_torch
-// (dcp_torch.h); errors: InvalidArgument naming the file.
-using DcpMetadataLoader = std::function<absl::StatusOr<std::vector<DcpTensor>>(const std::string&)>;
-
 struct InspectOptions {
   bool stats = true;                       // read tensor data for non-finite counts, norms, min/max
   bool hash = true;                        // verify hashes of our checkpoints
-  DcpMetadataLoader dcp_loader;            // empty: DCP folders report needs_dcp_loader
   std::function<void(uint64_t)> on_bytes;  // progress: bytes read so far (may be empty)
 };
 
@@ -44,13 +34,13 @@ struct TensorReport {
   uint64_t bytes = 0;
   uint64_t offset = 0;  // absolute offset of the data in `file` (safetensors)
   TensorStats stats;    // stats.decoded false when not read
+  int chunks = -1;      // dcp: chunks of the tensor (0 for a non-tensor entry); -1 otherwise
 };
 
 struct CheckpointReport {
   std::string path, format;  // format: "trainscope", "safetensors", "hf-sharded", "dcp"
   int64_t step = -1;
   bool complete = true;
-  bool needs_dcp_loader = false;  // a DCP folder met without a loader: re-run with libtorch
   std::vector<Problem> problems;
   std::vector<TensorReport> tensors;  // in (file, name) order for ours, else name order
   uint64_t total_bytes = 0;
@@ -66,9 +56,11 @@ uint64_t DataBytes(const std::string& path);
 // report per checkpoint (incomplete ones are reported with complete=false and, being an
 // unfinished save, no problem). Problems (corrupt headers, hash mismatches, truncation,
 // non-finite values) are recorded, not returned as errors. Errors: NotFound when `path`
-// does not exist; InvalidArgument "<path>: unknown checkpoint format ..." otherwise, and the
-// DcpMetadataLoader's error when it cannot read a DCP .metadata (libtorch 1.13's unpickler
-// reads pickle protocol 2 only; DCP writes Python's default, 4).
+// does not exist; InvalidArgument "<path>: unknown checkpoint format ..." otherwise, and
+// "<dir>/.metadata: byte N: OPCODE: ..." (or naming the entry) for a DCP .metadata that is
+// not a readable pickle of DCP's metadata. For DCP, problems are: a chunk's .distcp file
+// missing or shorter than the chunk's end, a tensor whose chunks are missing from
+// storage_data or do not cover its elements, no .distcp file at all.
 absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
                                                           const InspectOptions& options);
 // One checkpoint (a folder of checkpoints is an error here).

@@ -11,10 +11,9 @@
 //    on a group's membership is counted and named in Report::inputs, never fatal.
 //  - Errors (StatusOr): NotFound / InvalidArgument naming the path when an input does not
 //    exist, or when no dump at all was found (a folder with no dumps).
-//  - Pickle needs libtorch's unpickler, which lives in trainscope-torch: the caller passes
-//    AnalyzeOptions::pickle_loader; without one, pickle dumps are counted as
-//    `unreadable_pickle` and Report::needs_pickle_loader is set (the CLI then re-runs
-//    itself in trainscope-torch).
+//  - Pickle dumps (PyTorch's writer, or Python's pickle at any protocol) are read with
+//    core/pickle.h, which never executes anything; a malformed one is counted as corrupt
+//    with the byte offset and opcode.
 //  - Matching follows PyTorch's fr_trace: buffers that wrapped by different amounts are
 //    aligned, each process group's collectives are matched by collective_seq_id across its
 //    member ranks (p2p by p2p_seq_id), and the earliest mismatches are reported, most
@@ -24,7 +23,6 @@
 #define TRAINSCOPE_HANG_ANALYZE_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,13 +64,8 @@ struct HangFinding {
   std::string fix;
 };
 
-// Reads a pickle file's bytes into the JSON value of the same structure (dict -> object,
-// tuple/list -> array, None -> null, ...). Error: a one-line reason.
-using PickleLoader = std::function<absl::StatusOr<nlohmann::json>(const std::string& bytes)>;
-
 struct AnalyzeOptions {
-  PickleLoader pickle_loader;  // empty: pickle dumps cannot be read (see contract)
-  int mismatch_cap = 10;       // findings reported at most (earliest first), as fr_trace
+  int mismatch_cap = 10;  // findings reported at most (earliest first), as fr_trace
 };
 
 struct Report {
@@ -80,7 +73,6 @@ struct Report {
   // membership disagreements) are listed in details["inputs"] and do not set it; a member
   // rank whose dump is unusable is a missing_dump finding, which does.
   bool problem = false;
-  bool needs_pickle_loader = false;
   std::vector<HangFinding> findings;  // most likely root cause first
   // Everything else the text and JSON outputs show (the per-rank table of the last
   // collectives, the input counts); see docs/formats.md "Hang analysis".

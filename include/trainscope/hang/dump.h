@@ -1,12 +1,12 @@
 // trainscope::hang dumps: one rank's flight recorder dump, read from bytes (our JSON,
-// PyTorch's JSON, or PyTorch's pickle through a PickleLoader), as the analysis sees it.
+// PyTorch's JSON, or PyTorch's pickle read with core/pickle.h), as the analysis sees it.
 // analyze.h's AnalyzePaths reads files with these; tests, the fuzz target and the launcher
 // may call them directly.
 //
 // Contract:
 //  - ReadDumpBytes never fails as a call: its outcome says whether the bytes were a dump,
-//    not a dump at all (skipped), a dump that is truncated or corrupt (with a one-line
-//    reason naming the entry or byte offset), or a pickle that needs a loader.
+//    not a dump at all (skipped), or a dump that is truncated or corrupt (with a one-line
+//    reason naming the entry or byte offset).
 //  - Lenient on types the way PyTorch's writers differ: integers may be JSON numbers or
 //    strings ("4"), times null or 0, dtypes a list or one string, process_group a list
 //    or a tuple (pickle), pg_config ranks a string "[0, 1]" or a list.
@@ -72,10 +72,9 @@ struct Dump {
 };
 
 enum class ReadOutcome {
-  kDump,        // `dump` is set
-  kNotADump,    // skipped: `reason` says what it looked like
-  kCorrupt,     // a dump that is truncated or corrupt: `reason`
-  kNeedsPickle  // a pickle and no loader was given
+  kDump,      // `dump` is set
+  kNotADump,  // skipped: `reason` says what it looked like
+  kCorrupt,   // a dump that is truncated or corrupt: `reason`
 };
 
 struct ReadResult {
@@ -85,8 +84,7 @@ struct ReadResult {
 };
 
 // Sniffs and parses one file's bytes. `name` is used for the rank fallback and messages.
-ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name,
-                         const PickleLoader& pickle_loader);
+ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name);
 
 // The dump in a parsed JSON value (PyTorch's layout, or pickle converted to JSON).
 // InvalidArgument naming the entry and key when a field has the wrong type.
@@ -100,7 +98,6 @@ struct InputCounts {
   int files_read = 0;
   std::vector<std::pair<std::string, std::string>> skipped;  // file, reason
   std::vector<std::pair<std::string, std::string>> corrupt;  // file, reason
-  std::vector<std::string> unreadable_pickle;                // files
 };
 
 // The analysis of dumps already read (AnalyzePaths = read every file + this). Dumps with a

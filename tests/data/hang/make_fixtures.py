@@ -194,9 +194,8 @@ def main():
         k.op("all_reduce", 1024, state="scheduled" if r == 0 else "started")
         write("pickle_state_mismatch", f"nccl_trace_rank_{r}", k, fmt="pickle")
 
-    # pickle_python: the same dumps written by Python's pickle.dumps at protocols 2 and 4,
-    # which libtorch 1.13's unpickler refuses (no SETITEM opcode; protocol 2 only): counted
-    # as corrupt with its reason.
+    # pickle_python: the same dumps written by Python's pickle.dumps at protocols 2 and 4
+    # (SETITEM, MEMOIZE, FRAME: opcodes torch::jit::Pickler never writes), read like the others.
     for r, protocol in ((0, 2), (1, 4)):
         k = Rank(r, world(2)).steps(1, 2, [1024], callers=False)
         write("pickle_python", f"nccl_trace_rank_{r}", k, fmt="pickle", protocol=protocol)
