@@ -10,6 +10,8 @@ A case is JSON:
     "stdout_contains": ["text", ...],  # substrings stdout must contain
     "stderr_contains": ["text", ...],  # substrings stderr must contain
     "ignore": ["host.kernel", "results.*.time_us"],  # JSON paths dropped before comparing
+    "tolerance": {"loss_end": 1e-4},  # JSON paths whose numbers may differ by this much (abs)
+    "asserts": ["0 < out['mfu'] <= 1"],  # Python expressions over the stdout JSON `out`
     "env": {"NAME": "value"},       # extra environment
     "timeout_s": 120,
     "setup": [["copy", "{data}/data/small.jsonl", "{tmp}/in.jsonl"], ...],  # before the run
@@ -23,6 +25,11 @@ setup steps (in order): ["copy", SRC, DST], ["repeat", SRC, DST, N] (N copies of
 to back), ["write", DST, TEXT], ["write_hex", DST, HEX], ["mkdir", DIR] (with parents),
 ["symlink", TARGET, LINK] (TARGET verbatim, may be relative), ["hardlink", EXISTING, NEW],
 ["mkfifo", PATH], ["gzip", SRC, DST].
+tolerance: each path (with "*" like ignore) must match numbers in both the actual and the
+expected JSON, pairwise within the tolerance; the paths are then left out of the exact
+comparison. asserts: each expression must be true on the parsed stdout (before "ignore"); it
+may use abs, all, any, len, min, max, sum, math. Use them for figures that vary from run to
+run (timings) but obey invariants that a wrong result breaks.
 signal: once a file matching the glob "when" exists (checked every millisecond), the signal
 "name" is sent to the command (a run that ends first fails the case unless its exit code is
 the expected one; a command killed by signal S has exit code -S).
@@ -31,7 +38,7 @@ and B have the same bytes), "absent" [GLOB, ...] (matches nothing), "exists" [PA
 "symlink" [[LINK, TARGET], ...] (LINK is still a symlink to TARGET), "gunzip_same_content"
 [[GZ, B], ...] (GZ is gzip whose content is B's bytes).
 """
-import argparse, glob, gzip, json, os, shutil, signal, subprocess, sys, tempfile, time
+import argparse, glob, gzip, json, math, os, shutil, signal, subprocess, sys, tempfile, time
 
 
 def run_setup(steps, subst):
@@ -139,6 +146,53 @@ def drop(obj, path):
                 drop(obj[i], rest)
 
 
+def select(obj, path):
+    """The values at `path` ("a.*.b"; "*" = every key or element), in document order."""
+    head, _, rest = path.partition(".")
+    if isinstance(obj, dict):
+        keys = list(obj.keys()) if head == "*" else ([head] if head in obj else [])
+        items = [obj[k] for k in keys]
+    elif isinstance(obj, list):
+        items = obj if head == "*" else ([obj[int(head)]] if head.isdigit() and int(head) < len(obj) else [])
+    else:
+        items = []
+    if not rest:
+        return items
+    return [v for item in items for v in select(item, rest)]
+
+
+def check_tolerance(actual, expected, tolerance):
+    failures = []
+    for path, tol in tolerance.items():
+        a, e = select(actual, path), select(expected, path)
+        if not a or len(a) != len(e):
+            failures.append(f"{path}: {len(a)} actual values, {len(e)} expected")
+            continue
+        for x, y in zip(a, e):
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y)):
+                failures.append(f"{path}: not numbers: {x!r} vs {y!r}")
+            elif not abs(x - y) <= tol:
+                failures.append(f"{path}: {x!r} differs from the expected {y!r} by more than {tol}")
+        drop(actual, path)
+        drop(expected, path)
+    return failures
+
+
+def check_asserts(out, asserts):
+    env = {"__builtins__": {}, "abs": abs, "all": all, "any": any, "len": len, "min": min,
+           "max": max, "sum": sum, "math": math, "out": out}
+    failures = []
+    for expr in asserts:
+        try:
+            ok = eval(expr, env)  # the case file is part of the test suite
+        except Exception as e:  # a missing key is a failure, not a crash
+            failures.append(f"assert {expr!r} raised {type(e).__name__}: {e}")
+            continue
+        if not ok:
+            failures.append(f"assert {expr!r} is false")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -181,13 +235,16 @@ def main():
                 f.write("\n")
         with open(path) as f:
             expected = json.load(f)
-    if expected is not None:
+    if expected is not None or case.get("asserts"):
         try:
             actual = json.loads(p.stdout)
         except json.JSONDecodeError as e:
             failures.append(f"stdout is not JSON: {e}")
             actual = None
         if actual is not None:
+            failures += check_asserts(actual, case.get("asserts", []))
+        if actual is not None and expected is not None:
+            failures += check_tolerance(actual, expected, case.get("tolerance", {}))
             for path_ in case.get("ignore", []):
                 drop(actual, path_)
                 drop(expected, path_)

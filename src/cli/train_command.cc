@@ -43,6 +43,8 @@ struct TrainFlags {
   double comm_timeout_s = -1;  // -1: comm.timeout_s of the config
   std::vector<std::string> inject;
   std::string resume;  // "", "latest" or a checkpoint path
+  std::string device;  // "": train.device of the config
+  double device_tflops = 0;
 };
 
 // An exception thrown on a thread nobody can catch on (gloo's network thread raises when
@@ -141,6 +143,8 @@ int RunTrain(const TrainFlags& f) {
     }
     config->comm.timeout_s = f.comm_timeout_s;
   }
+  if (!f.device.empty()) config->train.device = f.device;
+  if (f.device_tflops > 0) config->train.device_tflops = f.device_tflops;
   if (absl::Status v = train::ValidateTrainConfig(*config); !v.ok()) {
     return ReportAndExitCode("train", v);
   }
@@ -283,6 +287,11 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
   cmd->add_option("--max-seconds", flags->max_seconds, "override train.max_seconds")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", flags->backend, "comm backend for data-parallel runs (gloo|mpi)");
+  cmd->add_option("--device", flags->device,
+                  "train on cpu, cuda or cuda:N (overrides train.device)");
+  cmd->add_option("--device-tflops", flags->device_tflops,
+                  "the device's peak TFLOP/s, MFU's denominator (overrides train.device_tflops)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--comm-timeout", flags->comm_timeout_s,
                   "seconds a collective may take before the rank dumps its flight recorder and "
                   "stacks to <run dir>/hang/ and exits 1 (overrides comm.timeout_s, default "

@@ -13,13 +13,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/half.h"
 #include "comm/store.h"
 #include "gmock/gmock.h"
@@ -497,15 +500,80 @@ TEST_P(CollectiveTest, EveryOpEveryDTypeExact) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, CollectiveTest, ::testing::Values(1, 2, 3, 4));
 
+int64_t TestMonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Overlap is checked causally, not by timing, so a loaded machine cannot make it pass or fail:
+// rank 1 joins the first all-reduce only once rank 0 has computed while its own all-reduce was
+// in flight. The op cannot complete before rank 1 joins, so when rank 0's AllReduceAsync
+// returns, the work it then does overlaps the op; if AllReduceAsync blocked until completion,
+// rank 0 would never compute first and rank 1 reports that after a bounded wait. The op's own
+// record must end (end_ns, CLOCK_MONOTONIC) after the computation. (Its start_ns is when the
+// progress thread entered the engine, which may be later than the submission.)
 TEST(CommunicatorTest, AsyncAllReduceOverlapsAndKeepsOrder) {
   struct Counter : OpObserver {
-    std::vector<int64_t> seqs;
+    std::mutex mu;
+    std::vector<OpRecord> records;
     void OnStart(const OpRecord&) override {}
-    void OnEnd(const OpRecord& r) override { seqs.push_back(r.seq); }
+    void OnEnd(const OpRecord& r) override {
+      std::lock_guard<std::mutex> lock(mu);
+      records.push_back(r);
+    }
   };
-  auto st = RunRanks(2, [](Communicator& c) -> absl::Status {
+  std::atomic<bool> computed{false};
+  auto st = RunRanks(2, [&computed](Communicator& c) -> absl::Status {
     Counter obs;
     c.AddObserver(&obs);
+    // ---- overlap: computation while the first all-reduce is in flight ----
+    bool rank0_blocked = false;
+    if (c.rank() == 1) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (!computed.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      rank0_blocked = !computed.load();  // join anyway, so that rank 0 is released
+    }
+    std::vector<float> first(1 << 16, static_cast<float>(c.rank() + 1));
+    std::unique_ptr<Work> w0 = c.AllReduceAsync(first.data(), first.size(), DType::kFloat32);
+    int64_t compute_start_ns = 0, compute_end_ns = 0;
+    int64_t chunks_in_flight = 0;
+    if (c.rank() == 0) {
+      compute_start_ns = TestMonotonicNs();
+      std::vector<double> v(4096, 1.0001);
+      double acc = 0;
+      for (int chunk = 0; chunk < 16; ++chunk) {
+        for (double& x : v) acc += (x *= 1.0001);
+        if (!w0->Done()) ++chunks_in_flight;
+      }
+      compute_end_ns = TestMonotonicNs();
+      if (!(acc > 0)) return absl::InternalError("compute result wrong");
+      computed = true;
+    }
+    if (auto s = w0->Wait(); !s.ok()) return s;
+    if (rank0_blocked) {
+      return absl::InternalError(
+          "rank 0 did not compute while its AllReduceAsync was in flight: the call blocked");
+    }
+    if (first[7] != 3.0f) return absl::InternalError("first async result wrong");
+    if (c.rank() == 0) {
+      if (chunks_in_flight != 16) {
+        return absl::InternalError(absl::StrCat("the all-reduce was done after ",
+                                                16 - chunks_in_flight,
+                                                " of 16 chunks, before the peer had joined"));
+      }
+      std::lock_guard<std::mutex> lock(obs.mu);
+      if (obs.records.empty()) return absl::InternalError("no record of the first op");
+      const OpRecord& r = obs.records.front();
+      if (!(r.end_ns >= compute_end_ns)) {
+        return absl::InternalError(absl::StrCat("the op ended at ", r.end_ns,
+                                                " ns, before the computation [", compute_start_ns,
+                                                ", ", compute_end_ns, "] ns that overlapped it"));
+      }
+    }
+    // ---- order: queued async ops and a sync op complete in submission order ----
     std::vector<std::vector<float>> bufs(8, std::vector<float>(4096));
     std::vector<std::unique_ptr<Work>> works;
     for (size_t k = 0; k < bufs.size(); ++k) {
@@ -521,8 +589,12 @@ TEST(CommunicatorTest, AsyncAllReduceOverlapsAndKeepsOrder) {
       if (bufs[k][100] != 2.0f * k + 1) return absl::InternalError("async result wrong");
     }
     if (x != 2) return absl::InternalError("sync result wrong");
-    for (size_t i = 0; i < obs.seqs.size(); ++i)
-      if (obs.seqs[i] != static_cast<int64_t>(i)) return absl::InternalError("seq out of order");
+    std::lock_guard<std::mutex> lock(obs.mu);
+    for (size_t i = 0; i < obs.records.size(); ++i) {
+      if (obs.records[i].seq != static_cast<int64_t>(i)) {
+        return absl::InternalError("seq out of order");
+      }
+    }
     return absl::OkStatus();
   });
   ExpectAllOk(st);

@@ -220,6 +220,13 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
           absl::StrCat(c.source.empty() ? "config" : c.source, ": key ", st.message()));
     }
   }
+  if (absl::StatusOr<DeviceSpec> d = ParseDevice(r.device); !d.ok()) {
+    return KeyError(c, "train.device", std::string(d.status().message()));
+  }
+  if (!(r.device_tflops >= 0 && r.device_tflops <= kMaxDeviceTflops))
+    return KeyError(c, "train.device_tflops",
+                    absl::StrCat(r.device_tflops, " is out of range: must be in 0..",
+                                 kMaxDeviceTflops, " (0 = from the device)"));
   if (!(r.max_seconds >= 0)) return KeyError(c, "train.max_seconds", "must be >= 0");
   if (r.log_every < 0) return KeyError(c, "train.log_every", "must be >= 0");
   if (r.layer_norms_every < 0) return KeyError(c, "train.layer_norms_every", "must be >= 0");
@@ -235,6 +242,48 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
                     absl::StrCat(c.comm.timeout_s, " is out of range: must be in (0, ",
                                  kMaxCommTimeoutS, "] seconds"));
   return absl::OkStatus();
+}
+
+std::string DeviceSpec::Name() const { return cuda ? absl::StrCat("cuda:", index) : "cpu"; }
+
+absl::StatusOr<DeviceSpec> ParseDevice(const std::string& text) {
+  DeviceSpec d;
+  if (text == "cpu") return d;
+  d.cuda = true;
+  if (text == "cuda") return d;
+  absl::string_view rest = text;
+  int index = -1;
+  if (absl::ConsumePrefix(&rest, "cuda:") && !rest.empty() && rest.size() <= 4 &&
+      std::all_of(rest.begin(), rest.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+      absl::SimpleAtoi(rest, &index) && index <= kMaxCudaIndex) {
+    d.index = index;
+    return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", text, "\" is not cpu|cuda|cuda:N (N in 0..", kMaxCudaIndex, ")"));
+}
+
+double DevicePeakTflops(const std::string& device_name, const std::string& precision) {
+  // Dense (no 2:4 sparsity) tensor-core peaks from NVIDIA's data sheets, SXM parts; the
+  // first row whose key the name contains wins, so longer keys come first. fp32 training
+  // runs its matmuls on TF32 tensor cores (libtorch's default allows TF32 for cuDNN only,
+  // so an fp32 run's MFU against this figure is a lower bound). V100 and T4 have no bf16:
+  // their 16-bit figure is fp16's.
+  struct Row {
+    const char* key;
+    double bf16_tflops;
+    double tf32_tflops;
+  };
+  static const Row kRows[] = {
+      {"H200", 989, 494.5}, {"GH200", 989, 494.5}, {"H100 PCIe", 756, 378}, {"H100 NVL", 835, 418},
+      {"H100", 989, 494.5}, {"A100", 312, 156},    {"L40S", 362, 183},      {"L4", 121, 60},
+      {"A10", 125, 62.5},   {"V100", 125, 15.7},   {"T4", 65, 8.1},
+  };
+  for (const Row& r : kRows) {
+    if (device_name.find(r.key) == std::string::npos) continue;
+    return precision == "fp32" ? r.tf32_tflops : r.bf16_tflops;
+  }
+  return 0;
 }
 
 absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& source) {
@@ -292,6 +341,8 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   train.Bool("deterministic", &c.train.deterministic);
   train.Int("threads", &c.train.threads);
   train.String("precision", &c.train.precision);
+  train.String("device", &c.train.device);
+  train.Double("device_tflops", &c.train.device_tflops);
   train.Double("max_seconds", &c.train.max_seconds);
   train.Int("log_every", &c.train.log_every);
   train.Int("layer_norms_every", &c.train.layer_norms_every);
@@ -406,6 +457,8 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                 {"deterministic", c.train.deterministic},
                 {"threads", c.train.threads},
                 {"precision", c.train.precision},
+                {"device", c.train.device},
+                {"device_tflops", c.train.device_tflops},
                 {"max_seconds", c.train.max_seconds},
                 {"log_every", c.train.log_every},
                 {"layer_norms_every", c.train.layer_norms_every},

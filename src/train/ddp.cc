@@ -51,9 +51,12 @@ GradSync::~GradSync() {
 absl::Status GradSync::BroadcastParams() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    absl::Status st =
-        seam_->Broadcast(params_[i].data_ptr<float>(), static_cast<size_t>(params_[i].numel()),
-                         /*root=*/0, absl::StrCat("init broadcast ", names_[i]));
+    // The communicator moves host memory: a parameter on a GPU travels through a host copy.
+    const bool on_host = params_[i].device().is_cpu();
+    torch::Tensor host = on_host ? params_[i] : params_[i].to(torch::kCPU).contiguous();
+    absl::Status st = seam_->Broadcast(host.data_ptr<float>(), static_cast<size_t>(host.numel()),
+                                       /*root=*/0, absl::StrCat("init broadcast ", names_[i]));
+    if (st.ok() && !on_host) params_[i].copy_(host);
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("broadcast of parameter ", names_[i], " from rank 0 (rank ",
@@ -80,9 +83,9 @@ void GradSync::OnGrad(int param, const torch::Tensor& grad) {
   Bucket& b = buckets_[bi];
   torch::NoGradGuard no_grad;
   torch::Tensor dst = b.flat.narrow(0, b.offsets[slot], params_[param].numel());
-  dst.copy_(grad.reshape({-1}));
+  dst.copy_(grad.reshape({-1}));  // device -> host when the model is on a GPU
   const torch::Tensor& acc = params_[param].grad();
-  if (acc.defined()) dst.add_(acc.reshape({-1}));
+  if (acc.defined()) dst.add_(acc.reshape({-1}).to(torch::kCPU));  // no copy on the CPU
   if (--b.pending == 0) Launch(b);
 }
 
@@ -133,7 +136,7 @@ absl::Status GradSync::Finish(double* wait_ms) {
       if (p.grad().defined()) {
         p.mutable_grad().copy_(src);
       } else {
-        p.mutable_grad() = src.clone();
+        p.mutable_grad() = p.device().is_cpu() ? src.clone() : src.to(p.device());
       }
     }
     b.work.reset();

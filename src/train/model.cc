@@ -1,9 +1,29 @@
 // GPT model and the libtorch helpers of the trainer that need no training state.
 #include "train/model.h"
 
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <chrono>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "trainscope/core/os.h"
 #include "trainscope/train/trainer.h"
+
+// The CUDA allocator's statistics and the device properties: only against a CUDA libtorch
+// (TS_TORCH_CUDA, set by CMake when it found one). Debian's CPU-only libtorch also installs
+// the c10/cuda headers, so __has_include alone cannot tell; they then need the CUDA toolkit's.
+#if defined(TS_TORCH_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#define TS_TRAIN_CUDA_STATS 1
+#endif
 
 namespace trainscope::train {
 
@@ -64,12 +84,14 @@ GptImpl::GptImpl(const ModelConfig& c, int vocab) : config_(c), vocab_(vocab) {
         "head", torch::nn::Linear(torch::nn::LinearOptions(c.width, vocab).bias(false)));
     head_->weight.normal_(0.0, 0.02);
   }
-  causal_mask_ = torch::ones({c.seq_len, c.seq_len}, torch::kBool).triu(1);
+  // A buffer, so that to(device) moves it with the parameters.
+  causal_mask_ =
+      register_buffer("causal_mask", torch::ones({c.seq_len, c.seq_len}, torch::kBool).triu(1));
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t t = tokens.size(1);
-  torch::Tensor pos = torch::arange(t, torch::kLong);
+  torch::Tensor pos = torch::arange(t, tokens.options().dtype(torch::kLong));
   torch::Tensor x = Tap(0, wte_(tokens)) + Tap(1, wpe_(pos));  // (B, T, C), fp32
   for (const auto& m : *blocks_) x = m->as<Block>()->forward(x, causal_mask_);
   const int n = static_cast<int>(blocks_->size());
@@ -122,19 +144,24 @@ bool GptImpl::Decays(const std::string& name) const {
 
 namespace {
 
-double MeasurePeak(int threads, const std::string& precision, double seconds) {
+double MeasurePeak(const torch::Device& device, int threads, const std::string& precision,
+                   double seconds) {
   at::set_num_threads(std::max(1, threads));
   torch::NoGradGuard no_grad;
-  const int64_t n = 512;
+  // A GPU needs a far larger matmul than a CPU to reach its peak.
+  const int64_t n = device.is_cuda() ? 8192 : 512;
   auto dtype = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
-  torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  torch::Tensor a = torch::randn({n, n}).to(device, dtype);
+  torch::Tensor b = torch::randn({n, n}).to(device, dtype);
   torch::Tensor c = torch::mm(a, b);  // warm-up
+  SynchronizeDevice(device);
   double best = 0;
   auto start = std::chrono::steady_clock::now();
   int reps = 4;
   while (true) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) c = torch::mm(a, b);
+    SynchronizeDevice(device);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * n * n * n * reps / dt);
     if (dt < 0.05) reps *= 2;
@@ -146,15 +173,145 @@ double MeasurePeak(int threads, const std::string& precision, double seconds) {
 
 }  // namespace
 
-double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds) {
-  // A square matmul large enough to reach the BLAS peak but small enough to run many times
-  // within the budget; the best of several timed repetitions is the peak. libtorch errors
-  // (an unsupported dtype) stay inside: the peak is then unknown, 0.
+double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds,
+                              const std::string& device) {
+  absl::StatusOr<torch::Device> d = OpenDevice(device);
+  return d.ok() ? MeasureDeviceMatmulPeakFlops(*d, threads, precision, seconds) : 0;
+}
+
+double MeasureDeviceMatmulPeakFlops(const torch::Device& device, int threads,
+                                    const std::string& precision, double seconds) {
+  // A square matmul large enough to reach the BLAS (cuBLAS) peak but small enough to run many
+  // times within the budget; the best of several timed repetitions is the peak. libtorch
+  // errors (an unsupported dtype) stay inside: the peak is then unknown, 0.
   try {
-    return MeasurePeak(threads, precision, seconds);
+    return MeasurePeak(device, threads, precision, seconds);
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------------------
+
+bool BuiltWithCuda() {
+#ifdef TS_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<torch::Device> OpenDevice(const std::string& device) {
+  absl::StatusOr<DeviceSpec> spec = ParseDevice(device);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("train.device: ", spec.status().message()));
+  }
+  if (!spec->cuda) return torch::Device(torch::kCPU);
+  const std::string what = absl::StrCat("train.device \"", device, "\": ");
+  if (!BuiltWithCuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what,
+        "this trainscope was built against a CPU-only libtorch; build it against a CUDA "
+        "libtorch (cmake -DCMAKE_PREFIX_PATH=\"$(python3 -c 'import torch; "
+        "print(torch.utils.cmake_prefix_path)')\", docs/PERFORMANCE.md) or use --device cpu"));
+  }
+  const size_t count = torch::cuda::device_count();
+  if (count == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"));
+  }
+  if (static_cast<size_t>(spec->index) >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "only ", count, " CUDA device(s) visible (cuda:0..cuda:", count - 1, ")"));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec->index));
+}
+
+std::string DeviceName(const torch::Device& device) {
+  if (!device.is_cuda()) return "cpu";
+#ifdef TS_TRAIN_CUDA_STATS
+  if (const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index())) return p->name;
+#endif
+  return device.str();
+}
+
+void SynchronizeDevice(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+namespace {
+
+// A "VmRSS:  1234 kB" line of /proc/self/status, in bytes; -1 when absent.
+int64_t StatusKb(const std::string& status, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, ":")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    absl::ConsumeSuffix(&line, "kB");
+    int64_t kb = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kb)) return kb * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+DeviceMemory ReadDeviceMemory(const torch::Device& device) {
+  DeviceMemory m;
+  if (device.is_cuda()) {
+    m.source = "cuda_caching_allocator";
+#ifdef TS_TRAIN_CUDA_STATS
+    // Index 0 of each StatArray is StatType::AGGREGATE (all pools), in every libtorch since
+    // 1.x; the index is spelled out because the enum's namespace moved in 2.x.
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    m.allocated_bytes = stats.allocated_bytes[0].current;
+    m.reserved_bytes = stats.reserved_bytes[0].current;
+    m.peak_bytes = stats.allocated_bytes[0].peak;
+#endif
+    return m;
+  }
+  m.source = "host_rss";
+  absl::StatusOr<std::string> status = Os::Default()->ReadFile("/proc/self/status");
+  if (status.ok()) {
+    m.allocated_bytes = StatusKb(*status, "VmRSS");
+    m.peak_bytes = StatusKb(*status, "VmHWM");
+  }
+  return m;
+}
+
+// bf16 autocast: libtorch 2.4 replaced the per-device setters by ones taking the device type.
+AutocastScope::AutocastScope(bool enabled, const torch::Device& device)
+    : enabled_(enabled), cuda_(device.is_cuda()) {
+  if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  at::autocast::set_autocast_enabled(type, true);
+  at::autocast::set_autocast_dtype(type, at::kBFloat16);
+#else
+  if (cuda_) {
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  } else {
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  }
+#endif
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!enabled_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_enabled(cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU, false);
+#else
+  if (cuda_) {
+    at::autocast::set_enabled(false);
+  } else {
+    at::autocast::set_cpu_enabled(false);
+  }
+#endif
 }
 
 }  // namespace trainscope::train

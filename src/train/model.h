@@ -8,10 +8,12 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "trainscope/train/config.h"
 
 namespace trainscope::train {
@@ -84,9 +86,55 @@ class GptImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks_{nullptr};
   torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear head_{nullptr};  // null when tied to wte
-  torch::Tensor causal_mask_;        // (T, T) bool, true above the diagonal
+  torch::Tensor causal_mask_;        // (T, T) bool, true above the diagonal (a buffer)
 };
 TORCH_MODULE(Gpt);
+
+// ---- Devices (train.device) ----
+// Only device-agnostic libtorch calls, so this compiles against any libtorch; the CUDA
+// allocator's statistics and the device's name need a CUDA libtorch's headers and are
+// compiled only when CMake found one (TS_TORCH_CUDA; src/train/CMakeLists.txt).
+
+// True when this trainscope was built against a libtorch with CUDA.
+bool BuiltWithCuda();
+// The torch::Device for a train.device string (config.h ParseDevice). InvalidArgument with a
+// one-line reason when it cannot be used: a CUDA device with a CPU-only libtorch, with no
+// visible GPU, or an index past torch::cuda::device_count().
+absl::StatusOr<torch::Device> OpenDevice(const std::string& device);
+// "cpu", or the GPU's name as the driver reports it ("NVIDIA H200"; "cuda:N" when unknown).
+std::string DeviceName(const torch::Device& device);
+// Waits for the device's queued work (no-op on the CPU): phase timers stop after it.
+void SynchronizeDevice(const torch::Device& device);
+
+// Memory of the training process on its device. CUDA: the caching allocator's statistics
+// (allocated = live tensors, reserved = held from the driver, peak = peak allocated); CPU:
+// the process's resident set (VmRSS, and VmHWM as the peak; reserved unknown). -1 = unknown.
+struct DeviceMemory {
+  std::string source;  // "cuda_caching_allocator" | "host_rss"
+  int64_t allocated_bytes = -1;
+  int64_t reserved_bytes = -1;
+  int64_t peak_bytes = -1;
+};
+DeviceMemory ReadDeviceMemory(const torch::Device& device);
+
+// bf16 autocast for its lifetime on `device`'s type (CPU or CUDA): matmuls in bf16, fp32
+// master weights untouched. Not enabled: does nothing.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, const torch::Device& device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+  bool cuda_;
+};
+
+// Peak FLOP/s of a square matmul on `device` in `precision` with `threads` CPU threads,
+// measured for about `seconds` (0 on a libtorch error).
+double MeasureDeviceMatmulPeakFlops(const torch::Device& device, int threads,
+                                    const std::string& precision, double seconds);
 
 }  // namespace trainscope::train
 

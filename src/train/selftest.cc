@@ -23,6 +23,11 @@ nlohmann::json SelftestResultToJson(const SelftestResult& r) {
           {"tokens_per_s", r.tokens_per_s},
           {"mfu", r.mfu},
           {"peak_flops", r.peak_flops},
+          {"peak_source", r.peak_source},
+          {"device", r.train.device},
+          {"device_name", r.train.device_name},
+          {"memory_source", r.train.memory_source},
+          {"memory_peak_bytes", r.train.memory_peak_bytes},
           {"model_flops_per_s", r.model_flops_per_s},
           {"params", r.train.params},
           {"steps", r.steps},
@@ -49,6 +54,9 @@ absl::StatusOr<SelftestResult> RunSelftestTrain(const SelftestOptions& options) 
   }
   TS_ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(r.config_path));
   if (options.max_seconds > 0) config.train.max_seconds = options.max_seconds;
+  if (!options.device.empty()) config.train.device = options.device;
+  if (options.device_tflops > 0) config.train.device_tflops = options.device_tflops;
+  TS_RETURN_IF_ERROR(ValidateTrainConfig(config));
   r.target_loss = config.train.target_loss;
 
   TrainOptions to;
@@ -69,10 +77,16 @@ absl::StatusOr<SelftestResult> RunSelftestTrain(const SelftestOptions& options) 
   r.loss_end = r.train.loss_end;
   r.tokens_per_s = r.train.tokens_per_s;
   r.steps = r.train.steps;
-  // The peak is measured after training, with the same threads and precision, for about
-  // a second (half in quick mode).
-  r.peak_flops =
-      MeasureMatmulPeakFlops(r.train.threads, r.train.precision, options.quick ? 0.5 : 1.0);
+  // A known peak (the config's, or the table's for this GPU), else one measured after
+  // training on the same device, with the same threads and precision, for about a second
+  // (half in quick mode).
+  r.peak_flops = r.train.peak_flops;
+  r.peak_source = r.train.peak_flops_source;
+  if (r.peak_flops <= 0) {
+    r.peak_flops = MeasureMatmulPeakFlops(r.train.threads, r.train.precision,
+                                          options.quick ? 0.5 : 1.0, config.train.device);
+    r.peak_source = "measured";
+  }
   r.model_flops_per_s = 6.0 * static_cast<double>(r.train.params) * r.tokens_per_s;
   r.mfu = r.peak_flops > 0 ? r.model_flops_per_s / r.peak_flops : 0;
 

@@ -36,6 +36,16 @@ int ResolveThreads(int configured, int local_world_size) {
   return std::max(1, cpus);
 }
 
+double KnownPeakFlops(const RunConfig& run, const std::string& device_name, std::string* source) {
+  if (run.device_tflops > 0) {
+    *source = "train.device_tflops";
+    return run.device_tflops * 1e12;
+  }
+  const double tflops = DevicePeakTflops(device_name, run.precision);
+  *source = tflops > 0 ? "table" : "";
+  return tflops * 1e12;
+}
+
 json TrainResultToJson(const TrainResult& r) {
   return {{"rank", r.rank},
           {"world_size", r.world_size},
@@ -62,6 +72,15 @@ json TrainResultToJson(const TrainResult& r) {
           {"corpus", CorpusStatsToJson(r.corpus)},
           {"precision", r.precision},
           {"threads", r.threads},
+          {"device",
+           {{"type", r.device},
+            {"name", r.device_name},
+            {"memory_source", r.memory_source},
+            {"memory_peak_bytes", r.memory_peak_bytes},
+            {"memory_reserved_bytes", r.memory_reserved_bytes},
+            {"peak_flops", r.peak_flops},
+            {"peak_flops_source", r.peak_flops_source},
+            {"mfu", r.mfu}}},
           {"metrics_path", r.metrics_path},
           {"weights_checksum", r.weights_checksum},
           {"checkpoint",

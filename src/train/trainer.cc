@@ -4,7 +4,6 @@
 // summarize; Train() at the end is the adapter boundary that turns exceptions into Status.
 #include "trainscope/train/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <malloc.h>
 #include <sched.h>
 #include <signal.h>
@@ -48,26 +47,6 @@ using Clock = TrainClock;
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-
-// Turns on bf16 autocast for the CPU for its lifetime (fp32 master weights stay untouched;
-// autocast casts matmul inputs per op).
-class AutocastScope {
- public:
-  explicit AutocastScope(bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_cpu_enabled(false);
-  }
-
- private:
-  bool enabled_;
-};
 
 // Every step frees and reallocates the same few MB of activations. glibc's default returns
 // freed memory at the heap top to the kernel (trim) and serves blocks over its adaptive
@@ -219,7 +198,7 @@ torch::optim::AdamWParamState* AdamState(torch::optim::AdamW& opt, const torch::
 // Copies a contiguous fp32 tensor into a snapshot as safetensors F32.
 void SnapshotTensor(CheckpointSnapshot* snap, bool optimizer, const std::string& name,
                     const torch::Tensor& t) {
-  torch::Tensor c = t.detach().contiguous();
+  torch::Tensor c = t.detach().to(torch::kCPU).contiguous();  // no copy when on the CPU
   TS_CHECK(c.scalar_type() == torch::kFloat);
   std::vector<uint64_t> shape(c.sizes().begin(), c.sizes().end());
   const uint64_t bytes = static_cast<uint64_t>(c.numel()) * sizeof(float);
@@ -320,6 +299,8 @@ absl::Status Trainer::Init() {
   // Everything sized by the config, once: tokenizer, memory check, corpus.
   config_ = config_in_;
   TS_RETURN_IF_ERROR(ValidateTrainConfig(config_));
+  TS_ASSIGN_OR_RETURN(device_, OpenDevice(config_.train.device));
+  device_name_ = DeviceName(device_);
   auto tok = tokenizer::LoadTokenizer(config_.data.tokenizer);
   if (!tok.ok()) {
     return absl::Status(tok.status().code(),
@@ -430,7 +411,8 @@ absl::Status Trainer::BuildModelAndOptimizer() {
   at::globalContext().setDeterministicAlgorithms(rc.deterministic, /*warn_only=*/false);
   bf16_ = rc.precision == "bf16";
 
-  model_ = Gpt(config_.model, vocab_);
+  model_ = Gpt(config_.model, vocab_);  // initialised on the CPU: the same weights anywhere
+  if (!device_.is_cpu()) model_->to(device_);
   model_->train();
   named_ = model_->NamedParams();
   int64_t params = 0;
@@ -465,7 +447,8 @@ absl::Status Trainer::OpenMetrics() {
                  {"start_unix_us", Os::Default()->WallUs()},
                  {"host", host},
                  {"pid", static_cast<int64_t>(getpid())},
-                 {"device", "cpu"},
+                 {"device", device_.str()},
+                 {"device_name", device_name_},
                  {"threads", threads_},
                  {"precision", config_.train.precision},
                  {"tokenizer", tok_->name()},
@@ -525,16 +508,19 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
     s->sequence_ids.insert(s->sequence_ids.end(), batch.sequence_ids.begin(),
                            batch.sequence_ids.end());
     t0 = Clock::now();
-    torch::Tensor inputs =
-        torch::from_blob(batch.inputs.data(), {batch.rows, batch.cols}, torch::kLong).clone();
-    torch::Tensor targets =
-        torch::from_blob(batch.targets.data(), {batch.rows, batch.cols}, torch::kLong).clone();
+    // Copied off the batch's buffers: to the device, or a clone on the CPU.
+    auto upload = [this](std::vector<int64_t>& v, int64_t rows, int64_t cols) {
+      torch::Tensor t = torch::from_blob(v.data(), {rows, cols}, torch::kLong);
+      return device_.is_cpu() ? t.clone() : t.to(device_);
+    };
+    torch::Tensor inputs = upload(batch.inputs, batch.rows, batch.cols);
+    torch::Tensor targets = upload(batch.targets, batch.rows, batch.cols);
     s->phases.h2d_ms += MsSince(t0);
     if (guard_) guard_->KeepBatch(inputs, targets, batch.sequence_ids);
     t0 = Clock::now();
     torch::Tensor loss;
     {
-      AutocastScope autocast(bf16_);
+      AutocastScope autocast(bf16_, device_);
       loss = model_->Loss(inputs, targets);
     }
     const double loss_value = loss.item<double>();
@@ -560,6 +546,7 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
 #endif
     if (scaler_) loss = loss * scaler_->scale();
     (loss / accum).backward();
+    SynchronizeDevice(device_);  // a GPU's backward is asynchronous: time all of it here
     s->phases.backward_ms += MsSince(t0);
   }
   s->loss = loss_sum / accum;
@@ -615,7 +602,7 @@ absl::Status Trainer::OptimizerStep(StepContext* s) {
     s->grad_norm = torch::nn::utils::clip_grad_norm_(all_params_, config_.optim.grad_clip);
   } else {
     torch::NoGradGuard no_grad;
-    torch::Tensor sq = torch::zeros({}, torch::kDouble);
+    torch::Tensor sq = torch::zeros({}, torch::dtype(torch::kDouble).device(device_));
     for (const auto& p : all_params_) {
       if (p.grad().defined()) sq += p.grad().to(torch::kDouble).pow(2).sum();
     }
@@ -678,6 +665,14 @@ absl::Status Trainer::RecordStep(StepContext* s) {
     const auto write_start = Clock::now();
     rec.host_rss_bytes = HostRssBytes();
     TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
+    if (device_.is_cuda()) {  // the device's own figures beside the host's (docs/metrics.md)
+      const DeviceMemory m = ReadDeviceMemory(device_);
+      TS_RETURN_IF_ERROR(
+          metrics->WriteRecord("device_memory", {{"step", s->step},
+                                                 {"allocated_bytes", m.allocated_bytes},
+                                                 {"reserved_bytes", m.reserved_bytes},
+                                                 {"peak_allocated_bytes", m.peak_bytes}}));
+    }
     if (s->norms_now) TS_RETURN_IF_ERROR(metrics->WriteLayerNorms(s->step, s->layer_norms));
     obs_ms += MsSince(write_start);
   }
@@ -702,7 +697,7 @@ absl::Status Trainer::OnNonfinite(StepContext* s, const std::vector<int>& ranks,
     const double scale = scaler_ ? scaler_->scale() : 1.0;
     guard_->Replay(
         [this, scale](const torch::Tensor& in, const torch::Tensor& tg) {
-          AutocastScope autocast(bf16_);
+          AutocastScope autocast(bf16_, device_);
           torch::Tensor loss = model_->Loss(in, tg);
           return scale != 1.0 ? loss * scale : loss;
         },
@@ -811,6 +806,8 @@ std::string Trainer::ConfigHash() const {
   json j = TrainConfigToJson(config_);
   j.erase("checkpoint");
   j.erase("comm");
+  j["train"].erase("device");  // a checkpoint moves between devices
+  j["train"].erase("device_tflops");
   for (const char* k : {"steps", "max_seconds", "log_every", "layer_norms_every", "observability",
                         "keep_host_memory", "target_loss"}) {
     j["train"].erase(k);
@@ -1079,6 +1076,18 @@ absl::StatusOr<TrainResult> Trainer::Summarize() {
     }
     result.tokens_per_s = step_ms_sum_ > 0 ? tokens_sum_ * 1000.0 / step_ms_sum_ : 0;
   }
+  // The device's figures: memory, and MFU when the peak is known without measuring.
+  result.device = device_.str();
+  result.device_name = device_name_;
+  const DeviceMemory memory = ReadDeviceMemory(device_);
+  result.memory_source = memory.source;
+  result.memory_peak_bytes = memory.peak_bytes;
+  result.memory_reserved_bytes = memory.reserved_bytes;
+  result.peak_flops = KnownPeakFlops(config_.train, device_name_, &result.peak_flops_source);
+  if (result.peak_flops > 0) {
+    result.mfu = 6.0 * static_cast<double>(result.params) * result.tokens_per_s /
+                 (result.peak_flops * world_.world_size);
+  }
   result.loader = JudgeDataLoader(result.mean_phases.data_wait_ms, result.mean_step_ms,
                                   config_.data.num_workers);
 
@@ -1088,7 +1097,7 @@ absl::StatusOr<TrainResult> Trainer::Summarize() {
   XXH3_64bits_reset(state);
   json per_param = json::array();
   for (const auto& [name, p] : named_) {
-    torch::Tensor t = p.detach().contiguous();
+    torch::Tensor t = p.detach().to(torch::kCPU).contiguous();
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
     XXH3_64bits_update(state, t.data_ptr(), bytes);
     per_param.push_back({{"name", name},

@@ -84,13 +84,19 @@ struct RunConfig {
   bool deterministic = true;       // deterministic algorithms; same seed+config -> same losses
   int threads = 0;                 // intra-op threads; 0 = hardware threads / local ranks
   std::string precision = "fp32";  // "fp32" | "bf16" (autocast) | "fp16" (emulated; nonfinite.h)
-  double max_seconds = 0;          // stop after this much training time; 0 = no limit
-  int log_every = 10;              // progress line every N steps (metrics JSONL has every step)
-  int layer_norms_every = 50;      // per-layer weight/grad norms every K steps; 0 = never
-  bool observability = true;       // per-step JSONL + phase timing; off for overhead benchmark
-  bool keep_host_memory = true;    // keep freed host memory in the process (no per-step faults)
-  double bucket_mb = 1;            // data-parallel gradient bucket size (MB = 1e6 bytes)
-  double target_loss = 0;          // selftest: pass when the final loss is below this; 0 = none
+  // Where the model trains: "cpu", "cuda" (device 0) or "cuda:N" (ParseDevice). A CUDA device
+  // needs a libtorch built with CUDA and a visible GPU; otherwise Train() refuses the run.
+  std::string device = "cpu";
+  // Peak FLOP/s of the device in TFLOP/s (1e12), the denominator of MFU; 0 = from the device:
+  // the table of known GPUs (DevicePeakTflops), else a measured matmul peak.
+  double device_tflops = 0;
+  double max_seconds = 0;        // stop after this much training time; 0 = no limit
+  int log_every = 10;            // progress line every N steps (metrics JSONL has every step)
+  int layer_norms_every = 50;    // per-layer weight/grad norms every K steps; 0 = never
+  bool observability = true;     // per-step JSONL + phase timing; off for overhead benchmark
+  bool keep_host_memory = true;  // keep freed host memory in the process (no per-step faults)
+  double bucket_mb = 1;          // data-parallel gradient bucket size (MB = 1e6 bytes)
+  double target_loss = 0;        // selftest: pass when the final loss is below this; 0 = none
 };
 
 struct CommConfig {
@@ -133,6 +139,22 @@ struct TrainConfig {
   LossScalerOptions fp16;  // the dynamic loss scaler of train.precision "fp16"
   std::string source;      // file it came from ("" for defaults), for messages
 };
+
+// A parsed train.device: "cpu", or CUDA device `index` ("cuda" is "cuda:0").
+struct DeviceSpec {
+  bool cuda = false;
+  int index = 0;
+  std::string Name() const;  // "cpu" or "cuda:N"
+};
+inline constexpr int kMaxCudaIndex = 1023;
+// InvalidArgument ("\"tpu\" is not cpu|cuda|cuda:N") for anything else.
+absl::StatusOr<DeviceSpec> ParseDevice(const std::string& text);
+inline constexpr double kMaxDeviceTflops = 1e6;  // train.device_tflops: (0, 1e6], 0 = automatic
+
+// Dense peak TFLOP/s of a known accelerator, from its name as the driver reports it ("NVIDIA
+// H100 80GB HBM3"), for `precision` ("fp32": TF32 tensor cores; "bf16"/"fp16": 16-bit tensor
+// cores). 0 when the device is not in the table (docs/metrics.md, "MFU"). libtorch-free.
+double DevicePeakTflops(const std::string& device_name, const std::string& precision);
 
 // Parses `text` (JSON); `source` names the file in messages, and the directory relative
 // corpus paths are resolved against. InvalidArgument naming the key (and the byte offset

@@ -118,6 +118,17 @@ struct TrainResult {
   CorpusStats corpus;
   std::string precision;  // "fp32" or "bf16"
   int threads = 0;
+  // The device (train.device) and its figures (docs/metrics.md, "Device"): memory from the
+  // device on CUDA (the caching allocator), from the process's resident set on the CPU; MFU
+  // when the device's peak is known without measuring (KnownPeakFlops).
+  std::string device = "cpu";          // "cpu" | "cuda:N"
+  std::string device_name = "cpu";     // "NVIDIA H200"
+  std::string memory_source;           // "cuda_caching_allocator" | "host_rss"
+  int64_t memory_peak_bytes = -1;      // peak allocated (CUDA) or peak RSS (CPU); -1 unknown
+  int64_t memory_reserved_bytes = -1;  // CUDA: held by the caching allocator at the end
+  double peak_flops = 0;               // MFU's denominator, FLOP/s; 0 = unknown
+  std::string peak_flops_source;       // "train.device_tflops" | "table" | ""
+  double mfu = 0;                      // 6 x params x tokens/s / peak_flops; 0 when unknown
   std::string metrics_path;
   std::string weights_checksum;  // xxh3-64 hex over all parameters, in name order
   // Resume and checkpoints: the step and path restored (0 and "" on a fresh start), the
@@ -149,9 +160,15 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainOptions&
 // that message, or "" when no such Train() runs. Thread-safe.
 std::string DumpOnFatalError(const std::string& what);
 
-// Peak FLOP/s of a square fp32 (or bf16) matmul on this device with `threads` threads,
-// measured for about `seconds`: the denominator of MFU.
-double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds);
+// Peak FLOP/s of a square fp32 (or bf16) matmul on `device` (train.device syntax) with
+// `threads` CPU threads, measured for about `seconds`: the denominator of MFU when no known
+// peak applies. 0 when the device cannot be used or libtorch fails.
+double MeasureMatmulPeakFlops(int threads, const std::string& precision, double seconds,
+                              const std::string& device = "cpu");
+// The peak FLOP/s known without measuring: train.device_tflops when set (*source
+// "train.device_tflops"), else DevicePeakTflops of `device_name` (*source "table"), else 0
+// (*source ""). libtorch-free.
+double KnownPeakFlops(const RunConfig& run, const std::string& device_name, std::string* source);
 
 // Parameter count of the model `config` describes (vocab resolved by the tokenizer).
 int64_t CountParams(const ModelConfig& model, int vocab);
