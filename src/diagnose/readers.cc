@@ -1,9 +1,13 @@
 // Readers of training-metric logs into Series (series.h): trainscope metrics JSONL, generic
-// JSONL, CSV/TSV, HuggingFace trainer_state.json. Each reader collects (step, metric, value)
-// records; Finish() orders them by step and keeps the last record of a step.
+// JSONL, CSV/TSV, HuggingFace trainer_state.json; TensorBoard event files (tensorboard.cc) and
+// Megatron-LM text logs (megatron_log.cc) are dispatched from here. Each reader collects
+// (step, metric, value) records; SeriesBuilder::Finish orders them by step and keeps the last
+// record of a step.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -13,20 +17,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "diagnose/flat_json.h"
+#include "diagnose/series_builder.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
 #include "trainscope/diagnose/series.h"
 
 namespace trainscope::diagnose {
-namespace {
+namespace internal {
 
-using internal::FlatValue;
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-enum Metric { kLoss, kVal, kLr, kGrad, kNumMetrics };
-
-Metric MetricIndex(const std::string& canonical) {
+Metric MetricIndex(std::string_view canonical) {
   if (canonical == "loss") return kLoss;
   if (canonical == "val_loss") return kVal;
   if (canonical == "lr") return kLr;
@@ -34,71 +33,89 @@ Metric MetricIndex(const std::string& canonical) {
   return kNumMetrics;
 }
 
-// Collects points in file order; Finish sorts them and keeps the last one of each step.
-class Builder {
- public:
-  Builder(const std::string& path, const char* format) {
-    s_.path = path;
-    s_.format = format;
-  }
-  Series& series() { return s_; }
+SeriesBuilder::SeriesBuilder(std::string_view path, const char* format) {
+  s_.path = std::string(path);
+  s_.format = format;
+}
 
-  // The step of the next record: the given one, or one past the last.
-  int64_t NextStep(bool has_step, double step) {
-    if (has_step && std::isfinite(step)) {
-      last_step_ = static_cast<int64_t>(step);
-    } else {
-      ++last_step_;
-    }
-    return last_step_;
+int64_t SeriesBuilder::NextStep(bool has_step, double step) {
+  if (has_step && std::isfinite(step)) {
+    last_step_ = static_cast<int64_t>(step);
+  } else {
+    ++last_step_;
   }
-  void Add(Metric m, int64_t step, double v) { pts_[m].push_back({step, v}); }
-  void Bad(int64_t line, const std::string& why) {
-    ++s_.bad_records;
-    if (s_.first_bad.empty()) s_.first_bad = absl::StrCat("line ", line, ": ", why);
-  }
+  return last_step_;
+}
 
-  absl::StatusOr<Series> Finish() {
-    std::vector<Point>* out[kNumMetrics] = {&s_.loss, &s_.val_loss, &s_.lr, &s_.grad_norm};
-    for (int m = 0; m < kNumMetrics; ++m) {
-      std::vector<Point>& v = pts_[m];
-      std::stable_sort(v.begin(), v.end(),
-                       [](const Point& a, const Point& b) { return a.step < b.step; });
-      // The last record of a step wins (stable sort kept file order within a step).
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (i + 1 < v.size() && v[i + 1].step == v[i].step) {
-          if (m == kLoss || m == kVal) ++s_.repeated_steps;
-          continue;
-        }
-        out[m]->push_back(v[i]);
+void SeriesBuilder::Reserve(size_t n) {
+  for (std::vector<Point>& v : pts_) v.reserve(n);
+}
+
+void SeriesBuilder::Bad(std::string_view where, std::string_view why) {
+  ++s_.bad_records;
+  if (s_.first_bad.empty()) s_.first_bad = absl::StrCat(std::string(where), ": ", std::string(why));
+}
+
+void SeriesBuilder::BadLine(int64_t line, std::string_view why) {
+  if (s_.bad_records++ == 0) s_.first_bad = absl::StrCat("line ", line, ": ", std::string(why));
+}
+
+absl::StatusOr<Series> SeriesBuilder::Finish(const char* what_names) {
+  std::vector<Point>* out[kNumMetrics] = {&s_.loss, &s_.val_loss, &s_.lr, &s_.grad_norm};
+  auto by_step = [](const Point& a, const Point& b) { return a.step < b.step; };
+  for (int m = 0; m < kNumMetrics; ++m) {
+    std::vector<Point>& v = pts_[m];
+    // Logs are nearly always in step order already: sort only when not.
+    if (!std::is_sorted(v.begin(), v.end(), by_step)) std::stable_sort(v.begin(), v.end(), by_step);
+    // The last record of a step wins (stable sort kept file order within a step).
+    out[m]->reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i + 1 < v.size() && v[i + 1].step == v[i].step) {
+        if (m == kLoss || m == kVal) ++s_.repeated_steps;
+        continue;
       }
+      out[m]->push_back(v[i]);
     }
-    if (s_.loss.empty() && s_.val_loss.empty()) {
-      std::string why =
-          s_.first_bad.empty() ? "" : absl::StrCat(" (first bad record: ", s_.first_bad, ")");
-      return absl::InvalidArgumentError(
-          absl::StrCat(s_.path, ": no loss values (", s_.format, ", ", s_.records,
-                       " records; expected a loss or validation-loss column/key)", why));
-    }
-    return std::move(s_);
+    std::vector<Point>().swap(v);
   }
+  if (s_.loss.empty() && s_.val_loss.empty()) {
+    std::string why =
+        s_.first_bad.empty() ? "" : absl::StrCat(" (first bad record: ", s_.first_bad, ")");
+    return absl::InvalidArgumentError(absl::StrCat(s_.path, ": no loss values (", s_.format, ", ",
+                                                   s_.records, " records; expected a loss or ",
+                                                   "validation-loss ", what_names, ")", why));
+  }
+  return std::move(s_);
+}
 
- private:
-  Series s_;
-  std::vector<Point> pts_[kNumMetrics];
-  int64_t last_step_ = 0;
-};
+}  // namespace internal
+
+namespace {
+
+using internal::FlatValue;
+using internal::kGrad;
+using internal::kLoss;
+using internal::kLr;
+using internal::kNumMetrics;
+using internal::kVal;
+using internal::Metric;
+using internal::MetricIndex;
+using internal::SeriesBuilder;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Lines of `text` with their 1-based numbers; the last line may lack its newline.
 template <typename Fn>
-void ForEachLine(const std::string& text, Fn fn) {
+void ForEachLine(std::string_view text, Fn fn) {
   size_t pos = 0;
   int64_t line = 0;
+  const char* base = text.data();
   while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    size_t end = nl == std::string::npos ? text.size() : nl;
+    const void* nl = std::memchr(base + pos, '\n', text.size() - pos);
+    size_t end =
+        nl == nullptr ? text.size() : static_cast<size_t>(static_cast<const char*>(nl) - base);
     ++line;
-    std::string_view l(text.data() + pos, end - pos);
+    std::string_view l(base + pos, end - pos);
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
     fn(line, l);
     pos = end + 1;
@@ -109,19 +126,102 @@ bool IsBlank(std::string_view l) {
   return std::all_of(l.begin(), l.end(), [](char c) { return c == ' ' || c == '\t'; });
 }
 
-absl::StatusOr<Series> ParseJsonl(const std::string& path, const std::string& text,
-                                  bool trainscope) {
-  Builder b(path, trainscope ? "trainscope_metrics" : "jsonl");
+// What a JSONL key means to the reader: a Metric, or one of these.
+enum JsonlKeyCode : int8_t {
+  kJsonlIgnore = -1,
+  kJsonlStep = kNumMetrics + 1,
+  kJsonlType,
+  kJsonlPhase,
+  kJsonlReason,
+  kJsonlRank,
+};
+
+// The code of each key seen, found again by a direct-mapped table over the key's length and
+// three of its characters (a metrics log repeats the same dozen keys on every line), with a
+// list behind it.
+class JsonlKeyCache {
+ public:
+  explicit JsonlKeyCache(bool trainscope) : trainscope_(trainscope) { slot_.fill(-1); }
+
+  int8_t Code(std::string_view key) {
+    size_t h = Hash(key);
+    int s = slot_[h];
+    if (s >= 0 && entries_[s].key == key) return entries_[s].code;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].key == key) {
+        slot_[h] = static_cast<int>(i);
+        return entries_[i].code;
+      }
+    }
+    entries_.push_back({std::string(key), Classify(key)});
+    slot_[h] = static_cast<int>(entries_.size() - 1);
+    return entries_.back().code;
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    int8_t code;
+  };
+  static size_t Hash(std::string_view k) {
+    if (k.empty()) return 0;
+    return (k.size() * 31 + static_cast<unsigned char>(k[0]) * 7 +
+            static_cast<unsigned char>(k[k.size() / 2]) * 3 +
+            static_cast<unsigned char>(k.back())) %
+           kSlots;
+  }
+  int8_t Classify(std::string_view key) const {
+    if (trainscope_) {
+      if (key == "type") return kJsonlType;
+      if (key == "phase") return kJsonlPhase;
+      if (key == "reason") return kJsonlReason;
+      if (key == "rank") return kJsonlRank;
+    }
+    std::string c = CanonicalMetric(std::string(key));
+    if (c == "step") return kJsonlStep;
+    Metric m = MetricIndex(c);
+    return m == kNumMetrics ? static_cast<int8_t>(kJsonlIgnore) : static_cast<int8_t>(m);
+  }
+
+  static constexpr size_t kSlots = 128;
+  bool trainscope_;
+  std::array<int, kSlots> slot_;
+  std::vector<Entry> entries_;
+};
+
+// A metric's value from a JSONL member: a number, null (trainscope's non-finite loss), or
+// "NaN" / "inf" quoted (some loggers quote them). False when the member carries no value.
+bool JsonlMetricValue(FlatValue& v, bool trainscope, Metric m, double* out) {
+  if (v.kind == FlatValue::kNumber) {
+    if (!internal::DecodeFlatNumber(&v)) return false;
+    *out = v.number;
+    return true;
+  }
+  if (v.kind == FlatValue::kNull && trainscope && m == kLoss) {
+    *out = kNaN;
+    return true;
+  }
+  if (v.kind == FlatValue::kString) {
+    std::string t = absl::AsciiStrToLower(std::string(v.text));
+    if (t == "nan") {
+      *out = kNaN;
+      return true;
+    }
+    if (t == "inf" || t == "infinity") {
+      *out = std::numeric_limits<double>::infinity();
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<Series> ParseJsonl(std::string_view path, std::string_view text, bool trainscope) {
+  SeriesBuilder b(path, trainscope ? "trainscope_metrics" : "jsonl");
   Series& s = b.series();
   std::string error;
-  // Per-key canonical names, cached (a log repeats the same few keys on every line).
-  std::vector<std::pair<std::string, std::string>> cache;
-  auto canonical = [&](std::string_view key) -> const std::string& {
-    for (const auto& [k, c] : cache)
-      if (k == key) return c;
-    cache.emplace_back(std::string(key), CanonicalMetric(std::string(key)));
-    return cache.back().second;
-  };
+  JsonlKeyCache keys(trainscope);
+  // One point per line for most logs: room for a line of ~100 bytes or more.
+  b.Reserve(text.size() / 96 + 16);
   ForEachLine(text, [&](int64_t line, std::string_view l) {
     if (IsBlank(l)) return;
     ++s.records;
@@ -129,53 +229,39 @@ absl::StatusOr<Series> ParseJsonl(const std::string& path, const std::string& te
     double step = 0, vals[kNumMetrics];
     bool has[kNumMetrics] = {false, false, false, false};
     std::string_view type, phase;
-    bool ok = internal::ScanFlatObject(l, &error, [&](std::string_view key, const FlatValue& v) {
-      if (trainscope && key == "type" && v.kind == FlatValue::kString) {
-        type = v.text;
-        return;
-      }
-      if (trainscope && key == "phase" && v.kind == FlatValue::kString) {
-        phase = v.text;
-        return;
-      }
-      if (trainscope && key == "reason" && v.kind == FlatValue::kString) {
-        s.end_reason = std::string(v.text);  // kept only for the end record (below)
-        return;
-      }
-      if (trainscope && key == "rank" && v.kind == FlatValue::kNumber)
-        s.rank = static_cast<int>(v.number);
-      const std::string& c = canonical(key);
-      if (c.empty()) return;
-      if (c == "step") {
-        if (v.kind == FlatValue::kNumber) {
-          has_step = true;
-          step = v.number;
-        }
-        return;
-      }
-      Metric m = MetricIndex(c);
-      if (v.kind == FlatValue::kNumber) {
-        has[m] = true;
-        vals[m] = v.number;
-      } else if (v.kind == FlatValue::kNull && trainscope && m == kLoss) {
-        has[m] = true;  // trainscope writes a non-finite loss as null
-        vals[m] = kNaN;
-      } else if (v.kind == FlatValue::kString) {
-        // "NaN" / "inf" as strings (some loggers quote them).
-        double d;
-        std::string t = absl::AsciiStrToLower(std::string(v.text));
-        if (t == "nan")
-          d = kNaN;
-        else if (t == "inf" || t == "infinity")
-          d = std::numeric_limits<double>::infinity();
-        else
+    bool ok = internal::ScanFlatObjectLazy(l, &error, [&](std::string_view key, FlatValue& v) {
+      int8_t code = keys.Code(key);
+      switch (code) {
+        case kJsonlIgnore:
           return;
-        has[m] = true;
-        vals[m] = d;
+        case kJsonlType:
+          if (v.kind == FlatValue::kString) type = v.text;
+          return;
+        case kJsonlPhase:
+          if (v.kind == FlatValue::kString) phase = v.text;
+          return;
+        case kJsonlReason:
+          if (v.kind == FlatValue::kString)
+            s.end_reason = std::string(v.text);  // kept only for the end record (below)
+          return;
+        case kJsonlRank:
+          if (v.kind == FlatValue::kNumber && internal::DecodeFlatNumber(&v))
+            s.rank = static_cast<int>(v.number);
+          return;
+        case kJsonlStep:
+          if (v.kind == FlatValue::kNumber && internal::DecodeFlatNumber(&v)) {
+            has_step = true;
+            step = v.number;
+          }
+          return;
+        default: {
+          Metric m = static_cast<Metric>(code);
+          if (JsonlMetricValue(v, trainscope, m, &vals[m])) has[m] = true;
+        }
       }
     });
     if (!ok) {
-      b.Bad(line, error);
+      b.BadLine(line, error);
       return;
     }
     if (trainscope) {
@@ -245,8 +331,8 @@ bool CsvNumber(std::string_view f, double* out, bool* bad) {
   return true;
 }
 
-absl::StatusOr<Series> ParseCsv(const std::string& path, const std::string& text) {
-  Builder b(path, "csv");
+absl::StatusOr<Series> ParseCsv(std::string_view path, std::string_view text) {
+  SeriesBuilder b(path, "csv");
   Series& s = b.series();
   char sep = ',';
   std::vector<int> col_metric;  // per column: Metric, -1 ignored, -2 step
@@ -270,7 +356,7 @@ absl::StatusOr<Series> ParseCsv(const std::string& path, const std::string& text
     SplitRow(l, sep, &unq);
     const std::vector<std::string>& f = unq;
     if (f.size() != col_metric.size()) {
-      b.Bad(line, absl::StrCat(f.size(), " fields, the header has ", col_metric.size()));
+      b.BadLine(line, absl::StrCat(f.size(), " fields, the header has ", col_metric.size()));
       return;
     }
     bool has_step = false, bad = false;
@@ -294,7 +380,7 @@ absl::StatusOr<Series> ParseCsv(const std::string& path, const std::string& text
       }
     }
     if (bad) {
-      b.Bad(line, "a field is not a number");
+      b.BadLine(line, "a field is not a number");
       return;
     }
     if (!has[kLoss] && !has[kVal] && !has[kLr] && !has[kGrad]) return;
@@ -318,23 +404,23 @@ double JsonNumber(const nlohmann::json& v, bool* ok) {
   return 0;
 }
 
-absl::StatusOr<Series> ParseTrainerState(const std::string& path, const std::string& text) {
-  Builder b(path, "trainer_state");
+absl::StatusOr<Series> ParseTrainerState(std::string_view path, std::string_view text) {
+  SeriesBuilder b(path, "trainer_state");
   Series& s = b.series();
   nlohmann::json doc = nlohmann::json::parse(internal::QuoteNonFiniteTokens(text), nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(path), ": not a JSON object"));
   }
   auto hist = doc.find("log_history");
   if (hist == doc.end() || !hist->is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no log_history array"));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(path), ": no log_history array"));
   }
   int64_t index = 0;
   for (const nlohmann::json& e : *hist) {
     ++index;
     ++s.records;
     if (!e.is_object()) {
-      b.Bad(index, "log_history entry is not an object");
+      b.BadLine(index, "log_history entry is not an object");
       continue;
     }
     if (e.contains("train_runtime")) continue;  // the end-of-training summary (mean loss)
@@ -400,6 +486,10 @@ const char* FileKindName(FileKind kind) {
       return "csv";
     case FileKind::kTrainerState:
       return "trainer_state";
+    case FileKind::kTensorBoard:
+      return "tensorboard";
+    case FileKind::kMegatronLog:
+      return "megatron_log";
     case FileKind::kUnknown:
       break;
   }
@@ -433,12 +523,16 @@ std::string CanonicalMetric(const std::string& name) {
       {"val_lm_loss", "val_loss"},
       {"loss_val", "val_loss"},
       {"test_loss", "val_loss"},
+      {"lm_loss_validation", "val_loss"},  // Megatron-LM's TensorBoard tag
       {"lr", "lr"},
       {"learning_rate", "lr"},
+      {"train_learning_rate", "lr"},  // HF Trainer's TensorBoard tag train/learning_rate
+      {"train_lr", "lr"},
       {"grad_norm", "grad_norm"},
       {"gradient_norm", "grad_norm"},
       {"grad_norm_total", "grad_norm"},
       {"global_grad_norm", "grad_norm"},
+      {"train_grad_norm", "grad_norm"},
   };
   for (const auto& [k, v] : kNames)
     if (n == k) return v;
@@ -447,6 +541,8 @@ std::string CanonicalMetric(const std::string& name) {
 
 FileKind DetectKind(const std::string& path, const std::string& head) {
   std::string base = absl::AsciiStrToLower(BaseName(path));
+  // TensorBoard names its files events.out.tfevents.<time>.<host>[.<pid>.<n>][suffix].
+  if (absl::StrContains(base, "tfevents")) return FileKind::kTensorBoard;
   size_t first = head.find_first_not_of(" \t\r\n");
   char c0 = first == std::string::npos ? '\0' : head[first];
   if (absl::EndsWith(base, ".jsonl") || absl::EndsWith(base, ".ndjson")) {
@@ -475,11 +571,14 @@ FileKind DetectKind(const std::string& path, const std::string& head) {
     }
     return FileKind::kUnknown;
   }
+  if (absl::EndsWith(base, ".log") || absl::EndsWith(base, ".txt") ||
+      absl::EndsWith(base, ".out") || absl::EndsWith(base, ".err")) {
+    if (internal::LooksLikeMegatronLog(head)) return FileKind::kMegatronLog;
+  }
   return FileKind::kUnknown;
 }
 
-absl::StatusOr<Series> ParseSeries(const std::string& path, FileKind kind,
-                                   const std::string& text) {
+absl::StatusOr<Series> ParseSeries(std::string_view path, FileKind kind, std::string_view text) {
   switch (kind) {
     case FileKind::kTrainscopeMetrics:
       return ParseJsonl(path, text, true);
@@ -489,10 +588,14 @@ absl::StatusOr<Series> ParseSeries(const std::string& path, FileKind kind,
       return ParseCsv(path, text);
     case FileKind::kTrainerState:
       return ParseTrainerState(path, text);
+    case FileKind::kTensorBoard:
+      return internal::ParseTensorBoard(path, text);
+    case FileKind::kMegatronLog:
+      return internal::ParseMegatronLog(path, text);
     case FileKind::kUnknown:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(path, ": not a metrics file"));
+  return absl::InvalidArgumentError(absl::StrCat(std::string(path), ": not a metrics file"));
 }
 
 absl::StatusOr<Series> ReadSeries(const std::string& path) {
@@ -500,10 +603,11 @@ absl::StatusOr<Series> ReadSeries(const std::string& path) {
   if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   FileKind kind = DetectKind(path, text.substr(0, 4096));
   if (kind == FileKind::kUnknown) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path,
-                     ": not a metrics file diagnose reads (metrics JSONL, CSV with a loss column, "
-                     "trainer_state.json, trainscope metrics.rank<R>.jsonl)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": not a metrics file diagnose reads (metrics JSONL, CSV with a loss column, "
+        "trainer_state.json, trainscope metrics.rank<R>.jsonl, TensorBoard events.out.tfevents.*, "
+        "a Megatron-LM log)"));
   }
   return ParseSeries(path, kind, text);
 }

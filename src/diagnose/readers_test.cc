@@ -1,0 +1,238 @@
+// The TFRecord framing (CRC32C test vectors, damaged and cut-short records), the TensorBoard
+// reader on events built with the generated protobuf classes (simple_value, tensors of each
+// dtype, non-scalar and non-"scalars" tags left out, a bad CRC counted) and the Megatron-LM
+// log reader. The real-run goldens of both formats are in tests/golden/diagnose.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "diagnose/tfrecord.h"
+#include "gtest/gtest.h"
+#include "tensorboard/event.pb.h"
+#include "trainscope/diagnose/series.h"
+
+namespace trainscope::diagnose {
+namespace {
+
+TEST(Crc32c, StandardVectors) {
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8A9136AAu);
+  EXPECT_EQ(Crc32c(std::string(32, '\xff')), 0x62A8AB43u);
+  std::string inc;
+  for (int i = 0; i < 32; ++i) inc += static_cast<char>(i);
+  EXPECT_EQ(Crc32c(inc), 0x46DD794Eu);
+  // Continuing a CRC equals computing it at once, at any split.
+  std::string text = "The quick brown fox jumps over the lazy dog, twice over.";
+  for (size_t k = 0; k <= text.size(); ++k)
+    EXPECT_EQ(Crc32c(text.substr(k), Crc32c(text.substr(0, k))), Crc32c(text)) << k;
+}
+
+TEST(TfRecord, ReadsRecordsCountsDamageAndACutTail) {
+  std::string file = FrameTfRecord("first") + FrameTfRecord("") + FrameTfRecord("second");
+  std::string bad = FrameTfRecord("damaged");
+  bad[12] ^= 1;  // data byte: the data CRC no longer matches
+  std::string lost = FrameTfRecord("lost framing");
+  lost[3] ^= 0x40;  // length byte: the length CRC no longer matches
+  file += bad + lost + FrameTfRecord("third");
+  std::string tail = FrameTfRecord("cut short");
+  file += tail.substr(0, tail.size() - 3);
+
+  TfRecordReader r(file);
+  std::string_view rec;
+  std::vector<std::string> got;
+  while (r.Next(&rec)) got.emplace_back(rec);
+  EXPECT_EQ(got, (std::vector<std::string>{"first", "", "second", "third"}));
+  EXPECT_EQ(r.records(), 4);
+  EXPECT_EQ(r.bad_records(), 2);
+  EXPECT_EQ(r.truncated_bytes(), static_cast<int64_t>(tail.size() - 3));
+  EXPECT_NE(r.first_bad().find("data CRC mismatch"), std::string::npos) << r.first_bad();
+}
+
+// A file_version record, then steps 1..n of "train/loss" (the encoding cycling through
+// simple_value, float_val, double tensor_content, half_val), "train/learning_rate" as
+// simple_value, "eval/loss" every 5th step, a histogram-like tensor and a text tag.
+std::string TbFile(int n) {
+  std::string file;
+  tensorflow::Event first;
+  first.set_wall_time(1.7e9);
+  first.set_file_version("brain.Event:2");
+  file += FrameTfRecord(first.SerializeAsString());
+  for (int step = 1; step <= n; ++step) {
+    tensorflow::Event e;
+    e.set_wall_time(1.7e9 + step);
+    e.set_step(step);
+    double loss = 4.0 - 0.5 * step / n;  // exact in binary16 for n = 8
+    tensorflow::Summary::Value* v = e.mutable_summary()->add_value();
+    v->set_tag("train/loss");
+    switch (step % 4) {
+      case 0:
+        v->set_simple_value(static_cast<float>(loss));
+        break;
+      case 1: {
+        tensorflow::TensorProto* t = v->mutable_tensor();
+        t->set_dtype(tensorflow::DT_FLOAT);
+        t->add_float_val(static_cast<float>(loss));
+        if (step == 1) v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("scalars");
+        break;
+      }
+      case 2: {
+        tensorflow::TensorProto* t = v->mutable_tensor();
+        t->set_dtype(tensorflow::DT_DOUBLE);
+        std::string bytes(8, '\0');
+        std::memcpy(bytes.data(), &loss, 8);
+        t->set_tensor_content(bytes);
+        break;
+      }
+      case 3: {  // binary16 of 4 - 0.0625 k: sign 0, exponent 16 (2^1), fraction below
+        tensorflow::TensorProto* t = v->mutable_tensor();
+        t->set_dtype(tensorflow::DT_HALF);
+        t->add_half_val((16 << 10) | static_cast<int>(std::lround((loss / 2 - 1) * 1024)));
+        break;
+      }
+    }
+    tensorflow::Summary::Value* lr = e.mutable_summary()->add_value();
+    lr->set_tag("train/learning_rate");
+    lr->set_simple_value(1e-3f);
+    if (step % 5 == 0) {
+      tensorflow::Summary::Value* ev = e.mutable_summary()->add_value();
+      ev->set_tag("eval/loss");
+      ev->set_simple_value(5.0f);
+    }
+    // Not scalars: a (2, 3) tensor under a loss-like tag, and a tag of the text plugin.
+    tensorflow::Summary::Value* h = e.mutable_summary()->add_value();
+    h->set_tag("grad_norm");
+    h->mutable_tensor()->set_dtype(tensorflow::DT_FLOAT);
+    h->mutable_tensor()->mutable_tensor_shape()->add_dim()->set_size(2);
+    h->mutable_tensor()->mutable_tensor_shape()->add_dim()->set_size(3);
+    for (int k = 0; k < 6; ++k) h->mutable_tensor()->add_float_val(1.0f);
+    tensorflow::Summary::Value* txt = e.mutable_summary()->add_value();
+    txt->set_tag("loss");
+    txt->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+    txt->mutable_tensor()->set_dtype(tensorflow::DT_FLOAT);
+    txt->mutable_tensor()->add_float_val(99.0f);
+    file += FrameTfRecord(e.SerializeAsString());
+  }
+  return file;
+}
+
+TEST(TensorBoard, ScalarsAsSimpleValueAndTensors) {
+  const int n = 8;
+  std::string file = TbFile(n);
+  std::string path = "run/events.out.tfevents.1700000000.host.1.0";
+  ASSERT_EQ(DetectKind(path, file.substr(0, 64)), FileKind::kTensorBoard);
+  absl::StatusOr<Series> s = ParseSeries(path, FileKind::kTensorBoard, file);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->format, "tensorboard");
+  EXPECT_EQ(s->records, n + 1);
+  EXPECT_EQ(s->bad_records, 0);
+  ASSERT_EQ(s->loss.size(), static_cast<size_t>(n));
+  for (int step = 1; step <= n; ++step) {
+    EXPECT_EQ(s->loss[step - 1].step, step);
+    EXPECT_DOUBLE_EQ(s->loss[step - 1].value, 4.0 - 0.5 * step / n) << "step " << step;
+  }
+  EXPECT_EQ(s->lr.size(), static_cast<size_t>(n));
+  EXPECT_FLOAT_EQ(static_cast<float>(s->lr[0].value), 1e-3f);
+  ASSERT_EQ(s->val_loss.size(), 1u);
+  EXPECT_EQ(s->val_loss[0].step, 5);
+  EXPECT_TRUE(s->grad_norm.empty());  // the (2, 3) tensor is not a scalar
+}
+
+TEST(TensorBoard, BadCrcCountedAndReadingGoesOn) {
+  std::string file = TbFile(8);
+  // Flip a byte inside the third record's data (after the 12-byte header).
+  size_t off = 0;
+  for (int k = 0; k < 2; ++k) {
+    uint64_t len;
+    std::memcpy(&len, file.data() + off, 8);
+    off += 12 + len + 4;
+  }
+  file[off + 20] ^= 0x10;
+  file.resize(file.size() - 5);  // and the last record cut short
+  absl::StatusOr<Series> s = ParseSeries("x.tfevents.1", FileKind::kTensorBoard, file);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->loss.size(), 6u);  // steps 1, 3..7
+  EXPECT_EQ(s->loss[1].step, 3);
+  EXPECT_EQ(s->bad_records, 2);
+  EXPECT_NE(s->first_bad.find("data CRC mismatch"), std::string::npos) << s->first_bad;
+}
+
+TEST(TensorBoard, NoLossTagIsAnErrorNamingTheFile) {
+  tensorflow::Event e;
+  e.set_step(1);
+  tensorflow::Summary::Value* v = e.mutable_summary()->add_value();
+  v->set_tag("accuracy");
+  v->set_simple_value(0.5f);
+  absl::StatusOr<Series> s =
+      ParseSeries("a.tfevents.1", FileKind::kTensorBoard, FrameTfRecord(e.SerializeAsString()));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("a.tfevents.1: no loss values"), std::string::npos)
+      << s.status();
+  // Bytes that are no event file at all: nothing read, the damage named.
+  s = ParseSeries("b.tfevents.1", FileKind::kTensorBoard, std::string(100, 'x'));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("length CRC mismatch"), std::string::npos) << s.status();
+}
+
+constexpr const char* kMegatronLog =
+    "using world size: 8, data-parallel size: 8\n"
+    "------------------------ arguments ------------------------\n"
+    "  log_interval .................................... 10\n"
+    "-------------------- end of arguments ---------------------\n"
+    "[default0]: [2024-05-01 12:00:00] iteration       10/     100 | consumed samples:  320 | "
+    "elapsed time per iteration (ms): 512.3 | learning rate: 1.500000E-04 | global batch "
+    "size:    32 | lm loss: 7.123456E+00 | loss scale: 65536.0 | grad norm: 2.345 | number of "
+    "skipped iterations:   1 | number of nan iterations:   0 |\n"
+    "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0\n"
+    " iteration       20/     100 | consumed samples:  640 | learning rate: 1.400000E-04 | "
+    "lm loss: 6.500000E+00 | grad norm: 1.9 | number of skipped iterations:   0 | number of "
+    "nan iterations:   0 |\n"
+    "-----------------------------------------------------------------------------------------\n"
+    " validation loss at iteration 20 | lm loss value: 6.600000E+00 | lm loss PPL: "
+    "7.35E+02 | \n"
+    " iteration       30/     100 | consumed samples:  960 | learning rate: 1.300000E-04 | "
+    "grad norm: nan | number of skipped iterations:   0 | number of nan iterations:   1 |\n"
+    " iteration       40/     100 | lm loss: 6.x |\n"
+    " validation loss at the end of training for val data | lm loss value: 6.400000E+00 | \n"
+    " validation loss at the end of training for test data | lm loss value: 9.0 | \n";
+
+TEST(Megatron, IterationAndValidationLines) {
+  std::string text = kMegatronLog;
+  EXPECT_EQ(DetectKind("logs/train.log", text), FileKind::kMegatronLog);
+  EXPECT_EQ(DetectKind("logs/train.log", "hello\n"), FileKind::kUnknown);
+  EXPECT_EQ(DetectKind("slurm-1.out", text.substr(text.find("[default0]"))),
+            FileKind::kMegatronLog);
+  absl::StatusOr<Series> s = ParseSeries("train.log", FileKind::kMegatronLog, text);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->format, "megatron_log");
+  ASSERT_EQ(s->loss.size(), 3u);
+  EXPECT_EQ(s->loss[0].step, 10);
+  EXPECT_DOUBLE_EQ(s->loss[0].value, 7.123456);
+  EXPECT_DOUBLE_EQ(s->loss[1].value, 6.5);
+  EXPECT_EQ(s->loss[2].step, 30);
+  EXPECT_TRUE(std::isnan(s->loss[2].value));  // the interval had a NaN iteration
+  ASSERT_EQ(s->lr.size(), 3u);
+  EXPECT_DOUBLE_EQ(s->lr[0].value, 1.5e-4);
+  ASSERT_EQ(s->grad_norm.size(), 3u);
+  EXPECT_TRUE(std::isnan(s->grad_norm[2].value));
+  ASSERT_EQ(s->val_loss.size(), 2u);  // at 20, and at the end (the last iteration, 40)
+  EXPECT_EQ(s->val_loss[0].step, 20);
+  EXPECT_DOUBLE_EQ(s->val_loss[0].value, 6.6);
+  EXPECT_EQ(s->val_loss[1].step, 40);
+  EXPECT_EQ(s->skipped_iterations, 1);
+  EXPECT_EQ(s->nan_iterations, 1);
+  EXPECT_EQ(s->bad_records, 1);
+  EXPECT_EQ(s->first_bad, "line 11: a field is not a number");
+}
+
+TEST(Readers, TensorBoardAndMegatronTagNames) {
+  EXPECT_EQ(CanonicalMetric("train/learning_rate"), "lr");
+  EXPECT_EQ(CanonicalMetric("train/grad_norm"), "grad_norm");
+  EXPECT_EQ(CanonicalMetric("Loss/train"), "loss");
+  EXPECT_EQ(CanonicalMetric("Loss/val"), "val_loss");
+  EXPECT_EQ(CanonicalMetric("lm loss validation"), "val_loss");
+  EXPECT_EQ(CanonicalMetric("learning-rate"), "lr");
+  EXPECT_EQ(CanonicalMetric("train/epoch"), "");
+}
+
+}  // namespace
+}  // namespace trainscope::diagnose
