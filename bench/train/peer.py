@@ -6,9 +6,13 @@ Same: byte tokenizer (ids 0..255, 256 = end of document), packing (sequence i is
 tokens[i*T : i*T+T+1]), splitmix64 Fisher-Yates shuffle per epoch, rank-0 batches, model
 (pre-LN GPT, GELU MLP, tied head, GPT-2 init), AdamW with decay on Linear matrices only,
 warm-up + cosine LR, global-norm clipping, grads set to None after each step, thread count.
-Different: the random initial weights (another RNG stream), hence "agree within noise".
+Initial weights: the same too, for a tied head (both draw from the CPU generator seeded with
+train.seed, in the same order), so the first steps agree tensor by tensor within fp32 noise
+(tests/train_peer_test.py); an untied head is drawn at another point of the stream.
 
-Prints one JSON object: losses, step_ms per step, tokens_per_s (steps after the first)."""
+Prints one JSON object: losses, step_ms per step, tokens_per_s (steps after the first).
+--weights-out FILE also saves every parameter after the last step (torch.save of a dict
+name -> tensor, the names the C++ trainer uses)."""
 import argparse, json, math, os, sys, time
 
 import torch
@@ -139,6 +143,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True, help="resolved config.json written by trainscope train")
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--weights-out", default="", help="torch.save the final parameters here")
     a = ap.parse_args()
     cfg = json.load(open(a.config))
     m, o, tr = cfg["model"], cfg["optim"], cfg["train"]
@@ -197,6 +202,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         step_ms.append((time.perf_counter() - t0) * 1000)
         losses.append(total / accum)
+    if a.weights_out:
+        torch.save({name: p.detach().clone() for name, p in model.named_parameters()}, a.weights_out)
     timed = step_ms[1:] or step_ms
     tokens_per_step = mb * accum * t
     print(json.dumps({"losses": losses, "step_ms": step_ms,
