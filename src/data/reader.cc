@@ -768,6 +768,27 @@ absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* 
   return absl::OkStatus();
 }
 
+absl::Status ReadWholeInput(const InputFile& in, std::string* out,
+                            const std::function<void(uint64_t)>& on_input_bytes) {
+  out->clear();
+  TS_ASSIGN_OR_RETURN(auto stream, OpenByteStream(in.path, in.compression));
+  constexpr size_t kChunk = 1 << 20;
+  uint64_t last_consumed = 0;
+  for (;;) {
+    const size_t have = out->size();
+    out->resize(have + kChunk);
+    auto got = stream->Read(out->data() + have, kChunk);
+    if (on_input_bytes) on_input_bytes(stream->consumed() - last_consumed);
+    last_consumed = stream->consumed();
+    if (!got.ok()) {
+      out->resize(have);
+      return absl::DataLossError(absl::StrCat(in.path, ": ", got.status().message()));
+    }
+    out->resize(have + *got);
+    if (*got == 0) return absl::OkStatus();
+  }
+}
+
 namespace {
 
 absl::Status ReadMegatron(const InputFile& in, uint32_t file, const ReaderOptions& opts,

@@ -1,59 +1,211 @@
 // Corpus loading, packing, the seeded shuffle and the prefetching batch loader.
+//
+// The corpus is read through the data module (data/reader.h, data/megatron.h), so the
+// trainer accepts exactly the inputs `trainscope data scan` does and counts bad records the
+// same way; only the document boundaries are the trainer's own (a text file is one
+// document, not one per line) and Megatron datasets are taken as token ids, never
+// detokenized and retokenized.
 #include "trainscope/train/data.h"
+
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/os.h"
 #include "trainscope/core/progress.h"
 #include "trainscope/core/status.h"
+#include "trainscope/data/megatron.h"
+#include "trainscope/data/reader.h"
 
 namespace trainscope::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool IsJsonl(const std::string& path, const std::string& format) {
-  if (format == "jsonl") return true;
-  if (format == "text") return false;
-  auto ends = [&](const char* suffix) {
-    size_t n = std::char_traits<char>::length(suffix);
-    return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
-  };
-  return ends(".jsonl") || ends(".json") || ends(".ndjson");
+data::InputFormat CorpusInputFormat(const std::string& format) {
+  if (format == "jsonl") return data::InputFormat::kJsonl;
+  if (format == "text") return data::InputFormat::kText;
+  return data::InputFormat::kAuto;
 }
 
-// Expands directories into their regular files (sorted, symlinks skipped).
-absl::StatusOr<std::vector<std::string>> ExpandPaths(const std::vector<std::string>& paths) {
-  std::vector<std::string> files;
-  for (const std::string& p : paths) {
+// True when `in` was found under a directory argument through a symbolic link (the file
+// itself or a directory on the way): an alias of a file the walk may read anyway, which the
+// trainer would train on twice. Files and globs named in the config are kept.
+bool CorpusReachedThroughLink(const data::InputFile& in) {
+  if (in.root.empty()) return false;
+  const fs::path root(in.root);
+  const fs::path rel = fs::path(in.path).lexically_relative(root);
+  fs::path p = root;
+  for (const fs::path& part : rel) {
+    p /= part;
     std::error_code ec;
-    fs::file_status st = fs::status(p, ec);
-    if (ec || !fs::exists(st)) {
-      return absl::NotFoundError(absl::StrCat(p, ": corpus path does not exist or is unreadable"));
+    if (fs::is_symlink(fs::symlink_status(p, ec))) return true;
+  }
+  return false;
+}
+
+// All paths are expanded at once, as `data scan` does (a dataset named by both its .bin and
+// its .idx is read once). When that fails, the paths are expanded one by one again to name
+// the one at fault in the trainer's words.
+absl::StatusOr<std::vector<data::InputFile>> CorpusExpand(const DataConfig& config) {
+  const data::InputFormat format = CorpusInputFormat(config.format);
+  auto inputs = data::ExpandInputs(config.corpus, format);
+  if (inputs.ok()) {
+    inputs->erase(std::remove_if(inputs->begin(), inputs->end(), CorpusReachedThroughLink),
+                  inputs->end());
+    if (inputs->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.corpus[0], ": empty corpus (only symbolic links, which are skipped)"));
     }
-    if (fs::is_directory(st)) {
-      std::vector<std::string> inner;
-      for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
-        if (it->is_symlink() || !it->is_regular_file()) continue;
-        inner.push_back(it->path().string());
-      }
-      if (ec)
-        return absl::NotFoundError(absl::StrCat(p, ": cannot list directory: ", ec.message()));
-      if (inner.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(p, ": empty corpus (no regular files)"));
-      }
-      std::sort(inner.begin(), inner.end());
-      files.insert(files.end(), inner.begin(), inner.end());
-    } else {
-      files.push_back(p);
+    return inputs;
+  }
+  for (const std::string& p : config.corpus) {
+    auto one = data::ExpandInputs({p}, format);
+    if (one.ok()) continue;
+    absl::string_view why = one.status().message();
+    if (one.status().code() == absl::StatusCode::kNotFound) {
+      absl::ConsumePrefix(&why, p + ": ");
+      return absl::NotFoundError(
+          absl::StrCat(p, ": corpus path does not exist or is unreadable (", why, ")"));
+    }
+    if (why == "no input files") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ": empty corpus (no files; hidden files are skipped)"));
+    }
+    return one.status();
+  }
+  return inputs.status();
+}
+
+// Appends documents of the inputs to one token stream, with the stats.
+class CorpusBuilder {
+ public:
+  CorpusBuilder(const DataConfig& config, const tokenizer::Tokenizer& tok, PackedCorpus* out,
+                Progress* progress)
+      : config_(config), tok_(tok), out_(out), progress_(progress) {}
+
+  absl::Status Read(const data::InputFile& in) {
+    ++out_->stats.files;
+    switch (in.format) {
+      case data::InputFormat::kJsonl:
+        return ReadJsonl(in);
+      case data::InputFormat::kMegatron:
+        return ReadMegatron(in);
+      default:
+        return ReadText(in);
     }
   }
-  return files;
-}
+
+  // Fills the bad-record fields of the stats from what the readers counted.
+  void Finish() {
+    CorpusStats& st = out_->stats;
+    st.missing_text_field = 0;
+    for (const auto& [kind, n] : bad_.counts()) {
+      if (kind == "missing_text_field" || kind == "text_not_string") st.missing_text_field += n;
+    }
+    st.bad_records = static_cast<int64_t>(bad_.total()) - st.missing_text_field;
+    st.first_bad_record = bad_.examples().empty() ? std::string() : bad_.examples().front();
+  }
+
+ private:
+  // Tokenizes one document and appends it with the end-of-document id.
+  void AddDocument(std::string_view text) {
+    CorpusStats& st = out_->stats;
+    if (text.empty()) {
+      ++st.empty_documents;
+      return;
+    }
+    const size_t before = out_->tokens.size();
+    tok_.Encode(text, &out_->tokens);
+    if (tok_.eos_id() >= 0) out_->tokens.push_back(tok_.eos_id());
+    ++st.documents;
+    st.bytes += static_cast<int64_t>(text.size());
+    st.tokens += static_cast<int64_t>(out_->tokens.size() - before);
+  }
+
+  // A text file is one document. A damaged compressed file is a bad record: its readable
+  // part would be a truncated document.
+  absl::Status ReadText(const data::InputFile& in) {
+    absl::Status st = data::ReadWholeInput(in, &text_, [&](uint64_t n) { progress_->Add(n); });
+    if (st.code() == absl::StatusCode::kDataLoss) {
+      bad_.Add(absl::StrContains(st.message(), "truncated") ? "truncated_stream" : "corrupt_stream",
+               in.path, 0, std::string(st.message()));
+      return absl::OkStatus();
+    }
+    TS_RETURN_IF_ERROR(st);
+    AddDocument(text_);
+    text_ = std::string();  // a whole file: do not keep its memory for the next one
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadJsonl(const data::InputFile& in) {
+    data::ReaderOptions ro;
+    ro.text_field = config_.text_field;
+    ro.id_field.clear();  // ids are not used
+    ro.raw_jsonl_blocks = false;
+    return data::ReadCorpus(
+        {in}, ro,
+        [&](data::DocBatch&& b) {
+          progress_->Add(b.input_bytes);
+          for (const data::DocRef& d : b.docs) AddDocument(b.Text(d));
+          return true;
+        },
+        &bad_);
+  }
+
+  // Token ids as stored, checked against the tokenizer's vocabulary (a dataset made with
+  // another tokenizer would index past the embedding).
+  absl::Status ReadMegatron(const data::InputFile& in) {
+    const std::string prefix = data::MegatronPrefix(in.path);
+    const std::string bin_path = prefix + ".bin";
+    TS_ASSIGN_OR_RETURN(data::MegatronIndex index, data::ReadMegatronIndex(prefix));
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> bin(std::fopen(bin_path.c_str(), "rb"),
+                                                        &std::fclose);
+    if (bin == nullptr) return absl::NotFoundError(absl::StrCat(bin_path, ": cannot open"));
+    CorpusStats& st = out_->stats;
+    const int64_t vocab = tok_.vocab_size();
+    const size_t item = data::MegatronItemSize(index.dtype_code);
+    std::vector<int64_t> seq;
+    for (size_t d = 0; d < index.num_documents(); ++d) {
+      const size_t before = out_->tokens.size();
+      for (int64_t s = index.doc_idx[d]; s < index.doc_idx[d + 1]; ++s) {
+        absl::Status rs = data::ReadMegatronSequence(bin.get(), index, s, &seq);
+        if (!rs.ok()) return absl::Status(rs.code(), absl::StrCat(bin_path, ": ", rs.message()));
+        for (size_t k = 0; k < seq.size(); ++k) {
+          if (seq[k] < 0 || seq[k] >= vocab) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                bin_path, ": document ", d, " (sequence ", s, ", token ", k, "): token id ", seq[k],
+                " is outside the vocabulary of the tokenizer ", tok_.name(), " (", vocab,
+                " ids); was the dataset made with another tokenizer? (key \"data.tokenizer\")"));
+          }
+          out_->tokens.push_back(static_cast<int32_t>(seq[k]));
+        }
+        progress_->Add(seq.size() * item);
+      }
+      const size_t n = out_->tokens.size() - before;
+      if (n == 0) {
+        ++st.empty_documents;
+        continue;
+      }
+      ++st.documents;
+      st.tokens += static_cast<int64_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  const DataConfig& config_;
+  const tokenizer::Tokenizer& tok_;
+  PackedCorpus* const out_;
+  Progress* const progress_;
+  data::BadRecords bad_;
+  std::string text_;  // a text file being read
+};
 
 }  // namespace
 
@@ -74,71 +226,16 @@ absl::StatusOr<PackedCorpus> LoadCorpus(const DataConfig& config, const tokenize
   PackedCorpus out;
   out.seq_len = seq_len;
   CorpusStats& st = out.stats;
-  TS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPaths(config.corpus));
+  TS_ASSIGN_OR_RETURN(std::vector<data::InputFile> inputs, CorpusExpand(config));
   uint64_t total_bytes = 0;
-  for (const std::string& f : files) {
-    std::error_code ec;
-    uintmax_t n = fs::file_size(f, ec);
-    if (!ec) total_bytes += n;
-  }
+  for (const data::InputFile& in : inputs) total_bytes += in.size_bytes;
   Progress progress("train: reading corpus", total_bytes, /*unit_bytes=*/true);
-  const int32_t eos = tok.eos_id();
-  auto add_document = [&](std::string_view text) {
-    if (text.empty()) {
-      ++st.empty_documents;
-      return;
-    }
-    size_t before = out.tokens.size();
-    tok.Encode(text, &out.tokens);
-    if (eos >= 0) out.tokens.push_back(eos);
-    ++st.documents;
-    st.bytes += static_cast<int64_t>(text.size());
-    st.tokens += static_cast<int64_t>(out.tokens.size() - before);
-  };
-  for (const std::string& f : files) {
-    auto data = Os::Default()->ReadFile(f);
-    if (!data.ok()) {
-      return absl::NotFoundError(
-          absl::StrCat(f, ": cannot read corpus file (", data.status().message(), ")"));
-    }
-    ++st.files;
-    if (!IsJsonl(f, config.format)) {
-      add_document(*data);
-    } else {
-      // One JSON object per line; malformed lines are counted, not fatal.
-      const std::string& s = *data;
-      size_t pos = 0;
-      int64_t line_no = 0;
-      while (pos < s.size()) {
-        size_t nl = s.find('\n', pos);
-        if (nl == std::string::npos) nl = s.size();
-        std::string_view line(s.data() + pos, nl - pos);
-        ++line_no;
-        pos = nl + 1;
-        if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_discarded() || !j.is_object()) {
-          if (st.first_bad_record.empty())
-            st.first_bad_record = absl::StrCat(f, ":", line_no, ": not a JSON object");
-          ++st.bad_records;
-          continue;
-        }
-        auto it = j.find(config.text_field);
-        if (it == j.end() || !it->is_string()) {
-          if (st.first_bad_record.empty())
-            st.first_bad_record =
-                absl::StrCat(f, ":", line_no, ": no string field \"", config.text_field, "\"");
-          ++st.missing_text_field;
-          continue;
-        }
-        add_document(it->get_ref<const std::string&>());
-      }
-    }
-    progress.Add(data->size());
-  }
-  const std::string names = files.size() == 1
-                                ? files[0]
-                                : absl::StrCat(files[0], " and ", files.size() - 1, " more files");
+  CorpusBuilder builder(config, tok, &out, &progress);
+  for (const data::InputFile& in : inputs) TS_RETURN_IF_ERROR(builder.Read(in));
+  builder.Finish();
+  const std::string names =
+      inputs.size() == 1 ? inputs[0].path
+                         : absl::StrCat(inputs[0].path, " and ", inputs.size() - 1, " more files");
   if (st.documents == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(names, ": empty corpus (no text",
@@ -155,6 +252,28 @@ absl::StatusOr<PackedCorpus> LoadCorpus(const DataConfig& config, const tokenize
   out.num_sequences = (static_cast<int64_t>(out.tokens.size()) - 1) / seq_len;
   st.sequences = out.num_sequences;
   return out;
+}
+
+std::string DataOrderHash(const PackedCorpus& corpus, uint64_t seed) {
+  // Fixed-width little-endian fields (every supported platform is little-endian), tagged
+  // with a version so a later change of the recipe cannot collide with this one.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  auto add_u64 = [&](uint64_t v) { XXH3_64bits_update(state, &v, sizeof(v)); };
+  static constexpr char kTag[] = "trainscope.data_order.v1";
+  XXH3_64bits_update(state, kTag, sizeof(kTag) - 1);
+  add_u64(corpus.tokens.size());
+  XXH3_64bits_update(state, corpus.tokens.data(), corpus.tokens.size() * sizeof(int32_t));
+  add_u64(static_cast<uint64_t>(corpus.seq_len));
+  add_u64(static_cast<uint64_t>(corpus.num_sequences));
+  add_u64(seed);
+  const std::vector<int64_t> order = ShuffledOrder(corpus.num_sequences, seed, 0);
+  XXH3_64bits_update(state, order.data(), order.size() * sizeof(int64_t));
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 uint64_t SplitMix64(uint64_t* state) {

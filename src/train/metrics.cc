@@ -204,6 +204,12 @@ struct Field {
   const char* want;
 };
 
+bool IsHex16(const json& v) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 std::string CheckFields(const json& j, std::initializer_list<Field> fields) {
   for (const Field& f : fields) {
     auto it = j.find(f.key);
@@ -261,6 +267,9 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
                             {"params", IsInt, "an integer"},
                             {"start_unix_us", IsInt, "an integer"},
                             {"config", [](const json& v) { return v.is_object(); }, "an object"}});
+      // Optional (files written before it existed lack it): 16 hex digits of xxh3.
+      if (why.empty() && j.contains("data_order_hash") && !IsHex16(j["data_order_hash"]))
+        why = "key \"data_order_hash\" is not 16 hex digits";
     } else if (type == "step") {
       why = CheckFields(j, {{"step", IsInt, "an integer"},
                             {"loss", IsNumOrNull, "a number"},

@@ -455,6 +455,8 @@ absl::Status Trainer::OpenMetrics() {
                  {"vocab", vocab_},
                  {"tokens_per_step", result_.tokens_per_step},
                  {"corpus", CorpusStatsToJson(corpus_.stats)},
+                 // Same on every rank of a correct data-parallel run (diagnose compares).
+                 {"data_order_hash", DataOrderHash(corpus_, config_.train.seed)},
                  {"config", TrainConfigToJson(config_)}};
   if (!options_.resume.empty()) {  // 0 and "": --resume found nothing, a fresh start
     header["resumed_from_step"] = start_step_;

@@ -196,6 +196,15 @@ absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* 
                          const std::function<void(std::string_view, uint64_t)>& on_line,
                          const std::function<void(uint64_t)>& on_input_bytes = nullptr);
 
+// Reads the whole decompressed content of one input into `out` (replacing it), for readers
+// that take a file as a single document (the trainer's plain-text corpora). `on_input_bytes`
+// (optional) gets input progress. Errors: NotFound / PermissionDenied naming the file when
+// it cannot be opened; DataLoss naming the file when a compressed stream is truncated or
+// corrupt (`out` then holds the bytes decoded before the damage). No size limit: the
+// caller owns the memory of a whole input.
+absl::Status ReadWholeInput(const InputFile& in, std::string* out,
+                            const std::function<void(uint64_t)>& on_input_bytes = nullptr);
+
 // The location of a document as users see it: "<file>:<line>".
 std::string DocLocation(const std::vector<InputFile>& inputs, const DocRef& doc);
 

@@ -52,10 +52,13 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  // Files or directories (regular files directly inside, sorted; symlinks skipped so
+  // Files, directories, globs or Megatron dataset prefixes, expanded as `data scan` does
+  // (LoadCorpus in data.h; files reached through a symlink inside a directory are skipped so
   // aliases are not read twice). Relative paths are relative to the config file.
   std::vector<std::string> corpus;
-  std::string format = "auto";      // "auto" (by extension: .jsonl/.json -> jsonl), "text", "jsonl"
+  // "auto" (by extension: .jsonl/.json/.ndjson -> jsonl, .bin/.idx -> Megatron, else text;
+  // .zst/.gz decompressed), "text", "jsonl"
+  std::string format = "auto";
   std::string text_field = "text";  // JSONL field holding a document's text
   std::string tokenizer = "byte";   // "byte" or a SentencePiece .model path
   int num_workers = 2;              // prefetch threads; 0 = build batches on the step thread

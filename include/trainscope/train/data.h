@@ -1,7 +1,9 @@
-// The trainer's data pipeline: read a corpus (text files or JSONL), tokenize, pack into
-// fixed-length sequences (fixed shapes: accelerators compile per shape), order them with a
-// seeded shuffle that is identical on every rank, shard by rank, and prefetch batches in a
-// pool of worker threads. libtorch-free: batches are plain int64 vectors the trainer wraps.
+// The trainer's data pipeline: read a corpus through the data module's readers (text,
+// JSONL, each optionally .zst/.gz compressed, and Megatron .bin/.idx token datasets; files,
+// directories, globs), tokenize, pack into fixed-length sequences (fixed shapes:
+// accelerators compile per shape), order them with a seeded shuffle that is identical on
+// every rank, shard by rank, and prefetch batches in a pool of worker threads.
+// libtorch-free: batches are plain int64 vectors the trainer wraps.
 #ifndef TRAINSCOPE_TRAIN_DATA_H_
 #define TRAINSCOPE_TRAIN_DATA_H_
 
@@ -23,15 +25,18 @@
 namespace trainscope::train {
 
 struct CorpusStats {
-  int64_t files = 0;
-  int64_t documents = 0;
-  int64_t bytes = 0;   // bytes of text tokenized
-  int64_t tokens = 0;  // including one end-of-document id per document
+  int64_t files = 0;      // inputs read (a Megatron dataset is one)
+  int64_t documents = 0;  // documents that gave tokens
+  int64_t bytes = 0;      // bytes of text tokenized (0 for Megatron datasets: no text)
+  int64_t tokens = 0;     // including one end-of-document id per text/JSONL document
   int64_t sequences = 0;
-  int64_t bad_records = 0;         // JSONL lines that are not JSON objects
+  // Bad records as the data module counts them (data/reader.h BadRecords), other than a
+  // missing text field: invalid JSON or UTF-8, records over 64 MiB, empty JSONL files,
+  // truncated or corrupt compressed streams (a damaged compressed text file is skipped).
+  int64_t bad_records = 0;
   int64_t missing_text_field = 0;  // JSONL objects without a string text field
   int64_t empty_documents = 0;     // skipped
-  std::string first_bad_record;    // "file:line: why" of the first bad record, if any
+  std::string first_bad_record;    // "file:line: kind: why" of the first bad record, if any
 };
 nlohmann::json CorpusStatsToJson(const CorpusStats& s);
 
@@ -44,13 +49,30 @@ struct PackedCorpus {
   CorpusStats stats;
 };
 
-// Reads every corpus path in order (directories: their regular files, sorted), tokenizes
-// each document (a text file is one document; a JSONL line is one), appends the eos id,
-// and packs. Errors: NotFound naming an unreadable file or directory; InvalidArgument
-// naming the file(s) when the corpus is empty or yields fewer than seq_len + 1 tokens.
-// Malformed JSONL lines are counted in stats, not fatal.
+// Expands the corpus paths as `trainscope data scan` does (data::ExpandInputs: files,
+// directories recursively with sorted names and hidden files skipped, glob patterns,
+// Megatron dataset prefixes), reads the inputs in that order and appends each document's
+// tokens to one stream:
+//  - a text file (also .zst/.gz, decompressed) is one document: tokenized, then the eos id;
+//  - a JSONL line (also in .jsonl.zst/.gz) is one document (config.text_field): tokenized,
+//    then the eos id; bad records are counted in stats, not fatal;
+//  - a Megatron .bin/.idx dataset (`data pack` output, or Megatron-LM's preprocess_data.py)
+//    is read as token ids directly, every document's tokens as stored, in order, with no
+//    end-of-document id added (`data pack` and --append-eod already store it; a pack's
+//    padding is kept as it is).
+// Errors: NotFound naming a corpus path that does not exist or an unreadable file;
+// InvalidArgument naming the file and document when a Megatron token id is outside the
+// tokenizer's vocabulary (or negative), naming the file(s) when the corpus is empty or
+// yields fewer than seq_len + 1 tokens; a damaged Megatron dataset as ReadMegatronIndex.
 absl::StatusOr<PackedCorpus> LoadCorpus(const DataConfig& config,
                                         const tokenizer::Tokenizer& tokenizer, int seq_len);
+
+// What must be identical on every rank for data parallelism to be right, as 16 hex digits
+// of xxh3-64: the packed token stream (its length and every id), seq_len, the number of
+// sequences, the shuffle seed and the whole epoch-0 order ShuffledOrder(n, seed, 0). The
+// trainer writes it into each rank's metrics header ("data_order_hash"); ranks that differ
+// read different corpora or orders. Cost: one pass over the tokens and one shuffle.
+std::string DataOrderHash(const PackedCorpus& corpus, uint64_t seed);
 
 // splitmix64: the generator behind the shuffle, simple enough to reproduce in the Python
 // benchmark peer (bench/train/peer.py).
