@@ -1,5 +1,6 @@
 // `trainscope launch [-n N] [--nnodes K --node-rank R --master-addr A --master-port P]
-//                    [--timeout S] [--job-timeout S] [--run-dir DIR] -- CMD ARGS...`
+//                    [--timeout S] [--job-timeout S] [--run-dir DIR]
+//                    [--placement topo --tp N [--pp M] [--topo-from FILE]] -- CMD ARGS...`
 // One process per local device (or N on CPU) with the torchrun environment; see
 // include/trainscope/launch/launch.h for the contract.
 #include <cstdio>
@@ -9,10 +10,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/command.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
+#include "trainscope/core/os.h"
 #include "trainscope/launch/launch.h"
+#include "trainscope/topo/topo.h"
 
 namespace trainscope::cli {
 namespace {
@@ -31,6 +35,9 @@ struct LaunchFlags {
   int tail_lines = 20;
   double timeout_s = 0;
   double job_timeout_s = 0;
+  std::string placement = "order";  // or "topo"
+  std::string topo_from;
+  int tp = 1, pp = 1;
 };
 
 std::chrono::milliseconds Ms(double seconds) {
@@ -71,6 +78,47 @@ void PrintHangVerdict(const launch::LaunchResult& r) {
     std::fprintf(stderr, "  the ranks' flight recorders show no mismatched collective\n");
   }
   for (const std::string& s : h.sentences) std::fprintf(stderr, "  %s\n", s.c_str());
+}
+
+// --placement topo: the topology (saved, or from nvidia-smi / npu-smi) and the placement of
+// the local ranks (topo/topo.h) become each rank's device.
+absl::Status PlaceByTopology(const LaunchFlags& f, launch::LaunchOptions* o) {
+  Os* os = Os::Default();
+  std::string text, name = f.topo_from;
+  if (!f.topo_from.empty()) {
+    absl::StatusOr<std::string> t = os->ReadFile(f.topo_from);
+    if (!t.ok()) return t.status();
+    text = *t;
+  } else {
+    absl::StatusOr<std::string> t = topo::CaptureTopology(os, std::chrono::seconds(10), &name);
+    if (!t.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--placement topo: ", t.status().message()));
+    text = *t;
+  }
+  absl::StatusOr<topo::Topology> t = topo::ParseTopology(text, name);
+  if (!t.ok()) return t.status();
+  const topo::RankDevices probe = topo::RankDevicesOf(*t, {});
+  std::string given;
+  if (os->GetEnv(probe.var, &given) && !given.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--placement topo chooses the devices itself; unset ", probe.var, " (", given, ")"));
+  }
+  topo::PlacementOptions po;
+  po.tp = f.tp;
+  po.pp = f.pp;
+  po.ranks = f.nproc;
+  absl::StatusOr<topo::Placement> p = topo::PlaceRanks(*t, po);
+  if (!p.ok()) return p.status();
+  topo::RankDevices rd = topo::RankDevicesOf(*t, p->proposed);
+  o->rank_devices = rd.devices;
+  o->rank_devices_var = rd.var;
+  if (o->nproc_per_node == 0) o->nproc_per_node = static_cast<int>(rd.devices.size());
+  std::fprintf(stderr,
+               "trainscope launch: placement topo (tp %d, pp %d): %s=%s per rank; slowest TP "
+               "group %.1f GB/s (%.1f in device order)\n",
+               f.tp, f.pp, rd.var.c_str(), absl::StrJoin(rd.devices, ",").c_str(),
+               p->proposed.min_bottleneck_gbps(), p->naive.min_bottleneck_gbps());
+  return absl::OkStatus();
 }
 
 int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
@@ -114,6 +162,15 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
   o.live_output = !f.quiet;
   o.live_stdout = f.json ? stderr : stdout;  // --json keeps stdout for the summary
   o.tail_lines = f.tail_lines;
+  if (f.placement == "topo") {
+    absl::Status st = PlaceByTopology(f, &o);
+    if (!st.ok()) return ReportAndExitCode("launch", st);
+  } else if (f.tp != 1 || f.pp != 1 || !f.topo_from.empty()) {
+    std::fprintf(stderr,
+                 "trainscope launch: error: --tp, --pp and --topo-from go with "
+                 "--placement topo\n");
+    return kExitUsage;
+  }
   // Descendants that setsid() out of their rank's group are re-parented to us, so the
   // launch can stop them at the end (launch.h); a refusal only loses that sweep.
   if (absl::Status st = launch::BecomeChildSubreaper(); !st.ok()) {
@@ -192,6 +249,17 @@ void RegisterLaunchCommand(CLI::App& parent, CommandContext& ctx) {
                   "named (default 0: no limit)");
   cmd->add_option("--tail", flags->tail_lines, "log lines shown for a failed rank")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--placement", flags->placement,
+                  "order: rank i on the i-th visible device (default); topo: tensor-parallel "
+                  "groups on the fastest links (`trainscope topo`, docs/metrics.md \"Topology\")")
+      ->check(CLI::IsMember({"order", "topo"}));
+  cmd->add_option("--tp", flags->tp, "tensor-parallel group size, for --placement topo")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", flags->pp, "pipeline stages, for --placement topo")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--topo-from", flags->topo_from,
+                  "saved `nvidia-smi topo -m` / `npu-smi info -t topo` output for --placement "
+                  "topo (default: run the tool)");
   cmd->add_flag("--no-bind-cpus", flags->no_bind, "do not set CPU affinity per rank");
   cmd->add_flag("-q,--quiet", flags->quiet, "do not echo rank output (logs are still written)");
   cmd->add_flag("--json", flags->json, "print the launch summary as JSON on stdout");

@@ -1,6 +1,9 @@
 // `trainscope plan [--config FILE | --params N --layers L --hidden H --heads A --seq S --vocab V]
 // --devices N [--nodes K] --device-memory GB [--precision bf16|fp16|fp32] [--global-batch B]
-// [--comm FILE] [--trace ANALYSIS|RUN_DIR] [--json]`: a shell around plan::MakePlan.
+// [--comm FILE] [--topo FILE] [--trace ANALYSIS|RUN_DIR] [--json]`: a shell around
+// plan::MakePlan.
+// Intra-node bandwidth, first given wins: --intra-node-gbps, --comm (measured busbw), --topo
+// (estimated per group size from the link matrix), the default 100 GB/s.
 #include "cli/plan_command.h"
 
 #include <cstdio>
@@ -20,7 +23,8 @@ namespace trainscope::cli {
 namespace {
 
 struct PlanArgs {
-  std::string config, comm, trace, precision, recompute;
+  std::string config, comm, topo, trace, precision, recompute;
+  bool intra_given = false;  // --intra-node-gbps was on the command line
   double params = 0;
   int layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, mlp_ratio = 4;
   plan::Cluster cluster;
@@ -56,12 +60,16 @@ absl::StatusOr<plan::PlanOptions> BuildOptions(const PlanArgs& a) {
     o.precision = *p;
   }
   if (a.global_batch > 0) o.global_batch = a.global_batch;
+  if (!a.topo.empty() && a.comm.empty() && !a.intra_given) {
+    absl::Status st = plan::ApplyTopology(os, a.topo, &o.cluster);
+    if (!st.ok()) return st;
+  }
   if (!a.comm.empty()) {
     absl::StatusOr<double> bw = plan::ReadSelftestBusBw(os, a.comm);
     if (!bw.ok()) return bw.status();
     // A one-node selftest measures the link inside a node; with several nodes the ring crosses
     // the slowest link, so the figure stands for both unless one was given.
-    o.cluster.intra_node_gbps = *bw;
+    if (!a.intra_given) o.cluster.intra_node_gbps = *bw;
     if (a.cluster.nodes > 1) o.cluster.inter_node_gbps = std::min(*bw, a.cluster.inter_node_gbps);
     o.cluster.bandwidth_source = a.comm;
   }
@@ -142,8 +150,13 @@ void RegisterPlanCommand(CLI::App& root, CommandContext& ctx) {
                   "sequences per optimizer step (default: the config's micro_batch x grad_accum "
                   "x devices, else 8 x devices)");
   cmd->add_option("--comm", a->comm, "a `selftest comm --json` result: its all_reduce busbw");
-  cmd->add_option("--intra-node-gbps", a->cluster.intra_node_gbps,
-                  "busbw inside a node, GB/s (default 100, assumed)");
+  CLI::Option* intra = cmd->add_option("--intra-node-gbps", a->cluster.intra_node_gbps,
+                                       "busbw inside a node, GB/s (default 100, assumed; wins "
+                                       "over --comm and --topo)");
+  cmd->add_option("--topo", a->topo,
+                  "saved `nvidia-smi topo -m` / `npu-smi info -t topo` output: intra-node "
+                  "busbw per group size from the placement's slowest link (estimated; "
+                  "--comm wins)");
   cmd->add_option("--inter-node-gbps", a->cluster.inter_node_gbps,
                   "busbw between nodes, GB/s (default 12.5, assumed)");
   cmd->add_option("--device-tflops", a->cluster.device_tflops,
@@ -165,7 +178,10 @@ void RegisterPlanCommand(CLI::App& root, CommandContext& ctx) {
                   "buffers and fragmentation, as a fraction of the rest (default 0.10)");
   cmd->add_option("--rows", a->rows, "table rows (default 15)");
   cmd->add_flag("--json", a->json, "print the plan as JSON (docs/formats.md \"Plan JSON\")");
-  cmd->callback([&ctx, a] { ctx.exit_code = RunPlan(*a); });
+  cmd->callback([&ctx, a, intra] {
+    a->intra_given = intra->count() > 0;
+    ctx.exit_code = RunPlan(*a);
+  });
 }
 
 }  // namespace trainscope::cli

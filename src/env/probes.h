@@ -31,6 +31,11 @@ nlohmann::json ProbeShm(Os* os, std::chrono::milliseconds timeout);
 nlohmann::json ProbeNvidia(Os* os, std::chrono::milliseconds timeout);
 // Ascend: npu-smi info plus the driver/firmware version.info files.
 nlohmann::json ProbeAscend(Os* os, std::chrono::milliseconds timeout);
+// The device link matrix (`nvidia-smi topo -m`, `npu-smi info -t topo`; topo/topo.h):
+// {"source", "raw": the tool's output, "summary": topo::TopologySummary} when it parses,
+// {"source", "raw", "error": "FILE:LINE: why"} when not, or the tool's failure string.
+nlohmann::json ProbeTopology(Os* os, const std::vector<std::string>& argv,
+                             std::chrono::milliseconds timeout);
 // CUDA toolkit, cuDNN, NCCL, MPI, gloo, libtorch, CANN.
 nlohmann::json ProbeToolkits(Os* os, std::chrono::milliseconds timeout);
 // Asks one interpreter for python/torch/torch_npu versions.

@@ -5,12 +5,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "env/json_doc.h"
 #include "env/parsers.h"
 #include "env/probes.h"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/topo/topo.h"
 
 namespace trainscope::env {
 
@@ -118,6 +120,24 @@ json CudaToolkit(Os* os, const std::string& home, std::chrono::milliseconds time
 
 }  // namespace
 
+json ProbeTopology(Os* os, const std::vector<std::string>& argv,
+                   std::chrono::milliseconds timeout) {
+  std::string out;
+  json failure;
+  if (!RunTool(os, argv, timeout, &out, &failure)) return failure;
+  const std::string source = absl::StrJoin(argv, " ");
+  json t;
+  t["source"] = source;
+  t["raw"] = out;
+  absl::StatusOr<topo::Topology> parsed = topo::ParseTopology(out, source);
+  if (parsed.ok()) {
+    t["summary"] = topo::TopologySummary(*parsed, topo::BandwidthModel());
+  } else {
+    t["error"] = std::string(parsed.status().message());
+  }
+  return t;
+}
+
 json ProbeNvidia(Os* os, std::chrono::milliseconds timeout) {
   std::string out;
   json failure;
@@ -126,6 +146,7 @@ json ProbeNvidia(Os* os, std::chrono::milliseconds timeout) {
     if (!parsed.ok())
       return ProbeError(absl::StrCat("nvidia-smi -q -x: ", parsed.status().message()));
     (*parsed)["source"] = "nvidia-smi";
+    (*parsed)["topology"] = ProbeTopology(os, {"nvidia-smi", "topo", "-m"}, timeout);
     return *parsed;
   }
   // No usable nvidia-smi: the kernel module still tells the driver version.
@@ -182,6 +203,7 @@ json ProbeAscend(Os* os, std::chrono::milliseconds timeout) {
   if (driver == kAbsent) a["driver_version"] = (*parsed)["driver_version"];
   a["npu_count"] = static_cast<int>((*parsed)["npus"].size());
   a["npus"] = (*parsed)["npus"];
+  a["topology"] = ProbeTopology(os, {"npu-smi", "info", "-t", "topo"}, timeout);
   return a;
 }
 

@@ -317,6 +317,38 @@ TEST(LaunchTest, DevicePinningFollowsTheVisibleList) {
   EXPECT_EQ(r->ranks[1].tail, std::vector<std::string>{"dev=0"});
 }
 
+TEST(LaunchTest, PlanRankDevicesPlacedOrRoundRobin) {
+  EXPECT_EQ(PlanRankDevices({"2", "0"}, {}, 3), (std::vector<std::string>{"2", "0", "2"}));
+  EXPECT_EQ(PlanRankDevices({"0", "1", "2", "3"}, {"0", "3", "1", "2"}, 4),
+            (std::vector<std::string>{"0", "3", "1", "2"}));
+  EXPECT_TRUE(PlanRankDevices({}, {}, 2).empty());
+}
+
+TEST(LaunchTest, PlacementPinsEachRankToItsDevice) {
+  LaunchOptions o = Sh("echo dev=$CUDA_VISIBLE_DEVICES", 2);
+  o.dev_root = TempDir();
+  for (const char* f : {"nvidia0", "nvidia1", "nvidia2", "nvidia3"})
+    std::ofstream(o.dev_root + "/" + f);
+  o.rank_devices = {"3", "1"};
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ranks[0].tail, std::vector<std::string>{"dev=3"});
+  EXPECT_EQ(r->ranks[1].tail, std::vector<std::string>{"dev=1"});
+  EXPECT_EQ(r->ranks[1].device, "1");
+  // No device nodes: the placement names its variable.
+  LaunchOptions npu = Sh("echo dev=$ASCEND_RT_VISIBLE_DEVICES", 2);
+  npu.rank_devices = {"4", "5"};
+  npu.rank_devices_var = "ASCEND_RT_VISIBLE_DEVICES";
+  r = Launch(npu);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ranks[1].tail, std::vector<std::string>{"dev=5"});
+  // Fewer devices than ranks.
+  o.rank_devices = {"3"};
+  r = Launch(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("names 1 devices for 2 local ranks"));
+}
+
 }  // namespace
 }  // namespace trainscope::launch
 

@@ -332,6 +332,20 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     }
   }
 
+  // A placement (launch --placement topo) names each rank's device itself.
+  if (!o.rank_devices.empty()) {
+    if (static_cast<int>(o.rank_devices.size()) < nproc) {
+      return absl::InvalidArgumentError(absl::StrCat("the placement names ", o.rank_devices.size(),
+                                                     " devices for ", nproc, " local ranks"));
+    }
+    if (!o.rank_devices_var.empty()) devices.visible_var = o.rank_devices_var;
+    if (devices.visible_var.empty()) {
+      return absl::InvalidArgumentError(
+          "a device placement needs the visible-devices variable (no devices detected)");
+    }
+  }
+  const std::vector<std::string> rank_device = PlanRankDevices(visible, o.rank_devices, nproc);
+
   // CPU affinity plan over the CPUs this launcher may use.
   std::vector<std::vector<int>> plan(nproc);
   if (o.bind_cpus) {
@@ -394,8 +408,8 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     env[envvar::kMasterAddr] = result.master_addr;
     env[envvar::kMasterPort] = std::to_string(result.master_port);
     env[envvar::kRunDir] = abs_run_dir;
-    if (!visible.empty()) {
-      c.status.device = visible[lr % visible.size()];
+    if (!rank_device.empty()) {
+      c.status.device = rank_device[lr];
       env[devices.visible_var] = c.status.device;
     }
     // Threads per rank: the CPUs it is bound to, unless the user chose.

@@ -130,6 +130,17 @@ LocalDevices DetectLocalDevices(const std::string& dev_root) {
   return out;
 }
 
+std::vector<std::string> PlanRankDevices(const std::vector<std::string>& visible,
+                                         const std::vector<std::string>& placed, int nproc) {
+  std::vector<std::string> out;
+  if (placed.empty() && visible.empty()) return out;
+  for (int lr = 0; lr < nproc; ++lr) {
+    out.push_back(placed.empty() ? visible[lr % visible.size()]
+                                 : placed[static_cast<size_t>(lr) % placed.size()]);
+  }
+  return out;
+}
+
 absl::StatusOr<int> PickFreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));

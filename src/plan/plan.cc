@@ -217,9 +217,12 @@ Strategy Evaluate(const PlanOptions& o, double params, int dp, int tp, int pp, i
   st.comm.total = st.comm.dp + st.comm.tp + st.comm.pp;
   const int per_node = std::max(1, o.cluster.devices / std::max(1, o.cluster.nodes));
   const bool multi = o.cluster.nodes > 1;
+  // A group inside a node runs at its size's topology estimate when there is one.
   auto bw = [&](int span) {
-    return (multi && span > per_node ? o.cluster.inter_node_gbps : o.cluster.intra_node_gbps) *
-           kBytesPerGB;
+    if (multi && span > per_node) return o.cluster.inter_node_gbps * kBytesPerGB;
+    auto it = o.cluster.intra_node_gbps_by_size.find(span);
+    if (it != o.cluster.intra_node_gbps_by_size.end()) return it->second * kBytesPerGB;
+    return o.cluster.intra_node_gbps * kBytesPerGB;
   };
   st.comm.seconds = st.comm.dp / bw(dp * tp * pp) + st.comm.tp / bw(tp) + st.comm.pp / bw(tp * pp);
 

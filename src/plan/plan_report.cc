@@ -8,10 +8,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/os.h"
 #include "trainscope/core/table.h"
 #include "trainscope/plan/plan.h"
+#include "trainscope/topo/topo.h"
 #include "trainscope/trace/analysis.h"
 #include "trainscope/trace/trace.h"
 
@@ -138,6 +140,39 @@ absl::StatusOr<double> ReadSelftestBusBw(Os* os, const std::string& path) {
   return busbw;
 }
 
+absl::Status ApplyTopology(Os* os, const std::string& path, Cluster* cluster) {
+  absl::StatusOr<std::string> text = os->ReadFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<topo::Topology> t = topo::ParseTopology(*text, path);
+  if (!t.ok()) return t.status();
+  const int per_node = cluster->devices / std::max(1, cluster->nodes);
+  if (per_node > static_cast<int>(t->devices.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the topology has ", t->devices.size(),
+                                                   " devices; --devices / --nodes puts ", per_node,
+                                                   " on a node"));
+  }
+  cluster->intra_node_gbps_by_size.clear();
+  for (int s = 2; s <= per_node; ++s) {
+    if (per_node % s != 0) continue;
+    topo::PlacementOptions o;
+    o.tp = s;
+    o.ranks = per_node;
+    absl::StatusOr<topo::Placement> p = topo::PlaceRanks(*t, o);
+    if (!p.ok()) return p.status();
+    const double gbps = p->proposed.min_bottleneck_gbps();
+    if (!(gbps > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": groups of ", s,
+                       " devices need links of unknown class (rated 0 GB/s); give "
+                       "--intra-node-gbps"));
+    }
+    cluster->intra_node_gbps_by_size[s] = gbps;
+  }
+  if (per_node >= 2) cluster->intra_node_gbps = cluster->intra_node_gbps_by_size[per_node];
+  cluster->bandwidth_source = absl::StrCat(path, " (topology, estimated)");
+  return absl::OkStatus();
+}
+
 // ---- Bottleneck class ----
 absl::StatusOr<Measured> ClassifyAnalysis(const nlohmann::json& a, const std::string& source) {
   if (!a.is_object() || !a.contains("ranks") || !a["ranks"].is_array()) {
@@ -250,6 +285,12 @@ nlohmann::json PlanToJson(const Plan& plan) {
                   {"inter_node_gbps", o.cluster.inter_node_gbps},
                   {"bandwidth_source", o.cluster.bandwidth_source},
                   {"device_tflops", o.cluster.device_tflops}};
+  if (!o.cluster.intra_node_gbps_by_size.empty()) {
+    nlohmann::json by_size = nlohmann::json::object();
+    for (const auto& [size, gbps] : o.cluster.intra_node_gbps_by_size)
+      by_size[std::to_string(size)] = Round(gbps, 100);
+    j["cluster"]["intra_node_gbps_by_size"] = by_size;
+  }
   j["precision"] = PrecisionName(o.precision);
   j["global_batch"] = o.global_batch;
   j["allowance_fraction"] = o.allowance_fraction;
@@ -327,6 +368,16 @@ std::string PlanToText(const Plan& plan, int max_rows) {
       PrecisionName(o.precision), o.cluster.devices, o.cluster.nodes, o.cluster.device_memory_gb,
       o.global_batch, 100 * o.allowance_fraction, o.cluster.intra_node_gbps,
       o.cluster.inter_node_gbps, o.cluster.bandwidth_source, o.cluster.device_tflops);
+  if (!o.cluster.intra_node_gbps_by_size.empty()) {
+    std::vector<std::string> sizes;
+    for (const auto& [size, gbps] : o.cluster.intra_node_gbps_by_size)
+      sizes.push_back(absl::StrCat(size, " devices ", FormatDouble(gbps, 1)));
+    // Before the blank line that ends the header.
+    out.insert(out.size() - 1,
+               WrapText(absl::StrCat("groups in a node, slowest link of the placement (GB/s): ",
+                                     absl::StrJoin(sizes, ", ")),
+                        120));
+  }
   // One unit for the table: GB, or MB when every fitting candidate is under 1 GB.
   double max_total = 0;
   for (const Strategy& s : plan.strategies) {

@@ -78,7 +78,14 @@ struct LaunchOptions {
   std::chrono::milliseconds job_timeout{0};    // whole job (0: no limit)
   std::string job_token;      // "" : from env / environment / generated (see the contract above)
   bool request_dumps = true;  // SIGUSR1 to the ranks that catch it before stopping them
-  std::chrono::milliseconds dump_wait{10000};  // for the asked ranks' dumps
+  std::chrono::milliseconds dump_wait{
+      10000};  // for the asked ranks' dumps  // Device of each local rank (e.g. `launch --placement
+               // topo`, topo/topo.h's placement), set in
+  // `rank_devices_var` (default: the detected devices' variable). When given it replaces the
+  // split of the visible list and must name at least one device per local rank
+  // (InvalidArgument otherwise).
+  std::vector<std::string> rank_devices;
+  std::string rank_devices_var;
 };
 
 // The hang analysis of a job's dumps (see the contract).
@@ -178,6 +185,11 @@ struct LocalDevices {
   std::string visible_var;  // "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES" or ""
 };
 LocalDevices DetectLocalDevices(const std::string& dev_root);
+// The device each of `nproc` local ranks is pinned to: `placed[i]` when `placed` is given
+// (it must hold at least nproc entries), else the visible list round-robin; empty when both
+// are empty (no devices).
+std::vector<std::string> PlanRankDevices(const std::vector<std::string>& visible,
+                                         const std::vector<std::string>& placed, int nproc);
 
 }  // namespace trainscope::launch
 

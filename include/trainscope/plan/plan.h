@@ -13,6 +13,7 @@
 #define TRAINSCOPE_PLAN_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,12 @@ struct Cluster {
   // Bus bandwidths (nccl-tests busbw, GB/s) inside a node and between nodes.
   double intra_node_gbps = 100;
   double inter_node_gbps = 12.5;
-  std::string bandwidth_source = "assumed";  // or the selftest comm file they came from
-  double device_tflops = 100;                // sustained dense matmul rate, for step-time ranking
+  std::string bandwidth_source = "assumed";  // or the selftest comm / topology file
+  // From a topology (ApplyTopology): the bus bandwidth of a communicating group of this many
+  // devices inside a node (the slowest group of the placement, topo/topo.h). A group size
+  // without an entry uses intra_node_gbps.
+  std::map<int, double> intra_node_gbps_by_size;
+  double device_tflops = 100;  // sustained dense matmul rate, for step-time ranking
 };
 
 struct PlanOptions {
@@ -180,6 +185,16 @@ absl::StatusOr<ConfigModel> ReadTrainConfig(Os* os, const std::string& path);
 // The all_reduce busbw at the largest size of a `selftest comm --json` result (format
 // trainscope.selftest.comm). InvalidArgument naming the file when it holds none.
 absl::StatusOr<double> ReadSelftestBusBw(Os* os, const std::string& path);
+
+// The link estimates of a topology (`nvidia-smi topo -m` / `npu-smi info -t topo` text, as
+// `trainscope topo --from` reads it) for the devices of one node (cluster->devices /
+// cluster->nodes): for every group size s >= 2 that divides them, the bottleneck of the
+// slowest group when groups of s are placed on the fastest links (the ring's slowest link,
+// GB/s per direction, which is what a ring all-reduce's busbw runs at) goes into
+// intra_node_gbps_by_size, and the ring over all of the node's devices into intra_node_gbps.
+// InvalidArgument naming the file (and line) when it does not parse, holds fewer devices than
+// a node, or rates a needed link 0 (unknown class).
+absl::Status ApplyTopology(Os* os, const std::string& path, Cluster* cluster);
 
 // The bottleneck class from a trace analysis JSON (trainscope.trace.analysis, as `trace
 // analyze --json` writes it). Shares are means over ranks of the per-step figures:
