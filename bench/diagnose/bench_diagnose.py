@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Benchmark: `trainscope diagnose` of a run directory with N metric lines (default 1M
 trainscope `step` records, about 377 bytes each, a noisy healthy curve), side by side with
-`wc -l` over the same file (the floor for reading it once). Writes JSON to stdout (or -o):
-argv, binary, lines, bytes, diagnose and wc -l wall/CPU seconds (best of --repeat), their
-ratio, and the class diagnose gave (must be healthy).
+two peers over the same file: `wc -l` (the floor for reading it once) and Python's json
+module decoding every line (what a script reading the log would pay). Writes JSON to stdout
+(or -o): argv, binary, lines, bytes, the machine's CPUs and load average, diagnose / wc -l /
+python json wall and CPU seconds (best of --repeat), the ratios, and the class diagnose gave
+(must be healthy).
 
 Usage: bench/diagnose/bench_diagnose.py [--binary build/bin/trainscope] [--lines 1000000]
        [--repeat 3] [-o out.json]
@@ -51,11 +53,15 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         f = write_run(tmp, a.lines)
-        best = {"diagnose": (1e9, 1e9), "wc": (1e9, 1e9)}
+        best = {"diagnose": (1e9, 1e9), "wc": (1e9, 1e9), "py": (1e9, 1e9)}
+        py = [sys.executable, "-c",
+              "import json, sys\nfor line in open(sys.argv[1]): json.loads(line)", f]
         cls = None
         for _ in range(a.repeat):
             w, c, _ = timed(["wc", "-l", f])
             best["wc"] = min(best["wc"], (w, c))
+            w, c, _ = timed(py)
+            best["py"] = min(best["py"], (w, c))
             w, c, p = timed([a.binary, "diagnose", tmp, "--json"])
             if p.returncode not in (0, 1):
                 sys.exit(f"diagnose failed: {p.stderr}")
@@ -65,7 +71,11 @@ def main():
                "diagnose_wall_s": round(best["diagnose"][0], 3),
                "diagnose_cpu_s": round(best["diagnose"][1], 3),
                "wc_l_wall_s": round(best["wc"][0], 3), "wc_l_cpu_s": round(best["wc"][1], 3),
+               "python_json_wall_s": round(best["py"][0], 3),
+               "python_json_cpu_s": round(best["py"][1], 3),
                "diagnose_over_wc_l_wall": round(best["diagnose"][0] / max(best["wc"][0], 1e-9), 1),
+               "python_json_over_diagnose_wall": round(best["py"][0] / max(best["diagnose"][0], 1e-9), 1),
+               "cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2),
                "class": cls, "target_wall_s": 2.0,
                "meets_target": best["diagnose"][0] < 2.0 and cls == "healthy"}
     text = json.dumps(res, indent=2)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "diagnose/series_builder.h"
 #include "diagnose/tfrecord.h"
 #include "gtest/gtest.h"
 #include "tensorboard/event.pb.h"
@@ -222,6 +223,49 @@ TEST(Megatron, IterationAndValidationLines) {
   EXPECT_EQ(s->nan_iterations, 1);
   EXPECT_EQ(s->bad_records, 1);
   EXPECT_EQ(s->first_bad, "line 11: a field is not a number");
+}
+
+// A trainscope metrics log with everything the merge of chunks must get right: lines without
+// a step, a bad line, a repeated step, blank lines, a nonfinite record, the end record.
+TEST(Readers, JsonlInChunksEqualsOnePass) {
+  std::string text =
+      "{\"type\": \"header\", \"format\": \"trainscope.train_metrics\", \"rank\": 3}\n";
+  for (int i = 1; i <= 200; ++i) {
+    if (i % 37 == 0) text += "{\"type\": \"step\", \"loss\": oops}\n";
+    if (i % 41 == 0) text += "\n";
+    std::string step =
+        i % 23 == 0 ? "" : "\"step\": " + std::to_string(i % 50 == 0 ? i - 1 : i) + ", ";
+    text += "{\"type\": \"step\", " + step + "\"loss\": " + std::to_string(5.0 - i * 0.01) +
+            ", \"lr\": 1e-3, \"phases_ms\": {\"forward\": 1}, \"grad_norm\": " +
+            (i == 150 ? "null" : "1.5") + "}\n";
+  }
+  text += "{\"type\": \"nonfinite\", \"step\": 201, \"phase\": \"optimizer\"}\n";
+  text += "{\"type\": \"end\", \"reason\": \"error\", \"step\": 201}\n";
+  absl::StatusOr<Series> one = internal::ParseJsonlInChunks("m.jsonl", text, true, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->rank, 3);
+  EXPECT_EQ(one->end_reason, "error");
+  EXPECT_EQ(one->bad_records, 5);
+  EXPECT_EQ(one->first_bad.rfind("line 38: ", 0), 0u) << one->first_bad;
+  EXPECT_EQ(one->loss.back().step, 202);
+  EXPECT_TRUE(std::isnan(one->loss.back().value));
+  for (int chunks : {2, 3, 7, 64}) {
+    absl::StatusOr<Series> many = internal::ParseJsonlInChunks("m.jsonl", text, true, chunks);
+    ASSERT_TRUE(many.ok()) << many.status();
+    EXPECT_EQ(many->records, one->records) << chunks;
+    EXPECT_EQ(many->bad_records, one->bad_records) << chunks;
+    EXPECT_EQ(many->first_bad, one->first_bad) << chunks;
+    EXPECT_EQ(many->repeated_steps, one->repeated_steps) << chunks;
+    EXPECT_EQ(many->rank, one->rank) << chunks;
+    EXPECT_EQ(many->end_reason, one->end_reason) << chunks;
+    ASSERT_EQ(many->loss.size(), one->loss.size()) << chunks;
+    for (size_t i = 0; i < one->loss.size(); ++i) {
+      EXPECT_EQ(many->loss[i].step, one->loss[i].step) << chunks << " " << i;
+      EXPECT_TRUE(many->loss[i].value == one->loss[i].value ||
+                  (std::isnan(many->loss[i].value) && std::isnan(one->loss[i].value)));
+    }
+    EXPECT_EQ(many->grad_norm.size(), one->grad_norm.size()) << chunks;
+  }
 }
 
 TEST(Readers, TensorBoardAndMegatronTagNames) {

@@ -44,6 +44,10 @@ class SeriesBuilder {
   int64_t last_step_ = 0;
 };
 
+// Metrics JSONL parsed as `chunks` pieces of whole lines on as many threads (ParseSeries
+// picks the count from the size and the machine); for tests.
+absl::StatusOr<Series> ParseJsonlInChunks(std::string_view path, std::string_view text,
+                                          bool trainscope, int chunks);
 // TensorBoard event file bytes (tensorboard.cc).
 absl::StatusOr<Series> ParseTensorBoard(std::string_view path, std::string_view file);
 // Megatron-LM style text log (megatron_log.cc).
