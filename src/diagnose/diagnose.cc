@@ -3,6 +3,7 @@
 #include "trainscope/diagnose/diagnose.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,9 +12,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "diagnose/facts.h"
 #include "diagnose/flat_json.h"
+#include "diagnose/rule_engine.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::diagnose {
@@ -21,16 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Most specific first, within one severity.
-int Specificity(const std::string& id) {
-  static const char* kOrder[] = {"curve.nan_fixed_step", "curve.diverging",   "curve.unstable",
-                                 "curve.not_learning",   "curve.overfitting", "curve.loss_spikes",
-                                 "curve.plateau"};
-  for (size_t i = 0; i < std::size(kOrder); ++i)
-    if (id == kOrder[i]) return static_cast<int>(i);
-  return std::size(kOrder);  // reports' own findings, then healthy / too short
-}
 
 // Findings of a trainscope report; false when `doc` is not one diagnose reads.
 bool DocumentFindings(const std::string& path, const json& doc, std::vector<Finding>* out) {
@@ -99,6 +93,14 @@ bool DocumentFindings(const std::string& path, const json& doc, std::vector<Find
 struct Walk {
   std::vector<std::string> files;
   std::vector<SkippedFile>* skipped;
+  std::vector<std::string> checkpoint_dirs;  // directories inside a checkpoints folder
+};
+
+// What the walk and the readers gather besides the report itself.
+struct Evidence {
+  EngineInput engine;
+  std::vector<RankHash> hashes;
+  std::vector<Finding> notes;  // healthy / too short curves, bad records: ranked after all
 };
 
 void ListDir(const fs::path& dir, int depth, Walk* w) {
@@ -109,6 +111,11 @@ void ListDir(const fs::path& dir, int depth, Walk* w) {
   std::sort(entries.begin(), entries.end());
   for (const fs::path& p : entries) {
     if (fs::is_directory(p, ec)) {
+      // A checkpoint is listed, not read: its tensor files can be gigabytes.
+      if (p.parent_path().filename() == run_dir::kCheckpoints) {
+        w->checkpoint_dirs.push_back(p.string());
+        continue;
+      }
       if (depth < 8) ListDir(p, depth + 1, w);
     } else if (fs::is_regular_file(p, ec)) {
       w->files.push_back(p.string());
@@ -118,9 +125,56 @@ void ListDir(const fs::path& dir, int depth, Walk* w) {
   }
 }
 
+// A trainscope JSON document that gives facts rather than findings; false when it is none.
+bool DocumentFacts(const std::string& path, const json& doc, Facts* global) {
+  std::string format = doc.value("format", "");
+  if (format == formats::kDataScan) {
+    CollectDataScanFacts(path, doc, global);
+    return true;
+  }
+  if (format == formats::kEnvFingerprint) {
+    CollectFingerprintFacts(path, doc, global);
+    return true;
+  }
+  return !doc.contains("format") && CollectCkptVerifyFacts(path, doc, global);
+}
+
+// The facts of one metrics series, and the info notes a curve rule does not cover.
+void SeriesFacts(const Series& s, const std::string& text, FileKind kind, const RunResult& r,
+                 Evidence* ev) {
+  Facts run;
+  if (kind == FileKind::kTrainscopeMetrics) CollectMetricsFacts(text, &run);
+  run["run.path"] = Value::String(r.path);
+  run["run.format"] = Value::String(r.format);
+  if (r.rank >= 0) run["run.rank"] = Value::Number(r.rank);
+  if (!run.count("run.lr")) {
+    double peak = NAN;
+    for (const Point& p : s.lr)
+      if (std::isfinite(p.value) && !(p.value <= peak)) peak = p.value;
+    if (!std::isnan(peak)) run["run.lr"] = Value::Number(peak);
+  }
+  AddLrSafeZone(&run);
+  run["curve.class"] = Value::String(r.curve.cls);
+  run["curve.sentence"] = Value::String(r.curve.sentence);
+  run["curve.evidence"] = Value::String(EvidenceText(r.curve));
+  run["curve.nan_after_divergence"] = Value::Bool(r.curve.nan_after_divergence);
+  if (r.curve.first_bad_step >= 0)
+    run["curve.first_bad_step"] = Value::Number(r.curve.first_bad_step);
+  if (r.curve.nan_step >= 0) run["curve.nan_step"] = Value::Number(r.curve.nan_step);
+  if (auto h = run.find("run.data_order_hash"); h != run.end() && h->second.kind == Value::kString)
+    ev->hashes.push_back({fs::path(r.path).parent_path().string(), r.rank, h->second.text});
+  ev->engine.runs.push_back(std::move(run));
+  // Not problems, so not rules: the healthy verdict and a curve too short to judge.
+  if (r.curve.cls == "healthy" || r.curve.cls == "too_short") {
+    ev->notes.push_back({r.curve.severity, absl::StrCat("curve.", r.curve.cls), r.curve.sentence,
+                         EvidenceText(r.curve), r.curve.fix, r.path, r.rank});
+  }
+}
+
 // Reads one file into the report. `named`: given on the command line (an unknown kind is
 // then an error, not a skip).
-absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep) {
+absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep,
+                     Evidence* ev) {
   std::string text;
   if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   FileKind kind = DetectKind(path, text.substr(0, 4096));
@@ -131,7 +185,11 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
       std::vector<Finding> found;
       if (!doc.is_discarded() && DocumentFindings(path, doc, &found)) {
         rep->documents.push_back(path);
-        for (Finding& f : found) rep->findings.push_back(std::move(f));
+        for (Finding& f : found) ev->engine.documents.push_back(std::move(f));
+        return absl::OkStatus();
+      }
+      if (!doc.is_discarded() && doc.is_object() && DocumentFacts(path, doc, &ev->engine.global)) {
+        rep->documents.push_back(path);
         return absl::OkStatus();
       }
       if (!doc.is_discarded() && doc.is_object() && doc.contains("format"))
@@ -162,23 +220,26 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   r.first_bad = s->first_bad;
   r.end_reason = s->end_reason;
   r.curve = ClassifyCurve(*s, o.curve);
-  Finding f;
-  f.severity = r.curve.severity;
-  f.id = absl::StrCat("curve.", r.curve.cls);
-  f.title = r.curve.sentence;
-  f.evidence = EvidenceText(r.curve);
-  f.fix = r.curve.fix;
-  f.where = path;
-  f.rank = r.rank;
-  rep->findings.push_back(std::move(f));
+  SeriesFacts(*s, text, kind, r, ev);
   if (r.bad_records > 0) {
-    rep->findings.push_back({Severity::kInfo, "input.bad_records",
-                             absl::StrCat(r.bad_records, " bad record(s) skipped in ", path),
-                             absl::StrCat("first: ", r.first_bad), "check how the log was written",
-                             path});
+    ev->notes.push_back({Severity::kInfo, "input.bad_records",
+                         absl::StrCat(r.bad_records, " bad record(s) skipped in ", path),
+                         absl::StrCat("first: ", r.first_bad), "check how the log was written",
+                         path});
   }
   rep->runs.push_back(std::move(r));
   return absl::OkStatus();
+}
+
+// Facts that join several inputs: device memory share, data order across ranks.
+void JoinFacts(Evidence* ev) {
+  auto total = ev->engine.global.find("env.device_mem_total_bytes");
+  for (Facts& run : ev->engine.runs) {
+    auto peak = run.find("run.device_mem_peak_bytes");
+    if (total != ev->engine.global.end() && peak != run.end() && total->second.number > 0)
+      run["run.device_mem_peak_share"] = Value::Number(peak->second.number / total->second.number);
+  }
+  CollectDataOrderFacts(ev->hashes, &ev->engine.global);
 }
 
 std::string Label(const Finding& f) {
@@ -192,17 +253,27 @@ std::string Label(const Finding& f) {
 bool Report::has_error() const { return CountFindings(findings, Severity::kError) > 0; }
 
 absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Options& o) {
+  absl::StatusOr<RuleSet> rules = LoadRules(o.rules_file);
+  if (!rules.ok()) return rules.status();
   Report rep;
+  Evidence ev;
   for (const std::string& p : paths) {
     std::error_code ec;
     if (!fs::exists(p, ec))
       return absl::NotFoundError(absl::StrCat(p, ": no such file or directory"));
     if (fs::is_directory(p, ec)) {
-      Walk w{{}, &rep.skipped};
+      Walk w{{}, &rep.skipped, {}};
       ListDir(p, 0, &w);
       for (const std::string& f : w.files)
-        if (absl::Status s = ReadOne(f, false, o, &rep); !s.ok()) return s;
-    } else if (absl::Status s = ReadOne(p, true, o, &rep); !s.ok()) {
+        if (absl::Status s = ReadOne(f, false, o, &rep, &ev); !s.ok()) return s;
+      for (const std::string& d : w.checkpoint_dirs) {
+        std::string name = fs::path(d).filename().string();
+        CollectCheckpointDirFacts(d, name, fs::exists(fs::path(d) / "manifest.json", ec),
+                                  &ev.engine.global);
+      }
+      if (!w.checkpoint_dirs.empty())
+        rep.documents.push_back(fs::path(w.checkpoint_dirs.front()).parent_path().string());
+    } else if (absl::Status s = ReadOne(p, true, o, &rep, &ev); !s.ok()) {
       return s;
     }
   }
@@ -211,11 +282,17 @@ absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Opt
                                                    absl::StrJoin(paths, " "), " (",
                                                    rep.skipped.size(), " file(s) skipped)"));
   }
-  std::stable_sort(rep.findings.begin(), rep.findings.end(),
-                   [](const Finding& a, const Finding& b) {
-                     if (a.severity != b.severity) return a.severity < b.severity;
-                     return Specificity(a.id) < Specificity(b.id);
+  JoinFacts(&ev);
+  std::vector<RankedFinding> ranked = ApplyRules(*rules, ev.engine);
+  int last = static_cast<int>(rules->rules.size()) + 1;
+  for (Finding& f : ev.notes) ranked.push_back({last, std::move(f)});
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const RankedFinding& a, const RankedFinding& b) {
+                     if (a.finding.severity != b.finding.severity)
+                       return a.finding.severity < b.finding.severity;
+                     return a.order < b.order;
                    });
+  for (RankedFinding& r : ranked) rep.findings.push_back(std::move(r.finding));
   return rep;
 }
 

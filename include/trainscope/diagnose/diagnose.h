@@ -1,19 +1,24 @@
 // `trainscope diagnose PATH...`: reads every piece of evidence under the paths (metrics logs
 // of trainscope runs and of the user's own jobs, trainscope reports that carry findings),
-// classifies each loss curve (curve.h) and ranks all findings together: most severe first,
-// then the most specific (a fixed-step NaN before a generic plateau).
+// classifies each loss curve (curve.h), turns the evidence into facts and evaluates the rule
+// file (rules.h) on them, and ranks all findings together: most severe first, then the most
+// specific (the rule file's order: a fixed-step NaN before a generic plateau; document
+// findings no rule absorbed after the rules' findings).
 //
 // Inputs (docs/formats.md "Diagnose inputs"):
 //   - files: metrics JSONL / CSV / trainer_state.json / trainscope metrics (series.h), and
 //     trainscope documents with findings: env check (trainscope.env.check), trace analysis
 //     (trainscope.trace.analysis), doctor report (trainscope.doctor: failed and warned
-//     checks), hang analysis (hang/analysis.json);
+//     checks), hang analysis (hang/analysis.json); documents that give facts: data scan
+//     (trainscope.data.scan), environment fingerprint (trainscope.env.fingerprint), ckpt
+//     verify --json; checkpoint folders (<run>/checkpoints/step-<N>: listed, never read
+//     whole: a step directory without manifest.json, a .tmp- save);
 //   - folders, walked recursively (in name order, at most 8 levels): files of any other kind
 //     are listed as skipped with the reason, never an error.
-// Errors: NotFound for a path that does not exist; InvalidArgument naming the file for a
-// file given by name whose kind is unknown or that holds no usable record; InvalidArgument
-// when the paths hold no evidence at all. A bad record inside a file is counted, not an error.
-// Thread-safety: pure function of the files read.
+// Errors: the rule file's errors (rules.h LoadRules); NotFound for a path that does not exist;
+// InvalidArgument naming the file for a file given by name whose kind is unknown or that holds no
+// usable record; InvalidArgument when the paths hold no evidence at all. A bad record inside a file
+// is counted, not an error. Thread-safety: pure function of the files read.
 #ifndef TRAINSCOPE_DIAGNOSE_DIAGNOSE_H_
 #define TRAINSCOPE_DIAGNOSE_DIAGNOSE_H_
 
@@ -30,6 +35,7 @@ namespace trainscope::diagnose {
 
 struct Options {
   CurveOptions curve;
+  std::string rules_file;  // a rule file (rules.h); "" = the bundled rules
 };
 
 // One metrics series and its class.
