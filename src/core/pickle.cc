@@ -149,7 +149,11 @@ class Machine {
   Node *none_, *true_, *false_;
   std::vector<Node*> stack_;
   std::vector<size_t> marks_;
-  std::unordered_map<uint64_t, Node*> memo_;
+  // Memo: indices below the input's size (MEMOIZE's, and every PUT Python writes) in a
+  // vector, others in a map; memo_count_ is Python's len(memo).
+  std::vector<Node*> memo_dense_;
+  std::unordered_map<uint64_t, Node*> memo_sparse_;
+  uint64_t memo_count_ = 0;
 };
 
 // A signature of a scalar key (Python's == on str, bytes, int, bool, None), "" for others.
@@ -171,6 +175,35 @@ std::string PickleKeySignature(const Node* k) {
   }
 }
 
+// The kind of equality Python's dict uses for a scalar key: 's' str, 'b' bytes, 'i' int and
+// bool (True == 1), 'I' big int, 'n' None; 0 for keys compared by identity here.
+char PickleKeyClass(const Node* k) {
+  switch (k->kind) {
+    case Kind::kString:
+      return 's';
+    case Kind::kBytes:
+      return 'b';
+    case Kind::kInt:
+    case Kind::kBool:
+      return 'i';
+    case Kind::kBigInt:
+      return 'I';
+    case Kind::kNone:
+      return 'n';
+    default:
+      return 0;
+  }
+}
+
+bool PickleSameKey(const Node* a, const Node* b) {
+  if (a == b) return true;
+  const char c = PickleKeyClass(a);
+  if (c == 0 || c != PickleKeyClass(b)) return false;
+  return c == 'i' ? a->integer == b->integer : a->text == b->text;
+}
+
+constexpr size_t kPickleLinearKeys = 32;  // dicts up to this size find a key by scanning
+
 absl::Status Machine::SetItem(Node* target, Node* key, Node* value) {
   if (target->kind == Kind::kRecord) {
     target->record->dict_items.push_back(key);
@@ -179,15 +212,31 @@ absl::Status Machine::SetItem(Node* target, Node* key, Node* value) {
   }
   if (target->kind != Kind::kDict)
     return Fail(absl::StrCat("the target is a ", KindName(target->kind), ", not a dict"));
-  std::string sig = PickleKeySignature(key);
-  if (!sig.empty()) {
+  // A key set twice keeps one entry, as in Python. Small dicts (FR entries, dataclass
+  // fields) scan; a large one keeps an index of its scalar keys' signatures.
+  std::vector<Node*>& items = target->items;
+  if (items.size() / 2 < kPickleLinearKeys) {
+    for (size_t i = 0; i < items.size(); i += 2) {
+      if (PickleSameKey(items[i], key)) {
+        items[i + 1] = value;
+        return absl::OkStatus();
+      }
+    }
+  } else {
     if (!target->key_index) {
       target->key_index = std::make_unique<std::unordered_map<std::string, size_t>>();
+      for (size_t i = 0; i < items.size(); i += 2) {
+        std::string sig = PickleKeySignature(items[i]);
+        if (!sig.empty()) target->key_index->emplace(std::move(sig), i);
+      }
     }
-    auto [it, inserted] = target->key_index->emplace(std::move(sig), target->items.size());
-    if (!inserted) {
-      target->items[it->second + 1] = value;
-      return absl::OkStatus();
+    std::string sig = PickleKeySignature(key);
+    if (!sig.empty()) {
+      auto [it, inserted] = target->key_index->emplace(std::move(sig), items.size());
+      if (!inserted) {
+        items[it->second + 1] = value;
+        return absl::OkStatus();
+      }
     }
   }
   target->items.push_back(key);
@@ -460,18 +509,34 @@ absl::Status Machine::MemoOp() {
     if (!v.ok()) return v.status();
     index = *v;
   } else {  // MEMOIZE
-    index = memo_.size();
+    index = memo_count_;
+  }
+  const bool dense = index < in_.size() + 1024;
+  Node** slot = nullptr;
+  if (dense && index < memo_dense_.size()) {
+    slot = &memo_dense_[index];
+  } else if (!dense) {
+    auto it = memo_sparse_.find(index);
+    if (it != memo_sparse_.end()) slot = &it->second;
   }
   if (op_ == 'g' || op_ == 'h' || op_ == 'j') {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) return Fail(absl::StrCat("memo entry ", index, " was never set"));
-    return Push(it->second);
+    if (!slot || !*slot) return Fail(absl::StrCat("memo entry ", index, " was never set"));
+    return Push(*slot);
   }
   auto top = Top();
   if (!top.ok()) return top.status();
-  if (memo_.size() >= options_.max_memo_entries && !memo_.count(index))
-    return Fail(absl::StrCat("more than ", options_.max_memo_entries, " memo entries"));
-  memo_[index] = *top;
+  if (!slot || !*slot) {
+    if (memo_count_ >= options_.max_memo_entries)
+      return Fail(absl::StrCat("more than ", options_.max_memo_entries, " memo entries"));
+    ++memo_count_;
+    if (dense) {
+      if (index >= memo_dense_.size()) memo_dense_.resize(index + 1, nullptr);
+      slot = &memo_dense_[index];
+    } else {
+      slot = &memo_sparse_[index];
+    }
+  }
+  *slot = *top;
   return absl::OkStatus();
 }
 

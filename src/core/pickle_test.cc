@@ -121,6 +121,22 @@ TEST(Pickle, HandMadeOpcodes) {
   EXPECT_EQ(v->items[1].dict[0].value.integer, 3);
 }
 
+// Dicts past the linear-scan size use an index of their keys; memo indices far beyond the
+// input's size (LONG_BINPUT) live in the sparse memo.
+TEST(Pickle, LargeDictsAndSparseMemo) {
+  std::string big = Bytes({0x80, 2, '}', '('});
+  for (int i = 0; i < 40; ++i) big += Bytes({'K', i, 'K', i});
+  big += Bytes({'K', 5, 'K', 99, 'u', '.'});
+  auto v = Parse(big);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->dict.size(), 40u);
+  EXPECT_EQ(v->dict[5].value.integer, 99);
+  v = Parse(
+      Bytes({0x80, 2, 'K', 7, 'r', 0xf0, 0xff, 0xff, 0xff, '0', 'j', 0xf0, 0xff, 0xff, 0xff, '.'}));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->integer, 7);
+}
+
 void ExpectPickleError(const std::string& bytes, const std::string& part) {
   auto v = Parse(bytes);
   ASSERT_FALSE(v.ok()) << ToJson(*v).dump();
