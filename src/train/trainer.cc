@@ -666,15 +666,12 @@ absl::Status Trainer::RecordStep(StepContext* s) {
   if (MetricsWriter* metrics = st_->metrics.get()) {
     const auto write_start = Clock::now();
     rec.host_rss_bytes = HostRssBytes();
-    TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
     if (device_.is_cuda()) {  // the device's own figures beside the host's (docs/metrics.md)
       const DeviceMemory m = ReadDeviceMemory(device_);
-      TS_RETURN_IF_ERROR(
-          metrics->WriteRecord("device_memory", {{"step", s->step},
-                                                 {"allocated_bytes", m.allocated_bytes},
-                                                 {"reserved_bytes", m.reserved_bytes},
-                                                 {"peak_allocated_bytes", m.peak_bytes}}));
+      rec.device_mem_allocated_bytes = m.allocated_bytes;
+      rec.device_mem_peak_bytes = m.peak_bytes;
     }
+    TS_RETURN_IF_ERROR(metrics->WriteStep(rec));
     if (s->norms_now) TS_RETURN_IF_ERROR(metrics->WriteLayerNorms(s->step, s->layer_norms));
     obs_ms += MsSince(write_start);
   }
