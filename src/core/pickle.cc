@@ -156,52 +156,6 @@ class Machine {
   uint64_t memo_count_ = 0;
 };
 
-// A signature of a scalar key (Python's == on str, bytes, int, bool, None), "" for others.
-std::string PickleKeySignature(const Node* k) {
-  switch (k->kind) {
-    case Kind::kString:
-      return "s" + k->text;
-    case Kind::kBytes:
-      return "b" + k->text;
-    case Kind::kInt:
-    case Kind::kBool:
-      return absl::StrCat("i", k->integer);
-    case Kind::kBigInt:
-      return "i" + k->text;
-    case Kind::kNone:
-      return "n";
-    default:
-      return "";
-  }
-}
-
-// The kind of equality Python's dict uses for a scalar key: 's' str, 'b' bytes, 'i' int and
-// bool (True == 1), 'I' big int, 'n' None; 0 for keys compared by identity here.
-char PickleKeyClass(const Node* k) {
-  switch (k->kind) {
-    case Kind::kString:
-      return 's';
-    case Kind::kBytes:
-      return 'b';
-    case Kind::kInt:
-    case Kind::kBool:
-      return 'i';
-    case Kind::kBigInt:
-      return 'I';
-    case Kind::kNone:
-      return 'n';
-    default:
-      return 0;
-  }
-}
-
-bool PickleSameKey(const Node* a, const Node* b) {
-  if (a == b) return true;
-  const char c = PickleKeyClass(a);
-  if (c == 0 || c != PickleKeyClass(b)) return false;
-  return c == 'i' ? a->integer == b->integer : a->text == b->text;
-}
-
 constexpr size_t kPickleLinearKeys = 32;  // dicts up to this size find a key by scanning
 
 absl::Status Machine::SetItem(Node* target, Node* key, Node* value) {
@@ -217,7 +171,7 @@ absl::Status Machine::SetItem(Node* target, Node* key, Node* value) {
   std::vector<Node*>& items = target->items;
   if (items.size() / 2 < kPickleLinearKeys) {
     for (size_t i = 0; i < items.size(); i += 2) {
-      if (PickleSameKey(items[i], key)) {
+      if (internal::SameKey(items[i], key)) {
         items[i + 1] = value;
         return absl::OkStatus();
       }
@@ -226,11 +180,11 @@ absl::Status Machine::SetItem(Node* target, Node* key, Node* value) {
     if (!target->key_index) {
       target->key_index = std::make_unique<std::unordered_map<std::string, size_t>>();
       for (size_t i = 0; i < items.size(); i += 2) {
-        std::string sig = PickleKeySignature(items[i]);
+        std::string sig = internal::KeySignature(items[i]);
         if (!sig.empty()) target->key_index->emplace(std::move(sig), i);
       }
     }
-    std::string sig = PickleKeySignature(key);
+    std::string sig = internal::KeySignature(key);
     if (!sig.empty()) {
       auto [it, inserted] = target->key_index->emplace(std::move(sig), items.size());
       if (!inserted) {

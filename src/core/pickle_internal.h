@@ -75,6 +75,12 @@ std::string LongBytesToText(std::string_view b);
 // a decimal integer.
 bool ParseDecimal(std::string_view s, int64_t* small, std::string* big);
 
+// pickle_tree.cc: dict keys. Python's == on scalar keys (str, bytes, int and bool, big int,
+// None; other keys only equal themselves), and a text form of a scalar key for a large
+// dict's index ("" for others).
+bool SameKey(const Node* a, const Node* b);
+std::string KeySignature(const Node* k);
+
 // Copies the graph under `root` into a tree: InvalidArgument when it contains itself, nests
 // deeper than max_depth, or expands past max_nodes nodes / max_text_bytes bytes of text.
 absl::StatusOr<Value> ToTree(Node* root, int max_depth, uint64_t max_nodes,

@@ -17,6 +17,28 @@ namespace trainscope::pickle {
 namespace internal {
 namespace {
 
+using Kind = Value::Kind;
+
+// The kind of equality Python's dict uses for a scalar key: 's' str, 'b' bytes, 'i' int and
+// bool (True == 1), 'I' big int, 'n' None; 0 for keys compared by identity here.
+char PickleKeyClass(const Node* k) {
+  switch (k->kind) {
+    case Kind::kString:
+      return 's';
+    case Kind::kBytes:
+      return 'b';
+    case Kind::kInt:
+    case Kind::kBool:
+      return 'i';
+    case Kind::kBigInt:
+      return 'I';
+    case Kind::kNone:
+      return 'n';
+    default:
+      return 0;
+  }
+}
+
 class TreeCopier {
  public:
   TreeCopier(int max_depth, uint64_t max_nodes, uint64_t max_text_bytes)
@@ -89,6 +111,32 @@ class TreeCopier {
 };
 
 }  // namespace
+
+// A signature of a scalar key (Python's == on str, bytes, int, bool, None), "" for others.
+std::string KeySignature(const Node* k) {
+  switch (k->kind) {
+    case Kind::kString:
+      return "s" + k->text;
+    case Kind::kBytes:
+      return "b" + k->text;
+    case Kind::kInt:
+    case Kind::kBool:
+      return absl::StrCat("i", k->integer);
+    case Kind::kBigInt:
+      return "i" + k->text;
+    case Kind::kNone:
+      return "n";
+    default:
+      return "";
+  }
+}
+
+bool SameKey(const Node* a, const Node* b) {
+  if (a == b) return true;
+  const char c = PickleKeyClass(a);
+  if (c == 0 || c != PickleKeyClass(b)) return false;
+  return c == 'i' ? a->integer == b->integer : a->text == b->text;
+}
 
 absl::StatusOr<Value> ToTree(Node* root, int max_depth, uint64_t max_nodes,
                              uint64_t max_text_bytes) {
