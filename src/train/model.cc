@@ -151,8 +151,9 @@ double MeasurePeak(const torch::Device& device, int threads, const std::string& 
   // A GPU needs a far larger matmul than a CPU to reach its peak.
   const int64_t n = device.is_cuda() ? 8192 : 512;
   auto dtype = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
-  torch::Tensor a = torch::randn({n, n}).to(device, dtype);
-  torch::Tensor b = torch::randn({n, n}).to(device, dtype);
+  // Drawn on the device itself (a GPU's 8192^2 inputs would take seconds on the host).
+  torch::Tensor a = torch::randn({n, n}, torch::device(device)).to(dtype);
+  torch::Tensor b = torch::randn({n, n}, torch::device(device)).to(dtype);
   torch::Tensor c = torch::mm(a, b);  // warm-up
   SynchronizeDevice(device);
   double best = 0;
