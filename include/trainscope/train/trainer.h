@@ -1,5 +1,6 @@
-// The reference trainer: a GPT-style decoder LM on libtorch (CPU), single rank or
-// data-parallel over trainscope::comm, with every step's phases and memory logged per rank.
+// The reference trainer: a GPT-style decoder LM on libtorch (CPU, or a CUDA GPU: train.device),
+// single rank or data-parallel over trainscope::comm, with every step's phases and memory logged
+// per rank.
 // This header is libtorch-free; the libtorch code lives in model.cc, trainer.cc, ddp.cc.
 //
 // Run directory (docs/formats.md, "Run directory"):
