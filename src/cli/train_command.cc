@@ -1,4 +1,6 @@
-// `trainscope train --config FILE [--run-dir DIR] [--resume latest|PATH]`: the reference trainer.
+// `trainscope train --config FILE [--run-dir DIR] [--resume latest|PATH]`: the reference trainer;
+// `--sweep-workers` and `--probe-batch` measure it over several settings.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,9 +24,11 @@
 #include "trainscope/core/finding.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
+#include "trainscope/core/subprocess.h"
 #include "trainscope/core/table.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/train/config.h"
+#include "trainscope/train/probe.h"
 #include "trainscope/train/trainer.h"
 
 namespace trainscope::cli {
@@ -45,6 +49,12 @@ struct TrainFlags {
   std::string resume;  // "", "latest" or a checkpoint path
   std::string device;  // "": train.device of the config
   double device_tflops = 0;
+  // --probe-batch (train/probe.h)
+  bool probe = false;
+  int probe_steps = 5;
+  double probe_memory_limit_gb = 0;  // 0: detect
+  int probe_ranks = 1;
+  int probe_global_batch = 0;  // 0: the config's
 };
 
 // An exception thrown on a thread nobody can catch on (gloo's network thread raises when
@@ -115,6 +125,40 @@ void PrintResult(const train::TrainResult& r, const std::string& run_dir) {
   std::printf("weights xxh3_64: %s\n", r.weights_checksum.c_str());
 }
 
+// `--probe-batch`: each candidate micro-batch is a child `trainscope train` of a few steps
+// (train/probe.h); the table or --json, exit 0 with a recommendation, 1 without.
+int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const std::string& path) {
+  if (f.sweep || !f.resume.empty() || !f.inject.empty()) {
+    return ReportAndExitCode("train",
+                             absl::InvalidArgumentError("--probe-batch cannot be combined with "
+                                                        "--sweep-workers, --resume or --inject"));
+  }
+  train::ProbeOptions o;
+  o.steps = f.probe_steps;
+  o.warmup_steps = f.probe_steps >= 4 ? 2 : 1;
+  o.ranks = f.probe_ranks;
+  o.global_batch = f.probe_global_batch;
+  if (f.probe_memory_limit_gb > 0) {
+    o.memory_limit_bytes = static_cast<int64_t>(f.probe_memory_limit_gb * 1e9);
+  }
+  o.binary = SelfExecutablePath();
+  const std::string run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
+  o.work_dir = run_dir::Join(run_dir::Join(run_dir, run_dir::kTrain), "probe");
+  o.on_progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  auto report = train::ProbeBatch(config, o, Os::Default());
+  if (!report.ok()) return ReportAndExitCode("train", report.status());
+  if (f.json) {
+    nlohmann::json j = train::ProbeReportToJson(*report);
+    j["config"] = path;
+    j["run_dir"] = run_dir;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s", train::RenderProbeReport(*report).c_str());
+    std::printf("candidate runs: %s\n", o.work_dir.c_str());
+  }
+  return report->recommended >= 0 ? kExitOk : kExitProblems;
+}
+
 int RunTrain(const TrainFlags& f) {
   std::string path = f.config;
   if (path.empty()) {
@@ -150,6 +194,7 @@ int RunTrain(const TrainFlags& f) {
   }
   if (f.steps > 0) config->train.steps = f.steps;
   if (f.max_seconds >= 0) config->train.max_seconds = f.max_seconds;
+  if (f.probe) return RunProbeBatch(f, *config, path);
   train::TrainOptions o;
   o.run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
   o.comm_backend = f.backend;
@@ -261,6 +306,12 @@ int RunTrain(const TrainFlags& f) {
     nlohmann::json j = train::TrainResultToJson(*r);
     j["run_dir"] = o.run_dir;
     j["config"] = path;
+    // This process's peak RSS (what wait4 and /usr/bin/time report; the batch-size probe
+    // reads it from its child runs). Linux reports kilobytes.
+    rusage usage{};
+    if (getrusage(RUSAGE_SELF, &usage) == 0) {
+      j["peak_rss_bytes"] = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else if (r->rank == 0) {
     PrintResult(*r, o.run_dir);
@@ -313,6 +364,25 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                 "measure step time for several data.num_workers values and report the best");
   cmd->add_option("--sweep-values", flags->sweep_values, "num_workers values to sweep (0,1,2,4)");
   cmd->add_option("--sweep-steps", flags->sweep_steps, "steps per sweep value (20)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--probe-batch", flags->probe,
+                "find the micro-batch: run a few steps per candidate (each a child run), growing "
+                "from a safe guess and stopping before the memory limit; recommend micro-batch "
+                "and accumulation (<= 16) for the config's global batch (exit 1: nothing fits)");
+  cmd->add_option("--probe-steps", flags->probe_steps,
+                  "steps per probe candidate (5; the first 2 are warm-up)")
+      ->check(CLI::Range(2, 1000));
+  cmd->add_option("--probe-memory-limit", flags->probe_memory_limit_gb,
+                  "memory one rank may use, GB = 1e9 bytes (default: train.device cuda: the "
+                  "GPU's free memory (nvidia-smi); cpu: min(MemAvailable, cgroup room) / "
+                  "--probe-ranks)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--probe-ranks", flags->probe_ranks,
+                  "data-parallel ranks of the real run on this machine (1)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--probe-global-batch", flags->probe_global_batch,
+                  "sequences per optimizer step, all ranks (default: the config's micro_batch x "
+                  "grad_accum x --probe-ranks)")
       ->check(CLI::PositiveNumber);
   cmd->callback([flags, &ctx] { ctx.exit_code = RunTrain(*flags); });
 }
