@@ -15,7 +15,8 @@
                         as pickles: rank 0 as PyTorch's writer pickles it (protocol 2, the
                         opcodes torch::jit::Pickler writes), rank 1 by pickle.dumps (protocol 4)
 
-Run with Debian's /usr/bin/python3 (torch 1.13, where DCP lives in
+`make_fixtures.py --fr-bench DIR` writes the dumps of docs/PERFORMANCE.md "Pickle dumps"
+instead (not committed). Run with Debian's /usr/bin/python3 (torch 1.13, where DCP lives in
 torch.distributed._shard.checkpoint).
 """
 import collections, dataclasses, enum, importlib.util, json, os, pickle, shutil, sys
@@ -161,11 +162,16 @@ def write_dcp():
         f.write("\n")
 
 
-def write_fr():
+def load_hang_fixtures():
     spec = importlib.util.spec_from_file_location(
         "hang_fixtures", os.path.join(HERE, "..", "hang", "make_fixtures.py"))
     hang = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hang)
+    return hang
+
+
+def write_fr():
+    hang = load_hang_fixtures()
     folder = os.path.join(HERE, "fr_skipped")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -182,7 +188,30 @@ def write_fr():
             f.write(data)
 
 
+def write_fr_bench(out):
+    """docs/PERFORMANCE.md "Pickle dumps": 2 ranks x 20,000 entries (5,000 steps of 4
+    buckets, 3 frames each) as JSON, as torch's protocol-2 pickle and as Python's protocol 4."""
+    hang = load_hang_fixtures()
+    for fmt in ("json", "p2", "p4"):
+        os.makedirs(os.path.join(out, fmt), exist_ok=True)
+    for r in range(2):
+        k = hang.Rank(r, hang.world(2))
+        for s in range(1, 5001):
+            for b in range(4):
+                k.op("all_reduce", 1024 * (b + 1), caller=f"step {s} grad bucket {b}",
+                     frames=["reduce_grads", "train_step", "main"])
+        name = f"nccl_trace_rank_{r}"
+        with open(os.path.join(out, "json", name), "w") as f:
+            json.dump(k.doc(False), f)
+        with open(os.path.join(out, "p2", name), "wb") as f:
+            f.write(hang.torch_like_pickle(k.doc(True)))
+        with open(os.path.join(out, "p4", name), "wb") as f:
+            f.write(pickle.dumps(k.doc(True), protocol=4))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--fr-bench":
+        return write_fr_bench(sys.argv[2])
     write_values()
     write_dcp()
     write_fr()
