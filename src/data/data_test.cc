@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "data/doc_analysis.h"
@@ -436,8 +438,10 @@ TEST(Analysis, SimdNormalisationMatchesScalar) {
   }
 }
 
-// The AVX-512 MinHash minima equal the scalar ones (64-bit integer math, any shingle count
-// and any number of permutations, including those past the last full register).
+// The AVX2 and AVX-512 MinHash minima equal the scalar ones (64-bit integer math, any
+// shingle count and any number of permutations, including those past the last full
+// register; shingles and multipliers with high bits set exercise the composed multiply and
+// the unsigned compare).
 TEST(Analysis, SimdMinHashMatchesScalar) {
   uint64_t state = 7;
   auto next = [&] {
@@ -446,7 +450,7 @@ TEST(Analysis, SimdMinHashMatchesScalar) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     return z ^ (z >> 27);
   };
-  for (int p : {1, 7, 8, 40, 112, 130}) {
+  for (int p : {1, 4, 7, 8, 16, 20, 40, 112, 130}) {
     std::vector<uint64_t> a(p), b(p);
     for (int i = 0; i < p; ++i) {
       a[i] = next() | 1;
@@ -455,12 +459,63 @@ TEST(Analysis, SimdMinHashMatchesScalar) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{333}}) {
       std::vector<uint64_t> x(n);
       for (auto& v : x) v = next();
-      std::vector<uint64_t> scalar(p), simd(p);
+      if (n >= 5) {  // extremes: products and sums that wrap, minima at 0 and 2^64-1
+        x[0] = 0;
+        x[1] = ~uint64_t{0};
+        x[2] = uint64_t{1} << 63;
+      }
+      std::vector<uint64_t> scalar(p);
       MinHashMins(x.data(), n, a.data(), b.data(), p, scalar.data(), 0);
-      MinHashMins(x.data(), n, a.data(), b.data(), p, simd.data(), 2);
-      ASSERT_EQ(simd, scalar) << "p " << p << " n " << n;
+      for (int level = 1; level <= 2; ++level) {
+        std::vector<uint64_t> simd(p);
+        MinHashMins(x.data(), n, a.data(), b.data(), p, simd.data(), level);
+        ASSERT_EQ(simd, scalar) << "p " << p << " n " << n << " level " << level;
+      }
     }
   }
+}
+
+// The exact-duplicate result cache gives what a fresh analysis gives: documents repeated
+// near and far (a 4-slot cache, so slots are overwritten and some repeats miss), given
+// token counts that differ between copies, one without shingles, one with invalid UTF-8.
+TEST(Analysis, ResultCacheMatchesFreshAnalysis) {
+  std::vector<std::string> distinct;
+  for (int i = 0; i < 9; ++i) distinct.push_back(Prose(i, 1 + i % 4));
+  distinct.push_back("...");
+  distinct.push_back("bad \xff\xfe bytes and more words here.");
+  std::vector<std::pair<std::string, int64_t>> docs;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      const size_t pick = (k * (round + 1)) % distinct.size();
+      docs.emplace_back(distinct[pick], round == 2 && k % 2 == 0 ? int64_t(100 + k) : -1);
+      if (k % 3 == 0) docs.push_back(docs.back());  // a repeat right after: a hit
+    }
+  }
+  AnalyzerOptions fresh_opt, cached_opt;
+  fresh_opt.result_cache_slots = 0;
+  cached_opt.result_cache_slots = 4;
+  DocAnalyzer fresh(fresh_opt), cached(cached_opt);
+  const int p = fresh.permutations(), bands = fresh_opt.bands;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    DocResult r0, r1;
+    std::vector<uint64_t> b0(bands), b1(bands);
+    std::vector<uint16_t> s0(p), s1(p);
+    fresh.Analyze(docs[d].first, docs[d].second, &r0, b0.data(), s0.data());
+    cached.Analyze(docs[d].first, docs[d].second, &r1, b1.data(), s1.data());
+    const auto fields = [](const DocResult& r) {
+      return std::make_tuple(r.raw_hash, r.norm_hash, r.bytes, r.chars, r.words, r.tokens, r.flags,
+                             r.lang, r.has_signature);
+    };
+    ASSERT_EQ(fields(r0), fields(r1)) << "doc " << d;
+    ASSERT_EQ(r1.tokens, docs[d].second >= 0 ? uint64_t(docs[d].second) : docs[d].first.size());
+    if (r0.has_signature) {
+      ASSERT_EQ(b0, b1) << "doc " << d;
+      ASSERT_EQ(s0, s1) << "doc " << d;
+    }
+  }
+  EXPECT_EQ(fresh.cache_hits(), 0u);
+  EXPECT_GT(cached.cache_hits(), 0u);
+  EXPECT_LT(cached.cache_hits(), docs.size() - distinct.size());  // some repeats evicted
 }
 
 TEST(Analysis, CleanProseHasNoEncodingOrTruncationFlags) {

@@ -105,6 +105,27 @@ DocAnalyzer::DocAnalyzer(const AnalyzerOptions& options) : options_(options) {
     perm_b_.push_back(Mix(state));
   }
   mins_.resize(p);
+  if (options_.result_cache_slots > 0 &&
+      (options_.noise || options_.language || options_.near_dup)) {
+    size_t slots = 1;
+    while (slots < static_cast<size_t>(options_.result_cache_slots)) slots *= 2;
+    cache_.resize(slots);
+    if (options_.near_dup) {
+      cache_bands_.resize(slots * options_.bands);
+      cache_sigs_.resize(slots * p);
+    }
+  }
+}
+
+DocAnalyzer::CacheSlot* DocAnalyzer::Slot(uint64_t raw_hash) {
+  if (cache_.empty()) return nullptr;
+  return &cache_[(raw_hash ^ (raw_hash >> 32)) & (cache_.size() - 1)];
+}
+
+uint64_t DocAnalyzer::Tokens(std::string_view text, int64_t known_tokens) const {
+  if (known_tokens >= 0) return static_cast<uint64_t>(known_tokens);
+  if (options_.tokenizer != nullptr) return options_.tokenizer->Count(text);
+  return text.size();
 }
 
 void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult* r,
@@ -120,6 +141,39 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
     ExactAndCounts(text, known_tokens, r);
     return;
   }
+  // Exact duplicates (63% of the documents of the short real-text bench corpus) take the
+  // results of their last analysis from the cache: every figure below is a function of
+  // the bytes alone, except a token count given by the caller.
+  CacheSlot* slot = Slot(r->raw_hash);
+  const int p = permutations();
+  if (slot != nullptr && slot->used && slot->raw_hash == r->raw_hash && slot->bytes == r->bytes) {
+    const size_t i = static_cast<size_t>(slot - cache_.data());
+    *r = slot->result;
+    if (known_tokens >= 0 || !slot->tokens_from_text) r->tokens = Tokens(text, known_tokens);
+    if (options_.near_dup && r->has_signature) {
+      std::memcpy(band_out, &cache_bands_[i * options_.bands], options_.bands * sizeof(uint64_t));
+      std::memcpy(sig_out, &cache_sigs_[i * p], p * sizeof(uint16_t));
+    }
+    ++cache_hits_;
+    return;
+  }
+  AnalyzeUncached(text, known_tokens, r, band_out, sig_out, utf8_valid);
+  if (slot != nullptr) {
+    const size_t i = static_cast<size_t>(slot - cache_.data());
+    slot->raw_hash = r->raw_hash;
+    slot->bytes = r->bytes;
+    slot->used = true;
+    slot->tokens_from_text = known_tokens < 0;
+    slot->result = *r;
+    if (options_.near_dup && r->has_signature) {
+      std::memcpy(&cache_bands_[i * options_.bands], band_out, options_.bands * sizeof(uint64_t));
+      std::memcpy(&cache_sigs_[i * p], sig_out, p * sizeof(uint16_t));
+    }
+  }
+}
+
+void DocAnalyzer::AnalyzeUncached(std::string_view text, int64_t known_tokens, DocResult* r,
+                                  uint64_t* band_out, uint16_t* sig_out, bool utf8_valid) {
   const bool valid = utf8_valid || simdjson::validate_utf8(text.data(), text.size());
   if (!valid) r->flags |= 1u << kFlagInvalidUtf8;
 
@@ -135,13 +189,7 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   if (norm_.empty()) r->flags |= 1u << kFlagEmpty;
 
   r->words = static_cast<uint32_t>(word_start_.size());
-  if (known_tokens >= 0) {
-    r->tokens = known_tokens;
-  } else if (options_.tokenizer != nullptr) {
-    r->tokens = options_.tokenizer->Count(text);
-  } else {
-    r->tokens = text.size();
-  }
+  r->tokens = Tokens(text, known_tokens);
   r->lang = CLD2::UNKNOWN_LANGUAGE;
   if (options_.noise && !norm_.empty()) {
     Noise(text, r);
@@ -281,6 +329,71 @@ size_t NormaliseAvx2(const unsigned char* s, size_t n, char* out, uint32_t* char
   return o;
 }
 
+// MinHash minima with AVX2, four 64-bit permutations per register, four registers (16
+// permutations) per pass over the shingles. AVX2 has no 64-bit multiply, so a*x mod 2^64
+// is composed from 32x32->64 multiplies: lo(a)lo(x) + ((hi(a)lo(x) + lo(a)hi(x)) << 32)
+// (the hi*hi term vanishes mod 2^64). There is no unsigned 64-bit min either: adding 2^63
+// turns unsigned order into signed order, and it is folded into b (b + 2^63), so the
+// signed compare-and-blend runs on biased values that are un-biased once at the end. Same
+// integers as the scalar path.
+struct Avx2Perm {
+  __m256i a, a_hi, b;  // multiplier, its high half in the low lanes, biased offset
+};
+
+inline Avx2Perm LoadAvx2Perm(const uint64_t* a, const uint64_t* b) {
+  const __m256i bias = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ULL));
+  const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  return {va, _mm256_srli_epi64(va, 32), _mm256_add_epi64(vb, bias)};
+}
+
+// min(m, a*x + b) in the biased (signed) domain; x and x_hi broadcast to every lane.
+inline __m256i Avx2MulAddMin(const Avx2Perm& p, __m256i x, __m256i x_hi, __m256i m) {
+  const __m256i lo = _mm256_mul_epu32(p.a, x);
+  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(p.a_hi, x), _mm256_mul_epu32(p.a, x_hi));
+  const __m256i v = _mm256_add_epi64(_mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32)), p.b);
+  return _mm256_blendv_epi8(m, v, _mm256_cmpgt_epi64(m, v));
+}
+
+inline void StoreAvx2Mins(__m256i m, uint64_t* out) {
+  const __m256i bias = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ULL));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_sub_epi64(m, bias));
+}
+
+void MinHashMinsAvx2(const uint64_t* x, size_t n, const uint64_t* a, const uint64_t* b, int p,
+                     uint64_t* m) {
+  const __m256i kInit = _mm256_set1_epi64x(std::numeric_limits<int64_t>::max());  // 2^64-1 biased
+  int i = 0;
+  for (; i + 16 <= p; i += 16) {
+    const Avx2Perm p0 = LoadAvx2Perm(a + i, b + i), p1 = LoadAvx2Perm(a + i + 4, b + i + 4);
+    const Avx2Perm p2 = LoadAvx2Perm(a + i + 8, b + i + 8),
+                   p3 = LoadAvx2Perm(a + i + 12, b + i + 12);
+    __m256i m0 = kInit, m1 = kInit, m2 = kInit, m3 = kInit;
+    for (size_t k = 0; k < n; ++k) {
+      const __m256i v = _mm256_set1_epi64x(static_cast<long long>(x[k]));
+      const __m256i v_hi = _mm256_srli_epi64(v, 32);
+      m0 = Avx2MulAddMin(p0, v, v_hi, m0);
+      m1 = Avx2MulAddMin(p1, v, v_hi, m1);
+      m2 = Avx2MulAddMin(p2, v, v_hi, m2);
+      m3 = Avx2MulAddMin(p3, v, v_hi, m3);
+    }
+    StoreAvx2Mins(m0, m + i);
+    StoreAvx2Mins(m1, m + i + 4);
+    StoreAvx2Mins(m2, m + i + 8);
+    StoreAvx2Mins(m3, m + i + 12);
+  }
+  for (; i + 4 <= p; i += 4) {
+    const Avx2Perm p0 = LoadAvx2Perm(a + i, b + i);
+    __m256i m0 = kInit;
+    for (size_t k = 0; k < n; ++k) {
+      const __m256i v = _mm256_set1_epi64x(static_cast<long long>(x[k]));
+      m0 = Avx2MulAddMin(p0, v, _mm256_srli_epi64(v, 32), m0);
+    }
+    StoreAvx2Mins(m0, m + i);
+  }
+  MinHashMinsScalar(x, n, a + i, b + i, p - i, m + i);  // the permutations left over
+}
+
 // 64 bytes at a time with AVX-512 mask registers; VBMI2's byte compress drops the
 // collapsed spaces in one instruction, so blocks with whitespace runs (indented text) cost
 // no more than others. Chosen at run time (Ice Lake, Sapphire Rapids, Zen 4 and later).
@@ -370,6 +483,10 @@ void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const ui
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   if (simd_level >= 2 && avx512dq) {
     MinHashMinsAvx512(shingles, n, a, b, p, mins);
+    return;
+  }
+  if (simd_level >= 1) {
+    MinHashMinsAvx2(shingles, n, a, b, p, mins);
     return;
   }
 #else

@@ -71,6 +71,12 @@ struct AnalyzerOptions {
   bool language = true;  // CLD2
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null: byte-level (tokens = bytes)
   int c4_min_sentences = 3;                         // TFDS c4_utils default (datatrove: 5)
+  // Slots of the exact-duplicate result cache (rounded up to a power of two; 0: off). A
+  // document whose bytes hash (XXH3-64) and length equal a cached one's gets that one's
+  // results instead of being analysed again: the same values, since Analyze is a function
+  // of the bytes. Direct-mapped: the last document per slot is kept. Each slot holds a
+  // DocResult plus bands*8 + permutations*2 bytes (~400 bytes with the defaults).
+  int result_cache_slots = 1 << 14;
 };
 
 struct DocResult {
@@ -110,8 +116,9 @@ void FindWords(std::string_view text, WordBreak brk, std::vector<uint32_t>* star
                std::vector<uint32_t>* len, int simd_level);
 
 // MinHash minima: mins[i] = min over shingles x of a[i] * x + b[i] (mod 2^64), i < p.
-// simd_level 2 uses AVX-512 (64-bit multiplies, 8 lanes) when the CPU has it, else scalar;
-// the results are the same integers either way.
+// simd_level 2 uses AVX-512 (64-bit multiplies, 8 lanes) when the CPU has it; simd_level
+// >= 1 AVX2 (4 lanes, multiplies composed from 32-bit halves) when the library is built for
+// haswell (TS_SIMD); else scalar. The results are the same integers either way.
 void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const uint64_t* b, int p,
                  uint64_t* mins, int simd_level);
 
@@ -119,6 +126,8 @@ class DocAnalyzer {
  public:
   explicit DocAnalyzer(const AnalyzerOptions& options);
   int permutations() const { return options_.bands * options_.rows; }
+  // Documents answered from the exact-duplicate result cache so far.
+  uint64_t cache_hits() const { return cache_hits_; }
   // Analyses `text`. When options.near_dup and the document has shingles, writes
   // `bands` band hashes to band_out and `permutations()` fingerprints to sig_out.
   // `known_tokens` >= 0 overrides the tokenizer count. `utf8_valid`: the caller has
@@ -127,11 +136,18 @@ class DocAnalyzer {
                uint16_t* sig_out, bool utf8_valid = false);
 
  private:
+  void AnalyzeUncached(std::string_view text, int64_t known_tokens, DocResult* r,
+                       uint64_t* band_out, uint16_t* sig_out, bool utf8_valid);
   void ExactAndCounts(std::string_view text, int64_t known_tokens, DocResult* r);
   void Noise(std::string_view text, DocResult* r);
   void Repetition(std::string_view text, DocResult* r);
   void Language(std::string_view text, DocResult* r);
   bool MinHash(std::string_view norm, uint64_t* band_out, uint16_t* sig_out);
+  // The token count of `text` as Analyze reports it.
+  uint64_t Tokens(std::string_view text, int64_t known_tokens) const;
+  // The cache slot of a document, or null when the cache is off.
+  struct CacheSlot;
+  CacheSlot* Slot(uint64_t raw_hash);
 
   const AnalyzerOptions options_;
   std::vector<uint64_t> perm_a_, perm_b_;
@@ -142,6 +158,19 @@ class DocAnalyzer {
   std::vector<uint64_t> word_hash_, gram_, shingle_, mins_;
   std::vector<uint64_t> table_keys_;
   std::vector<uint32_t> table_vals_;
+  // Exact-duplicate result cache: slot i's bands at [i*bands, ...), fingerprints at
+  // [i*permutations(), ...).
+  struct CacheSlot {
+    uint64_t raw_hash = 0;
+    uint32_t bytes = 0;
+    bool used = false;
+    bool tokens_from_text = false;  // result.tokens counted from the text, not given
+    DocResult result;
+  };
+  std::vector<CacheSlot> cache_;
+  std::vector<uint64_t> cache_bands_;
+  std::vector<uint16_t> cache_sigs_;
+  uint64_t cache_hits_ = 0;
 };
 
 }  // namespace trainscope::data
