@@ -87,6 +87,15 @@ def seeds(target):
         return [read(f) for f in files("tests/data/pickle/*.pkl", "tests/data/pickle/dcp/.metadata",
                                        "tests/data/pickle/fr_skipped/*",
                                        "tests/data/hang/pickle_*/*")]
+    if target == "diagnose_reader_fuzzer":  # selector byte = the format (fuzz/diagnose_reader_fuzzer.cc)
+        d = "tests/data/diagnose/"
+        out = [b"\x00" + read(f, 1 << 14) for f in files(d + "*.rundir/train/metrics.rank0.jsonl")]
+        out += [b"\x01" + read(f, 1 << 14) for f in files(d + "*.jsonl")]
+        out += [b"\x02" + read(f, 1 << 14) for f in files(d + "*.csv")]
+        out += [b"\x03" + read(f, 1 << 14) for f in files(d + "*/trainer_state.json")]
+        out += [b"\x04" + read(f, 1 << 14) for f in files(d + "*.tb/*tfevents*")]
+        out += [b"\x05" + read(f, 1 << 14) for f in files(d + "*.megatron.log")]
+        return out
     if target == "store_message_fuzzer":
         return [read(f) for f in files("fuzz/seeds/store/*")]
     return []

@@ -128,7 +128,7 @@ absl::StatusOr<Series> ParseMegatronLog(std::string_view path, std::string_view 
         std::string k = absl::AsciiStrToLower(std::string(key));
         double d;
         if (k == "number of skipped iterations" || k == "number of nan iterations") {
-          if (!MegatronNumber(value, &d)) {
+          if (!MegatronNumber(value, &d) || !(d >= 0 && d < 1e12)) {
             bad = true;
             return;
           }

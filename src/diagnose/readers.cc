@@ -40,9 +40,12 @@ SeriesBuilder::SeriesBuilder(std::string_view path, const char* format) {
 }
 
 int64_t SeriesBuilder::NextStep(bool has_step, double step) {
+  // Steps are kept within +-2^52 so that a garbage step (1e300) overflows neither the
+  // conversion nor the next record's +1.
+  constexpr double kMaxStep = 4503599627370496.0;  // 2^52: differences of steps fit too
   if (has_step && std::isfinite(step)) {
-    last_step_ = static_cast<int64_t>(step);
-  } else {
+    last_step_ = static_cast<int64_t>(std::clamp(step, -kMaxStep, kMaxStep));
+  } else if (last_step_ < static_cast<int64_t>(kMaxStep)) {
     ++last_step_;
   }
   return last_step_;
@@ -260,7 +263,8 @@ void ParseJsonlChunk(bool trainscope, JsonlChunk* c) {
           if (v.kind == FlatValue::kString) reason = v.text;
           return;
         case kJsonlRank:
-          if (v.kind == FlatValue::kNumber && internal::DecodeFlatNumber(&v))
+          if (v.kind == FlatValue::kNumber && internal::DecodeFlatNumber(&v) && v.number >= 0 &&
+              v.number < (1 << 30))
             c->rank = static_cast<int>(v.number);
           return;
         case kJsonlStep:

@@ -5,6 +5,7 @@
 // step is the Event's; the tag is mapped like a column name (CanonicalMetric).
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -122,7 +123,8 @@ absl::StatusOr<Series> ParseTensorBoard(std::string_view path, std::string_view 
   std::string_view rec;
   while (reader.Next(&rec)) {
     ++s.records;
-    if (!event.ParseFromArray(rec.data(), static_cast<int>(rec.size()))) {
+    if (rec.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+        !event.ParseFromArray(rec.data(), static_cast<int>(rec.size()))) {
       b.Bad(absl::StrCat("byte ", rec.data() - file.data() - 12), "not an Event protobuf");
       continue;
     }
