@@ -261,6 +261,26 @@ TEST(DcpTest, MatchesPythonsReading) {
   EXPECT_EQ(r->tensors.size(), expected.size());
 }
 
+// tests/data/pickle/dcp_bad: torch's own metadata objects, damaged and pickled again.
+TEST(DcpTest, DamagedMetadataIsNamed) {
+  const std::string dir = CkptSourcePath("tests/data/pickle/dcp_bad");
+  auto r = Inspect(dir, InspectOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->complete);
+  std::vector<std::string> problems;
+  for (const Problem& p : r->problems) {
+    EXPECT_EQ(p.file, dir + "/.metadata");
+    problems.push_back(p.problem);
+  }
+  EXPECT_EQ(problems,
+            (std::vector<std::string>{
+                "incomplete: the chunks of tensor \"model.0.weight\" cover 8 of its 12 elements",
+                "corrupt: entry \"model.0.bias\" is stored in \"../outside.distcp\", outside the "
+                "folder",
+                "missing: entry \"optim.param_groups\" is not in storage_data",
+                "missing: tensor \"half\" has 1 chunks, 0 of them in storage_data"}));
+}
+
 // verify: a chunk's file missing or cut short, a .metadata that is no pickle.
 TEST_F(CkptTest, DcpMissingAndTruncatedChunks) {
   fs::copy(CkptSourcePath("tests/data/pickle/dcp"), dir_);

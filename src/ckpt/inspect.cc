@@ -183,6 +183,18 @@ uint64_t TorchDTypeBytes(const std::string& d) {
   return it == kSizes.end() ? 0 : it->second;
 }
 
+// A relative_path that is empty, absolute or has a ".." component.
+bool DcpPathLeavesFolder(const std::string& file) {
+  if (file.empty() || file[0] == '/') return true;
+  for (size_t at = 0; at <= file.size();) {
+    size_t slash = file.find('/', at);
+    if (slash == std::string::npos) slash = file.size();
+    if (file.compare(at, slash - at, "..") == 0) return true;
+    at = slash + 1;
+  }
+  return false;
+}
+
 // Where each chunk lies (storage_data): every file must exist inside the folder and reach
 // the chunk's end. Each file is reported once, with the furthest end any chunk needs.
 void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, CheckpointReport* r) {
@@ -194,9 +206,13 @@ void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, Checkpoint
           {Join(dir, ".metadata"),
            absl::StrCat("missing: tensor \"", e.name, "\" has ", e.chunks, " chunks, ",
                         e.storage.size(), " of them in storage_data")});
+    } else if (meta.has_storage_data && !e.is_tensor && e.storage.empty()) {
+      r->complete = false;
+      r->problems.push_back({Join(dir, ".metadata"), absl::StrCat("missing: entry \"", e.name,
+                                                                  "\" is not in storage_data")});
     }
     for (const DcpStorage& s : e.storage) {
-      if (s.file.empty() || s.file[0] == '/' || absl::StrContains(s.file, "..")) {
+      if (DcpPathLeavesFolder(s.file)) {
         r->problems.push_back(
             {Join(dir, ".metadata"), absl::StrCat("corrupt: entry \"", e.name, "\" is stored in \"",
                                                   s.file, "\", outside the folder")});
@@ -256,11 +272,16 @@ absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir) {
     if (d.is_tensor) {
       uint64_t n = TorchDTypeBytes(d.dtype);
       t.bytes = __builtin_mul_overflow(n, numel, &n) ? 0 : n;
-      if (d.chunk_elements != numel) {
+      if (d.chunk_elements < numel) {
+        r.complete = false;
         r.problems.push_back(
             {Join(dir, ".metadata"),
              absl::StrCat("incomplete: the chunks of tensor \"", d.name, "\" cover ",
                           d.chunk_elements, " of its ", numel, " elements")});
+      } else if (d.chunk_elements > numel) {
+        r.problems.push_back({Join(dir, ".metadata"),
+                              absl::StrCat("corrupt: the chunks of tensor \"", d.name, "\" hold ",
+                                           d.chunk_elements, " elements, more than its ", numel)});
       }
     } else {
       for (const DcpStorage& s : d.storage) t.bytes += s.length;  // the pickled object

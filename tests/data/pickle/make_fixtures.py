@@ -11,6 +11,7 @@
                         and a non-tensor entry (the optimizer's param_groups)
   dcp.expected.json     what the .metadata says, read back by Python's pickle: per entry
                         its kind, dtype, size, chunks, and the storage (file, offset, length)
+  dcp_bad/              dcp/ with its .metadata damaged (write_dcp_bad)
   fr_skipped/           tests/data/hang/skipped (2 ranks, rank 1 skipped bucket 0 of step 5)
                         as pickles: rank 0 as PyTorch's writer pickles it (protocol 2, the
                         opcodes torch::jit::Pickler writes), rank 1 by pickle.dumps (protocol 4)
@@ -160,6 +161,25 @@ def write_dcp():
     with open(os.path.join(HERE, "dcp.expected.json"), "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
         f.write("\n")
+    write_dcp_bad(torch, meta, folder)
+
+
+def write_dcp_bad(torch, meta, good):
+    """dcp_bad/: the same metadata damaged the ways verify must name: model.0.weight's
+    chunk covers 2 of its 3 rows, model.0.bias is stored "../outside.distcp", half has no
+    storage_data entry, optim.param_groups (bytes) neither. The other files are copied."""
+    folder = os.path.join(HERE, "dcp_bad")
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(good, folder)
+    sdm = meta.state_dict_metadata
+    sdm["model.0.weight"].chunks[0].sizes = torch.Size([2, 4])
+    for index, info in list(meta.storage_data.items()):
+        if index.fqn == "model.0.bias":
+            info.relative_path = "../outside.distcp"
+        if index.fqn in ("half", "optim.param_groups"):
+            del meta.storage_data[index]
+    with open(os.path.join(folder, ".metadata"), "wb") as f:
+        pickle.dump(meta, f)
 
 
 def load_hang_fixtures():
