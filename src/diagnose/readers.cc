@@ -3,6 +3,8 @@
 // Megatron-LM text logs (megatron_log.cc) are dispatched from here. Each reader collects
 // (step, metric, value) records; SeriesBuilder::Finish orders them by step and keeps the last
 // record of a step.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -554,6 +556,20 @@ bool ReadWholeFile(const std::string& path, std::string* out) {
   if (!in) return false;
   std::streamoff size = in.tellg();
   if (size < 0) return false;
+  out->clear();
+  out->reserve(static_cast<size_t>(size));
+#ifdef MADV_HUGEPAGE
+  // A big log (a 1M-line metrics file is ~400 MB) is read into transparent huge pages where
+  // the kernel offers them on request: 512x fewer page faults while the buffer is filled.
+  constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;
+  if (static_cast<uintptr_t>(size) >= 16 * kHugePageBytes) {
+    uintptr_t begin =
+        (reinterpret_cast<uintptr_t>(out->data()) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+    uintptr_t end = (reinterpret_cast<uintptr_t>(out->data()) + static_cast<uintptr_t>(size)) &
+                    ~(kHugePageBytes - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+#endif
   out->resize(static_cast<size_t>(size));
   in.seekg(0);
   in.read(out->data(), size);
