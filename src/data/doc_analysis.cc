@@ -105,21 +105,49 @@ DocAnalyzer::DocAnalyzer(const AnalyzerOptions& options) : options_(options) {
     perm_b_.push_back(Mix(state));
   }
   mins_.resize(p);
-  if (options_.result_cache_slots > 0 &&
-      (options_.noise || options_.language || options_.near_dup)) {
-    size_t slots = 1;
-    while (slots < static_cast<size_t>(options_.result_cache_slots)) slots *= 2;
-    cache_.resize(slots);
-    if (options_.near_dup) {
-      cache_bands_.resize(slots * options_.bands);
-      cache_sigs_.resize(slots * p);
-    }
-  }
 }
 
-DocAnalyzer::CacheSlot* DocAnalyzer::Slot(uint64_t raw_hash) {
-  if (cache_.empty()) return nullptr;
-  return &cache_[(raw_hash ^ (raw_hash >> 32)) & (cache_.size() - 1)];
+DocResultCache::DocResultCache(size_t slots, int bands, int permutations)
+    : bands_(bands), perms_(permutations) {
+  size_t n = 1;
+  while (n < slots) n *= 2;
+  mask_ = n - 1;
+  entries_.resize(n);
+  bands_store_.resize(n * bands_);
+  sigs_store_.resize(n * perms_);
+}
+
+bool DocResultCache::Lookup(uint64_t raw_hash, uint32_t bytes, DocResult* r, bool* tokens_from_text,
+                            uint64_t* band_out, uint16_t* sig_out) {
+  const size_t i = Index(raw_hash);
+  std::lock_guard<std::mutex> lock(stripes_[i % kStripes]);
+  const Entry& e = entries_[i];
+  if (!e.used || e.raw_hash != raw_hash || e.bytes != bytes) return false;
+  *r = e.result;
+  *tokens_from_text = e.tokens_from_text;
+  if (r->has_signature && band_out != nullptr && sig_out != nullptr) {
+    std::memcpy(band_out, &bands_store_[i * bands_], bands_ * sizeof(uint64_t));
+    std::memcpy(sig_out, &sigs_store_[i * perms_], perms_ * sizeof(uint16_t));
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void DocResultCache::Insert(const DocResult& r, bool tokens_from_text, const uint64_t* band_out,
+                            const uint16_t* sig_out) {
+  if (r.has_signature && (band_out == nullptr || sig_out == nullptr)) return;
+  const size_t i = Index(r.raw_hash);
+  std::lock_guard<std::mutex> lock(stripes_[i % kStripes]);
+  Entry& e = entries_[i];
+  e.raw_hash = r.raw_hash;
+  e.bytes = r.bytes;
+  e.used = true;
+  e.tokens_from_text = tokens_from_text;
+  e.result = r;
+  if (r.has_signature) {
+    std::memcpy(&bands_store_[i * bands_], band_out, bands_ * sizeof(uint64_t));
+    std::memcpy(&sigs_store_[i * perms_], sig_out, perms_ * sizeof(uint16_t));
+  }
 }
 
 uint64_t DocAnalyzer::Tokens(std::string_view text, int64_t known_tokens) const {
@@ -144,32 +172,15 @@ void DocAnalyzer::Analyze(std::string_view text, int64_t known_tokens, DocResult
   // Exact duplicates (63% of the documents of the short real-text bench corpus) take the
   // results of their last analysis from the cache: every figure below is a function of
   // the bytes alone, except a token count given by the caller.
-  CacheSlot* slot = Slot(r->raw_hash);
-  const int p = permutations();
-  if (slot != nullptr && slot->used && slot->raw_hash == r->raw_hash && slot->bytes == r->bytes) {
-    const size_t i = static_cast<size_t>(slot - cache_.data());
-    *r = slot->result;
-    if (known_tokens >= 0 || !slot->tokens_from_text) r->tokens = Tokens(text, known_tokens);
-    if (options_.near_dup && r->has_signature) {
-      std::memcpy(band_out, &cache_bands_[i * options_.bands], options_.bands * sizeof(uint64_t));
-      std::memcpy(sig_out, &cache_sigs_[i * p], p * sizeof(uint16_t));
-    }
-    ++cache_hits_;
+  DocResultCache* cache = options_.result_cache;
+  bool tokens_from_text = false;
+  if (cache != nullptr &&
+      cache->Lookup(r->raw_hash, r->bytes, r, &tokens_from_text, band_out, sig_out)) {
+    if (known_tokens >= 0 || !tokens_from_text) r->tokens = Tokens(text, known_tokens);
     return;
   }
   AnalyzeUncached(text, known_tokens, r, band_out, sig_out, utf8_valid);
-  if (slot != nullptr) {
-    const size_t i = static_cast<size_t>(slot - cache_.data());
-    slot->raw_hash = r->raw_hash;
-    slot->bytes = r->bytes;
-    slot->used = true;
-    slot->tokens_from_text = known_tokens < 0;
-    slot->result = *r;
-    if (options_.near_dup && r->has_signature) {
-      std::memcpy(&cache_bands_[i * options_.bands], band_out, options_.bands * sizeof(uint64_t));
-      std::memcpy(&cache_sigs_[i * p], sig_out, p * sizeof(uint16_t));
-    }
-  }
+  if (cache != nullptr) cache->Insert(*r, known_tokens < 0, band_out, sig_out);
 }
 
 void DocAnalyzer::AnalyzeUncached(std::string_view text, int64_t known_tokens, DocResult* r,

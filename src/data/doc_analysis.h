@@ -10,7 +10,9 @@
 #ifndef TRAINSCOPE_DATA_DOC_ANALYSIS_H_
 #define TRAINSCOPE_DATA_DOC_ANALYSIS_H_
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +63,8 @@ const char* FlagName(int flag);
 // Bit mask of a rule group: "gopher", "c4", "fineweb", or a single flag name; 0 if unknown.
 uint32_t FlagGroupMask(std::string_view name);
 
+class DocResultCache;
+
 struct AnalyzerOptions {
   int ngram = 5;         // words per shingle (characters for unspaced text)
   int bands = 14;        // LSH bands
@@ -71,12 +75,9 @@ struct AnalyzerOptions {
   bool language = true;  // CLD2
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null: byte-level (tokens = bytes)
   int c4_min_sentences = 3;                         // TFDS c4_utils default (datatrove: 5)
-  // Slots of the exact-duplicate result cache (rounded up to a power of two; 0: off). A
-  // document whose bytes hash (XXH3-64) and length equal a cached one's gets that one's
-  // results instead of being analysed again: the same values, since Analyze is a function
-  // of the bytes. Direct-mapped: the last document per slot is kept. Each slot holds a
-  // DocResult plus bands*8 + permutations*2 bytes (~400 bytes with the defaults).
-  int result_cache_slots = 1 << 14;
+  // Exact-duplicate result cache shared by the analyzers of one scan (not owned; null:
+  // none). See DocResultCache.
+  DocResultCache* result_cache = nullptr;
 };
 
 struct DocResult {
@@ -87,6 +88,51 @@ struct DocResult {
   uint32_t flags = 0;
   uint16_t lang = 0;  // CLD2 Language (0 = ENGLISH, 26 = UNKNOWN); see LangCode
   bool has_signature = false;
+};
+
+// Results of documents analysed already, for their exact duplicates: a document whose bytes
+// hash (XXH3-64) and length equal a cached one's gets that one's results instead of being
+// analysed again — the same values, since the analysis is a function of the bytes (a token
+// count given by the caller is re-applied). Direct-mapped: each slot keeps the last
+// document stored there. Shared by the worker threads of a scan (a document repeated on
+// another thread hits too); thread-safe, one mutex per 1/64 of the slots. Each slot holds
+// a DocResult plus bands*8 + permutations*2 bytes (~400 bytes with the defaults). The
+// analyzers sharing a cache must have the same options.
+class DocResultCache {
+ public:
+  // `slots` is rounded up to a power of two; bands and permutations as the analyzers'.
+  DocResultCache(size_t slots, int bands, int permutations);
+  // Copies the entry of (raw_hash, bytes) to r (and its bands and fingerprints when
+  // r->has_signature and the outputs are non-null); false if not cached.
+  // *tokens_from_text: r->tokens was counted from the text rather than given.
+  bool Lookup(uint64_t raw_hash, uint32_t bytes, DocResult* r, bool* tokens_from_text,
+              uint64_t* band_out, uint16_t* sig_out);
+  // Stores a document's results (replacing the slot's previous document).
+  void Insert(const DocResult& r, bool tokens_from_text, const uint64_t* band_out,
+              const uint16_t* sig_out);
+  uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Entry {
+    uint64_t raw_hash = 0;
+    uint32_t bytes = 0;
+    bool used = false;
+    bool tokens_from_text = false;
+    DocResult result;
+  };
+  static constexpr int kStripes = 64;
+  size_t Index(uint64_t raw_hash) const { return (raw_hash ^ (raw_hash >> 32)) & mask_; }
+
+  // Constant after construction.
+  const int bands_, perms_;
+  size_t mask_ = 0;
+  // Guarded by stripes_[index % kStripes]: entry i, its bands at [i*bands_, ...) and
+  // fingerprints at [i*perms_, ...).
+  std::mutex stripes_[kStripes];
+  std::vector<Entry> entries_;
+  std::vector<uint64_t> bands_store_;
+  std::vector<uint16_t> sigs_store_;
+  std::atomic<uint64_t> hits_{0};
 };
 
 // ISO code of a CLD2 language id ("en", "un" for unknown).
@@ -126,8 +172,6 @@ class DocAnalyzer {
  public:
   explicit DocAnalyzer(const AnalyzerOptions& options);
   int permutations() const { return options_.bands * options_.rows; }
-  // Documents answered from the exact-duplicate result cache so far.
-  uint64_t cache_hits() const { return cache_hits_; }
   // Analyses `text`. When options.near_dup and the document has shingles, writes
   // `bands` band hashes to band_out and `permutations()` fingerprints to sig_out.
   // `known_tokens` >= 0 overrides the tokenizer count. `utf8_valid`: the caller has
@@ -145,9 +189,6 @@ class DocAnalyzer {
   bool MinHash(std::string_view norm, uint64_t* band_out, uint16_t* sig_out);
   // The token count of `text` as Analyze reports it.
   uint64_t Tokens(std::string_view text, int64_t known_tokens) const;
-  // The cache slot of a document, or null when the cache is off.
-  struct CacheSlot;
-  CacheSlot* Slot(uint64_t raw_hash);
 
   const AnalyzerOptions options_;
   std::vector<uint64_t> perm_a_, perm_b_;
@@ -158,19 +199,6 @@ class DocAnalyzer {
   std::vector<uint64_t> word_hash_, gram_, shingle_, mins_;
   std::vector<uint64_t> table_keys_;
   std::vector<uint32_t> table_vals_;
-  // Exact-duplicate result cache: slot i's bands at [i*bands, ...), fingerprints at
-  // [i*permutations(), ...).
-  struct CacheSlot {
-    uint64_t raw_hash = 0;
-    uint32_t bytes = 0;
-    bool used = false;
-    bool tokens_from_text = false;  // result.tokens counted from the text, not given
-    DocResult result;
-  };
-  std::vector<CacheSlot> cache_;
-  std::vector<uint64_t> cache_bands_;
-  std::vector<uint16_t> cache_sigs_;
-  uint64_t cache_hits_ = 0;
 };
 
 }  // namespace trainscope::data

@@ -246,6 +246,14 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   aopt.tokenizer = opt.tokenizer;
   aopt.c4_min_sentences = opt.c4_min_sentences;
   const int perms = opt.bands * opt.rows;
+  // Exact duplicates are analysed once (while they stay in the cache): 2^16 slots, ~26 MB
+  // with the default bands and rows; on the short real-text bench corpus (63% exact
+  // duplicates) 61% of documents are answered from it.
+  std::unique_ptr<DocResultCache> result_cache;
+  if (opt.near_dup || opt.noise || opt.language) {
+    result_cache = std::make_unique<DocResultCache>(size_t{1} << 16, opt.bands, perms);
+    aopt.result_cache = result_cache.get();
+  }
   const bool want_ids = !opt.verdicts_path.empty();
 
   ScanResult res;
