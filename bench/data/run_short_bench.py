@@ -5,7 +5,8 @@
   2. times, best of --repeat, interleaved: `wc -l` (the read limit); the full scan (near
      duplicates + noise + language, --threads) by `trainscope data scan`, whose main() sets
      the allocator policy, and by `data_scan_bench`, the same library path under glibc's
-     default policy (the old behaviour);
+     default policy (the old behaviour); with --old-binary, a previous `trainscope` build
+     too (e.g. a copy of the binary before a change), whose report must also match;
   3. counts madvise calls of each with `strace -c -f` (a separate, untimed run) when strace
      is installed, and checks that both scans print the same report.
 Figures are ratios of times from the same run, plus MB/s per CPU-second (robust when the
@@ -24,7 +25,7 @@ def timed(argv, env):
         p = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", tf.name] + argv,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         wall = time.perf_counter() - t0
-        if p.returncode != 0:
+        if p.returncode not in (0, 1):  # 1: the scan found problems over its thresholds
             sys.exit("failed: %s\n%s" % (" ".join(argv), p.stderr[-2000:]))
         rss, user, sys_s = tf.read().split()[-3:]
         return {"wall_s": wall, "peak_rss_kib": int(rss), "cpu_s": float(user) + float(sys_s),
@@ -57,6 +58,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", default="/tmp/ts_data_bench")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--old-binary", default="", help="a previous trainscope build to time side by side")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -76,6 +78,8 @@ def main():
         "cli": [a.binary, "data", "scan", "--json", "--tmp-dir", a.workdir, corpus] + th,
         "lib_default_malloc": [a.lib_binary, corpus, "--tmp-dir", a.workdir] + th,
     }
+    if a.old_binary:
+        runs["old_cli"] = [a.old_binary, "data", "scan", "--json", "--tmp-dir", a.workdir, corpus] + th
     res = {k: [] for k in runs}
     for _ in range(a.repeat):  # interleaved, so load changes hit every variant alike
         for k, argv in runs.items():
@@ -98,6 +102,15 @@ def main():
         "madvise_default_malloc": madvise_calls(runs["lib_default_malloc"], env),
         "load_avg": os.getloadavg(),
     }
+    if a.old_binary:
+        fig.update({
+            "old_cli_same_report": report(best["cli"]["stdout"]) == report(best["old_cli"]["stdout"]),
+            "old_cli_mb_s": size / 1e6 / best["old_cli"]["wall_s"],
+            "old_cli_mb_per_cpu_s": size / 1e6 / best["old_cli"]["cpu_s"],
+            "cli_vs_old_cli_wall": best["old_cli"]["wall_s"] / best["cli"]["wall_s"],
+            "cli_vs_old_cli_cpu": best["old_cli"]["cpu_s"] / best["cli"]["cpu_s"],
+            "old_cli_peak_rss_mib": best["old_cli"]["peak_rss_kib"] / 1024,
+        })
     out = {"argv": sys.argv, "times": {k: [{x: r[x] for x in ("wall_s", "peak_rss_kib", "cpu_s")}
                                            for r in v] for k, v in res.items()},
            "figures": fig}
@@ -113,6 +126,10 @@ def main():
     print("| ... per CPU-second: new / old policy | %.0f / %.0f MB/s |"
           % (fig["cli_mb_per_cpu_s"], fig["lib_default_malloc_mb_per_cpu_s"]))
     print("| ... madvise calls: new / old policy | %s / %s |" % (fig["madvise_cli"], fig["madvise_default_malloc"]))
+    if a.old_binary:
+        print("| ... vs --old-binary: wall / per CPU-second | %.0f vs %.0f MB/s (%.2fx) / %.1f vs %.1f MB/s (%.2fx); same report: %s |"
+              % (fig["cli_mb_s"], fig["old_cli_mb_s"], fig["cli_vs_old_cli_wall"], fig["cli_mb_per_cpu_s"],
+                 fig["old_cli_mb_per_cpu_s"], fig["cli_vs_old_cli_cpu"], fig["old_cli_same_report"]))
 
 
 if __name__ == "__main__":
