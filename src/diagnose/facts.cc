@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -120,16 +121,32 @@ const std::vector<FactInfo> kFactsTable = {
     {"finding.rank", kFactNum, kFactFinding, "the rank it names"},
 };
 
-// The number after `"key":` in `line` (nested objects included), or NaN.
-double FactsNumberAfterKey(std::string_view line, std::string_view quoted_key) {
-  size_t at = line.find(quoted_key);
+// The number after `"key":` in `line` (nested objects included), or NaN (absent, null, not a
+// number). The search starts at *from and, when the key is not after it, at the line's start;
+// *from moves past the hit, so keys read in the order a writer wrote them cost one pass.
+double FactsNumberAfterKey(std::string_view line, std::string_view quoted_key, size_t* from) {
+  // glibc's memmem skips ahead by the needle (string_view::find stops at every '"').
+  auto find = [&](size_t start) -> size_t {
+    const void* hit =
+        memmem(line.data() + start, line.size() - start, quoted_key.data(), quoted_key.size());
+    return hit ? static_cast<size_t>(static_cast<const char*>(hit) - line.data())
+               : std::string_view::npos;
+  };
+  size_t at = find(std::min(*from, line.size()));
+  if (at == std::string_view::npos && *from > 0) at = find(0);
   if (at == std::string_view::npos) return NAN;
   size_t i = at + quoted_key.size();
   while (i < line.size() && (line[i] == ' ' || line[i] == ':')) ++i;
-  if (i >= line.size() || !(line[i] == '-' || std::isdigit(static_cast<unsigned char>(line[i]))))
-    return NAN;
-  std::string num(line.substr(i, std::min<size_t>(32, line.size() - i)));
-  return std::strtod(num.c_str(), nullptr);
+  size_t end = i;
+  while (end < line.size() &&
+         (std::isdigit(static_cast<unsigned char>(line[end])) || line[end] == '-' ||
+          line[end] == '+' || line[end] == '.' || line[end] == 'e' || line[end] == 'E'))
+    ++end;
+  *from = end;
+  internal::FlatValue v;
+  v.kind = internal::FlatValue::kNumber;
+  v.text = line.substr(i, end - i);
+  return end > i && internal::DecodeFlatNumber(&v) ? v.number : NAN;
 }
 
 const json* FactsAt(const json& j, std::initializer_list<const char*> path) {
@@ -207,31 +224,33 @@ void CollectMetricsFacts(std::string_view text, Facts* run) {
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     if (line.empty() || line.front() != '{') continue;
     std::string_view type;
-    double ms = NAN, cms = NAN, r = NAN, d = NAN, lr = NAN;
-    bool ok =
-        internal::ScanFlatObject(line, &err, [&](std::string_view k, const internal::FlatValue& v) {
-          if (k == "type" && v.kind == internal::FlatValue::kString) type = v.text;
-          if (v.kind != internal::FlatValue::kNumber) return;
-          if (k == "step_ms")
-            ms = v.number;
-          else if (k == "comm_ms")
-            cms = v.number;
-          else if (k == "host_rss_bytes")
-            r = v.number;
-          else if (k == "device_mem_peak_bytes")
-            d = v.number;
-          else if (k == "lr")
-            lr = v.number;
-        });
-    if (!ok) continue;
+    constexpr std::string_view kStep = "{\"type\": \"step\"", kStepTight = "{\"type\":\"step\"";
+    if (line.substr(0, kStep.size()) == kStep || line.substr(0, kStepTight.size()) == kStepTight) {
+      type = "step";  // the bulk, as the trainer writes it: no tokenising
+    } else if (!internal::ScanFlatObjectLazy(
+                   line, &err, [&](std::string_view k, const internal::FlatValue& v) {
+                     if (k == "type" && v.kind == internal::FlatValue::kString) type = v.text;
+                   })) {
+      continue;
+    }
+    double ms = NAN, cms = NAN, r = NAN, d = NAN, lr = NAN, dw = NAN, cw = NAN;
+    if (type == "step") {
+      // Seven keys, searched in the order the trainer writes them: one pass over the line.
+      size_t at = 0;
+      lr = FactsNumberAfterKey(line, "\"lr\"", &at);
+      ms = FactsNumberAfterKey(line, "\"step_ms\"", &at);
+      dw = FactsNumberAfterKey(line, "\"data_wait\"", &at);
+      cw = FactsNumberAfterKey(line, "\"comm_wait\"", &at);
+      cms = FactsNumberAfterKey(line, "\"comm_ms\"", &at);
+      r = FactsNumberAfterKey(line, "\"host_rss_bytes\"", &at);
+      d = FactsNumberAfterKey(line, "\"device_mem_peak_bytes\"", &at);
+    }
     if (type == "step") {
       ++steps;
       if (std::isfinite(r)) rss = std::isnan(rss) ? r : std::max(rss, r);
       if (std::isfinite(d)) dev = std::isnan(dev) ? d : std::max(dev, d);
       if (std::isfinite(lr)) lr_max = std::isnan(lr_max) ? lr : std::max(lr_max, lr);
       if (steps == 1 || !std::isfinite(ms)) continue;  // the first step warms the loader up
-      double dw = FactsNumberAfterKey(line, "\"data_wait\""),
-             cw = FactsNumberAfterKey(line, "\"comm_wait\"");
       ++timed;
       step_ms += ms;
       if (std::isfinite(dw)) data_wait += dw;

@@ -508,6 +508,47 @@ TEST(DiagnoseRules, RunDirectoryWithScanAndCheckpoints) {
   fs::remove_all(dir);
 }
 
+// Two ranks of one run whose headers record different data orders; a 3e9-parameter AdamW
+// run at 6e-4 (above the interpolated zone); gradient accumulation 32; data wait 40%.
+TEST(DiagnoseRules, RankFilesOfOneRunCompared) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(::testing::TempDir()) / "rules_ranks" / "train";
+  fs::remove_all(dir.parent_path());
+  fs::create_directories(dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ofstream m(dir / absl::StrCat("metrics.rank", rank, ".jsonl"));
+    m << R"({"type": "header", "format": "trainscope.train_metrics", "version": 1, "rank": )"
+      << rank << R"(, "world_size": 2, "params": 3000000000, "data_order_hash": ")"
+      << (rank == 0 ? "00aa" : "00bb")
+      << R"(", "config": {"optim": {"lr": 0.0006}, "train": {"grad_accum": 32, "micro_batch": 1}}})"
+      << "\n";
+    for (int i = 1; i <= 40; ++i) {
+      m << R"({"type": "step", "step": )" << i << R"(, "loss": )" << 5.0 / std::sqrt(i)
+        << R"(, "lr": 0.0006, "step_ms": 10, "phases_ms": {"data_wait": 4, "comm_wait": 0.1}, "comm_ms": 2})"
+        << "\n";
+    }
+    m << R"({"type": "end", "reason": "done", "step": 40, "rank": )" << rank << "}\n";
+  }
+  absl::StatusOr<Report> rep = Diagnose({dir.parent_path().string()});
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  std::map<std::string, int> count;
+  for (const Finding& f : rep->findings) ++count[f.id];
+  EXPECT_EQ(count["data.order_differs_between_ranks"], 1) << ReportToText(*rep);
+  EXPECT_EQ(count["model.lr_above_safe_zone"], 2);  // per rank file
+  EXPECT_EQ(count["performance.grad_accum_high"], 2);
+  EXPECT_EQ(count["performance.data_wait"], 2);
+  EXPECT_EQ(count["comm.not_overlapped"], 0);  // overlap 95%
+  EXPECT_EQ(rep->findings[0].id, "data.order_differs_between_ranks");
+  EXPECT_EQ(rep->findings[0].evidence, "data_order_hash per rank: rank 0: 00aa, rank 1: 00bb");
+  for (const Finding& f : rep->findings) {
+    if (f.id != "model.lr_above_safe_zone") continue;
+    EXPECT_TRUE(absl::StrContains(f.evidence, "interpolated in log-log")) << f.evidence;
+    EXPECT_TRUE(absl::StrContains(f.title, "0.0006 is above AdamW's safe zone 0.0002..0.0004"))
+        << f.title;
+  }
+  fs::remove_all(dir.parent_path());
+}
+
 TEST(DiagnoseRules, UserRuleFileReplacesTheBundledOne) {
   namespace fs = std::filesystem;
   fs::path dir = fs::path(::testing::TempDir()) / "rules_user_file";
