@@ -352,7 +352,7 @@ nlohmann::json ProbeReportToJson(const ProbeReport& r) {
 
 std::string RenderProbeReport(const ProbeReport& r) {
   Table t({"micro-batch", "accum", "steps", "peak memory", "of limit", "tokens/s",
-           "projected tokens/s", "relative", "verdict"});
+           "projected tok/s", "relative", "verdict"});
   for (const ProbeRow& row : r.rows) {
     if (!row.ran) {
       t.AddRow({std::to_string(row.micro_batch), std::to_string(row.accum), "0",
@@ -378,7 +378,9 @@ std::string RenderProbeReport(const ProbeReport& r) {
                    FormatBytes(static_cast<double>(r.memory_limit_bytes)), " (",
                    r.memory_limit_source, "), safe up to ", ProbePct(r.safe_fraction)),
       120);
-  absl::StrAppend(&out, t.Render(40));
+  // Verdict cells of up to 28 columns keep the table within 120; a failure's whole message
+  // follows the table.
+  absl::StrAppend(&out, t.Render(28));
   absl::StrAppend(&out, WrapText(absl::StrCat("stopped: ", r.stop_reason), 120));
   for (const ProbeRow& row : r.rows) {
     if (row.ran && !row.m.ok) {

@@ -192,6 +192,12 @@ TEST(ProbeLoop, AFailedFirstCandidateMeansNothingFits) {
   EXPECT_EQ(r->micro_batch, 0);
   EXPECT_THAT(r->rows[0].verdict, HasSubstr("out of memory?"));
   EXPECT_THAT(r->verdict, HasSubstr("even micro-batch 1 does not fit"));
+  // The table stays within 120 columns; the whole failure follows it.
+  const std::string table = RenderProbeReport(*r);
+  for (absl::string_view line : absl::StrSplit(table, '\n')) {
+    EXPECT_LE(line.size(), 120u) << line;
+  }
+  EXPECT_THAT(table, HasSubstr("micro-batch 1: killed by signal 9 (SIGKILL): out of memory?"));
   // A measured first candidate over the safe share does not fit either.
   FakeTrainer t;
   auto over = RunProbe(ProbeConfig(4, 1), ProbeOptions(), static_cast<int64_t>(100 * kMB), "test",
