@@ -195,7 +195,6 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
       if (!doc.is_discarded() && doc.is_object() && doc.contains("format"))
         reason = absl::StrCat("a ", doc.value("format", "?"), " document (no findings to read)");
     }
-    if (absl::StrContains(path, "tfevents")) reason = "a TensorBoard event file (not read yet)";
     if (named) return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
     rep->skipped.push_back({path, reason});
     return absl::OkStatus();
@@ -226,6 +225,17 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
                          absl::StrCat(r.bad_records, " bad record(s) skipped in ", path),
                          absl::StrCat("first: ", r.first_bad), "check how the log was written",
                          path});
+  }
+  if (s->nan_iterations > 0 || s->skipped_iterations > 0) {  // Megatron-LM's own counters
+    ev->notes.push_back(
+        {Severity::kInfo, "input.megatron_iterations",
+         absl::StrCat(s->nan_iterations, " NaN and ", s->skipped_iterations,
+                      " skipped iteration(s) counted by Megatron in ", path),
+         absl::StrCat("number of nan iterations: ", s->nan_iterations,
+                      " in all; number of skipped iterations: ", s->skipped_iterations, " in all"),
+         "NaN iterations give their steps a NaN loss (see the curve's nan_step); a few skipped "
+         "iterations are fp16 loss-scale overflows, many mean the loss scale keeps collapsing",
+         path});
   }
   rep->runs.push_back(std::move(r));
   return absl::OkStatus();
