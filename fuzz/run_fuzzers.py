@@ -66,6 +66,9 @@ def seeds(target):
         return [read(f) for f in files("tests/data/env/fp_*.json", "tests/data/env/malformed.json")]
     if target == "train_config_fuzzer":
         return [read(f) for f in files("configs/*.json", "tests/data/train/*.json")]
+    if target == "plan_config_fuzzer":  # the planner reads the trainer's configs
+        return [read(f) for f in files("configs/*.json", "tests/data/plan/*.json",
+                                       "tests/data/train/*.json")]
     if target == "hang_dump_fuzzer":  # two dumps of one case per input (SplitTwo)
         out = []
         for d in sorted(glob.glob(os.path.join(DATA, "hang", "*"))):

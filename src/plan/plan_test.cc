@@ -156,6 +156,12 @@ TEST(PlanTest, ReadersAndClassifier) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("model.layers"), std::string::npos);
   EXPECT_FALSE(ReadTrainConfig(&os, "/missing.json").ok());
+  // A number beyond double's range is bad input, not an escaped exception.
+  os.AddFile("/overflow.json", R"({"optim":{"lr":1e309}})");
+  absl::StatusOr<ConfigModel> overflow = ReadTrainConfig(&os, "/overflow.json");
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(overflow.status().message().find("/overflow.json: not valid JSON"), std::string::npos);
 
   os.AddFile(
       "/comm.json",
