@@ -2,11 +2,17 @@
 // trainscope report with findings, classify the curves, rank everything.
 #include "trainscope/diagnose/diagnose.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -139,11 +145,9 @@ bool DocumentFacts(const std::string& path, const json& doc, Facts* global) {
   return !doc.contains("format") && CollectCkptVerifyFacts(path, doc, global);
 }
 
-// The facts of one metrics series, and the info notes a curve rule does not cover.
-void SeriesFacts(const Series& s, const std::string& text, FileKind kind, const RunResult& r,
-                 Evidence* ev) {
-  Facts run;
-  if (kind == FileKind::kTrainscopeMetrics) CollectMetricsFacts(text, &run);
+// The facts of one metrics series (`run`: those already read from its lines), and the info
+// notes a curve rule does not cover.
+void SeriesFacts(const Series& s, Facts run, const RunResult& r, Evidence* ev) {
   run["run.path"] = Value::String(r.path);
   run["run.format"] = Value::String(r.format);
   if (r.rank >= 0) run["run.rank"] = Value::Number(r.rank);
@@ -171,17 +175,59 @@ void SeriesFacts(const Series& s, const std::string& text, FileKind kind, const 
   }
 }
 
+// A file's bytes: a big file (a metrics log of a long run is hundreds of MB) is mapped
+// read-only, so its lines are parsed where the page cache holds them, with no copy; a small
+// one is read into a string. A file that shrinks while mapped is a SIGBUS, as with any mmap
+// reader: logs are read after the run (or while it appends, which is safe).
+class DiagnoseFileBytes {
+ public:
+  DiagnoseFileBytes() = default;
+  DiagnoseFileBytes(const DiagnoseFileBytes&) = delete;
+  DiagnoseFileBytes& operator=(const DiagnoseFileBytes&) = delete;
+  ~DiagnoseFileBytes() {
+    if (map_ != nullptr) munmap(map_, map_len_);
+  }
+  bool Open(const std::string& path) {
+    constexpr off_t kMapFrom = off_t{32} << 20;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= kMapFrom) {
+      void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p != MAP_FAILED) {
+        madvise(p, static_cast<size_t>(st.st_size), MADV_WILLNEED);
+        map_ = p;
+        map_len_ = static_cast<size_t>(st.st_size);
+        close(fd);
+        return true;
+      }
+    }
+    close(fd);
+    return ReadWholeFile(path, &copy_);
+  }
+  std::string_view view() const {
+    return map_ != nullptr ? std::string_view(static_cast<const char*>(map_), map_len_)
+                           : std::string_view(copy_);
+  }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  std::string copy_;
+};
+
 // Reads one file into the report. `named`: given on the command line (an unknown kind is
 // then an error, not a skip).
 absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep,
                      Evidence* ev) {
-  std::string text;
-  if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  FileKind kind = DetectKind(path, text.substr(0, 4096));
+  DiagnoseFileBytes bytes;
+  if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  const std::string_view text = bytes.view();
+  FileKind kind = DetectKind(path, std::string(text.substr(0, 4096)));
   if (kind == FileKind::kUnknown) {
     std::string reason = "not a metrics log or a trainscope report with findings";
     if (absl::EndsWith(path, ".json")) {
-      json doc = json::parse(text, nullptr, false);
+      json doc = json::parse(text.begin(), text.end(), nullptr, false);
       std::vector<Finding> found;
       if (!doc.is_discarded() && DocumentFindings(path, doc, &found)) {
         rep->documents.push_back(path);
@@ -199,7 +245,20 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
     rep->skipped.push_back({path, reason});
     return absl::OkStatus();
   }
+  // A trainscope metrics log is read twice: once for the series (ParseSeries, on up to four
+  // threads for a big file), once for the facts its other records and fields carry. The
+  // second pass runs alongside the first, so a big log costs about one pass of wall time.
+  Facts line_facts;
+  std::thread facts_pass;
+  if (kind == FileKind::kTrainscopeMetrics) {
+    if (text.size() >= (8u << 20)) {
+      facts_pass = std::thread([&] { CollectMetricsFacts(text, &line_facts); });
+    } else {
+      CollectMetricsFacts(text, &line_facts);
+    }
+  }
   absl::StatusOr<Series> s = ParseSeries(path, kind, text);
+  if (facts_pass.joinable()) facts_pass.join();
   if (!s.ok()) {
     if (named) return s.status();
     rep->skipped.push_back({path, std::string(s.status().message())});
@@ -219,7 +278,7 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   r.first_bad = s->first_bad;
   r.end_reason = s->end_reason;
   r.curve = ClassifyCurve(*s, o.curve);
-  SeriesFacts(*s, text, kind, r, ev);
+  SeriesFacts(*s, std::move(line_facts), r, ev);
   if (r.bad_records > 0) {
     ev->notes.push_back({Severity::kInfo, "input.bad_records",
                          absl::StrCat(r.bad_records, " bad record(s) skipped in ", path),
