@@ -52,7 +52,7 @@ int RunTopo(const TopoArgs& a) {
   if (a.json) {
     nlohmann::json j = topo::PlacementToJson(*t, *p, findings);
     j["input"] = name;
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << "input: " << name << "\n" << topo::TopologyToText(*t, *p, findings);
   }

@@ -95,6 +95,15 @@ bool TopoParseCell(const std::string& cell, Link* link) {
   return true;
 }
 
+// Whether every byte is printable ASCII: the tools print nothing else, and what we keep
+// (names, affinities) goes into JSON, which needs valid UTF-8.
+bool TopoPrintable(const std::string& token) {
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
 // The attribute columns after the matrix, recognised by their (multi-word) labels.
 enum class TopoAttr { kCpu, kNuma, kGpuNuma, kOther };
 
@@ -145,6 +154,11 @@ absl::StatusOr<Topology> ParseTopology(const std::string& text, const std::strin
   std::string kind;
   size_t ncols = 0;
   while (ncols < head.size() && head[ncols] != "CPU") ++ncols;
+  for (const std::string& h : head) {
+    if (!TopoPrintable(h)) {
+      return TopoError(file, header_line, "the header holds bytes that are not ASCII text");
+    }
+  }
   std::vector<TopoAttr> attrs = TopoAttributes(head, ncols);
   int ndev = 0;
   for (size_t c = 0; c < ncols; ++c) {
@@ -169,7 +183,8 @@ absl::StatusOr<Topology> ParseTopology(const std::string& text, const std::strin
   }
   topo.vendor = kind == "GPU" ? "nvidia" : "ascend";
   topo.source = kind == "GPU" ? "nvidia-smi topo -m" : "npu-smi info -t topo";
-  if (ncols > 4096) return TopoError(file, header_line, "more than 4096 columns");
+  // Servers have up to 16 devices and a few dozen NICs; the matrix is ncols^2 cells.
+  if (ncols > 256) return TopoError(file, header_line, "more than 256 columns");
 
   // --- Rows: one per column, in the header's order ---
   std::vector<std::vector<Link>> rows;
@@ -206,6 +221,11 @@ absl::StatusOr<Topology> ParseTopology(const std::string& text, const std::strin
         return TopoError(file, ln,
                          absl::StrCat("row ", t[0], ", column ", head[c], ": '", t[c + 1], "' ",
                                       c == r ? "on the diagonal, expected X" : "off the diagonal"));
+      }
+    }
+    for (size_t c = ncols + 1; c < t.size(); ++c) {
+      if (!TopoPrintable(t[c])) {
+        return TopoError(file, ln, absl::StrCat("row ", t[0], ": bytes that are not ASCII text"));
       }
     }
     if (r < static_cast<size_t>(ndev)) {
@@ -245,6 +265,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& text, const std::strin
   for (; i < lines.size(); ++i) {
     std::vector<std::string> t = TopoTokens(lines[i]);
     if (t.size() != 2 || t[0].size() < 2 || t[0].back() != ':') continue;
+    if (!TopoPrintable(t[1])) continue;
     std::string name = t[0].substr(0, t[0].size() - 1);
     for (Nic& n : topo.nics) {
       if (n.name == name) n.device = t[1];

@@ -2,6 +2,7 @@
 // fingerprint's summary.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 

@@ -84,6 +84,16 @@ TEST(TopoParse, ErrorsNameTheLine) {
   t = ParseTopology("No devices were found\n", "f");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("f:1: no topology matrix"), std::string::npos);
+  // Bytes that are not ASCII text in what we keep (JSON needs UTF-8).
+  t = ParseTopology(Matrix({" X \tPIX", "PIX\t X "}) + "", "f");
+  ASSERT_TRUE(t.ok());
+  std::string m = Matrix({" X \tPIX", "PIX\t X "});
+  m.replace(m.find("0-7"), 3, "0-\xdd");
+  t = ParseTopology(m, "f");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("f:2: row GPU0: bytes that are not ASCII text"),
+            std::string::npos)
+      << t.status();
   // An unknown uppercase class is kept (rated 0), not an error.
   t = ParseTopology(Matrix({" X \tC2C", "C2C\t X "}), "f");
   ASSERT_TRUE(t.ok()) << t.status();
