@@ -90,6 +90,8 @@ def seeds(target):
         return [read(f) for f in files("tests/data/pickle/*.pkl", "tests/data/pickle/dcp/.metadata",
                                        "tests/data/pickle/fr_skipped/*",
                                        "tests/data/hang/pickle_*/*")]
+    if target == "topo_fuzzer":  # first byte: the tensor-parallel size (1 + b % 4); then the text
+        return [bytes([tp]) + read(f) for f in files("tests/data/topo/*.txt") for tp in (1, 3)]
     if target == "diagnose_reader_fuzzer":  # selector byte = the format (fuzz/diagnose_reader_fuzzer.cc)
         d = "tests/data/diagnose/"
         out = [b"\x00" + read(f, 1 << 14) for f in files(d + "*.rundir/train/metrics.rank0.jsonl")]

@@ -4,6 +4,7 @@
 #ifndef TRAINSCOPE_CLI_COMMAND_H_
 #define TRAINSCOPE_CLI_COMMAND_H_
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -39,6 +40,22 @@ void ConfigureRoot(CLI::App& app);
 // then start in milliseconds instead of paying libtorch's start-up. `trainscope` execs
 // into it for these verbs (torch_main.cc); `--help` lists them in both.
 bool IsTorchVerb(int argc, char** argv);
+
+// Checks for numeric flags that fail in one plain sentence ("--nproc-per-node: 0 is not a
+// positive number"); CLI11's PositiveNumber says "Value 0 not in range 0.000000 to 1.79e308".
+inline CLI::Validator NumberCheck(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& in) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(in.c_str(), &end);
+        bool number = end != in.c_str() && *end == '\0';
+        if (number && (allow_zero ? v >= 0 : v > 0)) return std::string();
+        return in + (allow_zero ? " is not a number >= 0" : " is not a positive number");
+      },
+      allow_zero ? "NUMBER>=0" : "POSITIVE");
+}
+inline const CLI::Validator kPositiveNumber = NumberCheck(false);
+inline const CLI::Validator kNonNegativeNumber = NumberCheck(true);
 
 void RegisterEnvCommand(CLI::App& root, CommandContext& ctx);     // env_command.cc
 void RegisterLaunchCommand(CLI::App& root, CommandContext& ctx);  // launch_command.cc

@@ -157,9 +157,9 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         "scan", "counts, lengths, exact and near duplicates, noise, languages, padding waste");
     f->Add(scan);
     scan->add_option("--seq-len", o->seq_len, "sequence length for padding waste")
-        ->check(CLI::PositiveNumber);
+        ->check(kPositiveNumber);
     scan->add_option("--batch-size", o->batch_size, "documents per training batch")
-        ->check(CLI::PositiveNumber);
+        ->check(kPositiveNumber);
     scan->add_option("--threshold", o->threshold, "Jaccard threshold of near duplicates")
         ->check(CLI::Range(0.01, 1.0));
     scan->add_option("--verdicts", o->verdicts_path,
@@ -300,7 +300,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
                      "output prefix (writes PREFIX.bin and PREFIX.idx; refused when either is an "
                      "input or inside an input directory; symlinks are written through)")
         ->required();
-    pack->add_option("--seq-len", o->seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+    pack->add_option("--seq-len", o->seq_len, "tokens per sequence")->check(kPositiveNumber);
     pack->add_option("--mode", *mode, "concat (concatenate and chunk) or best-fit")
         ->check(CLI::IsMember({"concat", "best-fit"}));
     pack->add_option("--pad-id", o->pad_id, "padding token id (default: the end-of-document id)");
@@ -350,7 +350,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     cmp->add_option("--tokenizer", f->tokenizer,
                     "SentencePiece .model or HuggingFace tokenizer.json: adds token-id coverage");
     cmp->add_option("--least-covered", o->least_covered, "REFERENCE documents listed (default 10)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegativeNumber);
     cmp->add_flag("--json", f->json, "machine-readable output");
     cmp->callback([&ctx, ref, cand, f, o] {
       o->reader = f->Reader();

@@ -56,7 +56,7 @@ void RegisterHangCommand(CLI::App& root, CommandContext& ctx) {
   an->add_flag("--json", args->json, "print the report as JSON (docs/formats.md)");
   an->add_option("--mismatch-cap", args->mismatch_cap,
                  "report at most N findings, earliest first (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   an->callback([&ctx, args] { ctx.exit_code = RunAnalyze(*args); });
 }
 

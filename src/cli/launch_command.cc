@@ -229,10 +229,10 @@ void RegisterLaunchCommand(CLI::App& parent, CommandContext& ctx) {
       "launch", "run CMD as one process per local device (or -n N on CPU), torchrun-style");
   cmd->add_option("-n,--nproc-per-node", flags->nproc,
                   "processes on this node (default: one per GPU/NPU, else 1)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--nnodes", flags->nnodes, "number of nodes")->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
+  cmd->add_option("--nnodes", flags->nnodes, "number of nodes")->check(kPositiveNumber);
   cmd->add_option("--node-rank", flags->node_rank, "this node's rank (0..nnodes-1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_option("--master-addr", flags->master_addr, "host of rank 0's rendezvous store");
   cmd->add_option("--master-port", flags->master_port,
                   "rendezvous port (default: a free one; required with --nnodes > 1)")
@@ -248,15 +248,15 @@ void RegisterLaunchCommand(CLI::App& parent, CommandContext& ctx) {
                   "the whole job gets S seconds, then every rank still running is stopped and "
                   "named (default 0: no limit)");
   cmd->add_option("--tail", flags->tail_lines, "log lines shown for a failed rank")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_option("--placement", flags->placement,
                   "order: rank i on the i-th visible device (default); topo: tensor-parallel "
                   "groups on the fastest links (`trainscope topo`, docs/metrics.md \"Topology\")")
       ->check(CLI::IsMember({"order", "topo"}));
   cmd->add_option("--tp", flags->tp, "tensor-parallel group size, for --placement topo")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--pp", flags->pp, "pipeline stages, for --placement topo")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--topo-from", flags->topo_from,
                   "saved `nvidia-smi topo -m` / `npu-smi info -t topo` output for --placement "
                   "topo (default: run the tool)");

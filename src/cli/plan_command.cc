@@ -6,8 +6,10 @@
 // (estimated per group size from the link matrix), the default 100 GB/s.
 #include "cli/plan_command.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +46,14 @@ absl::StatusOr<plan::PlanOptions> BuildOptions(const PlanArgs& a) {
     if (!c.ok()) return c.status();
     o.model = c->model;
     o.precision = c->precision;
-    if (a.global_batch == 0) o.global_batch = c->micro_batch * c->grad_accum * a.cluster.devices;
+    if (a.global_batch == 0) {
+      const int64_t gb = int64_t{c->micro_batch} * c->grad_accum * a.cluster.devices;
+      if (gb > std::numeric_limits<int>::max())
+        return absl::InvalidArgumentError(
+            absl::StrCat(a.config, ": micro_batch x grad_accum x devices = ", gb,
+                         " sequences is beyond the planner's range"));
+      o.global_batch = static_cast<int>(gb);
+    }
   }
   // Shape flags override the config's keys.
   if (a.params > 0) o.model.params = a.params;

@@ -374,7 +374,7 @@ void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
       "comm", "collective correctness and bandwidth (nccl-tests layout, exact checks)");
   cmd->add_option("-n,--nranks", f->nranks,
                   "ranks to start (default 2; inside a launch: its world)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--backend", f->backend,
                   "gloo, mpi or nccl (default: nccl on NVIDIA, else gloo)");
   cmd->add_option("--ops", f->ops,

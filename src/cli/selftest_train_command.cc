@@ -83,7 +83,7 @@ void RegisterSelftestTrainCommand(CLI::App& parent, CommandContext& ctx) {
       "print JSON: passed, reason, loss_start, loss_end, tokens_per_s, mfu, steps, seconds");
   cmd->add_flag("--quick", flags->quick, "shorter run (< 40 s) with a higher loss bar");
   cmd->add_option("--max-seconds", flags->max_seconds, "bound the training time (seconds)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--config", flags->config,
                   "run this config instead of the bundled one (its train.target_loss is the bar)");
   cmd->add_option("--run-dir", flags->run_dir, "where to write metrics (default: a temp dir)");
@@ -91,7 +91,7 @@ void RegisterSelftestTrainCommand(CLI::App& parent, CommandContext& ctx) {
                   "train on cpu, cuda or cuda:N (default: the config's)");
   cmd->add_option("--device-tflops", flags->device_tflops,
                   "the device's peak TFLOP/s for MFU (default: known GPUs' table, else measured)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSelftestTrain(*flags); });
 }
 

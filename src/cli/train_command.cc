@@ -334,15 +334,15 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
       "--run-dir", flags->run_dir,
       "run directory (default: $TRAINSCOPE_RUN_DIR, else trainscope-runs/train-<time>)");
   cmd->add_flag("--json", flags->json, "print the result as JSON");
-  cmd->add_option("--steps", flags->steps, "override train.steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", flags->steps, "override train.steps")->check(kPositiveNumber);
   cmd->add_option("--max-seconds", flags->max_seconds, "override train.max_seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   cmd->add_option("--backend", flags->backend, "comm backend for data-parallel runs (gloo|mpi)");
   cmd->add_option("--device", flags->device,
                   "train on cpu, cuda or cuda:N (overrides train.device)");
   cmd->add_option("--device-tflops", flags->device_tflops,
                   "the device's peak TFLOP/s, MFU's denominator (overrides train.device_tflops)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--comm-timeout", flags->comm_timeout_s,
                   "seconds a collective may take before the rank dumps its flight recorder and "
                   "stacks to <run dir>/hang/ and exits 1 (overrides comm.timeout_s, default "
@@ -364,7 +364,7 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                 "measure step time for several data.num_workers values and report the best");
   cmd->add_option("--sweep-values", flags->sweep_values, "num_workers values to sweep (0,1,2,4)");
   cmd->add_option("--sweep-steps", flags->sweep_steps, "steps per sweep value (20)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_flag("--probe-batch", flags->probe,
                 "find the micro-batch: run a few steps per candidate (each a child run), growing "
                 "from a safe guess and stopping before the memory limit; recommend micro-batch "
@@ -376,14 +376,14 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                   "memory one rank may use, GB = 1e9 bytes (default: train.device cuda: the "
                   "GPU's free memory (nvidia-smi); cpu: min(MemAvailable, cgroup room) / "
                   "--probe-ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->add_option("--probe-ranks", flags->probe_ranks,
                   "data-parallel ranks of the real run on this machine (1)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--probe-global-batch", flags->probe_global_batch,
                   "sequences per optimizer step, all ranks (default: the config's micro_batch x "
                   "grad_accum x --probe-ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   cmd->callback([flags, &ctx] { ctx.exit_code = RunTrain(*flags); });
 }
 

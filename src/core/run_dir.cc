@@ -32,6 +32,10 @@ std::string TrainMetricsPath(const std::string& run_dir, int rank) {
   return Join(run_dir, absl::StrCat(kTrain, "/metrics.rank", rank, ".jsonl"));
 }
 
+std::string TrainWeightsPath(const std::string& run_dir, int rank) {
+  return Join(run_dir, absl::StrCat(kTrain, "/weights.rank", rank, ".json"));
+}
+
 std::string HangDumpPath(const std::string& run_dir, int rank) {
   return Join(run_dir, absl::StrCat(kHang, "/flight_recorder.rank", rank, ".json"));
 }

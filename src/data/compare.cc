@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "data/doc_analysis.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/table.h"
 #include "trainscope/tokenizer/tokenizer.h"
 
@@ -396,7 +397,7 @@ double R4(double v) { return std::round(v * 1e4) / 1e4; }
 
 nlohmann::json CompareReportToJson(const CompareReport& r) {
   nlohmann::json j;
-  j["format"] = "trainscope.data.compare";
+  j["format"] = formats::kDataCompare;
   j["version"] = 1;
   j["reference"] = SideJson(r.reference);
   j["candidate"] = SideJson(r.candidate);

@@ -37,6 +37,7 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/launch/launch.h"
 
 extern char** environ;
@@ -235,15 +236,6 @@ std::string Seconds(std::chrono::milliseconds d) {
   return absl::StrFormat("%g s", static_cast<double>(d.count()) / 1000.0);
 }
 
-std::string DefaultRunDir() {
-  time_t now = ::time(nullptr);
-  tm utc;
-  ::gmtime_r(&now, &utc);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &utc);
-  return absl::StrCat("runs/launch-", buf, "-", ::getpid());
-}
-
 }  // namespace
 
 absl::Status BecomeChildSubreaper() {
@@ -313,7 +305,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     if (!port.ok()) return port.status();
     result.master_port = *port;
   }
-  result.run_dir = o.run_dir.empty() ? DefaultRunDir() : o.run_dir;
+  result.run_dir = o.run_dir.empty() ? run_dir::DefaultRunDir("launch") : o.run_dir;
 
   // Device pinning: a user-given visible list is honoured and split among local ranks.
   std::vector<std::string> visible;
@@ -384,7 +376,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     c.status.local_rank = lr;
     c.status.rank = o.node_rank * nproc + lr;
     c.status.cpus = plan[lr];
-    std::string dir = absl::StrCat(result.run_dir, "/rank", c.status.rank);
+    std::string dir = run_dir::RankLogDir(result.run_dir, c.status.rank);
     std::filesystem::create_directories(dir, ec);
     c.status.stdout_log = dir + "/stdout.log";
     c.status.stderr_log = dir + "/stderr.log";
@@ -707,7 +699,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   result.hang = AnalyzeHangDumps(abs_run_dir, std::move(result.hang));
   result.total_s = since();
   {
-    std::ofstream json(result.run_dir + "/launch.json");
+    std::ofstream json(run_dir::Join(result.run_dir, run_dir::kLaunchJson));
     json << LaunchResultJson(result, o) << "\n";
   }
   if (!start_error.ok()) return start_error;

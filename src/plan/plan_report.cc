@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/table.h"
 #include "trainscope/plan/plan.h"
@@ -58,7 +59,7 @@ absl::StatusOr<ConfigModel> ReadTrainConfig(Os* os, const std::string& path) {
   if (!j->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": byte 0: expected a JSON object"));
   }
-  if (j->contains("format") && (*j)["format"] != "trainscope.train_config") {
+  if (j->contains("format") && (*j)["format"] != formats::kTrainConfig) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": key format: expected \"trainscope.train_config\""));
   }
@@ -118,7 +119,7 @@ absl::StatusOr<ConfigModel> ReadTrainConfig(Os* os, const std::string& path) {
 absl::StatusOr<double> ReadSelftestBusBw(Os* os, const std::string& path) {
   absl::StatusOr<nlohmann::json> j = ReadJson(os, path);
   if (!j.ok()) return j.status();
-  if (!j->is_object() || j->value("format", "") != "trainscope.selftest.comm" ||
+  if (!j->is_object() || j->value("format", "") != formats::kSelftestComm ||
       !(*j)["results"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": byte 0: not a `selftest comm --json` result (format trainscope.selftest.comm)"));
@@ -252,7 +253,7 @@ absl::StatusOr<Measured> ReadMeasured(Os* os, const std::string& path) {
   absl::StatusOr<std::string> text = os->ReadFile(path);
   if (text.ok()) {
     nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-    if (j.is_object() && j.value("format", "") == "trainscope.trace.analysis") {
+    if (j.is_object() && j.value("format", "") == formats::kTraceAnalysis) {
       return ClassifyAnalysis(j, path);
     }
   }
@@ -276,7 +277,7 @@ absl::StatusOr<Measured> ReadMeasured(Os* os, const std::string& path) {
 nlohmann::json PlanToJson(const Plan& plan) {
   const PlanOptions& o = plan.options;
   nlohmann::json j;
-  j["format"] = "trainscope.plan";
+  j["format"] = formats::kPlan;
   j["version"] = 1;
   j["model"] = {{"params", plan.params},         {"layers", o.model.layers},
                 {"hidden", o.model.hidden},      {"heads", o.model.heads},

@@ -33,6 +33,7 @@
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 #include "trainscope/hang/analyze.h"
@@ -326,7 +327,7 @@ absl::Status Trainer::Init() {
   TS_RETURN_IF_STOPPED(options, *st_);
 
   TS_RETURN_IF_ERROR(BuildModelAndOptimizer());
-  train_dir_ = options.run_dir + "/train";
+  train_dir_ = run_dir::Join(options.run_dir, run_dir::kTrain);
   TS_RETURN_IF_ERROR(MakeDirs(train_dir_));
 
   // Resume before the parameter broadcast: every rank loads the same checkpoint.
@@ -438,7 +439,7 @@ absl::Status Trainer::BuildModelAndOptimizer() {
 absl::Status Trainer::OpenMetrics() {
   if (!config_.train.observability) return absl::OkStatus();
   const int rank = world_.rank;
-  result_.metrics_path = absl::StrCat(train_dir_, "/metrics.rank", rank, ".jsonl");
+  result_.metrics_path = run_dir::TrainMetricsPath(options_.run_dir, rank);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   json header = {{"rank", rank},
@@ -792,9 +793,9 @@ absl::Status Trainer::CheckSpike(const StepContext& s) {
 
 std::string Trainer::CheckpointDir() const {
   const std::string& d = config_.checkpoint.dir;
-  if (d.empty()) return options_.run_dir + "/checkpoints";
+  if (d.empty()) return run_dir::Join(options_.run_dir, run_dir::kCheckpoints);
   if (d[0] == '/') return d;
-  return options_.run_dir + "/" + d;
+  return run_dir::Join(options_.run_dir, d);
 }
 
 // xxh3-64 of the config with the keys that do not change the state's meaning left out (run
@@ -1115,8 +1116,8 @@ absl::StatusOr<TrainResult> Trainer::Summarize() {
               {"step", result.steps},
               {"xxh3_64", result.weights_checksum},
               {"params", per_param}};
-    TS_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(train_dir_, "/weights.rank", rank, ".json"),
-                                       w.dump(1) + "\n"));
+    TS_RETURN_IF_ERROR(
+        WriteFileAtomic(run_dir::TrainWeightsPath(options_.run_dir, rank), w.dump(1) + "\n"));
   }
   if (st_->metrics) {
     TS_RETURN_IF_ERROR(st_->metrics->WriteRecord("summary", TrainResultToJson(result)));

@@ -14,10 +14,12 @@ namespace trainscope::formats {
 inline constexpr char kCheckpoint[] = "trainscope.checkpoint";
 inline constexpr char kCheckpointManifest[] = "trainscope.checkpoint.manifest";
 inline constexpr char kDataClean[] = "trainscope.data.clean";
+inline constexpr char kDataCompare[] = "trainscope.data.compare";
 inline constexpr char kDataPack[] = "trainscope.data.pack";
 inline constexpr char kDataScan[] = "trainscope.data.scan";
 inline constexpr char kDataStats[] = "trainscope.data.stats";
 inline constexpr char kDiagnose[] = "trainscope.diagnose";
+inline constexpr char kDiagnoseRules[] = "trainscope.diagnose.rules";
 inline constexpr char kDoctor[] = "trainscope.doctor";
 inline constexpr char kEnvCheck[] = "trainscope.env.check";
 inline constexpr char kEnvCompatMatrix[] = "trainscope.env.compat_matrix";
@@ -26,12 +28,15 @@ inline constexpr char kEnvFingerprint[] = "trainscope.env.fingerprint";
 inline constexpr char kFinding[] = "trainscope.finding";
 inline constexpr char kFlightRecorder[] = "trainscope.flight_recorder";
 inline constexpr char kLaunch[] = "trainscope.launch";
+inline constexpr char kPlan[] = "trainscope.plan";
 inline constexpr char kSelftestComm[] = "trainscope.selftest.comm";
 inline constexpr char kSelftestDevice[] = "trainscope.selftest.device";
+inline constexpr char kTopo[] = "trainscope.topo";
 inline constexpr char kTraceAnalysis[] = "trainscope.trace.analysis";
 inline constexpr char kTraceExport[] = "trainscope.trace.export";
 inline constexpr char kTrainConfig[] = "trainscope.train_config";
 inline constexpr char kTrainMetrics[] = "trainscope.train_metrics";
+inline constexpr char kTrainProbe[] = "trainscope.train_probe";
 inline constexpr char kTrainSummary[] = "trainscope.train_summary";
 inline constexpr char kTrainWeights[] = "trainscope.train_weights";
 
@@ -46,10 +51,12 @@ inline constexpr Format kFormats[] = {
     {kCheckpoint, 1, "checkpoint meta.json (ckpt)"},
     {kCheckpointManifest, 1, "checkpoint manifest.json: files and hashes (ckpt)"},
     {kDataClean, 1, "data clean --json report"},
+    {kDataCompare, 1, "data compare --json report"},
     {kDataPack, 1, "data pack --json report"},
     {kDataScan, 1, "data scan --json report"},
     {kDataStats, 1, "data stats --json report"},
     {kDiagnose, 1, "diagnose --json report: ranked findings and loss-curve classes"},
+    {kDiagnoseRules, 1, "diagnose rule file (data/diagnose/rules.json)"},
     {kDoctor, 1, "doctor report.json"},
     {kEnvCheck, 1, "env check --json: findings"},
     {kEnvCompatMatrix, 1, "compatibility matrix (data/compat_matrix.json)"},
@@ -58,12 +65,15 @@ inline constexpr Format kFormats[] = {
     {kFinding, 1, "one finding (core/finding.h), inside other documents"},
     {kFlightRecorder, 1, "flight recorder dump (hang/flight_recorder.rank<R>.json)"},
     {kLaunch, 1, "launch.json of a launched job"},
+    {kPlan, 1, "plan --json: parallel strategies"},
     {kSelftestComm, 1, "selftest comm --json"},
     {kSelftestDevice, 1, "selftest device --json"},
+    {kTopo, 1, "topo --json: link matrix and placement"},
     {kTraceAnalysis, 1, "trace analyze --json"},
     {kTraceExport, 1, "trace analyze --export Chrome trace"},
     {kTrainConfig, 1, "train config (train/config.json)"},
     {kTrainMetrics, 1, "train metrics JSONL (train/metrics.rank<R>.jsonl)"},
+    {kTrainProbe, 1, "train --probe-batch --json"},
     {kTrainSummary, 1, "train summary (train/summary.json)"},
     {kTrainWeights, 1, "train weights checksum (train/weights.rank<R>.json)"},
 };

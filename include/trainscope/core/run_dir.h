@@ -7,12 +7,11 @@
 //     launch.json, rank<R>/                       launch (per-rank logs)
 //     train/metrics.rank<R>.jsonl, config.json, summary.json, weights.rank<R>.json
 //     hang/flight_recorder.rank<R>.json, stacks.rank<R>.txt, analysis.json
-//     checkpoints/step<N>/                        ckpt
+//     checkpoints/step-<N>/, anomaly-step-<N>/    train's checkpoints (ckpt format)
 //     data/                                       data scan reports
 //     trace/                                      profiler traces
 //
-// Callers migrated so far: doctor, hang. launch and train still spell their paths (the same
-// ones) and are to move here.
+// Every writer (doctor, launch, train, hang) takes its paths from here.
 // Thread-safety: pure functions (DefaultRunDir reads the clock and the pid only).
 #ifndef TRAINSCOPE_CORE_RUN_DIR_H_
 #define TRAINSCOPE_CORE_RUN_DIR_H_
@@ -48,6 +47,7 @@ std::string Join(const std::string& run_dir, const std::string& part);
 
 // Per-rank files.
 std::string TrainMetricsPath(const std::string& run_dir, int rank);  // train/metrics.rank<R>.jsonl
+std::string TrainWeightsPath(const std::string& run_dir, int rank);  // train/weights.rank<R>.json
 std::string HangDumpPath(const std::string& run_dir,
                          int rank);  // hang/flight_recorder.rank<R>.json
 std::string HangStacksPath(const std::string& run_dir, int rank);  // hang/stacks.rank<R>.txt

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope::diagnose {
 
@@ -41,7 +42,7 @@ namespace internal {
 struct CompiledRule;
 }
 
-inline constexpr char kRulesFormat[] = "trainscope.diagnose.rules";
+inline constexpr const char* kRulesFormat = formats::kDiagnoseRules;
 inline constexpr const char* kRuleLayers[] = {"env",       "data", "model",
                                               "framework", "comm", "performance"};
 

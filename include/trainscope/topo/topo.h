@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 #include "trainscope/core/finding.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope {
 class Os;
@@ -33,7 +34,7 @@ class Os;
 
 namespace trainscope::topo {
 
-inline constexpr char kTopoFormat[] = "trainscope.topo";
+inline constexpr const char* kTopoFormat = formats::kTopo;
 inline constexpr int kTopoVersion = 1;
 
 // Link classes, fastest family first. kNvLink carries its link count (NV12: 12 links).

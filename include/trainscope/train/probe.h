@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
+#include "trainscope/core/formats.h"
 #include "trainscope/train/config.h"
 
 namespace trainscope {
@@ -31,7 +32,7 @@ class Os;
 
 namespace trainscope::train {
 
-inline constexpr char kProbeFormat[] = "trainscope.train_probe";
+inline constexpr const char* kProbeFormat = formats::kTrainProbe;
 inline constexpr int kProbeVersion = 1;
 
 struct ProbeOptions {
