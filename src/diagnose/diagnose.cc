@@ -289,7 +289,8 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
     ev->notes.push_back(
         {Severity::kInfo, "input.megatron_iterations",
          absl::StrCat(s->nan_iterations, " NaN and ", s->skipped_iterations,
-                      " skipped iteration(s) counted by Megatron in ", path),
+                      " skipped iteration(s) counted by Megatron in ",
+                      fs::path(path).filename().string()),
          absl::StrCat("number of nan iterations: ", s->nan_iterations,
                       " in all; number of skipped iterations: ", s->skipped_iterations, " in all"),
          "NaN iterations give their steps a NaN loss (see the curve's nan_step); a few skipped "
