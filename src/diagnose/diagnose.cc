@@ -2,11 +2,6 @@
 // trainscope report with findings, classify the curves, rank everything.
 #include "trainscope/diagnose/diagnose.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -175,52 +170,11 @@ void SeriesFacts(const Series& s, Facts run, const RunResult& r, Evidence* ev) {
   }
 }
 
-// A file's bytes: a big file (a metrics log of a long run is hundreds of MB) is mapped
-// read-only, so its lines are parsed where the page cache holds them, with no copy; a small
-// one is read into a string. A file that shrinks while mapped is a SIGBUS, as with any mmap
-// reader: logs are read after the run (or while it appends, which is safe).
-class DiagnoseFileBytes {
- public:
-  DiagnoseFileBytes() = default;
-  DiagnoseFileBytes(const DiagnoseFileBytes&) = delete;
-  DiagnoseFileBytes& operator=(const DiagnoseFileBytes&) = delete;
-  ~DiagnoseFileBytes() {
-    if (map_ != nullptr) munmap(map_, map_len_);
-  }
-  bool Open(const std::string& path) {
-    constexpr off_t kMapFrom = off_t{32} << 20;
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= kMapFrom) {
-      void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p != MAP_FAILED) {
-        madvise(p, static_cast<size_t>(st.st_size), MADV_WILLNEED);
-        map_ = p;
-        map_len_ = static_cast<size_t>(st.st_size);
-        close(fd);
-        return true;
-      }
-    }
-    close(fd);
-    return ReadWholeFile(path, &copy_);
-  }
-  std::string_view view() const {
-    return map_ != nullptr ? std::string_view(static_cast<const char*>(map_), map_len_)
-                           : std::string_view(copy_);
-  }
-
- private:
-  void* map_ = nullptr;
-  size_t map_len_ = 0;
-  std::string copy_;
-};
-
 // Reads one file into the report. `named`: given on the command line (an unknown kind is
 // then an error, not a skip).
 absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep,
                      Evidence* ev) {
-  DiagnoseFileBytes bytes;
+  FileBytes bytes;
   if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   const std::string_view text = bytes.view();
   FileKind kind = DetectKind(path, std::string(text.substr(0, 4096)));

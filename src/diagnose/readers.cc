@@ -3,7 +3,10 @@
 // Megatron-LM text logs (megatron_log.cc) are dispatched from here. Each reader collects
 // (step, metric, value) records; SeriesBuilder::Finish orders them by step and keeps the last
 // record of a step.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -557,19 +560,6 @@ bool ReadWholeFile(const std::string& path, std::string* out) {
   std::streamoff size = in.tellg();
   if (size < 0) return false;
   out->clear();
-  out->reserve(static_cast<size_t>(size));
-#ifdef MADV_HUGEPAGE
-  // A big log (a 1M-line metrics file is ~400 MB) is read into transparent huge pages where
-  // the kernel offers them on request: 512x fewer page faults while the buffer is filled.
-  constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;
-  if (static_cast<uintptr_t>(size) >= 16 * kHugePageBytes) {
-    uintptr_t begin =
-        (reinterpret_cast<uintptr_t>(out->data()) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-    uintptr_t end = (reinterpret_cast<uintptr_t>(out->data()) + static_cast<uintptr_t>(size)) &
-                    ~(kHugePageBytes - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-#endif
   out->resize(static_cast<size_t>(size));
   in.seekg(0);
   in.read(out->data(), size);
@@ -709,10 +699,34 @@ absl::StatusOr<Series> ParseSeries(std::string_view path, FileKind kind, std::st
   return absl::InvalidArgumentError(absl::StrCat(std::string(path), ": not a metrics file"));
 }
 
+FileBytes::~FileBytes() {
+  if (map_ != nullptr) munmap(map_, map_len_);
+}
+
+bool FileBytes::Open(const std::string& path) {
+  constexpr off_t kMapFromBytes = off_t{32} << 20;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= kMapFromBytes) {
+    void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      madvise(p, static_cast<size_t>(st.st_size), MADV_WILLNEED);
+      map_ = p;
+      map_len_ = static_cast<size_t>(st.st_size);
+      close(fd);
+      return true;
+    }
+  }
+  close(fd);
+  return ReadWholeFile(path, &copy_);
+}
+
 absl::StatusOr<Series> ReadSeries(const std::string& path) {
-  std::string text;
-  if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  FileKind kind = DetectKind(path, text.substr(0, 4096));
+  FileBytes bytes;
+  if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  const std::string_view text = bytes.view();
+  FileKind kind = DetectKind(path, std::string(text.substr(0, 4096)));
   if (kind == FileKind::kUnknown) {
     return absl::InvalidArgumentError(absl::StrCat(
         path,

@@ -90,6 +90,30 @@ absl::StatusOr<Series> ReadSeries(const std::string& path);
 // Reads a whole file into *out (one allocation). False when it cannot be opened or read.
 bool ReadWholeFile(const std::string& path, std::string* out);
 
+// A file's bytes: a regular file of 32 MB or more (a long run's metrics log is hundreds of
+// MB) is mapped read-only, so it is parsed where the page cache holds it, with no copy;
+// anything smaller is read into a string. A file that shrinks while mapped is a SIGBUS, as
+// with any mmap reader (logs are read after the run, or while it appends, which is safe).
+// Not copyable; view() is valid while the object lives.
+class FileBytes {
+ public:
+  FileBytes() = default;
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  ~FileBytes();
+  // False when the file cannot be opened or read.
+  bool Open(const std::string& path);
+  std::string_view view() const {
+    return map_ != nullptr ? std::string_view(static_cast<const char*>(map_), map_len_)
+                           : std::string_view(copy_);
+  }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  std::string copy_;
+};
+
 // A metric name normalised as described above, then mapped: "step", "loss", "val_loss",
 // "lr", "grad_norm", or "" for any other.
 std::string CanonicalMetric(const std::string& name);
