@@ -1,0 +1,48 @@
+"""Shared helpers of trainscope's Python tests: paths of the build and 2-rank launches."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def trainscope_binary():
+    """build/bin/trainscope, or $TRAINSCOPE_BIN (ctest passes the target's path)."""
+    return os.environ.get("TRAINSCOPE_BIN", os.path.join(REPO, "build", "bin", "trainscope"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script, args, world_size=2, timeout_s=60, extra_env=None):
+    """Runs `script args` as world_size ranks (gloo on loopback); returns [(rc, out, err)]."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(world_size), OMP_NUM_THREADS="1")
+    env.update(extra_env or {})
+    procs = []
+    for rank in range(world_size):
+        procs.append(subprocess.Popen([sys.executable, script] + list(args),
+                                      env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("%s %s: rank did not end within %d s" % (script, args, timeout_s))
+        results.append((p.returncode, out, err))
+    return results
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return str(tmp_path / "run")

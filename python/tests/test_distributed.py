@@ -1,0 +1,78 @@
+"""distributed.record on real 2-process gloo jobs: the hang watchdog and hang analyze."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+import torch.distributed as dist
+
+import trainscope
+from conftest import HERE, launch, trainscope_binary
+
+JOB = os.path.join(HERE, "dist_job.py")
+
+
+def hang_line():
+    with open(JOB) as f:
+        for i, line in enumerate(f, 1):
+            if "HANG-LINE" in line:
+                return i
+    raise AssertionError("no HANG-LINE in dist_job.py")
+
+
+def test_skipped_all_reduce_is_named(run_dir):
+    t0 = time.monotonic()
+    results = launch(JOB, ["hang", run_dir], timeout_s=3 + 30)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 3 + 30
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 1, "rank %d: rc %d\n%s" % (rank, rc, err)
+        assert "not reached" not in out
+        assert os.path.exists(os.path.join(run_dir, "hang", "flight_recorder.rank%d.json" % rank))
+        assert os.path.exists(os.path.join(run_dir, "hang", "stacks.rank%d.txt" % rank))
+    assert "all_reduce #8" in results[0][2], results[0][2]
+    site = "dist_job.py:%d" % hang_line()
+    p = subprocess.run([trainscope_binary(), "hang", "analyze", os.path.join(run_dir, "hang"),
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode in (0, 1), p.stderr
+    verdict = json.loads(p.stdout)
+    assert verdict["problem"], verdict
+    first = verdict["findings"][0]
+    assert first["culprit_ranks"] == [1], first
+    assert first["op"] == "all_reduce", first
+    assert site in first["caller"], first
+    assert "rank 1" in first["sentence"] and site in first["sentence"], first["sentence"]
+
+
+def test_ddp_run_records_buckets_and_writes_metrics(run_dir):
+    results = launch(JOB, ["ddp", run_dir], timeout_s=60)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, "rank %d: %s" % (rank, err)
+    for rank in range(2):
+        with open(os.path.join(run_dir, "hang", "flight_recorder.rank%d.json" % rank)) as f:
+            dump = json.load(f)
+        entries = dump["entries"]
+        # 6 steps x at least one bucket all-reduce, all completed, called from the job's
+        # loss.backward() line (through DDP's comm hook).
+        ar = [e for e in entries if e["profiling_name"].endswith("all_reduce")]
+        assert len(ar) >= 6, entries
+        assert all(e["state"] == "completed" for e in ar), ar
+        assert all(e["caller"].startswith("dist_job.py:") for e in ar), ar
+        with open(os.path.join(run_dir, "train", "metrics.rank%d.jsonl" % rank)) as f:
+            recs = [json.loads(line) for line in f]
+        steps = [r for r in recs if r["type"] == "step"]
+        assert [r["step"] for r in steps] == list(range(1, 7))
+        assert all(r["comm_ms"] > 0 for r in steps), steps
+        assert recs[0]["world_size"] == 2 and recs[0]["rank"] == rank
+        assert recs[-1]["type"] == "end" and recs[-1]["reason"] == "done"
+    p = subprocess.run([trainscope_binary(), "hang", "analyze", os.path.join(run_dir, "hang"),
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(p.stdout)["problem"] is False
+
+
+def test_record_before_init_process_group_is_an_error():
+    assert not dist.is_initialized()
+    with pytest.raises(trainscope.Error, match="init_process_group"):
+        trainscope.distributed.record()

@@ -1,0 +1,77 @@
+"""Helpers shared by watch, distributed.record and checkpoint: rank, run directory, clock."""
+import os
+import time
+
+from ._errors import Error
+
+# Per-rank file names, as include/trainscope/core/run_dir.h lays a run directory out.
+TRAIN_DIR = "train"
+HANG_DIR = "hang"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def metrics_path(run_dir, rank):
+    return os.path.join(run_dir, TRAIN_DIR, "metrics.rank%d.jsonl" % rank)
+
+
+def hang_dump_path(run_dir, rank):
+    return os.path.join(run_dir, HANG_DIR, "flight_recorder.rank%d.json" % rank)
+
+
+def hang_stacks_path(run_dir, rank):
+    return os.path.join(run_dir, HANG_DIR, "stacks.rank%d.txt" % rank)
+
+
+def _dist():
+    try:
+        import torch.distributed as dist
+    except ImportError:  # torch built without distributed
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def rank_and_world():
+    """(rank, world_size): torch.distributed's when initialised, else RANK/WORLD_SIZE, else (0, 1)."""
+    dist = _dist()
+    if dist is not None:
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise Error("RANK/WORLD_SIZE in the environment are not integers: %s" % e) from None
+
+
+def default_store():
+    """The default group's c10d store, or None (not initialised, or a torch without it)."""
+    dist = _dist()
+    if dist is None:
+        return None
+    getter = getattr(dist.distributed_c10d, "_get_default_store", None)
+    try:
+        return getter() if getter is not None else None
+    except Exception:  # noqa: BLE001 - a torch that keeps no default store
+        return None
+
+
+def resolve_run_dir(run_dir):
+    """run_dir, else $TRAINSCOPE_RUN_DIR (set by `trainscope launch`), else
+    trainscope-runs/train-<UTC YYYYmmdd-HHMMSS> as `trainscope train` names it; with
+    torch.distributed initialised every rank takes rank 0's name (through the c10d store)."""
+    if run_dir:
+        return str(run_dir)
+    env = os.environ.get("TRAINSCOPE_RUN_DIR")
+    if env:
+        return env
+    name = os.path.join("trainscope-runs",
+                        "train-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    store = default_store()
+    rank, world = rank_and_world()
+    if store is None or world == 1:
+        return name
+    key = "trainscope/run_dir"
+    if rank == 0:
+        store.set(key, name)
+        return name
+    return store.get(key).decode()

@@ -1,0 +1,336 @@
+"""`trainscope.distributed.record`: a flight recorder and a hang watchdog for torch.distributed.
+
+After `init_process_group`, `record()` replaces the collective and point-to-point functions
+of `torch.distributed` (all_reduce, all_gather, reduce_scatter, broadcast, barrier, send,
+recv, isend, irecv, all_to_all, ...) with wrappers that record each call into the native
+flight recorder (`trainscope._core.FlightRecorder`, the dump format of docs/formats.md
+"Flight recorder dump") with its call site: the file:line of the first caller frame outside
+torch and trainscope. Torch 1.13 has no Flight Recorder of its own; this one works on any
+torch. DDP's bucket all-reduces are recorded when the model is passed (`model=`) or watched
+by `trainscope.watch`: both register one comm hook that calls `dist.all_reduce`.
+
+Per group, collectives get sequence numbers 1, 2, ... in call order, and send/recv their own;
+every rank that calls the same collectives in the same order gives them the same numbers,
+which is what `trainscope hang analyze` matches across ranks.
+
+The watchdog (a daemon thread) looks at the oldest op not completed every `poll_s`. When one
+is older than `timeout_s`, the rank announces the hang in the c10d store (a counter every
+rank's watchdog polls), so that every rank writes `<run_dir>/hang/flight_recorder.rank<R>.json`
+and `stacks.rank<R>.txt` (every Python thread's stack). Each rank prints one line naming the
+op and its sequence number and ends its process with `os._exit(EXIT_CODE)`; the rank that
+timed out first waits (at most `grace_s`) for the others' dumps before it goes, as it may host
+the store. Then `trainscope hang analyze <run_dir>/hang` names the rank, the op and the call
+site.
+
+Functions imported by name before `record()` (`from torch.distributed import all_reduce`) are
+not wrapped: call them as `dist.all_reduce`.
+"""
+import atexit
+import faulthandler
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import _core, _ddp, _util
+from ._errors import Error
+
+EXIT_CODE = 1
+_TRIGGER_KEY = "trainscope/hang/trigger"
+_WHAT_KEY = "trainscope/hang/what"
+_DUMPED_KEY = "trainscope/hang/dumped"
+
+# name -> (op recorded, index of the tensor giving the count, index of `group`, p2p?)
+# Indices are positional; the same names are looked up as keywords.
+_OPS = {
+    "all_reduce": ("all_reduce", 0, 2, False),
+    "broadcast": ("broadcast", 0, 2, False),
+    "reduce": ("reduce", 0, 3, False),
+    "all_gather": ("all_gather", 1, 2, False),
+    "all_gather_into_tensor": ("all_gather", 1, 2, False),
+    "_all_gather_base": ("all_gather", 1, 2, False),
+    "reduce_scatter": ("reduce_scatter", 0, 3, False),
+    "reduce_scatter_tensor": ("reduce_scatter", 0, 3, False),
+    "_reduce_scatter_base": ("reduce_scatter", 0, 3, False),
+    "all_to_all": ("all_to_all", 1, 2, False),
+    "all_to_all_single": ("all_to_all", 1, 4, False),
+    "gather": ("gather", 0, 3, False),
+    "scatter": ("scatter", 0, 3, False),
+    "barrier": ("barrier", None, 0, False),
+    "monitored_barrier": ("barrier", None, 0, False),
+    "all_gather_object": ("all_gather", None, 2, False),
+    "broadcast_object_list": ("broadcast", None, 2, False),
+    "send": ("send", 0, 2, True),
+    "recv": ("recv", 0, 2, True),
+    "isend": ("send", 0, 2, True),
+    "irecv": ("recv", 0, 2, True),
+}
+_DTYPES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+           torch.bfloat16: "BFloat16", torch.int32: "Int", torch.int64: "Long",
+           torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool"}
+
+_recorder = None
+_recorder_lock = threading.Lock()
+
+
+def _skip_prefixes():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (os.path.dirname(os.path.abspath(torch.__file__)), here, "<frozen", "<string>")
+
+
+class Recorder:
+    """The installed recorder of this process (one per process; see record()).
+
+    Thread-safe: ops may be issued and completed from any thread.
+    """
+
+    def __init__(self, run_dir, timeout_s, capacity, poll_s, grace_s):
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.run_dir = run_dir
+        self.timeout_s = float(timeout_s)
+        self.poll_s = poll_s
+        self.grace_s = grace_s
+        self.dump_path = _util.hang_dump_path(run_dir, self.rank)
+        self.stacks_path = _util.hang_stacks_path(run_dir, self.rank)
+        self.fr = _core.FlightRecorder(self.rank, self.world_size, capacity)
+        self._groups = {}       # process group -> [name, next collective seq, next p2p seq]
+        self._active = {}       # record id -> (monotonic start s, op, seq, group name, site)
+        self._polled = []       # (record id, Work) of async ops without a future
+        self._originals = {}
+        self._skip = _skip_prefixes()
+        self._store = _util.default_store()
+        self._stop = threading.Event()
+        self._thread = None
+        self._dumped = False
+
+    # ---- wrapping ----
+    def install(self):
+        for name, spec in _OPS.items():
+            fn = getattr(dist, name, None)
+            if fn is None:
+                continue
+            self._originals[name] = fn
+            setattr(dist, name, self._wrap(name, fn, *spec))
+        # The watchdog must be stopped before the store goes away (a thread inside a store
+        # call at interpreter exit ends the process in std::terminate).
+        destroy = dist.destroy_process_group
+        self._originals["destroy_process_group"] = destroy
+
+        def destroy_process_group(*args, **kwargs):
+            if not args and kwargs.get("group") is None:
+                stop()
+            return destroy(*args, **kwargs)
+
+        dist.destroy_process_group = destroy_process_group
+        atexit.register(stop)
+        self._thread = threading.Thread(target=self._watch, name="trainscope-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def uninstall(self):
+        for name, fn in self._originals.items():
+            setattr(dist, name, fn)
+        self._originals = {}
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _group(self, group):
+        g = self._groups.get(group)
+        if g is None:
+            pg = group if group is not None else dist.distributed_c10d._get_default_group()
+            g = self._groups.get(pg)
+            if g is None:
+                names = getattr(dist.distributed_c10d, "_pg_names", None)
+                if names is None:
+                    names = getattr(getattr(dist.distributed_c10d, "_world", None),
+                                    "pg_names", {})
+                g = [str(names.get(pg, len(self._groups))), 0, 0]
+                self._groups[pg] = g
+            self._groups[group] = g
+        return g
+
+    def call_site(self):
+        """file:line of the innermost frame outside torch and trainscope ("" if none)."""
+        f = sys._getframe(2)
+        skip = self._skip
+        while f is not None and f.f_code.co_filename.startswith(skip):
+            f = f.f_back
+        if f is None:
+            return ""
+        return "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno)
+
+    def _wrap(self, name, fn, op, tensor_index, group_index, p2p):
+        rec = self
+
+        def wrapper(*args, **kwargs):
+            group = kwargs.get("group")
+            if group is None and len(args) > group_index and name not in ("barrier",):
+                group = args[group_index]
+            elif name == "barrier" and args:
+                group = args[0]
+            if not isinstance(group, dist.ProcessGroup):
+                group = None
+            g = rec._group(group)
+            t = None
+            if tensor_index is not None:
+                t = args[tensor_index] if len(args) > tensor_index else \
+                    kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
+            if isinstance(t, (list, tuple)):
+                t = t[0] if t else None
+            if isinstance(t, torch.Tensor):
+                count, dtype = t.numel(), _DTYPES.get(t.dtype, str(t.dtype))
+            else:
+                count, dtype = 0, ""
+            if p2p:
+                g[2] += 1
+                seq = g[2]
+            else:
+                g[1] += 1
+                seq = g[1]
+            site = rec.call_site()
+            rid = rec.fr.start(op, seq, count, dtype, g[0], site)
+            rec._active[rid] = (time.monotonic(), op, seq, g[0], site)
+            work = fn(*args, **kwargs)
+            if isinstance(work, dist.Work) and (name.startswith("i") or
+                                                 kwargs.get("async_op") or
+                                                 _positional_async(name, args)):
+                rec._complete_later(rid, work)
+            else:
+                rec._complete(rid)
+            return work
+
+        wrapper.__wrapped__ = fn
+        wrapper.__name__ = name
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+    def _complete(self, rid):
+        self.fr.complete(rid)
+        self._active.pop(rid, None)
+
+    def _complete_later(self, rid, work):
+        try:
+            work.get_future().then(lambda _f: self._complete(rid))
+        except RuntimeError:  # a Work without a future (gloo send/recv in torch 1.13)
+            self._polled.append((rid, work))
+
+    # ---- watchdog ----
+    def _watch(self):
+        while not self._stop.wait(self.poll_s):
+            try:
+                if self._polled:
+                    still = []
+                    for rid, work in self._polled:
+                        if work.is_completed():
+                            self._complete(rid)
+                        else:
+                            still.append((rid, work))
+                    self._polled = still
+                active = list(self._active.values())
+                now = time.monotonic()
+                late = [a for a in active if now - a[0] > self.timeout_s]
+                if late:
+                    self._hang(min(late), own=True)
+                    return
+                if self._store is not None and self._store.add(_TRIGGER_KEY, 0) > 0:
+                    self._hang(None, own=False)
+                    return
+            except Exception as e:  # noqa: BLE001 - the watchdog must never die silently
+                sys.stderr.write("trainscope: flight recorder watchdog: %s\n" % e)
+
+    def _hang(self, late, own):
+        what = ""
+        if own:
+            _, op, seq, group, site = late
+            what = "%s #%d of group %s%s" % (op, seq, group, " at " + site if site else "")
+            if self._store is not None:
+                try:
+                    if self._store.add(_TRIGGER_KEY, 1) == 1:
+                        self._store.set(_WHAT_KEY, "rank %d: %s" % (self.rank, what))
+                except Exception:  # noqa: BLE001 - a dead store: dump alone
+                    pass
+            line = ("trainscope: rank %d: %s not completed after %gs; flight recorder dump: %s"
+                    % (self.rank, what, self.timeout_s, self.dump_path))
+        else:
+            try:
+                what = self._store.get(_WHAT_KEY).decode()
+            except Exception:  # noqa: BLE001
+                what = "another rank timed out"
+            line = ("trainscope: rank %d: dumping its flight recorder because %s timed out; "
+                    "dump: %s" % (self.rank, what, self.dump_path))
+        self.dump("timeout" if own else "peer timeout")
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        if self._store is not None:
+            try:
+                self._store.add(_DUMPED_KEY, 1)
+                deadline = time.monotonic() + self.grace_s
+                while own and time.monotonic() < deadline and \
+                        self._store.add(_DUMPED_KEY, 0) < self.world_size:
+                    time.sleep(0.05)
+            except Exception:  # noqa: BLE001 - peers gone with the store
+                pass
+        os._exit(EXIT_CODE)
+
+    def dump(self, reason="requested"):
+        """Writes this rank's dump and stacks to <run_dir>/hang/; returns the dump's path."""
+        os.makedirs(os.path.dirname(self.dump_path), exist_ok=True)
+        self.fr.dump(self.dump_path, reason)
+        try:
+            with open(self.stacks_path, "w") as f:
+                faulthandler.dump_traceback(f, all_threads=True)
+        except OSError:
+            pass
+        self._dumped = True
+        return self.dump_path
+
+
+def _positional_async(name, args):
+    # async_op is the last positional parameter of the collectives that take it.
+    pos = {"all_reduce": 3, "broadcast": 3, "reduce": 4, "all_gather": 3,
+           "all_gather_into_tensor": 3, "_all_gather_base": 3, "reduce_scatter": 4,
+           "reduce_scatter_tensor": 4, "_reduce_scatter_base": 4, "all_to_all": 3,
+           "all_to_all_single": 5, "gather": 4, "scatter": 4, "barrier": 1}.get(name)
+    return pos is not None and len(args) > pos and bool(args[pos])
+
+
+def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, grace_s=10.0):
+    """Starts recording torch.distributed ops of this process; returns the `Recorder`.
+
+    Call after `torch.distributed.init_process_group` on every rank. run_dir: where hang/
+    goes (default: as trainscope.watch picks it). timeout_s: an op not completed after this
+    long makes every rank dump and exit. capacity: ops kept (a ring). model: a
+    DistributedDataParallel model whose bucket all-reduces are to be recorded (through a
+    comm hook). A second call returns the recorder already installed.
+    Raises trainscope.Error when torch.distributed is not initialised, or timeout_s <= 0.
+    """
+    global _recorder
+    if not (dist.is_available() and dist.is_initialized()):
+        raise Error("trainscope.distributed.record() needs torch.distributed initialised: call "
+                    "torch.distributed.init_process_group() first.")
+    if not float(timeout_s) > 0:
+        raise Error("trainscope.distributed.record(): timeout_s must be a positive number of "
+                    "seconds, not %r." % (timeout_s,))
+    with _recorder_lock:
+        if _recorder is None:
+            poll = poll_s if poll_s is not None else min(1.0, max(0.05, float(timeout_s) / 20))
+            _recorder = Recorder(_util.resolve_run_dir(run_dir), timeout_s, int(capacity), poll,
+                                 float(grace_s))
+            _recorder.install()
+    if model is not None:
+        _ddp.install(model)
+    return _recorder
+
+
+def stop():
+    """Restores torch.distributed's functions and stops the watchdog (tests, shutdown)."""
+    global _recorder
+    with _recorder_lock:
+        if _recorder is not None:
+            _recorder.uninstall()
+            _recorder = None

@@ -1,0 +1,424 @@
+"""`trainscope.watch`: step and phase timers, metrics and the NaN tracer in a user's own loop.
+
+Writes `<run_dir>/train/metrics.rank<R>.jsonl` in the trainer's format (docs/formats.md,
+"Run directory": format trainscope.train_metrics v1; header, step, layer_norms, nonfinite,
+end records), so `trainscope diagnose`, `report` and `trace` read a user's run as they read
+`trainscope train`'s.
+"""
+import contextlib
+import hashlib
+import json
+import math
+import os
+import socket
+import struct
+import time
+import types
+
+import torch
+
+from . import _ddp, _util
+from ._errors import Error, NonFiniteError
+from . import nonfinite as _nf
+
+FORMAT = "trainscope.train_metrics"
+VERSION = 1
+_PHASES = ("data_wait", "h2d", "forward", "backward", "comm_wait", "optimizer")
+_PHASE_ALIASES = {"data": "data_wait"}
+_GRAD_NORM_HISTORY = 16
+_DATA_ORDER_TAG = b"trainscope.python.data_order.v1"
+
+
+def _precision(params):
+    dtypes = {p.dtype for p in params}
+    if torch.bfloat16 in dtypes:
+        return "bf16"
+    if torch.float16 in dtypes:
+        return "fp16"
+    return "fp32"
+
+
+def _host_rss_bytes():
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _union_ms(intervals):
+    """Total length of the union of (start, end) intervals, in ms."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total * 1e3
+
+
+class Monitor:
+    """Times steps and phases of a training loop and writes its metrics (see `watch`).
+
+    Not thread-safe: use it from the training thread. Every method raises `trainscope.Error`
+    once the monitor is closed; `close()` may be called again.
+    """
+
+    def __init__(self, model, optimizer=None, run_dir=None, every=1, layer_norms_every=50,
+                 nonfinite=True, config=None):
+        if not isinstance(model, torch.nn.Module):
+            raise Error("trainscope.watch: model is a %s, not a torch.nn.Module."
+                        % type(model).__name__)
+        self._model = model
+        inner = _nf.unwrap(model)
+        self._named = [(n, p) for n, p in inner.named_parameters() if p.requires_grad]
+        if not self._named:
+            raise Error("trainscope.watch: the model (%s) has no trainable parameters, so there "
+                        "are no gradients to watch." % type(inner).__name__)
+        if int(every) < 1:
+            raise Error("trainscope.watch: every must be a positive number of steps, not %r."
+                        % (every,))
+        self._every = int(every)
+        self._layer_norms_every = int(layer_norms_every)
+        self._optimizer = optimizer
+        self.rank, self.world_size = _util.rank_and_world()
+        self.run_dir = _util.resolve_run_dir(run_dir)
+        self.metrics_path = _util.metrics_path(self.run_dir, self.rank)
+        self._params = [p for _, p in self._named]
+        self._device = self._params[0].device
+        self._start_s = time.time()
+        self._closed = False
+        self._step = 0             # steps completed
+        self._in_step = False
+        self._hook_state = _ddp.install(model)
+        self._tracer = _nf.Tracer(model) if nonfinite else None
+        if self._hook_state is not None and nonfinite:
+            self._hook_state.check_finite = True
+        self._grad_norms = []      # recent finite global grad norms
+        self._lrs = []             # (step, lr) recent
+        self._data_hash = hashlib.blake2b(_DATA_ORDER_TAG, digest_size=8)
+        self._opt_handle = None
+        self._opt_patched = False
+        if optimizer is not None:
+            self._wrap_optimizer(optimizer)
+        os.makedirs(os.path.dirname(self.metrics_path), exist_ok=True)
+        self._file = open(self.metrics_path, "w", encoding="utf-8")
+        self._write(self._header(config))
+
+    # ---- public API ----
+    @contextlib.contextmanager
+    def step(self, tokens=0, sample_ids=None):
+        """Times one optimizer step: `with mon.step(tokens=N):`. tokens: this rank's tokens in
+        the step (the record holds all ranks': N x world size). sample_ids: the ids of the
+        step's samples on this rank (ints, a tensor or a list), folded into the rank's
+        data-order hash and kept for a non-finite record."""
+        self._check_open("step")
+        if self._in_step:
+            raise Error("trainscope: Monitor.step() entered again inside a step; steps do not "
+                        "nest.")
+        self._begin_step(tokens, sample_ids)
+        try:
+            yield self
+        except BaseException as e:
+            self._in_step = False
+            self._fail(e)
+            raise
+        self._end_step()
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        """Times a phase of the current step: "data" (= data_wait), "h2d", "forward",
+        "backward", "optimizer", or any other name (kept under phases_ms too)."""
+        self._check_open("phase")
+        key = _PHASE_ALIASES.get(name, name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._in_step:
+                self._phases[key] = self._phases.get(key, 0.0) + (time.perf_counter() - t0) * 1e3
+
+    def log(self, loss=None, **scalars):
+        """Records the step's loss (a float or a 0-dim tensor; checked for NaN/Inf) and other
+        scalars (written under "scalars"; `lr=` overrides the optimizer's)."""
+        self._check_open("log")
+        if not self._in_step:
+            raise Error("trainscope: Monitor.log() was called outside `with mon.step():`; log "
+                        "inside the step the values belong to.")
+        for k, v in scalars.items():
+            self._scalars[k] = float(v.detach()) if isinstance(v, torch.Tensor) else v
+        if loss is not None:
+            value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+            self._loss = value
+            if self._tracer is not None and not math.isfinite(value):
+                self._nonfinite("loss")
+
+    def close(self, reason="done"):
+        """Ends the metrics file (an `end` record) and removes the hooks. Idempotent."""
+        if self._closed:
+            return
+        self._end_record(reason)
+        self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._closed:
+            self._fail(exc) if exc is not None else self.close()
+        return False
+
+    @property
+    def closed(self):
+        return self._closed
+
+    # ---- steps ----
+    def _begin_step(self, tokens, sample_ids):
+        self._in_step = True
+        self._t0 = time.perf_counter()
+        self._phases = {}
+        self._tokens = int(tokens)
+        self._loss = None
+        self._scalars = {}
+        self._grads_checked = False
+        self._grad_norm = None
+        self._layers = None
+        self._samples = []
+        if self._hook_state is not None:
+            self._hook_state.take()
+        if sample_ids is not None:
+            ids = sample_ids.tolist() if isinstance(sample_ids, torch.Tensor) else list(sample_ids)
+            ids = [int(i) for i in ids]
+            self._data_hash.update(struct.pack("<%dq" % len(ids), *ids))
+            self._samples = ids[:_nf._MAX_SAMPLES]
+
+    def _end_step(self):
+        step = self._step + 1
+        if not self._grads_checked:
+            self._check_grads()
+        self._in_step = False
+        step_ms = (time.perf_counter() - self._t0) * 1e3
+        comm_ms = comm_wait = 0.0
+        if self._hook_state is not None:
+            intervals, _ = self._hook_state.take()
+            if intervals:
+                comm_ms = _union_ms(intervals)
+                comm_wait = max(0.0, max(b for _, b in intervals) - max(a for a, _ in intervals)) * 1e3
+        phases = {k: 0.0 for k in _PHASES}
+        phases.update(self._phases)
+        if comm_wait > 0:  # DDP blocks in backward until the last bucket is reduced
+            phases["comm_wait"] += comm_wait
+            phases["backward"] = max(0.0, phases["backward"] - comm_wait)
+        lr = self._scalars.get("lr", self._optimizer_lr())
+        self._lrs = (self._lrs + [(step, float(lr))])[-_GRAD_NORM_HISTORY:]
+        self._step = step
+        tokens = self._tokens * self.world_size
+        if step % self._every == 0 or step == 1:
+            rec = {"type": "step", "step": step,
+                   "loss": self._loss if self._loss is not None and math.isfinite(self._loss) else None,
+                   "lr": float(lr),
+                   "grad_norm": self._grad_norm if self._grad_norm is not None and
+                   math.isfinite(self._grad_norm) else None,
+                   "tokens": tokens, "step_ms": step_ms,
+                   "tokens_per_s": tokens / (step_ms / 1e3) if step_ms > 0 else 0.0,
+                   "phases_ms": phases, "comm_ms": comm_ms,
+                   "host_rss_bytes": _host_rss_bytes()}
+            rec.update(self._device_memory())
+            if self._samples:
+                rec["data_order_hash"] = self._data_hash.hexdigest()
+            if self._scalars:
+                rec["scalars"] = {k: v for k, v in self._scalars.items() if k != "lr"}
+            self._write(rec)
+        if self._layers is not None:
+            self._write({"type": "layer_norms", "step": step, "layers": self._layers})
+
+    def _optimizer_lr(self):
+        if self._optimizer is None or not self._optimizer.param_groups:
+            return 0.0
+        return float(self._optimizer.param_groups[0].get("lr", 0.0))
+
+    def _device_memory(self):
+        if self._device.type == "cuda":
+            return {"device_mem_allocated_bytes": torch.cuda.memory_allocated(self._device),
+                    "device_mem_peak_bytes": torch.cuda.max_memory_allocated(self._device)}
+        return {"device_mem_allocated_bytes": None, "device_mem_peak_bytes": None}
+
+    # ---- gradients: norm, per-layer norms, the cheap non-finite check ----
+    def _wrap_optimizer(self, opt):
+        pre = getattr(opt, "register_step_pre_hook", None)
+        if pre is not None:  # torch >= 2.0
+            self._opt_handle = pre(lambda o, a, k: self._before_optimizer_step())
+            return
+        previous = opt.step  # the class's bound method, or a scheduler's wrapper
+        self._opt_previous = opt.__dict__.get("step")
+        monitor = self
+
+        def step(self_opt, *args, **kwargs):
+            monitor._before_optimizer_step()
+            return previous(*args, **kwargs)
+
+        opt.step = types.MethodType(step, opt)  # a bound method, so LR schedulers can wrap it
+        self._opt_patched = True
+
+    def _before_optimizer_step(self):
+        if self._closed or not self._in_step or self._grads_checked:
+            return
+        self._check_grads()
+
+    def _check_grads(self):
+        self._grads_checked = True
+        step = self._step + 1
+        pairs = [(n, p) for n, p in self._named if p.grad is not None]
+        if not pairs:
+            return
+        grads = [p.grad.detach() for _, p in pairs]
+        norms = torch._foreach_norm(grads)
+        dev = norms[0].device
+        stacked = torch.stack([n if n.device == dev else n.to(dev) for n in norms]).float()
+        total = float(torch.linalg.vector_norm(stacked))
+        self._grad_norm = total
+        due = self._layer_norms_every > 0 and (step == 1 or step % self._layer_norms_every == 0)
+        if due:
+            wn = torch._foreach_norm([p.detach() for _, p in pairs])
+            wl = torch.stack([n.to(dev) for n in wn]).float().tolist()
+            gl = stacked.tolist()
+            fin = lambda v: v if math.isfinite(v) else None  # noqa: E731
+            self._layers = [{"name": n, "weight_norm": fin(w), "grad_norm": fin(g)}
+                            for (n, _), w, g in zip(pairs, wl, gl)]
+        if math.isfinite(total):
+            self._grad_norms = (self._grad_norms + [total])[-_GRAD_NORM_HISTORY:]
+        elif self._tracer is not None:
+            self._nonfinite("grads")
+
+    # ---- detailed mode ----
+    def _nonfinite(self, event):
+        """Localises a non-finite loss ("loss") or gradient ("grads"), writes the `nonfinite`
+        record and the `end` record, closes the monitor and raises NonFiniteError."""
+        step = self._step + 1
+        tr = self._tracer
+        weights_bad = tr.nonfinite_weights()
+        runs = [tr.replay(), tr.replay()]
+        first = runs[0]
+        ev = {"step": step, "rank": self.rank, "parameter": "", "module": "",
+              "replayed": True, "reproducible": None,
+              "fp16": _precision(self._params) == "fp16",
+              "max_abs_activation": first["max_abs"], "lr": self._optimizer_lr(),
+              "grad_norms": list(self._grad_norms), "lr_history": list(self._lrs),
+              "weights_nonfinite": bool(weights_bad), "embedding": first["embedding"]}
+        from_other_rank = False
+        if first["culprit"] is not None:
+            ev.update(phase="forward", module=first["culprit"])
+            ev["reproducible"] = runs[1]["culprit"] == first["culprit"]
+        elif event == "loss":
+            ev.update(phase="loss", reproducible=True if first["error"] is None else None)
+        else:
+            ev.update(phase="backward", replayed=False)
+            local = self._hook_state.take()[1] if self._hook_state is not None else []
+            if local and all(bool(f) for f in local):
+                from_other_rank = True
+            else:
+                ev["module"], ev["parameter"] = tr.first_nonfinite_grad(first["order"])
+        if weights_bad and not ev["module"]:
+            ev["module"] = weights_bad.rsplit(".", 1)[0] if "." in weights_bad else ""
+        cls, fix = _nf.classify(ev)
+        rec = {"type": "nonfinite", "step": step, "rank": self.rank, "ranks": [self.rank],
+               "phase": ev["phase"], "module": ev["module"], "parameter": ev["parameter"],
+               "class": cls, "reproducible": ev["reproducible"] if ev["replayed"] else None,
+               "fix": fix, "samples": self._samples,
+               "max_abs_activation": ev["max_abs_activation"], "lr": ev["lr"],
+               "grad_norms": ev["grad_norms"]}
+        if from_other_rank:
+            rec["from_other_rank"] = True
+        if first["error"]:
+            rec["replay_error"] = first["error"]
+        message = _nf.sentence(rec)
+        self._write(rec)
+        self._write({"type": "error", "step": step, "rank": self.rank, "message": message})
+        self._in_step = False
+        self._end_record("error", error=message)
+        self._release()
+        raise NonFiniteError(message, step, self.rank, rec["phase"], rec["module"],
+                             rec["parameter"], rec)
+
+    # ---- file and teardown ----
+    def _header(self, config):
+        cfg = {"source": "trainscope.watch", "torch": torch.__version__,
+               "every": self._every, "layer_norms_every": self._layer_norms_every,
+               "nonfinite_checks": self._tracer is not None,
+               "model": type(_nf.unwrap(self._model)).__name__,
+               "optimizer": type(self._optimizer).__name__ if self._optimizer else ""}
+        if config:
+            cfg["user"] = config
+        dev = self._device
+        name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+        return {"type": "header", "format": FORMAT, "version": VERSION, "rank": self.rank,
+                "world_size": self.world_size,
+                "params": int(sum(p.numel() for p in self._params)),
+                "start_unix_us": int(self._start_s * 1e6), "host": socket.gethostname(),
+                "pid": os.getpid(), "device": str(dev) if dev.type == "cuda" else "cpu",
+                "device_name": name, "threads": torch.get_num_threads(),
+                "precision": _precision(self._params), "tokenizer": "", "vocab": 0,
+                "tokens_per_step": 0, "config": cfg}
+
+    def _write(self, record):
+        self._file.write(json.dumps(record, allow_nan=False, default=str) + "\n")
+        self._file.flush()
+
+    def _end_record(self, reason, error=""):
+        if self._file.closed:
+            return
+        rec = {"type": "end", "reason": reason, "step": self._step, "rank": self.rank,
+               "time_unix_us": int(time.time() * 1e6), "elapsed_s": time.time() - self._start_s}
+        if error:
+            rec["error"] = error.splitlines()[0] if error.strip() else error
+        self._write(rec)
+        self._file.close()
+
+    def _fail(self, exc):
+        if self._closed:
+            return
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        self._end_record("interrupted" if interrupted else "error",
+                         error="" if interrupted else "%s: %s" % (type(exc).__name__, exc))
+        self._release()
+
+    def _release(self):
+        self._closed = True
+        if self._tracer is not None:
+            self._tracer.close()
+        if self._hook_state is not None:
+            self._hook_state.check_finite = False
+        if self._opt_handle is not None:
+            self._opt_handle.remove()
+        if self._opt_patched:
+            if self._opt_previous is not None:
+                self._optimizer.step = self._opt_previous
+            else:
+                self._optimizer.__dict__.pop("step", None)  # back to the class's method
+            self._opt_patched = False
+
+    def _check_open(self, what):
+        if self._closed:
+            raise Error("trainscope: Monitor.%s() on a closed Monitor (it was closed by close() "
+                        "or by an error in a step); create a new one with trainscope.watch()."
+                        % what)
+
+
+def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, nonfinite=True,
+          config=None):
+    """Starts watching `model`'s training; returns a `Monitor`.
+
+    model: a torch.nn.Module (DistributedDataParallel too: its all-reduces are timed through
+      a comm hook). optimizer: read for the learning rate, and its step() is where gradients
+      are checked (before the update). run_dir: see _util.resolve_run_dir. every: a step
+      record every N steps. layer_norms_every: per-layer weight/grad norms at step 1 and every
+      K steps (0 = never). nonfinite: the NaN tracer (on by default). config: a dict kept in
+      the header.
+    Raises trainscope.Error: not a module, no trainable parameters, an unwritable run_dir.
+    """
+    try:
+        return Monitor(model, optimizer, run_dir, every, layer_norms_every, nonfinite, config)
+    except OSError as e:
+        raise Error("trainscope.watch: cannot write the metrics file: %s" % e) from None
