@@ -19,7 +19,9 @@
 #include "cli/topo_command.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
+#include "trainscope/core/progress.h"
 #include "trainscope/core/subprocess.h"
+#include "trainscope/data/reader.h"
 
 namespace {
 
@@ -65,6 +67,11 @@ void SetAllocatorPolicy() {
 
 int main(int argc, char** argv) {
   SetAllocatorPolicy();
+  // The executable owns the terminal and the signals (the library leaves them alone): long
+  // work shows progress on stderr, and a mapped corpus that shrinks mid-scan is a one-line
+  // error naming it (exit 2) instead of a bare "Bus error".
+  trainscope::SetProgressSink(stderr);
+  trainscope::data::InstallMappedInputSigbusHandler();
   using trainscope::cli::CommandContext;
   CommandContext ctx;
   ctx.argv0 = trainscope::SelfExecutablePath();

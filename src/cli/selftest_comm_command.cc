@@ -100,6 +100,16 @@ std::unique_ptr<comm::Watchdog> StartWatchdog(const comm::Communicator& c) {
   return w.ok() ? std::move(w).value() : nullptr;
 }
 
+// A peer that dies makes the backend's socket writes fail with EPIPE; the signal would kill
+// this rank instead of letting the op return an error naming the peer. The comm library
+// leaves signals alone: the executable ignores SIGPIPE, unless it was caught.
+void IgnoreSigpipeForComm() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 // Runs as one rank of an existing world.
 int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
   comm::CommOptions defaults;
@@ -112,6 +122,7 @@ int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
     return Usage(absl::StrCat("world sizes disagree: -n ", f.nranks, " but this process is rank ",
                               opts->rank, " of WORLD_SIZE=", opts->world_size));
   }
+  IgnoreSigpipeForComm();
   auto c = comm::Communicator::Create(*opts);
   if (!c.ok()) return ReportAndExitCode(kVerb, c.status());
   if (f.nranks > 0 && f.nranks != (*c)->world_size()) {

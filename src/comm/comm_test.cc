@@ -29,6 +29,13 @@
 #include "gtest/gtest.h"
 #include "trainscope/comm/selftest.h"
 
+// A killed peer must be an op error, not SIGPIPE: like the trainscope executables, the test
+// process ignores SIGPIPE (the comm library leaves signals alone).
+static const bool kCommTestIgnoresSigpipe = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
 namespace trainscope::comm {
 namespace {
 

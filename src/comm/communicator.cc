@@ -9,7 +9,6 @@
 // half-done collective), so the communicator is marked broken and later ops fail at once
 // with FailedPrecondition naming the op that broke it.
 #include <pthread.h>
-#include <signal.h>
 #include <time.h>
 
 #include <condition_variable>
@@ -107,12 +106,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const CommOpt
   }
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError("comm timeout must be positive");
-  }
-  // A peer that dies makes writes fail with EPIPE; the signal would kill us instead of
-  // letting the op return an error naming the peer.
-  struct sigaction old {};
-  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    signal(SIGPIPE, SIG_IGN);
   }
   CommOptions opts = options;
   if (opts.world_size == 1 && opts.backend == "gloo") opts.master_port = 0;  // nothing to meet

@@ -19,21 +19,29 @@ int64_t NowNs() {
       .count();
 }
 
-bool ProgressEnabled() {
+std::atomic<std::FILE*> g_progress_sink{nullptr};
+
+bool ProgressEnabled(std::FILE* sink) {
+  if (sink == nullptr) return false;
   const char* off = getenv(envvar::kNoProgress);
   if (off && !strcmp(off, "1")) return false;
   const char* on = getenv("TRAINSCOPE_PROGRESS");
   if (on && !strcmp(on, "1")) return true;
-  return isatty(2);
+  return isatty(fileno(sink));
 }
 
 }  // namespace
+
+void SetProgressSink(std::FILE* sink) { g_progress_sink.store(sink); }
+
+std::FILE* ProgressSink() { return g_progress_sink.load(); }
 
 Progress::Progress(std::string label, uint64_t total, bool unit_bytes)
     : label_(std::move(label)),
       total_(total),
       unit_bytes_(unit_bytes),
-      enabled_(ProgressEnabled()),
+      sink_(ProgressSink()),
+      enabled_(ProgressEnabled(sink_)),
       start_ns_(NowNs()) {
   last_print_ns_ = start_ns_;
 }
@@ -41,7 +49,7 @@ Progress::Progress(std::string label, uint64_t total, bool unit_bytes)
 Progress::~Progress() {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (printed_) std::fputs("\n", stderr);
+  if (printed_) std::fputs("\n", sink_);
 }
 
 void Progress::Add(uint64_t amount) {
@@ -72,8 +80,8 @@ void Progress::MaybePrint(bool force) {
   if (total_ && done > 0 && done < total_) {
     line += "  eta " + FormatDouble(secs * (total_ - done) / done, 0) + " s";
   }
-  std::fprintf(stderr, "\r%-78s", line.c_str());
-  std::fflush(stderr);
+  std::fprintf(sink_, "\r%-78s", line.c_str());
+  std::fflush(sink_);
   printed_ = true;
 }
 

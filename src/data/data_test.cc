@@ -1,4 +1,5 @@
 // Unit tests of the data module: readers, analysis rules, scan, clean, pack, stats.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -215,8 +216,9 @@ TEST(Reader, PipeWithRawBlocksIsReadAsAStream) {
   EXPECT_EQ(bad.total(), 0u);
 }
 
-// A mapped input that shrinks during the read is a one-line error naming the file, exit 2
-// (not a bare "Bus error"); the pread path (--no-mmap) is unaffected.
+// With the executable's handler installed, a mapped input that shrinks during the read is a
+// one-line error naming the file, exit 2 (not a bare "Bus error"); the pread path
+// (--no-mmap) is unaffected. Without it the library leaves SIGBUS alone.
 TEST(ReaderDeathTest, MappedFileThatShrinksIsAnErrorNamingIt) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::string s;
@@ -242,9 +244,15 @@ TEST(ReaderDeathTest, MappedFileThatShrinksIsAnErrorNamingIt) {
         &bad);
     return st.ok() ? blocks : -1;
   };
-  EXPECT_EXIT(read_and_truncate(true), ::testing::ExitedWithCode(2),
-              "shrinks.jsonl: cannot read byte [0-9]+ of the memory-mapped input: the file "
-              "shrank");
+  EXPECT_EXIT(read_and_truncate(true), ::testing::KilledBySignal(SIGBUS), "");
+  EXPECT_EXIT(
+      {
+        InstallMappedInputSigbusHandler();
+        read_and_truncate(true);
+      },
+      ::testing::ExitedWithCode(2),
+      "shrinks.jsonl: cannot read byte [0-9]+ of the memory-mapped input: the file "
+      "shrank");
   EXPECT_EQ(read_and_truncate(false), 1);  // read() just sees the end of the file
 }
 

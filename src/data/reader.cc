@@ -422,8 +422,10 @@ size_t CountByte(const char* p, size_t n, char c) {
 }
 
 // Reading a mapped page of a file that shrank after it was mapped (or whose disk failed)
-// raises SIGBUS. The mappings in use are registered here so that the handler can name the
-// file and exit 2 like any other unreadable input, instead of a bare "Bus error".
+// raises SIGBUS. The mappings in use are registered here so that a handler can name the
+// file and exit 2 like any other unreadable input, instead of a bare "Bus error". The
+// library installs no handler (it leaves the host process's signals alone): the
+// executable does, with InstallMappedInputSigbusHandler().
 struct MappedInput {
   std::atomic<uintptr_t> begin{0}, end{0};
   const char* path = nullptr;  // owned by the FileMapping, which outlives the entry
@@ -452,7 +454,7 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
       WriteAll("trainscope: ");
       WriteAll(m.path);
       WriteAll(": cannot read byte ");
-      for (; n > 0; --n) write(STDERR_FILENO, &offset[n - 1], 1);
+      for (; n > 0; --n) (void)!write(STDERR_FILENO, &offset[n - 1], 1);
       WriteAll(
           " of the memory-mapped input: the file shrank while it was read, or the "
           "disk failed (corpora must not change during a scan; --no-mmap reads with "
@@ -478,14 +480,6 @@ struct FileMapping {
   std::string path;
   int slot = -1;  // in g_mapped, or -1 when all slots are taken
   FileMapping(const char* d, size_t n, const std::string& p) : data(d), size(n), path(p) {
-    static std::once_flag installed;
-    std::call_once(installed, [] {
-      struct sigaction sa = {};
-      sa.sa_sigaction = OnSigbus;
-      sa.sa_flags = SA_SIGINFO;
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGBUS, &sa, &g_previous_sigbus);
-    });
     static std::mutex mu;
     std::lock_guard<std::mutex> l(mu);
     for (int i = 0; i < kMaxMapped; ++i) {
@@ -824,6 +818,17 @@ absl::Status ReadMegatron(const InputFile& in, uint32_t file, const ReaderOption
 }
 
 }  // namespace
+
+void InstallMappedInputSigbusHandler() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa = {};
+    sa.sa_sigaction = OnSigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+}
 
 absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
                         const std::function<bool(DocBatch&&)>& sink, BadRecords* bad) {

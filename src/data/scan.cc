@@ -221,10 +221,6 @@ BatchDupStats BatchDuplicates(const std::vector<uint32_t>& cluster,
 
 absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const ScanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  // Batches and per-batch results (hundreds of KB) move between threads; with glibc's
-  // dynamic mmap threshold they end up in per-thread arenas that fragment and keep growing
-  // over a long scan. A fixed threshold keeps them in mmap()ed blocks that are returned.
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   if (opt.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
   if (opt.bands < 1 || opt.rows < 1 || opt.ngram < 1) {
     return absl::InvalidArgumentError("--bands, --rows and --ngram must be >= 1");

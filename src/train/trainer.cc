@@ -4,7 +4,6 @@
 // summarize; Train() at the end is the adapter boundary that turns exceptions into Status.
 #include "trainscope/train/trainer.h"
 
-#include <malloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <torch/torch.h>
@@ -47,18 +46,6 @@ using Clock = TrainClock;
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// Every step frees and reallocates the same few MB of activations. glibc's default returns
-// freed memory at the heap top to the kernel (trim) and serves blocks over its adaptive
-// mmap threshold with fresh mappings, so each step pays page faults and page zeroing again:
-// 5x the faults of the same loop under Python (whose small objects pin the heap top), and
-// 4-6% of the step on 2 cores. Keep freed memory in the process instead: blocks up to
-// 32 MB (glibc's maximum threshold) come from the heap, and the heap shrinks only past
-// 1 GB of free top. Process-wide, so set once before the model is built.
-void KeepFreedHostMemory() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -406,7 +393,6 @@ absl::Status Trainer::Init() {
 absl::Status Trainer::BuildModelAndOptimizer() {
   const RunConfig& rc = config_.train;
   // Determinism: fixed seed and thread count, deterministic kernels.
-  if (rc.keep_host_memory) KeepFreedHostMemory();
   at::set_num_threads(threads_);
   torch::manual_seed(rc.seed);
   at::globalContext().setDeterministicAlgorithms(rc.deterministic, /*warn_only=*/false);

@@ -88,7 +88,10 @@ struct ReaderOptions {
   // Raw blocks of regular files are read in place from a read-only memory mapping (no copy;
   // each block's pages are dropped from the process once its batch is done). A file that
   // is truncated while it is read is then a SIGBUS, as with any mmap reader: corpora are
-  // read-only datasets. False: pread() into buffers.
+  // read-only datasets. The library installs no signal handler; an executable that wants
+  // a one-line error instead of "Bus error" calls InstallMappedInputSigbusHandler(). A
+  // host that cannot afford a SIGBUS (the Python module) sets this false. False: pread()
+  // into buffers.
   bool raw_jsonl_mmap = true;
 };
 
@@ -168,6 +171,13 @@ struct DocBatch {
 // Reads every input in order and hands batches to `sink` (on the calling thread). Stops
 // early when `sink` returns false. Per-record problems go to `bad`; only an unreadable
 // input is an error (NotFound / PermissionDenied / DataLoss naming the file).
+// For executables (main()), never called by the library: installs a SIGBUS handler that
+// turns a fault on a mapped input (raw_jsonl_mmap; the file shrank while it was read, or
+// its disk failed) into "trainscope: <path>: cannot read byte <N> of the memory-mapped
+// input: ..." on stderr and _exit(2). Faults elsewhere go to the previous handler, or
+// kill the process as before. Idempotent; thread-safe.
+void InstallMappedInputSigbusHandler();
+
 absl::Status ReadCorpus(const std::vector<InputFile>& inputs, const ReaderOptions& options,
                         const std::function<bool(DocBatch&&)>& sink, BadRecords* bad);
 
