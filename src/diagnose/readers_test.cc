@@ -1,53 +1,24 @@
-// The TFRecord framing (CRC32C test vectors, damaged and cut-short records), the TensorBoard
-// reader on events built with the generated protobuf classes (simple_value, tensors of each
-// dtype, non-scalar and non-"scalars" tags left out, a bad CRC counted) and the Megatron-LM
-// log reader. The real-run goldens of both formats are in tests/golden/diagnose.
+// The TensorBoard reader on events built with the generated protobuf classes (simple_value,
+// tensors of each dtype, non-scalar and non-"scalars" tags left out, a bad CRC counted) and
+// the Megatron-LM log reader (the TFRecord framing's own tests: src/tb/tb_test.cc). The real-run
+// goldens of both formats are in tests/golden/diagnose.
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "diagnose/series_builder.h"
-#include "diagnose/tfrecord.h"
 #include "gtest/gtest.h"
 #include "tensorboard/event.pb.h"
 #include "trainscope/diagnose/series.h"
+#include "trainscope/tb/event_writer.h"
+#include "trainscope/tb/tfrecord.h"
 
 namespace trainscope::diagnose {
 namespace {
 
-TEST(Crc32c, StandardVectors) {
-  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
-  EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8A9136AAu);
-  EXPECT_EQ(Crc32c(std::string(32, '\xff')), 0x62A8AB43u);
-  std::string inc;
-  for (int i = 0; i < 32; ++i) inc += static_cast<char>(i);
-  EXPECT_EQ(Crc32c(inc), 0x46DD794Eu);
-  // Continuing a CRC equals computing it at once, at any split.
-  std::string text = "The quick brown fox jumps over the lazy dog, twice over.";
-  for (size_t k = 0; k <= text.size(); ++k)
-    EXPECT_EQ(Crc32c(text.substr(k), Crc32c(text.substr(0, k))), Crc32c(text)) << k;
-}
-
-TEST(TfRecord, ReadsRecordsCountsDamageAndACutTail) {
-  std::string file = FrameTfRecord("first") + FrameTfRecord("") + FrameTfRecord("second");
-  std::string bad = FrameTfRecord("damaged");
-  bad[12] ^= 1;  // data byte: the data CRC no longer matches
-  std::string lost = FrameTfRecord("lost framing");
-  lost[3] ^= 0x40;  // length byte: the length CRC no longer matches
-  file += bad + lost + FrameTfRecord("third");
-  std::string tail = FrameTfRecord("cut short");
-  file += tail.substr(0, tail.size() - 3);
-
-  TfRecordReader r(file);
-  std::string_view rec;
-  std::vector<std::string> got;
-  while (r.Next(&rec)) got.emplace_back(rec);
-  EXPECT_EQ(got, (std::vector<std::string>{"first", "", "second", "third"}));
-  EXPECT_EQ(r.records(), 4);
-  EXPECT_EQ(r.bad_records(), 2);
-  EXPECT_EQ(r.truncated_bytes(), static_cast<int64_t>(tail.size() - 3));
-  EXPECT_NE(r.first_bad().find("data CRC mismatch"), std::string::npos) << r.first_bad();
-}
+using tb::FrameTfRecord;
 
 // A file_version record, then steps 1..n of "train/loss" (the encoding cycling through
 // simple_value, float_val, double tensor_content, half_val), "train/learning_rate" as
@@ -172,6 +143,46 @@ TEST(TensorBoard, NoLossTagIsAnErrorNamingTheFile) {
   s = ParseSeries("b.tfevents.1", FileKind::kTensorBoard, std::string(100, 'x'));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("length CRC mismatch"), std::string::npos) << s.status();
+}
+
+// What the trainer's writer (tb/event_writer.h) writes, diagnose reads back: the same steps
+// and values under the trainer's tags, found by name in a real file on disk.
+TEST(TensorBoard, ReadsTheWritersFiles) {
+  const std::string dir = ::testing::TempDir() + "/readers_test_tb_writer";
+  std::filesystem::remove_all(dir);
+  tb::EventWriterOptions o;
+  o.host = "testhost";
+  std::string path;
+  {
+    auto w = tb::EventWriter::Open(dir, o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    path = (*w)->path();
+    for (int step = 1; step <= 30; ++step) {
+      ASSERT_TRUE((*w)->AddScalars(step, 1750000000000000LL + step,
+                                   {{"train/loss", 5.0 - 0.1 * step},
+                                    {"train/lr", 1e-4 * step},
+                                    {"train/grad_norm", 0.5 + step},
+                                    {"phase/forward_ms", 12.5}})
+                      .ok());
+    }
+  }  // closed: flushed
+  std::ifstream in(path, std::ios::binary);
+  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(DetectKind(path, file.substr(0, 64)), FileKind::kTensorBoard);
+  absl::StatusOr<Series> s = ParseSeries(path, FileKind::kTensorBoard, file);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->loss.size(), 30u);
+  ASSERT_EQ(s->lr.size(), 30u);
+  ASSERT_EQ(s->grad_norm.size(), 30u);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(s->loss[i].step, i + 1);
+    EXPECT_EQ(s->loss[i].value, static_cast<float>(5.0 - 0.1 * (i + 1)));
+    EXPECT_EQ(s->lr[i].value, static_cast<float>(1e-4 * (i + 1)));
+    EXPECT_EQ(s->grad_norm[i].value, static_cast<float>(0.5 + i + 1));
+  }
+  EXPECT_EQ(s->bad_records, 0);
+  EXPECT_EQ(s->records, 31);  // file_version + 30 steps
+  std::filesystem::remove_all(dir);
 }
 
 constexpr const char* kMegatronLog =

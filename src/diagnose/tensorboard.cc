@@ -1,4 +1,4 @@
-// TensorBoard event files (series.h): TFRecord framing (tfrecord.h) around tensorflow.Event
+// TensorBoard event files (series.h): TFRecord framing (tb/tfrecord.h) around tensorflow.Event
 // protos (proto/tensorboard, compiled by protoc into ts_tbproto). Scalars come two ways:
 // Summary.Value.simple_value (TF1, PyTorch's SummaryWriter, tensorboardX) and a one-element
 // tensor (TF2's tf.summary.scalar: the "scalars" plugin, float_val or tensor_content). The
@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "diagnose/series_builder.h"
-#include "diagnose/tfrecord.h"
 #include "tensorboard/event.pb.h"
 #include "tensorboard/summary.pb.h"
 #include "tensorboard/tensor.pb.h"
+#include "trainscope/tb/tfrecord.h"
 
 namespace trainscope::diagnose::internal {
 namespace {
@@ -117,7 +117,7 @@ class TbTagMap {
 absl::StatusOr<Series> ParseTensorBoard(std::string_view path, std::string_view file) {
   SeriesBuilder b(path, "tensorboard");
   Series& s = b.series();
-  TfRecordReader reader(file);
+  tb::TfRecordReader reader(file);
   TbTagMap tags;
   tensorflow::Event event;
   std::string_view rec;

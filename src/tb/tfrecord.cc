@@ -1,14 +1,14 @@
 // TFRecord framing (tfrecord.h). CRC32C is table-driven, eight bytes at a time
 // ("slicing-by-8"): Debian bookworm's abseil (20220623) predates absl/crc, and event files
 // are small enough that the hardware instruction would not matter.
-#include "diagnose/tfrecord.h"
+#include "trainscope/tb/tfrecord.h"
 
 #include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
-namespace trainscope::diagnose {
+namespace trainscope::tb {
 namespace {
 
 constexpr uint32_t kCrc32cPoly = 0x82f63b78;  // Castagnoli, reflected
@@ -131,4 +131,4 @@ bool TfRecordReader::Next(std::string_view* data) {
   return false;
 }
 
-}  // namespace trainscope::diagnose
+}  // namespace trainscope::tb

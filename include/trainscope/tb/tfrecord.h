@@ -3,17 +3,17 @@
 //   uint64 length (little-endian) | uint32 masked CRC32C of those 8 bytes |
 //   length bytes of data          | uint32 masked CRC32C of the data
 // where masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 and CRC32C is the Castagnoli
-// CRC (iSCSI polynomial, reflected 0x82f63b78). Shared by the diagnose reader and, later,
-// a TensorBoard writer (FrameTfRecord).
+// CRC (iSCSI polynomial, reflected 0x82f63b78). Shared by diagnose's reader of event files and
+// the trainer's writer (event_writer.h, FrameTfRecord): one implementation of the framing.
 // Thread-safety: the functions are pure; a TfRecordReader is used by one thread.
-#ifndef TRAINSCOPE_SRC_DIAGNOSE_TFRECORD_H_
-#define TRAINSCOPE_SRC_DIAGNOSE_TFRECORD_H_
+#ifndef TRAINSCOPE_TB_TFRECORD_H_
+#define TRAINSCOPE_TB_TFRECORD_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace trainscope::diagnose {
+namespace trainscope::tb {
 
 // CRC32C of `data`, continuing from `crc` (the CRC of the bytes before; 0 to start).
 uint32_t Crc32c(std::string_view data, uint32_t crc = 0);
@@ -53,6 +53,6 @@ class TfRecordReader {
   std::string first_bad_;
 };
 
-}  // namespace trainscope::diagnose
+}  // namespace trainscope::tb
 
-#endif  // TRAINSCOPE_SRC_DIAGNOSE_TFRECORD_H_
+#endif  // TRAINSCOPE_TB_TFRECORD_H_
