@@ -44,11 +44,12 @@ _WHAT_KEY = "trainscope/hang/what"
 _DUMPED_KEY = "trainscope/hang/dumped"
 
 # name -> (op recorded, index of the tensor giving the count, index of `group`, p2p?)
-# Indices are positional; the same names are looked up as keywords.
+# Indices are positional; keyword arguments are looked up by name. reduce, gather and scatter
+# are not recorded: the flight recorder's dump format has no names for them (every rank skips
+# them alike, so the sequence numbers of the others still match across ranks).
 _OPS = {
     "all_reduce": ("all_reduce", 0, 2, False),
     "broadcast": ("broadcast", 0, 2, False),
-    "reduce": ("reduce", 0, 3, False),
     "all_gather": ("all_gather", 1, 2, False),
     "all_gather_into_tensor": ("all_gather", 1, 2, False),
     "_all_gather_base": ("all_gather", 1, 2, False),
@@ -57,8 +58,6 @@ _OPS = {
     "_reduce_scatter_base": ("reduce_scatter", 0, 3, False),
     "all_to_all": ("all_to_all", 1, 2, False),
     "all_to_all_single": ("all_to_all", 1, 4, False),
-    "gather": ("gather", 0, 3, False),
-    "scatter": ("scatter", 0, 3, False),
     "barrier": ("barrier", None, 0, False),
     "monitored_barrier": ("barrier", None, 0, False),
     "all_gather_object": ("all_gather", None, 2, False),
@@ -96,8 +95,12 @@ class Recorder:
         self.grace_s = grace_s
         self.dump_path = _util.hang_dump_path(run_dir, self.rank)
         self.stacks_path = _util.hang_stacks_path(run_dir, self.rank)
-        self.fr = _core.FlightRecorder(self.rank, self.world_size, capacity)
-        self._groups = {}       # process group -> [name, next collective seq, next p2p seq]
+        self.backend = str(dist.get_backend())
+        self.fr = _core.FlightRecorder(self.rank, self.world_size, capacity, self.backend,
+                                       int(self.timeout_s * 1000))
+        # process group (None = default) -> [name, last collective seq, last p2p seq, size,
+        # the group itself]
+        self._groups = {}
         self._active = {}       # record id -> (monotonic start s, op, seq, group name, site)
         self._polled = []       # (record id, Work) of async ops without a future
         self._originals = {}
@@ -149,7 +152,14 @@ class Recorder:
                 if names is None:
                     names = getattr(getattr(dist.distributed_c10d, "_world", None),
                                     "pg_names", {})
-                g = [str(names.get(pg, len(self._groups))), 0, 0]
+                size = dist.get_world_size(pg)
+                if pg is dist.distributed_c10d._get_default_group():
+                    g = ["0", 0, 0, size, pg]  # registered by the recorder itself
+                else:
+                    name = "%s" % names.get(pg, "pg%d" % len(self._groups))
+                    self.fr.register_group(name, _group_ranks(pg), "", self.backend,
+                                           int(self.timeout_s * 1000))
+                    g = [name, 0, 0, size, pg]
                 self._groups[pg] = g
             self._groups[group] = g
         return g
@@ -183,9 +193,17 @@ class Recorder:
             if isinstance(t, (list, tuple)):
                 t = t[0] if t else None
             if isinstance(t, torch.Tensor):
-                count, dtype = t.numel(), _DTYPES.get(t.dtype, str(t.dtype))
+                count, dtype = t.numel(), str(t.dtype)
             else:
-                count, dtype = 0, ""
+                count, dtype = 0, "torch.float32"
+            out_count = count
+            peer = -1
+            if op == "all_gather":
+                out_count = count * g[3]
+            elif op == "reduce_scatter":  # t is the output
+                count = out_count * g[3]
+            elif p2p or op == "broadcast":
+                peer = _peer(name, args, kwargs, g[4])
             if p2p:
                 g[2] += 1
                 seq = g[2]
@@ -193,12 +211,17 @@ class Recorder:
                 g[1] += 1
                 seq = g[1]
             site = rec.call_site()
-            rid = rec.fr.start(op, seq, count, dtype, g[0], site)
+            async_op = name in ("isend", "irecv") or bool(kwargs.get("async_op")) or \
+                _positional_async(name, args)
+            rid = rec.fr.start(op, seq, count, dtype, g[0], site, peer, out_count, async_op)
             rec._active[rid] = (time.monotonic(), op, seq, g[0], site)
-            work = fn(*args, **kwargs)
-            if isinstance(work, dist.Work) and (name.startswith("i") or
-                                                 kwargs.get("async_op") or
-                                                 _positional_async(name, args)):
+            try:
+                work = fn(*args, **kwargs)
+            except BaseException as e:
+                rec.fr.complete(rid, "%s: %s" % (type(e).__name__, e))
+                rec._active.pop(rid, None)
+                raise
+            if async_op and work is not None:
                 rec._complete_later(rid, work)
             else:
                 rec._complete(rid)
@@ -288,6 +311,28 @@ class Recorder:
             pass
         self._dumped = True
         return self.dump_path
+
+
+def _group_ranks(pg):
+    get = getattr(dist, "get_process_group_ranks", None)
+    if get is not None:
+        return list(get(pg))
+    return sorted(dist.distributed_c10d._pg_group_ranks[pg].keys())  # torch < 2.0
+
+
+def _peer(name, args, kwargs, pg):
+    """Group rank of a send/recv peer or a broadcast root, -1 when not given."""
+    key = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src",
+           "broadcast": "src"}.get(name)
+    peer = kwargs.get(key, args[1] if len(args) > 1 else None)
+    if peer is None:
+        return -1
+    if pg is dist.distributed_c10d._get_default_group():
+        return int(peer)
+    try:
+        return int(dist.distributed_c10d._get_group_rank(pg, peer))
+    except Exception:  # noqa: BLE001 - not a member: record the global rank
+        return int(peer)
 
 
 def _positional_async(name, args):

@@ -1,0 +1,220 @@
+"""`trainscope.checkpoint`: atomic, hashed checkpoints of a user's training state.
+
+    trainscope.checkpoint.save(run_dir, {"model": model.state_dict(),
+                                         "optimizer": opt.state_dict()}, step=s, keep=3)
+    ck = trainscope.checkpoint.load(run_dir)        # the latest complete one
+    model.load_state_dict(ck.state["model"]); opt.load_state_dict(ck.state["optimizer"])
+
+The folders are the trainer's (`<run_dir>/checkpoints/step-<N>/`, docs/formats.md
+"Checkpoint"): written to a temporary folder, fsynced, with a manifest of xxh3 hashes written
+last and renamed into place by the native writer, so `trainscope ckpt verify|inspect|diff`
+read them and a crash mid-save leaves the previous checkpoint as the latest.
+
+Layout of the state: every tensor of the nested state (dicts, lists, tuples) is stored in
+model.safetensors under its dotted path ("model.layer1.weight", "optimizer.state.0.exp_avg";
+bfloat16 as dtype BF16), everything else (ints, floats, strings, None, bools) in meta.json's
+"extra" as a skeleton that load() fills back in, so dict keys keep their types (the
+optimizer's integer parameter ids) and tuples stay tuples. The RNG states of torch (CPU and
+every CUDA device), numpy and Python's random are saved with it and restored by load().
+
+Distributed: the state is taken as replicated (data parallel): only rank 0 writes; every rank
+waits at a barrier until it has, so a load right after a save sees it.
+"""
+import collections
+import os
+import random
+
+import numpy as np
+import torch
+
+from . import _api, _core, _util
+from ._errors import Error
+
+FORMAT = "trainscope.python_state"
+VERSION = 1
+
+_TO_ST = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16",
+          torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
+          torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+_FROM_ST = {"F32": (np.float32, None), "F64": (np.float64, None), "F16": (np.float16, None),
+            "BF16": (np.int16, torch.bfloat16), "I64": (np.int64, None),
+            "I32": (np.int32, None), "I16": (np.int16, None), "I8": (np.int8, None),
+            "U8": (np.uint8, None), "BOOL": (np.bool_, None)}
+
+Loaded = collections.namedtuple("Loaded", ["state", "step", "path"])
+
+
+def _checkpoints_dir(path):
+    return os.path.join(str(path), _util.CHECKPOINTS_DIR)
+
+
+def _buffer(t):
+    """(dtype name, shape, C-contiguous CPU buffer) of tensor t."""
+    t = t.detach()
+    if t.dtype not in _TO_ST:
+        raise Error("trainscope.checkpoint.save: tensor dtype %s is not supported (float64/32/16, "
+                    "bfloat16, int64/32/16/8, uint8, bool are)." % t.dtype)
+    t = t.cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return "BF16", list(t.shape), t.view(torch.int16).numpy()
+    return _TO_ST[t.dtype], list(t.shape), t.numpy()
+
+
+def _flatten(value, path, tensors):
+    """The JSON skeleton of value; tensors appended as (name, dtype, shape, buffer)."""
+    if isinstance(value, torch.Tensor):
+        name = ".".join(path) or "tensor"
+        tensors.append((name,) + _buffer(value))
+        return {"__tensor__": name}
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": _flatten(torch.from_numpy(np.ascontiguousarray(value)), path,
+                                        tensors)}
+    if isinstance(value, dict):
+        items = [[_flatten(k, path + ["key"], tensors) if not isinstance(k, (str, int, float))
+                  else k, _flatten(v, path + [str(k)], tensors)] for k, v in value.items()]
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: v for k, v in items}
+        return {"__dict__": items}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_flatten(v, path + [str(i)], tensors) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_flatten(v, path + [str(i)], tensors) for i, v in enumerate(value)]
+    if isinstance(value, (np.generic,)):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        if isinstance(value, float) and value != value:
+            return {"__float__": "nan"}
+        if isinstance(value, float) and value in (float("inf"), float("-inf")):
+            return {"__float__": "inf" if value > 0 else "-inf"}
+        return value
+    if isinstance(value, torch.dtype):
+        return {"__dtype__": str(value)}
+    raise Error("trainscope.checkpoint.save: %s at '%s' cannot be saved (tensors, dicts, lists, "
+                "tuples, numbers, strings and None can)." % (type(value).__name__,
+                                                             ".".join(path) or "the top"))
+
+
+def _unflatten(skel, tensors):
+    if isinstance(skel, list):
+        return [_unflatten(v, tensors) for v in skel]
+    if not isinstance(skel, dict):
+        return skel
+    if "__tensor__" in skel:
+        return tensors[skel["__tensor__"]]
+    if "__ndarray__" in skel:
+        return _unflatten(skel["__ndarray__"], tensors).numpy()
+    if "__tuple__" in skel:
+        return tuple(_unflatten(v, tensors) for v in skel["__tuple__"])
+    if "__dict__" in skel:
+        return {_unflatten(k, tensors): _unflatten(v, tensors) for k, v in skel["__dict__"]}
+    if "__float__" in skel:
+        return float(skel["__float__"])
+    if "__dtype__" in skel:
+        return getattr(torch, skel["__dtype__"].split(".", 1)[1])
+    return {k: _unflatten(v, tensors) for k, v in skel.items()}
+
+
+def _rng_state(tensors):
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    rng = {"torch": _flatten(torch.get_rng_state(), ["rng", "torch"], tensors),
+           "numpy": [np_state[0], _flatten(np_state[1].astype(np.int64), ["rng", "numpy"], tensors),
+                     int(np_state[2]), int(np_state[3]), float(np_state[4])],
+           "python": [py_state[0], list(py_state[1]), py_state[2]]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = [_flatten(s, ["rng", "cuda", str(i)], tensors)
+                       for i, s in enumerate(torch.cuda.get_rng_state_all())]
+    return rng
+
+
+def _restore_rng(rng, tensors):
+    torch.set_rng_state(_unflatten(rng["torch"], tensors))
+    n = rng["numpy"]
+    np.random.set_state((n[0], _unflatten(n[1], tensors).astype(np.uint32), n[2], n[3], n[4]))
+    p = rng["python"]
+    random.setstate((p[0], tuple(p[1]), p[2]))
+    if "cuda" in rng and torch.cuda.is_available():
+        states = [_unflatten(s, tensors) for s in rng["cuda"]]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def save(path, state, step, keep=0, rng=True):
+    """Writes `state` as <path>/checkpoints/step-<step>/ and returns that folder (None on the
+    ranks other than 0, which do not write). path: the run directory. keep: then removes all
+    but the newest `keep` complete checkpoints (0 keeps all). rng: save the RNG states.
+    Raises trainscope.Error: the checkpoint exists, a value that cannot be saved, I/O."""
+    if not isinstance(step, int) or step < 0:
+        raise Error("trainscope.checkpoint.save: step must be a non-negative int, not %r."
+                    % (step,))
+    dist = _dist()
+    written = None
+    if dist is None or dist.get_rank() == 0:
+        tensors = []
+        meta = {"format": FORMAT, "version": VERSION, "step": step,
+                "state": _flatten(state, [], tensors), "torch": torch.__version__}
+        if rng:
+            meta["rng"] = _rng_state(tensors)
+        written = _core.ckpt_write(_checkpoints_dir(path), step, tensors, meta,
+                                   world_size=dist.get_world_size() if dist else 1)
+        if keep and keep > 0:
+            _core.ckpt_prune(_checkpoints_dir(path), int(keep))
+    if dist is not None:
+        dist.barrier()
+    return written
+
+
+def latest(path):
+    """The newest complete, intact checkpoint folder under run dir or checkpoints folder
+    `path`, or None."""
+    p = str(path)
+    for d in (_checkpoints_dir(p), p):
+        if os.path.isdir(d):
+            found = _core.ckpt_latest(d)
+            if found:
+                return found
+    return None
+
+
+def load(path, restore_rng=True, map_location=None):
+    """Reads a checkpoint: `path` is a step-<N> folder, or a run directory / checkpoints folder
+    (its latest complete checkpoint). Returns Loaded(state, step, path): the state as saved,
+    tensors on the CPU (or map_location). restore_rng: restores the saved RNG states.
+    Raises trainscope.Error: no checkpoint there, a hash mismatch, not ours."""
+    p = str(path)
+    if not os.path.exists(os.path.join(p, "manifest.json")):
+        found = latest(p)
+        if found is None:
+            raise Error("%s: no complete checkpoint there (a step-<N> folder, or a run directory "
+                        "with checkpoints/)." % p)
+        p = found
+    listed, meta = _core.ckpt_read(p)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise Error("%s: not a trainscope.checkpoint.save checkpoint (a trainer checkpoint? "
+                    "read it with `trainscope ckpt inspect`)." % p)
+    tensors = {}
+    for name, dtype, shape, data in listed:
+        np_type, view = _FROM_ST[dtype]
+        t = torch.from_numpy(np.frombuffer(data, dtype=np_type).copy()).reshape(list(shape))
+        if view is not None:
+            t = t.view(view)
+        if map_location is not None and not name.startswith("rng."):
+            t = t.to(map_location)
+        tensors[name] = t
+    if restore_rng and "rng" in meta:
+        _restore_rng(meta["rng"], tensors)
+    return Loaded(_unflatten(meta["state"], tensors), int(meta["step"]), p)
+
+
+def verify(path):
+    """`trainscope ckpt verify --json`'s dict for checkpoint folder `path` (latest one of a run
+    directory); its "ok" says whether every file matches the manifest."""
+    p = str(path)
+    if not os.path.exists(os.path.join(p, "manifest.json")):
+        p = latest(p) or p
+    return _api.ckpt_verify(p)
