@@ -350,6 +350,17 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
   return UnknownFormat(path);
 }
 
+absl::StatusOr<std::vector<CheckpointReport>> InspectPaths(const std::vector<std::string>& paths,
+                                                           const InspectOptions& o) {
+  std::vector<CheckpointReport> reports;
+  for (const std::string& p : paths) {
+    auto r = InspectPath(p, o);
+    if (!r.ok()) return r.status();
+    for (auto& x : *r) reports.push_back(std::move(x));
+  }
+  return reports;
+}
+
 absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
                                                           const InspectOptions& o) {
   std::vector<CheckpointReport> out;

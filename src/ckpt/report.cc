@@ -54,6 +54,16 @@ json ReportToJson(const CheckpointReport& r, bool with_tensors) {
   return j;
 }
 
+json ReportsToJson(const std::vector<CheckpointReport>& reports, bool with_tensors) {
+  bool ok = true;
+  json list = json::array();
+  for (const CheckpointReport& r : reports) {
+    ok = ok && r.ok();
+    list.push_back(ReportToJson(r, with_tensors));
+  }
+  return {{"ok", ok}, {"checkpoints", std::move(list)}};
+}
+
 json DiffToJson(const DiffReport& d) {
   json ts = json::array();
   for (const TensorDiff& t : d.tensors) {

@@ -27,20 +27,14 @@ int RunInspect(const char* verb, bool verify, const CkptArgs& a) {
   Progress progress(verb, 0, true);
   ckpt::InspectOptions o;
   o.on_bytes = [&](uint64_t n) { progress.Add(n); };
-  std::vector<ckpt::CheckpointReport> reports;
-  for (const std::string& p : a.paths) {
-    auto r = ckpt::InspectPath(p, o);
-    if (!r.ok()) return ReportAndExitCode(verb, r.status());
-    for (auto& x : *r) reports.push_back(std::move(x));
-  }
+  auto reports = ckpt::InspectPaths(a.paths, o);
+  if (!reports.ok()) return ReportAndExitCode(verb, reports.status());
   bool ok = true;
-  for (const auto& r : reports) ok = ok && r.ok();
+  for (const auto& r : *reports) ok = ok && r.ok();
   if (a.json) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& r : reports) list.push_back(ckpt::ReportToJson(r, !verify));
-    Print({{"ok", ok}, {"checkpoints", list}});
+    Print(ckpt::ReportsToJson(*reports, !verify));
   } else {
-    for (const auto& r : reports) std::cout << ckpt::FormatReportText(r, !verify);
+    for (const auto& r : *reports) std::cout << ckpt::FormatReportText(r, !verify);
   }
   return ok ? kExitOk : kExitProblems;
 }

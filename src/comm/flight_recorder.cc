@@ -358,6 +358,7 @@ std::string FlightRecorder::DumpJsonString(const FlightDumpOptions& options) con
       {"overwritten", std::max<int64_t>(0, recorded - static_cast<int64_t>(capacity_))},
       {"nccl_profiling_names", options.nccl_profiling_names},
       {"only_active", options.only_active}};
+  if (!options.reason.empty()) out["trainscope"]["reason"] = options.reason;
   // Tags, thread names and error texts are the caller's bytes: invalid UTF-8 is replaced,
   // never thrown.
   return out.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";

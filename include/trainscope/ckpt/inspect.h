@@ -63,6 +63,11 @@ uint64_t DataBytes(const std::string& path);
 // storage_data or do not cover its elements, no .distcp file at all.
 absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
                                                           const InspectOptions& options);
+// `ckpt inspect` / `ckpt verify` (the CLI and the Python module): InspectPath over each
+// path in order, the reports concatenated. Errors: those of InspectPath, for the first
+// path that fails.
+absl::StatusOr<std::vector<CheckpointReport>> InspectPaths(const std::vector<std::string>& paths,
+                                                           const InspectOptions& options);
 // One checkpoint (a folder of checkpoints is an error here).
 absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectOptions& options);
 
@@ -88,6 +93,9 @@ absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
 // --json forms (docs/formats.md "Checkpoint inspection").
 nlohmann::json ReportToJson(const CheckpointReport& r, bool with_tensors);
 nlohmann::json DiffToJson(const DiffReport& d);
+// The --json document of `ckpt inspect` (with_tensors) and `ckpt verify` (without):
+// {"ok": every report ok, "checkpoints": [ReportToJson(r, with_tensors), ...]}.
+nlohmann::json ReportsToJson(const std::vector<CheckpointReport>& reports, bool with_tensors);
 // Text: problems first (one sentence each), then a table fitting 120 columns.
 std::string FormatReportText(const CheckpointReport& r, bool with_tensors);
 std::string FormatDiffText(const DiffReport& d);

@@ -130,6 +130,9 @@ struct FlightDumpOptions {
   bool nccl_profiling_names = false;
   // Only entries not completed yet (PyTorch's onlyActive).
   bool only_active = false;
+  // Why the dump was taken ("watchdog: all_reduce seq 5 exceeded 600 s", "SIGUSR1", ...):
+  // written as trainscope.reason when not empty.
+  std::string reason;
 };
 
 class FlightRecorder {

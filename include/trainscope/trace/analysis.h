@@ -103,6 +103,8 @@ struct Report {
   std::vector<Straggler> stragglers;
   std::vector<Finding> findings;  // across ranks
   std::vector<SkippedFile> skipped;
+  // Bad-record counts and reader warnings, one line per item ("path: ..."); not in the JSON.
+  std::vector<std::string> warnings;
 };
 
 // Analyses one rank. Sorts trace->events by time (the table is otherwise left as read).
@@ -115,6 +117,30 @@ Report AnalyzeRanks(std::vector<RankTrace>* traces, const AnalyzeOptions& option
 // The cross-rank part alone, over per-rank results (so that a caller can analyse one rank at a
 // time and free its events: memory stays at one rank's event table). Sorts by rank.
 Report CombineRanks(std::vector<RankResult> ranks, const AnalyzeOptions& options = {});
+
+// Options of AnalyzePaths.
+struct AnalyzePathsOptions {
+  AnalyzeOptions analyze;
+  bool strict = false;  // bad records in a trace are an error rather than a warning
+};
+
+// InvalidArgument naming the first path that exists and is neither a regular file nor a
+// directory (a FIFO, /dev/zero): checked from stat() alone, so nothing can block.
+absl::Status CheckTracePaths(const std::vector<std::string>& paths);
+
+// `trace analyze` (the CLI and the Python module call this): checks the paths
+// (CheckTracePaths), expands directories (ExpandTracePaths), reads and analyses one rank at a
+// time (memory stays at one rank's event table), numbers traces without a rank with the next
+// free numbers and combines the ranks. A file found in a directory that is not a trace is
+// skipped (Report::skipped); bad records go to Report::warnings, or with options.strict are
+// an InvalidArgument naming the file. Errors: NotFound (a missing path), InvalidArgument
+// (a named file that is not a trace or has no usable events, no trace at all), each naming
+// the file. Blocking (reads files); writes nothing.
+absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
+                                    const AnalyzePathsOptions& options = {});
+
+// True when a finding of the report (across ranks or of one rank) is an error.
+bool HasErrorFinding(const Report& report);
 
 // Every finding, across ranks first, then per rank in rank order.
 std::vector<Finding> FindingsFrom(const Report& report);

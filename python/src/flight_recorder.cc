@@ -1,0 +1,199 @@
+// trainscope._core.FlightRecorder: the comm module's flight recorder
+// (include/trainscope/comm/flight_recorder.h) filled from Python by
+// trainscope.distributed.record, one start()/complete() pair per torch.distributed call. Its
+// dumps are the ones `trainscope hang analyze` reads (docs/formats.md "Flight recorder
+// dump"), so a hang in a user's torch job gets the same verdict as one in our trainer.
+//
+// Sequence numbers follow Communicator::Dispatch: per group, op_id counts every op from 1,
+// collective_seq_id counts collectives from 1 (a p2p op carries the current value) and
+// p2p_seq_id counts p2p ops likewise. Methods run with the GIL held (the Python calls are
+// serialised by it; the recorder has its own mutex for its watchdog readers), except
+// dump(), which releases it while writing.
+#include "trainscope/comm/flight_recorder.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "convert.h"
+#include "trainscope/comm/comm.h"
+
+namespace py = pybind11;
+
+namespace trainscope::python {
+namespace {
+
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class PyFlightRecorder {
+ public:
+  PyFlightRecorder(int rank, int world_size, size_t capacity, const std::string& backend,
+                   int64_t timeout_ms) {
+    comm::FlightRecorderOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.capacity = capacity;
+    rec_ = ValueOrThrow(comm::FlightRecorder::Create(o));
+    std::vector<int> ranks(world_size);
+    for (int r = 0; r < world_size; ++r) ranks[r] = r;
+    RegisterGroup("0", ranks, "default_pg", backend, timeout_ms);
+  }
+
+  int RegisterGroup(const std::string& name, const std::vector<int>& ranks, const std::string& desc,
+                    const std::string& backend, int64_t timeout_ms) {
+    comm::ProcessGroupInfo info;
+    info.name = name;
+    info.desc = desc;
+    info.ranks = ranks;
+    info.backend = backend;
+    info.timeout_ms = timeout_ms;
+    const int id = ValueOrThrow(rec_->RegisterProcessGroup(std::move(info)));
+    groups_[name] = id;
+    counters_.resize(id + 1);
+    return id;
+  }
+
+  int64_t Start(const std::string& op_name, int64_t seq, int64_t count, const std::string& dtype,
+                const std::string& group, const std::string& call_site, int peer,
+                int64_t output_count, bool async) {
+    auto g = groups_.find(group);
+    if (g == groups_.end()) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "flight recorder: unknown process group '", group, "' (register_group it first)")));
+    }
+    comm::FlightOp op;
+    op.op = ValueOrThrow(comm::ParseOp(op_name));
+    op.dtype = ParseDTypeOrFloat(dtype);
+    op.pg_id = g->second;
+    Counters& c = counters_[op.pg_id];
+    op.op_id = ++c.ops;
+    if (comm::IsP2P(op.op)) {
+      c.p2p = seq >= 0 ? seq : c.p2p + 1;
+    } else {
+      c.collective = seq >= 0 ? seq : c.collective + 1;
+    }
+    op.collective_seq_id = c.collective;
+    op.p2p_seq_id = c.p2p;
+    op.input_numel = count;
+    op.output_numel = output_count >= 0 ? output_count : count;
+    op.peer = peer;
+    op.async = async;
+    op.enqueue_mono_ns = MonotonicNs();
+    int64_t id;
+    {
+      comm::ScopedCallerTag tag(call_site);
+      id = rec_->RecordScheduled(op);
+    }
+    rec_->RecordStarted(id, op.enqueue_mono_ns);  // a torch call is running once issued
+    return id;
+  }
+
+  void Complete(int64_t id, const std::string& error) {
+    rec_->RecordCompleted(id, MonotonicNs(),
+                          error.empty() ? absl::OkStatus() : absl::UnknownError(error));
+  }
+
+  void Dump(const std::string& path, const std::string& reason, bool only_active) {
+    comm::FlightDumpOptions o;
+    o.reason = reason;
+    o.only_active = only_active;
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = rec_->DumpJson(path, o);
+    }
+    ThrowIfError(st);
+  }
+
+  std::string DumpString(const std::string& reason, bool only_active) {
+    comm::FlightDumpOptions o;
+    o.reason = reason;
+    o.only_active = only_active;
+    return rec_->DumpJsonString(o);
+  }
+
+  // Age in seconds of the oldest op that was started and has not returned (0 when none),
+  // and its description: what a watchdog needs to decide to dump.
+  py::tuple OldestPending() const {
+    const int64_t now = rec_->NowNs();
+    for (const comm::FlightEntry& e : rec_->Snapshot()) {
+      if (e.retired) continue;
+      return py::make_tuple((now - e.time_created_ns) / 1e9, comm::OpName(e.op),
+                            e.is_p2p ? e.p2p_seq_id : e.collective_seq_id, std::string(e.caller));
+    }
+    return py::make_tuple(0.0, "", 0, "");
+  }
+
+  int64_t recorded() const { return rec_->recorded(); }
+  size_t capacity() const { return rec_->capacity(); }
+
+ private:
+  // Dtypes the comm module has no name for (float64, uint8, ...) are recorded as float32:
+  // every rank records the same call the same way, so matching across ranks still holds.
+  static comm::DType ParseDTypeOrFloat(const std::string& dtype) {
+    std::string d = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
+    absl::StatusOr<comm::DType> t = comm::ParseDType(d);
+    return t.ok() ? *t : comm::DType::kFloat32;
+  }
+
+  struct Counters {
+    int64_t ops = 0, collective = 0, p2p = 0;
+  };
+  std::shared_ptr<comm::FlightRecorder> rec_;
+  std::unordered_map<std::string, int> groups_;  // name -> pg_id
+  std::vector<Counters> counters_;               // by pg_id
+};
+
+}  // namespace
+
+void RegisterFlightRecorder(py::module_& m) {
+  py::class_<PyFlightRecorder>(
+      m, "FlightRecorder",
+      "A ring of this rank's last collective and p2p calls, dumped in the format `trainscope "
+      "hang analyze` reads. FlightRecorder(rank, world_size, capacity=2000, backend='gloo', "
+      "timeout_ms=0) registers the default group '0' (all ranks, desc 'default_pg'); "
+      "timeout_ms is the group's op timeout written in the dump.")
+      .def(py::init<int, int, size_t, const std::string&, int64_t>(), py::arg("rank"),
+           py::arg("world_size"), py::arg("capacity") = 2000, py::arg("backend") = "gloo",
+           py::arg("timeout_ms") = 0)
+      .def("register_group", &PyFlightRecorder::RegisterGroup, py::arg("name"), py::arg("ranks"),
+           py::arg("desc") = "", py::arg("backend") = "gloo", py::arg("timeout_ms") = 0,
+           "Adds a process group (name unique, ranks = global ranks in group-rank order); "
+           "returns its pg_id.")
+      .def("start", &PyFlightRecorder::Start, py::arg("op"), py::arg("seq") = -1,
+           py::arg("count") = 0, py::arg("dtype") = "float32", py::arg("group") = "0",
+           py::arg("call_site") = "", py::arg("peer") = -1, py::arg("output_count") = -1,
+           py::arg("async_op") = false,
+           "Records a call as started; returns its id for complete(). op: all_reduce, "
+           "all_gather, reduce_scatter, broadcast, all_to_all, barrier, send, recv. seq: the "
+           "group's collective (or p2p) sequence number, -1 to count from 1 automatically. "
+           "count: elements of the input (output_count: of the output, -1 = count). dtype: "
+           "float32, bfloat16, float16, int32, int64 ('torch.' prefix allowed; others are "
+           "recorded as float32). call_site: 'file.py:123' (the dump's caller; hang analyze "
+           "names it). peer: the peer's group rank for send/recv, the root for broadcast.")
+      .def("complete", &PyFlightRecorder::Complete, py::arg("id"), py::arg("error") = "",
+           "Marks the call returned: completed, or failed with `error` when not empty.")
+      .def("dump", &PyFlightRecorder::Dump, py::arg("path"), py::arg("reason") = "", py::kw_only(),
+           py::arg("only_active") = false,
+           "Writes the dump (JSON, atomically; parent folders created). reason: why "
+           "(trainscope.reason in the dump). Releases the GIL while writing.")
+      .def("dump_string", &PyFlightRecorder::DumpString, py::arg("reason") = "", py::kw_only(),
+           py::arg("only_active") = false, "The dump as a JSON string.")
+      .def("oldest_pending", &PyFlightRecorder::OldestPending,
+           "(age_s, op, seq, call_site) of the oldest call not returned yet; (0.0, '', 0, '') "
+           "when none.")
+      .def_property_readonly("recorded", &PyFlightRecorder::recorded, "calls recorded so far")
+      .def_property_readonly("capacity", &PyFlightRecorder::capacity, "entries kept");
+}
+
+}  // namespace trainscope::python

@@ -1,0 +1,253 @@
+"""trainscope._core against the CLI: the same dicts as `trainscope ... --json` on the test
+fixtures, trainscope._core.Error naming the file on bad input, the checkpoint primitives
+read back and accepted by `trainscope ckpt verify`, flight recorder dumps that `trainscope
+hang analyze` reads, and `import trainscope` before and after `import torch`.
+
+Run by ctest (python.native) with PYTHONPATH=build/python, TS_BINARY=build/bin/trainscope,
+TS_SOURCE_DIR=the checkout.
+"""
+import json
+import os
+import subprocess
+import sys
+import timeit
+
+import numpy as np
+import pytest
+
+import trainscope
+from trainscope import _api, _core
+
+SRC = os.environ.get("TS_SOURCE_DIR",
+                     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+DATA = os.path.join(SRC, "tests", "data")
+BINARY = os.environ.get("TS_BINARY", os.path.join(SRC, "build", "bin", "trainscope"))
+ENV = dict(os.environ, TRAINSCOPE_NO_PROGRESS="1")
+
+
+def cli_json(*args, ok_codes=(0, 1)):
+    p = subprocess.run([BINARY, *args, "--json"], capture_output=True, text=True, env=ENV,
+                       timeout=120)
+    assert p.returncode in ok_codes, p.stderr
+    return json.loads(p.stdout)
+
+
+def without(d, *keys):
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+# --- the analyses: the same dicts as the CLI ---------------------------------------------
+
+def test_trace_analyze_equals_cli():
+    paths = [os.path.join(DATA, "trace", "ddp_rank0.pt.trace.json"),
+             os.path.join(DATA, "trace", "ddp_rank1.pt.trace.json")]
+    native = _api.trace_analyze(paths)
+    assert native == cli_json("trace", "analyze", *paths)
+    assert [r["rank"] for r in native["ranks"]] == [0, 1]
+    assert _api.trace_analyze(paths, top=3) == cli_json("trace", "analyze", *paths, "--top", "3")
+
+
+def test_data_scan_equals_cli(tmp_path):
+    corpus = os.path.join(DATA, "data", "small.jsonl")
+    native = _api.data_scan(corpus, threads=2, tmp_dir=str(tmp_path))
+    cli = cli_json("data", "scan", corpus, "--threads", "2", "--tmp-dir", str(tmp_path))
+    assert without(native, "wall_s") == without(cli, "wall_s")
+    exact = _api.data_scan([corpus], threads=1, exact_only=True, fail_on="none")
+    cli = cli_json("data", "scan", corpus, "--threads", "1", "--exact-only", "--fail-on", "none")
+    assert without(exact, "wall_s") == without(cli, "wall_s")
+
+
+def test_diagnose_equals_cli():
+    paths = [os.path.join(DATA, "diagnose", n)
+             for n in ("duplicate_data.csv", "duplicate_data.jsonl")]
+    assert _api.diagnose(paths) == cli_json("diagnose", *paths)
+
+
+def test_hang_analyze_equals_cli():
+    for case in ("healthy", "size_mismatch"):
+        path = os.path.join(DATA, "hang", case)
+        assert _api.hang_analyze(path) == cli_json("hang", "analyze", path)
+    path = os.path.join(DATA, "hang", "size_mismatch")
+    assert (_api.hang_analyze([path], mismatch_cap=1)
+            == cli_json("hang", "analyze", path, "--mismatch-cap", "1"))
+
+
+def test_ckpt_inspect_verify_diff_equal_cli():
+    run = os.path.join(DATA, "ckpt", "run", "checkpoints")
+    a, b = os.path.join(run, "step-10"), os.path.join(run, "step-20")
+    assert _api.ckpt_inspect(run) == cli_json("ckpt", "inspect", run)
+    assert _api.ckpt_verify([a, b]) == cli_json("ckpt", "verify", a, b)
+    assert _api.ckpt_diff(a, b) == cli_json("ckpt", "diff", a, b)
+
+
+def test_env_fingerprint_is_the_cli_document():
+    fp = _api.env_fingerprint(timeout_ms=5000)
+    cli = cli_json("env", "fingerprint", ok_codes=(0,))
+    assert fp["format"] == cli["format"] and fp["version"] == cli["version"]
+    assert set(fp) == set(cli)
+
+
+# --- errors: one exception type, naming the file -----------------------------------------
+
+def test_errors_raise_core_error_naming_the_file(tmp_path):
+    assert issubclass(_core.Error, RuntimeError)
+    assert trainscope.Error is _core.Error
+    missing = str(tmp_path / "nope.json")
+    with pytest.raises(_core.Error, match="nope.json"):
+        _api.trace_analyze(missing)
+    with pytest.raises(_core.Error, match="nope.json"):
+        _api.diagnose(missing)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not a trace")
+    with pytest.raises(_core.Error, match="bad.json"):
+        _api.trace_analyze(str(bad))
+    with pytest.raises(_core.Error, match="nope.jsonl"):
+        _api.data_scan(str(tmp_path / "nope.jsonl"))
+    with pytest.raises(_core.Error, match="unknown option 'thread'"):
+        _api.data_scan(os.path.join(DATA, "data", "small.jsonl"), thread=2)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(_core.Error, match="empty: no flight recorder dump"):
+        _api.hang_analyze(str(empty))
+    with pytest.raises(_core.Error, match="nope"):
+        _api.ckpt_verify(str(tmp_path / "nope"))
+
+
+# --- checkpoint primitives -------------------------------------------------------------
+
+def test_ckpt_write_read_verify_prune_latest(tmp_path):
+    d = str(tmp_path / "checkpoints")
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    steps = np.array([7], dtype=np.int64)
+    bf16 = np.array([0x3F80, 0x4000], dtype=np.int16)  # 1.0, 2.0 as bfloat16 bits
+    paths = []
+    for step in (10, 20, 30):
+        paths.append(_core.ckpt_write(
+            d, step, [("layer.weight", "float32", w.shape, w),
+                      ("bf", "torch.bfloat16", [2], bf16)],
+            {"note": "hello", "step": step},
+            optimizer=[("adam.steps", "I64", [1], memoryview(steps.tobytes()))],
+            json_files={"rank0.json": {"rng": [1, 2, 3]}}, fsync=False))
+    assert paths[0] == os.path.join(d, "step-10")
+    tensors, meta = _core.ckpt_read(paths[-1])
+    assert meta == {"note": "hello", "step": 30}
+    names = {t[0]: t for t in tensors}
+    name, dtype, shape, data = names["layer.weight"]
+    assert (dtype, shape) == ("F32", [3, 4])
+    assert np.array_equal(np.frombuffer(data, dtype=np.float32).reshape(3, 4), w)
+    assert names["bf"][1] == "BF16"
+    opt, _ = _core.ckpt_read(paths[-1], part="optimizer")
+    assert opt[0][0] == "adam.steps" and np.frombuffer(opt[0][3], np.int64)[0] == 7
+    assert _core.ckpt_read_json(paths[-1], "rank0.json") == {"rng": [1, 2, 3]}
+    # The CLI accepts what the module wrote.
+    assert cli_json("ckpt", "verify", d)["ok"] is True
+    assert _core.ckpt_latest(str(tmp_path)) == paths[-1]
+    assert _core.ckpt_latest(str(tmp_path / "none-yet")) is None
+    assert sorted(_core.ckpt_prune(d, 2)) == [paths[0]]
+    assert not os.path.exists(paths[0])
+    # A corrupted file is refused on read, naming it.
+    with open(os.path.join(paths[-1], "rank0.json"), "w") as f:
+        f.write('{"rng": [9]}')
+    with pytest.raises(_core.Error, match="rank0.json"):
+        _core.ckpt_read(paths[-1])
+    assert _core.ckpt_latest(d) == paths[1]
+    # Bad tensors: wrong byte count, a non-buffer, an existing step.
+    with pytest.raises(_core.Error, match="layer.weight"):
+        _core.ckpt_write(d, 40, [("layer.weight", "F32", [5], w)], fsync=False)
+    with pytest.raises(_core.Error, match="buffer protocol"):
+        _core.ckpt_write(d, 41, [("x", "F32", [1], 1.0)], fsync=False)
+    with pytest.raises(_core.Error, match="step-20"):
+        _core.ckpt_write(d, 20, [("x", "F32", [1], np.zeros(1, np.float32))], fsync=False)
+    with pytest.raises(_core.Error, match="cannot be stored in JSON"):
+        _core.ckpt_write(d, 42, [], {"bad": object()}, fsync=False)
+
+
+# --- flight recorder -------------------------------------------------------------------
+
+def test_flight_recorder_dumps_what_hang_analyze_reads(tmp_path):
+    # Two ranks: rank 1 skips the all_reduce of step 5, rank 0 waits in it.
+    for rank in (0, 1):
+        fr = _core.FlightRecorder(rank, 2, capacity=100, backend="gloo", timeout_ms=600000)
+        for step in range(1, 8):
+            if rank == 1 and step == 5:
+                break
+            i = fr.start("all_reduce", count=1024, dtype="torch.float32",
+                         call_site="train.py:%d" % (40 + step))
+            if rank == 0 and step == 5:
+                break  # waits for rank 1 forever
+            fr.complete(i)
+        assert fr.recorded == (5 if rank == 0 else 4)
+        age, op, seq, site = fr.oldest_pending()
+        if rank == 0:
+            assert (op, seq, site) == ("all_reduce", 5, "train.py:45") and age >= 0
+        fr.dump(str(tmp_path / ("rank%d.json" % rank)), "test: watchdog")
+    dump = json.loads((tmp_path / "rank0.json").read_text())
+    assert dump["trainscope"]["reason"] == "test: watchdog"
+    assert dump["entries"][-1]["caller"] == "train.py:45"
+    native = _api.hang_analyze(str(tmp_path))
+    assert native == cli_json("hang", "analyze", str(tmp_path))
+    assert native["problem"] is True
+    text = json.dumps(native["findings"])
+    assert "all_reduce" in text and "rank 1" in text, text
+
+
+def test_flight_recorder_bad_input_and_speed():
+    fr = _core.FlightRecorder(0, 1)
+    with pytest.raises(_core.Error, match="unknown op"):
+        fr.start("all_reduse")
+    with pytest.raises(_core.Error, match="process group 'tp'"):
+        fr.start("all_reduce", group="tp")
+    with pytest.raises(_core.Error):
+        _core.FlightRecorder(3, 2)
+    fr.register_group("tp", [0], "tensor parallel")
+    fr.complete(fr.start("send", count=4, group="tp", peer=0))
+
+    def pair():
+        fr.complete(fr.start("all_reduce", 0, 1024, "float32", "0", "train.py:10"))
+
+    n = 20000
+    best = min(timeit.repeat(pair, number=n, repeat=5)) / n
+    print("start+complete: %.2f us" % (best * 1e6))
+    assert best < 5e-6, best
+
+
+# --- import order with torch -----------------------------------------------------------
+
+@pytest.mark.parametrize("order", ["import torch; import trainscope",
+                                   "import trainscope; import torch"])
+def test_import_order_with_torch(order):
+    pytest.importorskip("torch")
+    code = (order + "; import trainscope._core as c; t = torch.ones(4);"
+            " import torch.distributed as dist;"
+            " print(c.version(), float(t.sum()), dist.is_available())")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=ENV, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[1] == "4.0"
+
+
+def test_library_calls_leave_the_process_alone(tmp_path):
+    # The real dispositions (sigaction, not Python's table) of SIGBUS and SIGPIPE, and
+    # stderr: a scan through a memory mapping (the reader used to install a SIGBUS handler)
+    # and the analyses change no signal and print nothing, even with progress forced on.
+    code = """
+import ctypes, signal, sys, trainscope._api as api
+libc = ctypes.CDLL(None, use_errno=True)
+def disposition(sig):
+    buf = ctypes.create_string_buffer(256)  # struct sigaction; sa_handler comes first
+    assert libc.sigaction(int(sig), None, buf) == 0
+    return int.from_bytes(buf.raw[:8], 'little')
+sigs = (signal.SIGBUS, signal.SIGPIPE, signal.SIGSEGV)
+before = [disposition(s) for s in sigs]
+api.data_scan(sys.argv[1], threads=2, mmap=True, fail_on='none')
+api.diagnose(sys.argv[2])
+after = [disposition(s) for s in sigs]
+assert before == after, (before, after)
+"""
+    env = dict(ENV, TRAINSCOPE_PROGRESS="1")
+    env.pop("TRAINSCOPE_NO_PROGRESS")
+    p = subprocess.run([sys.executable, "-c", code, os.path.join(DATA, "data", "small.jsonl"),
+                        os.path.join(DATA, "diagnose", "duplicate_data.csv")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == "" and p.stdout == ""
