@@ -1,0 +1,396 @@
+// CollectReportData: what each run directory holds, read into the report's data model
+// (docs/formats.md "Report"). Each part is read by its own module's reader where one exists
+// (diagnose for findings, hang for the analysis of flight-recorder dumps); the documents other
+// verbs wrote (data scan, trace analysis, doctor report, fingerprint) are read as they are,
+// reduced to what the page draws. A part that is absent or unreadable is listed in "missing",
+// never an error.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "report/metrics.h"
+#include "trainscope/core/formats.h"
+#include "trainscope/core/run_dir.h"
+#include "trainscope/diagnose/diagnose.h"
+#include "trainscope/hang/analyze.h"
+#include "trainscope/report/report.h"
+
+namespace trainscope::report {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kCollectMaxCollectives = 200;  // per rank, the last ones
+constexpr size_t kCollectMaxTopOps = 15;
+constexpr size_t kCollectMaxFingerprintRows = 120;
+
+// The files in dir (not recursive) whose name satisfies pred, sorted by name.
+std::vector<std::string> CollectFiles(const std::string& dir,
+                                      bool (*pred)(const std::string& name)) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (e.is_regular_file(ec) && pred(name)) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool IsMetricsName(const std::string& n) {
+  return absl::StartsWith(n, "metrics.rank") && absl::EndsWith(n, ".jsonl");
+}
+bool IsDumpName(const std::string& n) {
+  return absl::StartsWith(n, "flight_recorder.rank") && absl::EndsWith(n, ".json");
+}
+bool IsJsonName(const std::string& n) { return absl::EndsWith(n, ".json"); }
+
+// A JSON document, or null with *why set.
+json CollectReadJson(const std::string& path, std::string* why) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *why = "cannot open";
+    return nullptr;
+  }
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) {
+    *why = "not valid JSON";
+    return nullptr;
+  }
+  return j;
+}
+
+void AddMissing(json* data, const std::string& run, const std::string& part,
+                const std::string& why) {
+  (*data)["missing"].push_back({{"run", run}, {"part", part}, {"reason", why}});
+}
+
+// Train metrics: one entry per rank, plus stragglers by mean step time.
+void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points, json* run,
+                    json* data) {
+  std::vector<std::string> files = CollectFiles(run_dir::Join(dir, run_dir::kTrain), IsMetricsName);
+  if (files.empty()) {
+    AddMissing(data, name, "metrics", "no train/metrics.rank<R>.jsonl");
+    return;
+  }
+  std::vector<RankMetrics> ranks(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!ReadRankMetrics(files[i], &ranks[i])) {
+      AddMissing(data, name, "metrics", ranks[i].malformed_examples.front());
+      continue;
+    }
+    const RankMetrics& m = ranks[i];
+    json r = RankMetricsToJson(m, max_points);
+    r["file"] = fs::relative(files[i], dir).string();
+    (*run)["ranks"].push_back(std::move(r));
+    for (const json& e : m.events) (*run)["events"].push_back(e);
+    (*data)["malformed"] = (*data)["malformed"].get<int64_t>() + m.malformed;
+    for (const std::string& ex : m.malformed_examples) (*data)["malformed_lines"].push_back(ex);
+    if (!m.summary.is_null() && !run->contains("summary")) (*run)["summary"] = m.summary;
+  }
+  std::sort((*run)["ranks"].begin(), (*run)["ranks"].end(),
+            [](const json& a, const json& b) { return a["rank"] < b["rank"]; });
+  // Stragglers: a rank whose mean step time is 15% above the median of the ranks' means.
+  std::vector<double> means;
+  for (const json& r : (*run)["ranks"]) {
+    if (r["means"].contains("step_ms")) means.push_back(r["means"]["step_ms"]);
+  }
+  if (means.size() >= 2) {
+    std::vector<double> sorted = means;
+    std::sort(sorted.begin(), sorted.end());
+    double median = sorted[sorted.size() / 2];
+    if (sorted.size() % 2 == 0) median = (sorted[sorted.size() / 2 - 1] + median) / 2;
+    for (const json& r : (*run)["ranks"]) {
+      if (!r["means"].contains("step_ms")) continue;
+      double v = r["means"]["step_ms"];
+      if (median > 0 && v > 1.15 * median) {
+        (*run)["stragglers"].push_back(
+            {{"rank", r["rank"]}, {"mean_step_ms", v}, {"median_step_ms", median}});
+      }
+    }
+  }
+}
+
+// Diagnose's findings over the whole run directory, and its curve verdicts pinned at their
+// steps (spikes, first NaN, first bad step).
+void CollectFindings(const std::string& dir, const std::string& name, json* run, json* data) {
+  absl::StatusOr<diagnose::Report> rep = diagnose::Diagnose({dir});
+  if (!rep.ok()) {
+    AddMissing(data, name, "findings", std::string(rep.status().message()));
+    return;
+  }
+  for (const Finding& f : rep->findings) (*run)["findings"].push_back(FindingToJson(f));
+  for (const diagnose::RunResult& r : rep->runs) {
+    auto pin = [&](int64_t step, const std::string& kind) {
+      if (step < 0) return;
+      (*run)["pins"].push_back(
+          {{"kind", kind}, {"step", step}, {"rank", r.rank}, {"text", r.curve.sentence}});
+    };
+    pin(r.curve.first_bad_step, "first_bad");
+    pin(r.curve.nan_step, "nan");
+    for (int64_t s : r.curve.spike_steps) pin(s, "curve_spike");
+  }
+}
+
+// The flight recorder: per rank, the last collectives; the stuck ones from the analysis.
+void CollectHang(const std::string& dir, const std::string& name, json* run, json* data) {
+  std::string hang_dir = run_dir::Join(dir, run_dir::kHang);
+  std::vector<std::string> dumps = CollectFiles(hang_dir, IsDumpName);
+  if (dumps.empty()) {
+    AddMissing(data, name, "flight_recorder", "no hang/flight_recorder.rank<R>.json");
+    return;
+  }
+  json hang = {{"ranks", json::array()}, {"stuck", json::array()}};
+  int64_t t0 = -1;
+  std::vector<json> docs;
+  for (const std::string& f : dumps) {
+    std::string why;
+    json d = CollectReadJson(f, &why);
+    if (d.is_null() || !d.contains("entries")) {
+      AddMissing(data, name, "flight_recorder", f + ": " + (why.empty() ? "no entries" : why));
+      continue;
+    }
+    for (const json& e : d["entries"]) {
+      int64_t t = e.value("time_created_ns", int64_t{0});
+      if (t > 0 && (t0 < 0 || t < t0)) t0 = t;
+    }
+    docs.push_back(std::move(d));
+  }
+  for (const json& d : docs) {
+    json entries = json::array();
+    const json& all = d["entries"];
+    size_t from = all.size() > kCollectMaxCollectives ? all.size() - kCollectMaxCollectives : 0;
+    for (size_t i = from; i < all.size(); ++i) {
+      const json& e = all[i];
+      std::string op = e.value("profiling_name", std::string());
+      if (size_t p = op.find(':'); p != std::string::npos) op = op.substr(p + 1);
+      int64_t t = e.value("time_created_ns", int64_t{0});
+      entries.push_back({{"seq", e.value("collective_seq_id", int64_t{0})},
+                         {"pg", e.value("pg_id", 0)},
+                         {"op", op},
+                         {"t_ms", t0 >= 0 && t > 0 ? (t - t0) / 1e6 : 0.0},
+                         {"dur_ms", e.value("duration_ms", 0.0)},
+                         {"state", e.value("state", std::string())},
+                         {"caller", e.value("caller", std::string())}});
+    }
+    hang["ranks"].push_back({{"rank", d.value("rank", -1)}, {"entries", std::move(entries)}});
+  }
+  absl::StatusOr<hang::Report> analysis = hang::AnalyzePaths({hang_dir});
+  if (analysis.ok()) {
+    json aj = hang::ReportToJson(*analysis);
+    for (const json& f : aj.value("findings", json::array())) {
+      hang["stuck"].push_back({{"kind", f.value("kind", "")},
+                               {"pg", f.value("pg", "")},
+                               {"seq", f.value("collective_seq_id", int64_t{-1})},
+                               {"op", f.value("op", "")},
+                               {"culprit_ranks", f.value("culprit_ranks", json::array())},
+                               {"waiting_ranks", f.value("waiting_ranks", json::array())},
+                               {"sentence", f.value("sentence", "")}});
+    }
+  } else {
+    AddMissing(data, name, "hang_analysis", std::string(analysis.status().message()));
+  }
+  (*run)["hang"] = std::move(hang);
+}
+
+// Documents under a folder (or at the top) recognised by their "format".
+std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
+                                                      const std::string& format) {
+  std::vector<std::pair<std::string, json>> out;
+  for (const std::string& f : CollectFiles(dir, IsJsonName)) {
+    std::string why;
+    json j = CollectReadJson(f, &why);
+    if (j.is_object() && j.value("format", "") == format) out.emplace_back(f, std::move(j));
+  }
+  return out;
+}
+
+void CollectDataScans(const std::string& dir, const std::string& name, json* run, json* data) {
+  for (auto& [file, j] : CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan)) {
+    json lengths = json::object();
+    for (const char* k : {"chars", "tokens"}) {
+      if (j.contains("length") && j["length"].contains(k)) {
+        lengths[k] = j["length"][k].value("histogram_log2", json::array());
+      }
+    }
+    (*run)["data_scans"].push_back(
+        {{"file", fs::relative(file, dir).string()},
+         {"docs", j.value("docs", int64_t{0})},
+         {"exact_duplicate_ratio", j.value("exact_duplicate_ratio", 0.0)},
+         {"near_duplicate_ratio", j.value("near_duplicate_ratio", 0.0)},
+         {"length_histograms", std::move(lengths)},
+         {"batch_duplicates", j.value("batch_duplicates", json::object())}});
+  }
+  if (!run->contains("data_scans")) {
+    AddMissing(data, name, "data_scan", "no trainscope.data.scan document under data/");
+  }
+}
+
+void CollectTraces(const std::string& dir, const std::string& name, json* run, json* data) {
+  for (auto& [file, j] :
+       CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis)) {
+    json ranks = json::array();
+    for (const json& r : j.value("ranks", json::array())) {
+      json top = json::array();
+      if (r.contains("top_operators")) {
+        for (const json& op : r["top_operators"].value("by_total", json::array())) {
+          if (top.size() >= kCollectMaxTopOps) break;
+          top.push_back(op);
+        }
+      }
+      ranks.push_back({{"rank", r.value("rank", -1)},
+                       {"temporal_breakdown", r.value("temporal_breakdown", json::object())},
+                       {"top_operators", std::move(top)}});
+    }
+    (*run)["traces"].push_back({{"file", fs::relative(file, dir).string()},
+                                {"ranks", std::move(ranks)},
+                                {"stragglers", j.value("stragglers", json::array())}});
+  }
+  if (!run->contains("traces")) {
+    AddMissing(data, name, "trace", "no trainscope.trace.analysis document under trace/");
+  }
+}
+
+// Leaves of a JSON document as "a.b.c" -> value rows, at most kCollectMaxFingerprintRows.
+void CollectFlatten(const json& j, const std::string& prefix, json* rows) {
+  if (rows->size() >= kCollectMaxFingerprintRows) return;
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items())
+      CollectFlatten(v, prefix.empty() ? k : prefix + "." + k, rows);
+  } else if (j.is_array()) {
+    if (j.size() <= 4 &&
+        std::all_of(j.begin(), j.end(), [](const json& v) { return v.is_primitive(); })) {
+      rows->push_back({prefix, j.dump()});
+    } else {
+      rows->push_back({prefix, absl::StrCat("[", j.size(), " items]")});
+    }
+  } else {
+    rows->push_back({prefix, j.is_string() ? j.get<std::string>() : j.dump()});
+  }
+}
+
+void CollectDoctorAndEnv(const std::string& dir, const std::string& name, json* run, json* data) {
+  std::string why;
+  std::string doctor_path = run_dir::Join(dir, run_dir::kDoctorReportJson);
+  if (fs::exists(doctor_path)) {
+    json d = CollectReadJson(doctor_path, &why);
+    if (d.is_object() && d.value("format", "") == formats::kDoctor) {
+      (*run)["doctor"] = {{"passed", d.value("passed", false)},
+                          {"summary", d.value("summary", json::object())},
+                          {"checks", d.value("checks", json::array())}};
+    } else {
+      AddMissing(data, name, "doctor",
+                 doctor_path + ": " + (why.empty() ? "not a doctor report" : why));
+    }
+  } else {
+    AddMissing(data, name, "doctor", "no report.json");
+  }
+  std::string fp_path = run_dir::Join(dir, run_dir::kFingerprint);
+  if (fs::exists(fp_path)) {
+    json f = CollectReadJson(fp_path, &why);
+    if (f.is_object()) {
+      json rows = json::array();
+      CollectFlatten(f, "", &rows);
+      (*run)["fingerprint"] = std::move(rows);
+    } else {
+      AddMissing(data, name, "fingerprint", fp_path + ": " + why);
+    }
+  } else {
+    AddMissing(data, name, "fingerprint", "no fingerprint.json");
+  }
+}
+
+// The names of the page's sections that have evidence, in page order.
+json CollectSections(const json& data) {
+  auto any = [&](const std::function<bool(const json&)>& has) {
+    return std::any_of(data["runs"].begin(), data["runs"].end(), has);
+  };
+  auto series = [&](const char* s) {
+    return any([&](const json& r) {
+      for (const json& k : r.value("ranks", json::array())) {
+        if (k["series"].contains(s)) return true;
+      }
+      return false;
+    });
+  };
+  json out = json::array({"summary"});
+  if (any([](const json& r) { return !r.value("findings", json::array()).empty(); })) {
+    out.push_back("findings");
+  }
+  for (const char* s : {"loss", "val_loss", "lr", "grad_norm"}) {
+    if (series(s)) out.push_back(s);
+  }
+  if (any([](const json& r) {
+        for (const json& k : r.value("ranks", json::array())) {
+          if (k["phases"].contains("x")) return true;
+        }
+        return false;
+      })) {
+    out.push_back("phases");
+  }
+  if (any([](const json& r) { return r.value("ranks", json::array()).size() >= 2; })) {
+    out.push_back("ranks");
+  }
+  if (series("host_rss_bytes") || series("device_mem_bytes")) out.push_back("memory");
+  const std::vector<std::pair<const char*, const char*>> parts = {{"hang", "flight_recorder"},
+                                                                  {"data_scans", "data_scan"},
+                                                                  {"traces", "trace"},
+                                                                  {"doctor", "doctor"},
+                                                                  {"fingerprint", "fingerprint"}};
+  for (const auto& [key, section] : parts) {
+    if (any([&](const json& r) { return r.contains(key); })) out.push_back(section);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<json> CollectReportData(const std::vector<std::string>& run_dirs,
+                                       const ReportOptions& options) {
+  if (run_dirs.empty()) return absl::InvalidArgumentError("no run directory given");
+  for (const std::string& dir : run_dirs) {
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return absl::NotFoundError(dir + ": no such directory");
+    if (!fs::is_directory(dir, ec)) return absl::InvalidArgumentError(dir + ": not a directory");
+  }
+  json data = {
+      {"format", "trainscope.report.data"}, {"version", 1},   {"runs", json::array()},
+      {"missing", json::array()},           {"malformed", 0}, {"malformed_lines", json::array()}};
+  const size_t max_points = static_cast<size_t>(std::max(options.max_points, 16));
+  std::vector<std::string> names;
+  for (const std::string& dir : run_dirs) {
+    std::string name = fs::path(dir).lexically_normal().filename().string();
+    if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    if (std::count(names.begin(), names.end(), name)) name = absl::StrCat(name, "#", names.size());
+    names.push_back(name);
+    json run = {{"name", name},
+                {"ranks", json::array()},
+                {"events", json::array()},
+                {"pins", json::array()},
+                {"findings", json::array()}};
+    CollectMetrics(dir, name, max_points, &run, &data);
+    CollectFindings(dir, name, &run, &data);
+    CollectHang(dir, name, &run, &data);
+    CollectDataScans(dir, name, &run, &data);
+    CollectTraces(dir, name, &run, &data);
+    CollectDoctorAndEnv(dir, name, &run, &data);
+    data["runs"].push_back(std::move(run));
+  }
+  std::string title = options.title;
+  if (title.empty()) {
+    title = "trainscope report: ";
+    for (size_t i = 0; i < names.size(); ++i) title += (i ? ", " : "") + names[i];
+  }
+  data["title"] = title;
+  data["sections"] = CollectSections(data);
+  return data;
+}
+
+}  // namespace trainscope::report

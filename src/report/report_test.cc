@@ -1,0 +1,209 @@
+// The report's data model on small run directories written here: what is read, what is
+// listed as missing, malformed lines counted, downsampling that keeps extremes, two runs
+// overlaid, and the HTML page embedding everything.
+#include "trainscope/report/report.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "report/metrics.h"
+
+namespace trainscope::report {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("ts_report_test_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // A run directory with `ranks` metrics files of `steps` steps; a loss spike at spike_step.
+  std::string MakeRun(const std::string& name, int ranks, int steps, int spike_step,
+                      const std::vector<std::string>& extra_lines = {}) {
+    fs::path dir = root_ / name;
+    fs::create_directories(dir / "train");
+    for (int r = 0; r < ranks; ++r) {
+      std::ofstream f(dir / "train" / ("metrics.rank" + std::to_string(r) + ".jsonl"));
+      f << json({{"type", "header"},
+                 {"format", "trainscope.train_metrics"},
+                 {"version", 1},
+                 {"rank", r},
+                 {"world_size", ranks}})
+               .dump()
+        << "\n";
+      for (int s = 1; s <= steps; ++s) {
+        double loss = s == spike_step ? 50.0 : 5.0 - 0.001 * s;
+        json rec = {{"type", "step"},
+                    {"step", s},
+                    {"loss", loss},
+                    {"lr", 0.001},
+                    {"grad_norm", 1.0},
+                    {"step_ms", 10.0 + r * 5},
+                    {"tokens_per_s", 1000.0},
+                    {"comm_ms", 1.0},
+                    {"host_rss_bytes", 1000000 + s},
+                    {"device_mem_allocated_bytes", nullptr},
+                    {"phases_ms",
+                     {{"data_wait", 1.0},
+                      {"h2d", 0.5},
+                      {"forward", 3.0},
+                      {"backward", 4.0},
+                      {"comm_wait", 1.0},
+                      {"optimizer", 0.5}}}};
+        f << rec.dump() << "\n";
+        if (s == spike_step) {
+          f << json({{"type", "spike"},
+                     {"step", s},
+                     {"rank", r},
+                     {"loss", loss},
+                     {"rule", "mad"},
+                     {"threshold", 9.0},
+                     {"median", 5.0}})
+                   .dump()
+            << "\n";
+        }
+      }
+      for (const std::string& l : extra_lines) f << l << "\n";
+      f << json({{"type", "end"}, {"reason", "done"}, {"step", steps}, {"rank", r}}).dump() << "\n";
+    }
+    return dir.string();
+  }
+
+  fs::path root_;
+};
+
+TEST_F(ReportTest, NonexistentDirIsNotFound) {
+  auto data = CollectReportData({(root_ / "nope").string()}, {});
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ReportTest, EmptyDirListsEveryPartMissing) {
+  fs::create_directories(root_ / "empty");
+  auto data = CollectReportData({(root_ / "empty").string()}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::vector<std::string> parts;
+  for (const json& m : (*data)["missing"]) parts.push_back(m["part"]);
+  for (const char* p :
+       {"metrics", "flight_recorder", "data_scan", "trace", "doctor", "fingerprint"}) {
+    EXPECT_NE(std::find(parts.begin(), parts.end(), p), parts.end()) << p;
+  }
+  EXPECT_EQ((*data)["sections"], json::array({"summary"}));
+}
+
+TEST_F(ReportTest, MalformedLinesCountedNotFatal) {
+  std::string dir = MakeRun("bad", 1, 20, -1, {"{not json", "[1, 2]", R"({"type": "step"})"});
+  auto data = CollectReportData({dir}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)["malformed"], 3);
+  ASSERT_EQ((*data)["malformed_lines"].size(), 3u);
+  EXPECT_NE((*data)["malformed_lines"][0].get<std::string>().find("metrics.rank0.jsonl:22"),
+            std::string::npos)
+      << (*data)["malformed_lines"][0];
+  const json& rank = (*data)["runs"][0]["ranks"][0];
+  EXPECT_EQ(rank["steps"], 20);
+  EXPECT_EQ(rank["series"]["loss"]["n"], 20);
+}
+
+TEST_F(ReportTest, SpikeIsAnEventAndSectionsFollowEvidence) {
+  std::string dir = MakeRun("spiky", 2, 30, 17);
+  auto data = CollectReportData({dir}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  const json& run = (*data)["runs"][0];
+  ASSERT_EQ(run["ranks"].size(), 2u);
+  bool spike = false;
+  for (const json& e : run["events"]) spike |= e["kind"] == "spike" && e["step"] == 17;
+  EXPECT_TRUE(spike) << run["events"];
+  for (const char* s : {"loss", "lr", "grad_norm", "phases", "ranks", "memory"}) {
+    EXPECT_NE(std::find((*data)["sections"].begin(), (*data)["sections"].end(), s),
+              (*data)["sections"].end())
+        << s;
+  }
+  // Rank 1 takes 15 ms a step against rank 0's 10: a straggler.
+  ASSERT_EQ(run["stragglers"].size(), 1u) << run;
+  EXPECT_EQ(run["stragglers"][0]["rank"], 1);
+  EXPECT_EQ(run["ranks"][0]["phases"]["x"].size(), 30u);
+}
+
+TEST(ReportDownsampleTest, KeepsExtremesAndFirstLast) {
+  std::vector<double> y(100000);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = std::sin(i * 0.001);
+  y[54321] = 1e6;   // a spike
+  y[77777] = -1e6;  // a dip
+  y[100] = std::nan("");
+  std::vector<size_t> idx = DownsampleMinMax(y, 1000, {12345});
+  EXPECT_LE(idx.size(), 1000u + 3);
+  EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+  auto has = [&](size_t i) { return std::find(idx.begin(), idx.end(), i) != idx.end(); };
+  EXPECT_TRUE(has(54321));
+  EXPECT_TRUE(has(77777));
+  EXPECT_TRUE(has(0));
+  EXPECT_TRUE(has(99999));
+  EXPECT_TRUE(has(12345));  // kept on request (an anomaly step)
+  EXPECT_FALSE(has(100));   // NaN: never drawn
+  // Short series: every point.
+  EXPECT_EQ(DownsampleMinMax({1, 2, 3}, 1000).size(), 3u);
+}
+
+TEST_F(ReportTest, LargeSeriesDrawnPointsAreRecords) {
+  std::string dir = MakeRun("long", 1, 20000, 15000);
+  ReportOptions o;
+  o.max_points = 500;
+  auto data = CollectReportData({dir}, o);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const json& loss = (*data)["runs"][0]["ranks"][0]["series"]["loss"];
+  EXPECT_EQ(loss["n"], 20000);
+  EXPECT_LE(loss["x"].size(), 510u);
+  // The spike's own value at its own step, not an average.
+  bool found = false;
+  for (size_t i = 0; i < loss["x"].size(); ++i) {
+    if (loss["x"][i] == 15000) found = loss["y"][i] == 50.0;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(ReportTest, TwoRunsOverlay) {
+  std::string a = MakeRun("run_a", 1, 10, -1), b = MakeRun("run_b", 2, 12, 5);
+  auto data = CollectReportData({a, b}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_EQ((*data)["runs"].size(), 2u);
+  EXPECT_EQ((*data)["runs"][0]["name"], "run_a");
+  EXPECT_EQ((*data)["runs"][1]["name"], "run_b");
+  EXPECT_EQ((*data)["runs"][1]["ranks"].size(), 2u);
+  EXPECT_EQ((*data)["title"], "trainscope report: run_a, run_b");
+  std::string html = RenderReportHtml(*data, {});
+  EXPECT_NE(html.find("run_b"), std::string::npos);
+}
+
+TEST_F(ReportTest, HtmlIsSelfContained) {
+  std::string dir =
+      MakeRun("html", 1, 5, -1, {R"({"type": "error", "step": 3, "message": "</script><b>x"})"});
+  auto data = CollectReportData({dir}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::string html = RenderReportHtml(*data, {});
+  EXPECT_NE(html.find("uPlot"), std::string::npos);  // the chart library is inside
+  EXPECT_EQ(html.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(html.find("href=\"http"), std::string::npos);
+  // Data can not close the data element early.
+  size_t data_start = html.find("<script id=\"ts-data\"");
+  size_t data_end = html.find("</script>", data_start);
+  EXPECT_EQ(html.substr(data_start, data_end - data_start).find("</"), std::string::npos);
+  ReportOptions live;
+  live.live = true;
+  EXPECT_NE(RenderReportHtml(*data, live).find("window.TS_LIVE = true"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainscope::report

@@ -1,0 +1,175 @@
+// The live report server (serve.h) on cpp-httplib (Debian libcpp-httplib-dev, header-only,
+// included here only). Two exact routes and nothing else: the server never maps a URL onto
+// the file system, which is what rules out path traversal and directory listings.
+#include "trainscope/report/serve.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainscope/core/run_dir.h"
+
+namespace trainscope::report {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kServeMaxDepth = 4;  // run/train/tb/rank0/file is the deepest part read
+
+// A fingerprint of what the report reads: every regular file under the run directory (a
+// checkpoint folder's contents excepted: its tensors can be thousands of files and the
+// report only lists the folders) with its size and modification time. A metrics line
+// appended changes the size, a file rewritten in place its time.
+void ServeFingerprint(const fs::path& dir, int depth, std::string* out) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    std::error_code sec;
+    const fs::file_status st = it->status(sec);
+    if (sec) continue;
+    if (fs::is_directory(st)) {
+      absl::StrAppend(out, p.string(), "/\n");
+      if (depth < kServeMaxDepth && p.filename() != run_dir::kCheckpoints)
+        ServeFingerprint(p, depth + 1, out);
+    } else if (fs::is_regular_file(st)) {
+      const auto size = fs::file_size(p, sec);
+      const auto mtime = fs::last_write_time(p, sec).time_since_epoch().count();
+      absl::StrAppend(out, p.string(), " ", sec ? 0 : size, " ", mtime, "\n");
+    }
+  }
+}
+
+std::string ServeHostForUrl(const std::string& bind) {
+  return bind.find(':') != std::string::npos ? absl::StrCat("[", bind, "]") : bind;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServeOptions options;
+  httplib::Server http;
+  std::thread thread;
+
+  std::mutex mu;
+  std::string fingerprint;  // guarded by mu: of the run directory when `data` was collected
+  std::string data;         // guarded by mu: the data.json body, "" before the first request
+  int64_t collections = 0;  // guarded by mu
+
+  // The data.json body, collected again when the run directory changed.
+  bool Data(std::string* body, std::string* error) {
+    std::string now;
+    ServeFingerprint(options.run_dir, 0, &now);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!data.empty() && now == fingerprint) {
+      *body = data;
+      return true;
+    }
+    absl::StatusOr<nlohmann::json> j = CollectReportData({options.run_dir}, options.report);
+    if (!j.ok()) {
+      *error = std::string(j.status().message());
+      return false;
+    }
+    data = j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    fingerprint = std::move(now);
+    ++collections;
+    *body = data;
+    return true;
+  }
+
+  void Routes() {
+    http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+      std::string body, error;
+      if (!Data(&body, &error)) {
+        res.status = 503;
+        res.set_content(absl::StrCat("trainscope serve: ", error, "\n"), "text/plain");
+        return;
+      }
+      nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(RenderReportHtml(j, options.report), "text/html; charset=utf-8");
+    });
+    http.Get("/data.json", [this](const httplib::Request&, httplib::Response& res) {
+      std::string body, error;
+      res.set_header("Cache-Control", "no-store");
+      if (!Data(&body, &error)) {
+        res.status = 503;
+        res.set_content(nlohmann::json({{"error", error}}).dump(), "application/json");
+        return;
+      }
+      res.set_content(std::move(body), "application/json");
+    });
+    // Every other path, and any method but GET/HEAD on these two: a plain 404 body that
+    // echoes nothing of the request.
+    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (res.status == 404 || res.status == 405 || res.status == 400) {
+        res.status = 404;
+        res.set_content("not found\n", "text/plain");
+      }
+    });
+    http.Post(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+    http.Put(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+    http.Delete(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+    // Open keep-alive connections would hold Stop() for the default 5 s.
+    http.set_keep_alive_timeout(1);
+  }
+};
+
+Server::Server(std::unique_ptr<Impl> impl, int port) : impl_(std::move(impl)), port_(port) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServeOptions& options) {
+  std::error_code ec;
+  if (!fs::is_directory(options.run_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(options.run_dir, ": no such run directory"));
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port ", options.port, " is not in 0..65535 (0: any free port)"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->options.report.live = true;
+  impl->Routes();
+  int port = options.port;
+  bool bound = port == 0 ? (port = impl->http.bind_to_any_port(options.bind)) > 0
+                         : impl->http.bind_to_port(options.bind, port);
+  if (!bound) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", ServeHostForUrl(options.bind), ":", options.port,
+                     " (in use, or not an address of this machine)"));
+  }
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->http.listen_after_bind(); });
+  // The socket already queues connections; wait until the accept loop runs, so that a
+  // Stop() right after Start() cannot come before it (httplib ignores a stop then).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!impl->http.is_running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return std::unique_ptr<Server>(new Server(std::move(impl), port));
+}
+
+Server::~Server() {
+  Stop();
+  Wait();
+}
+
+std::string Server::url() const {
+  return absl::StrCat("http://", ServeHostForUrl(impl_->options.bind), ":", port_, "/");
+}
+
+int64_t Server::data_collections() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->collections;
+}
+
+void Server::Stop() { impl_->http.stop(); }
+
+void Server::Wait() {
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+}  // namespace trainscope::report
