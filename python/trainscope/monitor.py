@@ -259,6 +259,8 @@ class Monitor:
             monitor._before_optimizer_step()
             return previous(*args, **kwargs)
 
+        if getattr(previous, "_with_counter", False):
+            step._with_counter = True  # an LR scheduler's wrapper: keep its mark (no warning)
         opt.step = types.MethodType(step, opt)  # a bound method, so LR schedulers can wrap it
         self._opt_patched = True
 
