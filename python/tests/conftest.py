@@ -11,8 +11,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def trainscope_binary():
-    """build/bin/trainscope, or $TRAINSCOPE_BIN (ctest passes the target's path)."""
-    return os.environ.get("TRAINSCOPE_BIN", os.path.join(REPO, "build", "bin", "trainscope"))
+    """$TS_BINARY (ctest passes the built one), else build/bin/trainscope."""
+    return os.environ.get("TS_BINARY", os.path.join(REPO, "build", "bin", "trainscope"))
 
 
 def free_port():
