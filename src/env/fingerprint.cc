@@ -72,6 +72,7 @@ absl::StatusOr<json> Fingerprint(Os* os, const FingerprintOptions& options) {
   int64_t t0 = os->MonotonicNs();
   json host = ProbeHost(os);
   json limits = ProbeLimits(os);
+  json network = ProbeNetwork(os);
   json env_vars = ProbeEnvVars(os);
   double host_ms = (os->MonotonicNs() - t0) / 1e6;
   absl::StatusOr<std::string> hostname = os->ReadFile("/proc/sys/kernel/hostname");
@@ -103,6 +104,7 @@ absl::StatusOr<json> Fingerprint(Os* os, const FingerprintOptions& options) {
   json frameworks = json::array();
   for (size_t i = 4; i < tasks.size(); ++i) frameworks.push_back(tasks[i].result);
   doc["frameworks"] = std::move(frameworks);
+  doc["network"] = std::move(network);
   doc["env"] = std::move(env_vars);
   if (options.timings) {
     json ms;

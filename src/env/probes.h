@@ -40,6 +40,9 @@ nlohmann::json ProbeTopology(Os* os, const std::vector<std::string>& argv,
 nlohmann::json ProbeToolkits(Os* os, std::chrono::milliseconds timeout);
 // Asks one interpreter for python/torch/torch_npu versions.
 nlohmann::json ProbePython(Os* os, const std::string& python, std::chrono::milliseconds timeout);
+// network interfaces: {"interfaces": [{"name", "operstate", "type"}], "ib_devices": [names]}
+// from sysfs; either is "absent" when its directory is missing.
+nlohmann::json ProbeNetwork(Os* os);
 // The environment variables that steer training (NCCL_*, HCCL_*, ...), sorted.
 nlohmann::json ProbeEnvVars(Os* os);
 // True when `name` is one of the variables ProbeEnvVars reports.

@@ -1,9 +1,11 @@
-// Host-side probes: OS, CPU, memory, limits, /dev/shm, environment variables.
+// Host-side probes: OS, CPU, memory, limits, /dev/shm, network interfaces, environment
+// variables.
 #include <algorithm>
 #include <cctype>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -194,6 +196,7 @@ bool IsTrainingEnvVar(const std::string& name) {
                                  "CUDA_LAUNCH_BLOCKING",
                                  "CUDA_DEVICE_MAX_CONNECTIONS",
                                  "CUDA_MODULE_LOADING",
+                                 envvar::kCublasWorkspaceConfig,
                                  "CUDA_HOME",
                                  "PYTORCH_CUDA_ALLOC_CONF",
                                  "PYTORCH_NPU_ALLOC_CONF",
@@ -214,6 +217,46 @@ bool IsTrainingEnvVar(const std::string& name) {
     if (name == e) return true;
   }
   return false;
+}
+
+// Network interfaces and RDMA devices from sysfs, for the interface-selection rules
+// (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...): /sys/class/net/<name>/{operstate,type} (type 1
+// Ethernet, 32 InfiniBand, 772 loopback) and the names under /sys/class/infiniband.
+json ProbeNetwork(Os* os) {
+  json net;
+  auto list = [os](const std::string& dir) -> json {
+    absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
+    if (!names.ok()) {
+      return absl::IsNotFound(names.status())
+                 ? json(kAbsent)
+                 : json(ProbeError(std::string(names.status().message())));
+    }
+    std::vector<std::string> sorted = *names;
+    std::sort(sorted.begin(), sorted.end());
+    return json(sorted);
+  };
+  json names = list("/sys/class/net");
+  if (names.is_array()) {
+    json ifaces = json::array();
+    for (const json& n : names) {
+      const std::string name = n.get<std::string>();
+      json i = {{"name", name}};
+      absl::StatusOr<std::string> state = os->ReadFile("/sys/class/net/" + name + "/operstate");
+      i["operstate"] =
+          state.ok() ? json(std::string(absl::StripAsciiWhitespace(*state))) : json(kAbsent);
+      absl::StatusOr<std::string> type = os->ReadFile("/sys/class/net/" + name + "/type");
+      int t;
+      i["type"] = type.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*type), &t)
+                      ? json(t)
+                      : json(kAbsent);
+      ifaces.push_back(std::move(i));
+    }
+    net["interfaces"] = std::move(ifaces);
+  } else {
+    net["interfaces"] = names;
+  }
+  net["ib_devices"] = list("/sys/class/infiniband");
+  return net;
 }
 
 json ProbeEnvVars(Os* os) {

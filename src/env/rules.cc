@@ -54,8 +54,8 @@ bool UsesAscend(const json& fp) {
   return false;
 }
 
-// Several nodes: torchrun/launch variables say so (WORLD_SIZE > LOCAL_WORLD_SIZE, or
-// NNODES > 1), or the rendezvous host is not this machine.
+}  // namespace
+
 bool IsMultiNode(const json& fp, std::string* why) {
   std::optional<long long> world = EnvInt(fp, "WORLD_SIZE");
   std::optional<long long> local = EnvInt(fp, "LOCAL_WORLD_SIZE");
@@ -75,6 +75,8 @@ bool IsMultiNode(const json& fp, std::string* why) {
   }
   return false;
 }
+
+namespace {
 
 void LimitRules(const json& fp, std::vector<Finding>* out) {
   const bool accel = HasAccelerator(fp);
@@ -440,6 +442,7 @@ void ApplyTrapRules(const json& fp, std::vector<Finding>* findings) {
   TimeoutRules(fp, findings);
   DeviceRules(fp, findings);
   SettingRules(fp, findings);
+  ApplyCollectiveRules(fp, findings);
   std::vector<std::string> errs;
   CollectErrors(fp, "", &errs);
   if (!errs.empty()) {

@@ -21,6 +21,16 @@ void ApplyMatrix(const nlohmann::json& fingerprint, const nlohmann::json& matrix
 // device health, launch-blocking and allocator settings, failed probes.
 void ApplyTrapRules(const nlohmann::json& fingerprint, std::vector<Finding>* findings);
 
+// The collective-library variables (NCCL, HCCL, gloo, torch's c10d; collective_rules.cc):
+// deprecated names, unknown values, values known to hurt, buffer sizes, timeouts, and
+// interface selections checked against the captured network interfaces. Called by
+// ApplyTrapRules.
+void ApplyCollectiveRules(const nlohmann::json& fingerprint, std::vector<Finding>* findings);
+
+// Several nodes: torchrun/launch variables say so (WORLD_SIZE > LOCAL_WORLD_SIZE, or
+// NNODES > 1), or the rendezvous host is not this machine; *why says which.
+bool IsMultiNode(const nlohmann::json& fingerprint, std::string* why);
+
 // Helpers shared by both: the value at a dotted path if it is a real value (not missing,
 // not "absent", not "error: ...").
 const nlohmann::json* Value(const nlohmann::json& doc, const std::string& dotted_path);

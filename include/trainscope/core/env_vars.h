@@ -21,6 +21,14 @@ inline constexpr char kOmpiLocalSize[] = "OMPI_COMM_WORLD_LOCAL_SIZE";
 // --- Device pinning (set per rank by launch) ---
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kAscendVisibleDevices[] = "ASCEND_RT_VISIBLE_DEVICES";
+// --- Collectives ---
+// Network interface for the gloo backend's TCP transport (PyTorch's name for it); a comma
+// list uses its first entry. Unset: the interface that routes to MASTER_ADDR.
+inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
+// `env fingerprint` records every NCCL_*, HCCL_*, GLOO_*, TORCH_NCCL_*, TORCH_HCCL_* variable
+// and these; `env check` judges them (src/env/collective_rules.cc, docs/errors.md):
+// cuBLAS workspace for deterministic torch (":4096:8" or ":16:8").
+inline constexpr char kCublasWorkspaceConfig[] = "CUBLAS_WORKSPACE_CONFIG";
 // --- Threads ---
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 // libgomp barrier waiting; `trainscope` sets PASSIVE when unset before exec'ing trainscope-torch
