@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -10,12 +11,16 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cli/command.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/comm/comm.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/paths.h"
+#include "trainscope/core/progress.h"
 #include "trainscope/data/clean.h"
 #include "trainscope/data/compare.h"
+#include "trainscope/data/distributed.h"
 #include "trainscope/data/feature_stats.h"
 #include "trainscope/data/pack.h"
 #include "trainscope/data/scan.h"
@@ -132,6 +137,42 @@ absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFile(const st
   return tokenizer::LoadTokenizer(spec);
 }
 
+// --distributed: this process is one rank of a job started by `trainscope launch` (torchrun
+// variables) or mpirun. Only rank 0 shows progress and prints the report.
+struct DistFlags {
+  bool on = false;
+  std::string backend = "gloo";
+  double timeout_s = 3600;  // ranks wait in collectives while the slowest finishes its share
+  bool merge = false;
+
+  void Add(CLI::App* cmd) {
+    cmd->add_flag("--distributed", on,
+                  "run as one rank of `trainscope launch -n N -- trainscope data ...` (or "
+                  "mpirun): each rank scans its share, duplicates are resolved over all ranks");
+    cmd->add_option("--comm-backend", backend, "with --distributed: gloo | mpi")
+        ->check(CLI::IsMember({"gloo", "mpi"}));
+    cmd->add_option("--comm-timeout", timeout_s,
+                    "with --distributed: seconds a rank waits for the others in one exchange")
+        ->check(kPositiveNumber);
+  }
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> Join() const {
+    comm::CommOptions defaults;
+    defaults.backend = backend;
+    defaults.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    auto o = comm::OptionsFromEnvironment(defaults);
+    if (!o.ok()) return o.status();
+    ::signal(SIGPIPE, SIG_IGN);  // a rank that died is an op error naming it, not SIGPIPE
+    auto c = comm::Communicator::Create(*o);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(),
+                          absl::StrCat("rank ", o->rank, ": joining the ", o->world_size,
+                                       "-rank job failed: ", c.status().message()));
+    }
+    if ((*c)->rank() != 0) SetProgressSink(nullptr);
+    return c;
+  }
+};
+
 int DefaultThreads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 2 : static_cast<int>(std::min(n, 16u));
@@ -152,10 +193,12 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     auto* no_lang = KeepAlive<bool>(false);
     auto* no_noise = KeepAlive<bool>(false);
     auto* exact_only = KeepAlive<bool>(false);
+    auto* dist = KeepAlive<DistFlags>();
     o->threads = DefaultThreads();
     CLI::App* scan = cmd->add_subcommand(
         "scan", "counts, lengths, exact and near duplicates, noise, languages, padding waste");
     f->Add(scan);
+    dist->Add(scan);
     scan->add_option("--seq-len", o->seq_len, "sequence length for padding waste")
         ->check(kPositiveNumber);
     scan->add_option("--batch-size", o->batch_size, "documents per training batch")
@@ -187,7 +230,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     scan->add_flag("--exact-only", *exact_only,
                    "exact duplicates and all statistics only: same as --no-near-dup --no-noise "
                    "--no-lang (the fast scan; noise flags and languages are not reported)");
-    scan->callback([&ctx, f, o, no_near, no_lang, no_noise, exact_only, fail_on] {
+    scan->callback([&ctx, f, o, no_near, no_lang, no_noise, exact_only, fail_on, dist] {
       if (auto st = data::ParseFailOn(*fail_on, o); !st.ok()) {
         ctx.exit_code = ReportAndExitCode("data scan", st);
         return;
@@ -212,11 +255,22 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         ctx.exit_code = ReportAndExitCode("data scan", inputs.status());
         return;
       }
-      auto res = data::RunScan(*inputs, *o);
+      std::unique_ptr<comm::Communicator> world;
+      if (dist->on) {
+        auto c = dist->Join();
+        if (!c.ok()) {
+          ctx.exit_code = ReportAndExitCode("data scan", c.status());
+          return;
+        }
+        world = std::move(*c);
+      }
+      auto res =
+          world ? data::RunDistributedScan(*inputs, *o, world.get()) : data::RunScan(*inputs, *o);
       if (!res.ok()) {
         ctx.exit_code = ReportAndExitCode("data scan", res.status());
         return;
       }
+      if (world && world->rank() != 0) return;  // rank 0 reports
       Print(f->json ? data::ScanResultToJson(*res, *o).dump(2) + "\n"
                     : data::ScanResultToText(*res, *o));
       ctx.exit_code = StrictCheck("scan", *f, res->bad);
@@ -232,10 +286,15 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     auto* o = KeepAlive<data::CleanOptions>();
     auto* rules = KeepAlive<std::string>("encoding,empty");
     auto* no_dedup = KeepAlive<bool>(false);
+    auto* dist = KeepAlive<DistFlags>();
     o->scan.threads = DefaultThreads();
     CLI::App* clean = cmd->add_subcommand(
         "clean", "drop duplicates (keep the first) and documents that fail the chosen rules");
     f->Add(clean);
+    dist->Add(clean);
+    clean->add_flag("--merge", dist->merge,
+                    "with --distributed: rank 0 joins the ranks' outputs (OUT.rank<R>.ext) into "
+                    "OUT (the ranks must share a file system)");
     clean
         ->add_option("-o,--output", o->output,
                      "cleaned corpus (.jsonl/.txt; .zst or .gz to compress). Refused (exit 2) "
@@ -252,7 +311,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     clean->add_option("--threads", o->scan.threads, "worker threads")->check(CLI::Range(1, 256));
     clean->add_option("--tmp-dir", o->scan.tmp_dir, "directory for spill files");
     clean->add_flag("--no-dedup", *no_dedup, "keep duplicates");
-    clean->callback([&ctx, f, o, rules, no_dedup] {
+    clean->callback([&ctx, f, o, rules, no_dedup, dist] {
       RemoveTempFilesOnStopSignals("clean");
       o->scan.reader = f->Reader();
       auto mask = data::ParseRules(*rules);
@@ -278,11 +337,22 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         return;
       }
       if (f->strict) o->strict = true;
-      auto rep = data::RunClean(*inputs, *o);
+      std::unique_ptr<comm::Communicator> world;
+      if (dist->on) {
+        auto c = dist->Join();
+        if (!c.ok()) {
+          ctx.exit_code = ReportAndExitCode("data clean", c.status());
+          return;
+        }
+        world = std::move(*c);
+      }
+      auto rep = world ? data::RunDistributedClean(*inputs, *o, dist->merge, world.get())
+                       : data::RunClean(*inputs, *o);
       if (!rep.ok()) {
         ctx.exit_code = ReportAndExitCode("data clean", rep.status());
         return;
       }
+      if (world && world->rank() != 0) return;  // rank 0 reports
       Print(f->json ? data::CleanReportToJson(*rep).dump(2) + "\n" : data::CleanReportToText(*rep));
       ctx.exit_code = StrictCheck("clean", *f, rep->bad);
     });

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "data/clean_internal.h"
 #include "data/doc_analysis.h"
 #include "data/spill.h"
 #include "trainscope/core/paths.h"
@@ -128,8 +129,7 @@ double JensenShannonBits(const Log2Histogram& a, const Log2Histogram& b) {
   return js;
 }
 
-absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
-                                     const CleanOptions& options) {
+absl::Status CheckCleanInputs(const std::vector<InputFile>& inputs, const CleanOptions& options) {
   for (const auto& in : inputs) {
     if (in.format == InputFormat::kMegatron) {
       return absl::InvalidArgumentError(
@@ -139,25 +139,30 @@ absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
     TS_RETURN_IF_ERROR(CheckRegularFile(
         in.path, "data clean reads each input twice (scan, then copy the kept documents)"));
   }
-  TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({options.output}, inputs));
+  return CheckOutputsAgainstInputs({options.output}, inputs);
+}
+
+ScanOptions CleanScanOptions(const CleanOptions& options) {
   ScanOptions so = options.scan;
   so.keep_doc_arrays = true;
   so.near_dup = options.dedup;
   so.verdicts_path.clear();
-  TS_ASSIGN_OR_RETURN(ScanResult scan, RunScan(inputs, so));
+  return so;
+}
+
+CleanReport DecideClean(const ScanResult& scan, const CleanOptions& options,
+                        std::vector<uint8_t>* keep_out) {
   CleanReport rep;
   rep.output = options.output;
   rep.bad = scan.bad;
   rep.tokenizer = scan.tokenizer;
-  if (options.strict && scan.bad.total() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--strict: ", scan.bad.total(), " bad record(s); first: ", scan.bad.examples().front()));
-  }
+  const ScanOptions& so = options.scan;
   const uint32_t eos = so.tokenizer ? (so.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
 
   // Decide, attributing each removal to its first reason: exact, near, then flags in order.
-  const size_t n = scan.docs;
-  std::vector<uint8_t> keep(n, 1);
+  const size_t n = scan.doc_flags.size();
+  std::vector<uint8_t>& keep = *keep_out;
+  keep.assign(n, 1);
   std::vector<RuleRemoval> removed(2 + kNumFlags);
   removed[0].rule = "exact_duplicate";
   removed[1].rule = "near_duplicate";
@@ -211,10 +216,16 @@ absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
       JensenShannonBits(rep.tokens_before_dist.histogram, rep.tokens_after_dist.histogram);
   rep.js_divergence_chars =
       JensenShannonBits(rep.chars_before.histogram, rep.chars_after.histogram);
+  return rep;
+}
 
+absl::Status CopyKeptDocuments(const std::vector<InputFile>& inputs, const ScanResult& scan,
+                               const std::vector<uint8_t>& keep, const ReaderOptions& reader,
+                               const std::string& output) {
   // Second pass: copy kept records verbatim. Documents of a file are contiguous and in
   // line order, so one cursor per file finds them.
-  TS_ASSIGN_OR_RETURN(auto out, CorpusWriter::Open(options.output));
+  const size_t n = keep.size();
+  TS_ASSIGN_OR_RETURN(auto out, CorpusWriter::Open(output));
   size_t g = 0;
   absl::Status write_status;
   BadRecords ignored;  // already counted by the scan
@@ -222,7 +233,7 @@ absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
   uint64_t block_start = 0;
   for (uint32_t f = 0; f < inputs.size(); ++f) {
     const InputFile& in = inputs[f];
-    const bool blocks = in.format == InputFormat::kText && so.reader.text_blocks;
+    const bool blocks = in.format == InputFormat::kText && reader.text_blocks;
     auto emit = [&](std::string_view text, uint64_t line) {
       while (g < n && scan.doc_file[g] == f && scan.doc_line[g] < line) ++g;
       if (g < n && scan.doc_file[g] == f && scan.doc_line[g] == line) {
@@ -234,7 +245,7 @@ absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
       }
     };
     TS_RETURN_IF_ERROR(
-        ForEachLine(in, so.reader.max_doc_bytes, &ignored, [&](std::string_view l, uint64_t line) {
+        ForEachLine(in, reader.max_doc_bytes, &ignored, [&](std::string_view l, uint64_t line) {
           if (!blocks) {
             emit(l, line);
             return;
@@ -253,7 +264,21 @@ absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
     while (g < n && scan.doc_file[g] == f) ++g;
     TS_RETURN_IF_ERROR(write_status);
   }
-  TS_RETURN_IF_ERROR(out->Commit());
+  return out->Commit();
+}
+
+absl::StatusOr<CleanReport> RunClean(const std::vector<InputFile>& inputs,
+                                     const CleanOptions& options) {
+  TS_RETURN_IF_ERROR(CheckCleanInputs(inputs, options));
+  const ScanOptions so = CleanScanOptions(options);
+  TS_ASSIGN_OR_RETURN(ScanResult scan, RunScan(inputs, so));
+  if (options.strict && scan.bad.total() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--strict: ", scan.bad.total(), " bad record(s); first: ", scan.bad.examples().front()));
+  }
+  std::vector<uint8_t> keep;
+  CleanReport rep = DecideClean(scan, options, &keep);
+  TS_RETURN_IF_ERROR(CopyKeptDocuments(inputs, scan, keep, so.reader, options.output));
   return rep;
 }
 

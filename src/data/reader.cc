@@ -528,7 +528,8 @@ bool ReadMappedJsonl(int fd, uint64_t size, const InputFile& in, uint32_t file,
   madvise(addr, size, MADV_SEQUENTIAL);
   const size_t block = std::max<size_t>(opts.batch_bytes, 1 << 16);
   const char* const data = map->data;
-  uint64_t off = 0, line_no = 1;
+  uint64_t off = in.range_begin, line_no = in.first_line;
+  if (in.range_end != 0) size = std::min<uint64_t>(size, in.range_end);
   while (off < size) {
     size_t end = std::min<uint64_t>(block, size - off);
     if (off + end < size) {
@@ -592,7 +593,7 @@ absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOption
     ::close(fd);
     return absl::NotFoundError(absl::StrCat(in.path, ": cannot stat"));
   }
-  const uint64_t size = st.st_size;
+  uint64_t size = st.st_size;
   if (opts.raw_jsonl_mmap && S_ISREG(st.st_mode) &&
       ReadMappedJsonl(fd, size, in, file, opts, out, bad)) {
     ::close(fd);
@@ -614,7 +615,8 @@ absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOption
     return got;
   };
   absl::Status status;
-  uint64_t off = 0, line_no = 1;
+  uint64_t off = in.range_begin, line_no = in.first_line;
+  if (in.range_end != 0) size = std::min<uint64_t>(size, in.range_end);
   std::string scan;
   while (off < size) {
     DocBatch b;

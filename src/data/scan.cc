@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "data/doc_analysis.h"
+#include "data/scan_internal.h"
 #include "data/spill.h"
 #include "trainscope/core/progress.h"
 #include "trainscope/core/status.h"
@@ -217,10 +219,7 @@ BatchDupStats BatchDuplicates(const std::vector<uint32_t>& cluster,
   return s;
 }
 
-}  // namespace
-
-absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const ScanOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
+absl::Status CheckScanOptions(const ScanOptions& opt) {
   if (opt.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
   if (opt.bands < 1 || opt.rows < 1 || opt.ngram < 1) {
     return absl::InvalidArgumentError("--bands, --rows and --ngram must be >= 1");
@@ -228,9 +227,15 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   if (opt.threshold <= 0 || opt.threshold > 1) {
     return absl::InvalidArgumentError("--threshold must be in (0, 1]");
   }
-  if (!opt.verdicts_path.empty()) {
-    TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({opt.verdicts_path}, inputs));
-  }
+  return absl::OkStatus();
+}
+
+// The analyzers' options, and the exact-duplicate result cache they share: exact duplicates
+// are analysed once (while they stay in the cache): 2^16 slots, ~26 MB with the default
+// bands and rows; on the short real-text bench corpus (63% exact duplicates) 61% of
+// documents are answered from it.
+AnalyzerOptions MakeAnalyzerOptions(const ScanOptions& opt,
+                                    std::unique_ptr<DocResultCache>* cache) {
   AnalyzerOptions aopt;
   aopt.ngram = opt.ngram;
   aopt.bands = opt.bands;
@@ -241,38 +246,22 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   aopt.language = opt.language;
   aopt.tokenizer = opt.tokenizer;
   aopt.c4_min_sentences = opt.c4_min_sentences;
-  const int perms = opt.bands * opt.rows;
-  // Exact duplicates are analysed once (while they stay in the cache): 2^16 slots, ~26 MB
-  // with the default bands and rows; on the short real-text bench corpus (63% exact
-  // duplicates) 61% of documents are answered from it.
-  std::unique_ptr<DocResultCache> result_cache;
   if (opt.near_dup || opt.noise || opt.language) {
-    result_cache = std::make_unique<DocResultCache>(size_t{1} << 16, opt.bands, perms);
-    aopt.result_cache = result_cache.get();
+    *cache = std::make_unique<DocResultCache>(size_t{1} << 16, opt.bands, opt.bands * opt.rows);
+    aopt.result_cache = cache->get();
   }
+  return aopt;
+}
+
+// The reader thread and the worker threads. `on_result` gets each batch's results in corpus
+// order on the calling thread; returning false stops the scan. Bad records found after the
+// last batch go to `reader_bad`. Returns the reader's status.
+absl::Status RunPipeline(const std::vector<InputFile>& inputs, const ScanOptions& opt,
+                         const AnalyzerOptions& aopt,
+                         const std::function<bool(BatchResult&)>& on_result,
+                         BadRecords* reader_bad) {
+  const int perms = opt.bands * opt.rows;
   const bool want_ids = !opt.verdicts_path.empty();
-
-  ScanResult res;
-  if (opt.tokenizer) res.tokenizer = opt.tokenizer->name();
-  TS_ASSIGN_OR_RETURN(auto spill, SpillDir::Create(opt.tmp_dir));
-  std::vector<std::unique_ptr<SpillWriter>> band_files;
-  std::unique_ptr<SpillWriter> sig_file, id_file;
-  if (opt.near_dup) {
-    for (int b = 0; b < opt.bands; ++b) {
-      TS_ASSIGN_OR_RETURN(auto w, spill->Writer(absl::StrCat("band", b)));
-      band_files.push_back(std::move(w));
-    }
-    TS_ASSIGN_OR_RETURN(sig_file, spill->Writer("sigs"));
-  }
-  if (want_ids) {
-    TS_ASSIGN_OR_RETURN(id_file, spill->Writer("ids"));
-  }
-
-  uint64_t total_in = 0;
-  for (const auto& f : inputs) total_in += f.size_bytes;
-  Progress progress("scan", total_in, true);
-
-  // --- reader and workers
   BatchQueue batches(opt.threads * 2 + 1);
   ResultQueue results(opt.threads * 2 + 2);
   absl::Status read_status;
@@ -284,10 +273,9 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   // the reader thread only reads. Bad records travel with the batches and are merged in
   // corpus order; `reader_bad` gets those after the last batch.
   ropt.raw_jsonl_blocks = true;
-  BadRecords reader_bad;
   std::thread reader([&] {
     read_status = ReadCorpus(
-        inputs, ropt, [&](DocBatch&& b) { return batches.Push(std::move(b)); }, &reader_bad);
+        inputs, ropt, [&](DocBatch&& b) { return batches.Push(std::move(b)); }, reader_bad);
     batches.Finish();
   });
   std::vector<std::thread> workers;
@@ -349,6 +337,53 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     });
   }
 
+  BatchResult r;
+  while (results.Take(&r)) {
+    if (!on_result(r)) {
+      batches.Close();
+      results.Abort();
+      break;
+    }
+  }
+  reader.join();
+  for (auto& w : workers) w.join();
+  text_pool.Clear();
+  return read_status;
+}
+
+}  // namespace
+
+absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const ScanOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TS_RETURN_IF_ERROR(CheckScanOptions(opt));
+  if (!opt.verdicts_path.empty()) {
+    TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({opt.verdicts_path}, inputs));
+  }
+  std::unique_ptr<DocResultCache> result_cache;
+  const AnalyzerOptions aopt = MakeAnalyzerOptions(opt, &result_cache);
+  const int perms = opt.bands * opt.rows;
+  const bool want_ids = !opt.verdicts_path.empty();
+
+  ScanResult res;
+  if (opt.tokenizer) res.tokenizer = opt.tokenizer->name();
+  TS_ASSIGN_OR_RETURN(auto spill, SpillDir::Create(opt.tmp_dir));
+  std::vector<std::unique_ptr<SpillWriter>> band_files;
+  std::unique_ptr<SpillWriter> sig_file, id_file;
+  if (opt.near_dup) {
+    for (int b = 0; b < opt.bands; ++b) {
+      TS_ASSIGN_OR_RETURN(auto w, spill->Writer(absl::StrCat("band", b)));
+      band_files.push_back(std::move(w));
+    }
+    TS_ASSIGN_OR_RETURN(sig_file, spill->Writer("sigs"));
+  }
+  if (want_ids) {
+    TS_ASSIGN_OR_RETURN(id_file, spill->Writer("ids"));
+  }
+
+  uint64_t total_in = 0;
+  for (const auto& f : inputs) total_in += f.size_bytes;
+  Progress progress("scan", total_in, true);
+
   // --- in-order merge
   absl::flat_hash_map<uint64_t, uint32_t> raw_first, norm_first;
   Chunked<uint32_t> tokens_c, chars_c, flags, exact_of, dup_parent;
@@ -358,8 +393,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
   std::vector<uint16_t> zero_sig(perms, 0);
   absl::Status merge_status;
-  BatchResult r;
-  while (results.Take(&r)) {
+  auto merge = [&](BatchResult& r) {
     progress.Add(r.input_bytes);
     res.input_bytes += r.input_bytes;
     res.bad.Merge(r.bad);
@@ -421,14 +455,12 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     }
     if (res.docs >= 0xFFFFFFF0ull) {
       merge_status = absl::OutOfRangeError("more than 4 billion documents: split the corpus");
-      batches.Close();
-      results.Abort();
-      break;
+      return false;
     }
-  }
-  reader.join();
-  for (auto& w : workers) w.join();
-  text_pool.Clear();
+    return true;
+  };
+  BadRecords reader_bad;
+  const absl::Status read_status = RunPipeline(inputs, opt, aopt, merge, &reader_bad);
   res.bad.Merge(reader_bad);
   TS_RETURN_IF_ERROR(read_status);
   TS_RETURN_IF_ERROR(merge_status);
@@ -490,61 +522,89 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       malloc_trim(0);
     }
   }
-  const double jt = opt.threshold;
-  res.near_dup_estimate_stddev = std::sqrt(jt * (1 - jt) / perms);
-  std::vector<uint32_t>& cluster = uf.parent();
-  for (uint32_t g = 0; g < res.docs; ++g) {
-    if (uf.Find(g) != g) ++res.near_duplicate_docs;  // also leaves cluster[g] == root
+  ResolvedDocs docs;
+  docs.exact_of = exact_of.ToVector();
+  exact_of.clear();
+  docs.cluster.resize(res.docs);
+  for (uint32_t g = 0; g < res.docs; ++g) docs.cluster[g] = uf.Find(g);
+  uf.parent() = {};
+  docs.flags = flags.ToVector();
+  flags.clear();
+  docs.langs = langs.ToVector();
+  langs.clear();
+  docs.tokens = tokens_c.ToVector();
+  tokens_c.clear();
+  docs.chars = chars_c.ToVector();
+  chars_c.clear();
+  std::unique_ptr<SpillReader> ids;
+  if (want_ids) {
+    TS_RETURN_IF_ERROR(id_file->Close());
+    TS_ASSIGN_OR_RETURN(ids, spill->Reader("ids"));
   }
+  uint64_t id_off = 0;
+  auto next_id = [&](std::string* id) -> absl::Status {
+    uint32_t len = 0;
+    TS_RETURN_IF_ERROR(ids->ReadAt(id_off, &len, sizeof(len)));
+    id->resize(len);
+    TS_RETURN_IF_ERROR(ids->ReadAt(id_off + sizeof(len), id->data(), len));
+    id_off += sizeof(len) + len;
+    return absl::OkStatus();
+  };
+  TS_RETURN_IF_ERROR(FinishScan(opt, std::move(docs), next_id, &res));
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+absl::Status FinishScan(const ScanOptions& opt, ResolvedDocs docs,
+                        const std::function<absl::Status(std::string*)>& next_id, ScanResult* res) {
+  const int perms = opt.bands * opt.rows;
+  const uint32_t n = static_cast<uint32_t>(docs.cluster.size());
+  const std::vector<uint32_t>& exact_of = docs.exact_of;
+  const std::vector<uint32_t>& cluster = docs.cluster;
+  const double jt = opt.threshold;
+  res->near_dup_estimate_stddev = std::sqrt(jt * (1 - jt) / perms);
+  res->near_duplicate_docs = 0;
   {
     absl::flat_hash_set<uint32_t> roots;
-    for (uint32_t g = 0; g < res.docs; ++g) {
-      if (cluster[g] != g) roots.insert(cluster[g]);
+    for (uint32_t g = 0; g < n; ++g) {
+      if (cluster[g] != g) {
+        ++res->near_duplicate_docs;
+        roots.insert(cluster[g]);
+      }
     }
-    res.near_duplicate_clusters = roots.size();
+    res->near_duplicate_clusters = roots.size();
   }
 
   // --- per-batch duplicate ratios, padding, length distributions
-  res.batch_dup_corpus_order = BatchDuplicates(cluster, nullptr, opt.batch_size);
+  res->batch_dup_corpus_order = BatchDuplicates(cluster, nullptr, opt.batch_size);
   {
-    std::vector<uint32_t> order(res.docs);
-    for (uint32_t g = 0; g < res.docs; ++g) order[g] = g;
+    std::vector<uint32_t> order(n);
+    for (uint32_t g = 0; g < n; ++g) order[g] = g;
     std::mt19937_64 rng(opt.shuffle_seed);
     for (size_t i = order.size(); i > 1; --i) {
       std::swap(order[i - 1], order[rng() % i]);
     }
-    res.batch_dup_shuffled = BatchDuplicates(cluster, &order, opt.batch_size);
+    res->batch_dup_shuffled = BatchDuplicates(cluster, &order, opt.batch_size);
   }
-  std::vector<uint32_t> tokens = tokens_c.ToVector();
-  tokens_c.clear();
-  res.padding = PaddingWaste(tokens, opt.seq_len, opt.batch_size);
-  res.tokens_per_doc = MakeLengthStats(tokens);
-  std::vector<uint32_t> chars = chars_c.ToVector();
-  chars_c.clear();
-  res.chars_per_doc = MakeLengthStats(chars);
+  res->padding = PaddingWaste(docs.tokens, opt.seq_len, opt.batch_size);
+  res->tokens_per_doc = MakeLengthStats(docs.tokens);
+  res->chars_per_doc = MakeLengthStats(docs.chars);
 
   // --- verdicts
-  if (want_ids) {
-    TS_RETURN_IF_ERROR(id_file->Close());
-    TS_ASSIGN_OR_RETURN(auto ids, spill->Reader("ids"));
+  if (!opt.verdicts_path.empty()) {
     TS_ASSIGN_OR_RETURN(auto out, OutputFile::Open(opt.verdicts_path));
     // The ids of documents others point at, kept as the sequential read passes them (a
     // kept document always comes before its copies: keep-first) and dropped after their
     // last copy, so only the clusters still open are held.
-    std::vector<uint32_t> last_use(res.docs, 0);  // 1 + the last document pointing here
-    for (uint32_t g = 0; g < res.docs; ++g) {
+    std::vector<uint32_t> last_use(n, 0);  // 1 + the last document pointing here
+    for (uint32_t g = 0; g < n; ++g) {
       if (exact_of[g] != ScanResult::kNoDoc) last_use[exact_of[g]] = g + 1;
       if (cluster[g] != g) last_use[cluster[g]] = g + 1;
     }
     absl::flat_hash_map<uint32_t, std::string> kept_ids;
-    uint64_t off = 0;
     std::string id, line;
-    for (uint32_t g = 0; g < res.docs; ++g) {
-      uint32_t len = 0;
-      TS_RETURN_IF_ERROR(ids->ReadAt(off, &len, sizeof(len)));
-      id.resize(len);
-      TS_RETURN_IF_ERROR(ids->ReadAt(off + sizeof(len), id.data(), len));
-      off += sizeof(len) + len;
+    for (uint32_t g = 0; g < n; ++g) {
+      TS_RETURN_IF_ERROR(next_id(&id));
       if (last_use[g] != 0) kept_ids[g] = id;
       auto ref = [&](uint32_t doc, bool none, bool as_id) {
         if (none) return nlohmann::json(nullptr);
@@ -562,10 +622,10 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       if (!near_none && last_use[cluster[g]] == g + 1) kept_ids.erase(cluster[g]);
       nlohmann::json fl = nlohmann::json::array();
       for (int f = 0; f < kNumFlags; ++f) {
-        if ((flags[g] >> f) & 1) fl.push_back(FlagName(f));
+        if ((docs.flags[g] >> f) & 1) fl.push_back(FlagName(f));
       }
       j["flags"] = std::move(fl);
-      j["lang"] = LangCode(langs[g]);
+      j["lang"] = LangCode(docs.langs[g]);
       line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       line.push_back('\n');
       TS_RETURN_IF_ERROR(out->Write(line));
@@ -573,17 +633,101 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
     TS_RETURN_IF_ERROR(out->Commit());
   }
   if (opt.keep_doc_arrays) {
-    res.doc_flags = flags.ToVector();
-    res.doc_tokens = std::move(tokens);
-    res.doc_chars = std::move(chars);
-    res.doc_exact_of = exact_of.ToVector();
-    res.doc_near_of.resize(res.docs);
-    for (uint32_t g = 0; g < res.docs; ++g) {
-      res.doc_near_of[g] = cluster[g] == g ? ScanResult::kNoDoc : cluster[g];
+    res->doc_near_of.resize(n);
+    for (uint32_t g = 0; g < n; ++g) {
+      res->doc_near_of[g] = cluster[g] == g ? ScanResult::kNoDoc : cluster[g];
     }
+    res->doc_flags = std::move(docs.flags);
+    res->doc_tokens = std::move(docs.tokens);
+    res->doc_chars = std::move(docs.chars);
+    res->doc_exact_of = std::move(docs.exact_of);
   }
-  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return res;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs, const ScanOptions& opt) {
+  TS_RETURN_IF_ERROR(CheckScanOptions(opt));
+  std::unique_ptr<DocResultCache> result_cache;
+  const AnalyzerOptions aopt = MakeAnalyzerOptions(opt, &result_cache);
+  const int perms = opt.bands * opt.rows;
+  ScanShare share;
+  ScanResult& res = share.res;
+  if (opt.tokenizer) res.tokenizer = opt.tokenizer->name();
+  uint64_t total_in = 0;
+  for (const auto& f : inputs) {
+    total_in += f.range_end > f.range_begin ? f.range_end - f.range_begin : f.size_bytes;
+  }
+  Progress progress("scan", total_in, true);
+  std::map<uint16_t, std::pair<uint64_t, uint64_t>> lang_counts;
+  uint64_t flag_counts[kNumFlags] = {0};
+  const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
+  absl::Status merge_status;
+  // The in-order merge of RunScan without the duplicate tables: every document's keys,
+  // band hashes and fingerprints are kept for the ranks' exchanges.
+  auto merge = [&](BatchResult& r) {
+    progress.Add(r.input_bytes);
+    res.input_bytes += r.input_bytes;
+    res.bad.Merge(r.bad);
+    for (size_t i = 0; i < r.docs.size(); ++i) {
+      const DocResult& d = r.docs[i];
+      ++res.docs;
+      res.bytes += d.bytes;
+      res.chars += d.chars;
+      res.words += d.words;
+      res.tokens += d.tokens;
+      share.tokens.push_back(static_cast<uint32_t>(std::min<uint64_t>(d.tokens + eos, UINT32_MAX)));
+      share.chars.push_back(d.chars);
+      share.flags.push_back(d.flags);
+      share.langs.push_back(d.lang);
+      share.raw_hash.push_back(d.raw_hash);
+      share.norm_hash.push_back(d.norm_hash);
+      share.has_signature.push_back(d.has_signature);
+      if (opt.language) {
+        auto& lc = lang_counts[d.lang];
+        ++lc.first;
+        lc.second += d.bytes;
+      }
+      if (d.flags) {
+        ++res.flagged_docs;
+        for (uint32_t m = d.flags; m != 0; m &= m - 1) ++flag_counts[__builtin_ctz(m)];
+      }
+      if (opt.near_dup) {
+        if (!d.has_signature) ++res.docs_without_shingles;
+        const uint64_t* b = &r.bands[i * opt.bands];
+        const uint16_t* sg = &r.sigs[i * perms];
+        if (d.has_signature) {
+          share.bands.insert(share.bands.end(), b, b + opt.bands);
+          share.sigs.insert(share.sigs.end(), sg, sg + perms);
+        } else {
+          share.bands.resize(share.bands.size() + opt.bands, 0);
+          share.sigs.resize(share.sigs.size() + perms, 0);
+        }
+      }
+      if (!opt.verdicts_path.empty()) share.ids.push_back(std::move(r.ids[i]));
+      if (opt.keep_doc_arrays) {
+        share.file.push_back(r.file[i]);
+        share.line.push_back(r.line[i]);
+      }
+    }
+    if (res.docs >= 0xFFFFFFF0ull) {
+      merge_status = absl::OutOfRangeError("more than 4 billion documents: split the corpus");
+      return false;
+    }
+    return true;
+  };
+  BadRecords reader_bad;
+  const absl::Status read_status = RunPipeline(inputs, opt, aopt, merge, &reader_bad);
+  res.bad.Merge(reader_bad);
+  TS_RETURN_IF_ERROR(read_status);
+  TS_RETURN_IF_ERROR(merge_status);
+  for (int f = 0; f < kNumFlags; ++f) {
+    if (flag_counts[f]) res.flag_docs[FlagName(f)] = flag_counts[f];
+  }
+  for (const auto& [l, c] : lang_counts) {
+    res.lang_docs[LangCode(l)] += c.first;
+    res.lang_bytes[LangCode(l)] += c.second;
+  }
+  return share;
 }
 
 }  // namespace trainscope::data

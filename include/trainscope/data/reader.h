@@ -102,6 +102,11 @@ struct InputFile {
   enum Compression { kNone, kZstd, kGzip } compression = kNone;
   uint64_t size_bytes = 0;  // on disk
   std::string root;         // the directory argument it was found under; "" if named itself
+  // A byte range of an uncompressed JSONL file (a distributed scan's share, distributed.h):
+  // [range_begin, range_end) starting at a line start, whose first line is `first_line` of
+  // the file. range_end 0: the whole file (the other readers always read whole files).
+  uint64_t range_begin = 0, range_end = 0;
+  uint64_t first_line = 1;
 };
 
 // Expands files, directories (recursively, sorted, hidden files skipped) and glob
@@ -125,6 +130,14 @@ class BadRecords {
   static constexpr size_t kMaxExamples = 20;
   void Add(std::string_view kind, std::string_view file, uint64_t line, std::string_view what);
   void Merge(const BadRecords& other);
+  // Records counted elsewhere (another rank's counts() and examples()).
+  static BadRecords FromParts(std::map<std::string, uint64_t> counts,
+                              std::vector<std::string> examples) {
+    BadRecords b;
+    b.counts_ = std::move(counts);
+    b.examples_ = std::move(examples);
+    return b;
+  }
   uint64_t total() const;
   const std::map<std::string, uint64_t>& counts() const { return counts_; }
   const std::vector<std::string>& examples() const { return examples_; }  // "file:line: kind: what"

@@ -1,0 +1,831 @@
+// The distributed scan: shares, global numbering, exact and near duplicates resolved over all
+// ranks with all-to-all exchanges, the final stage on rank 0 (see distributed.h).
+#include "trainscope/data/distributed.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "data/clean_internal.h"
+#include "data/dist_exchange.h"
+#include "data/scan_internal.h"
+#include "data/spill.h"
+#include "nlohmann/json.hpp"
+#include "trainscope/comm/comm.h"
+#include "trainscope/core/status.h"
+
+namespace trainscope::data {
+namespace {
+
+constexpr uint32_t kDistNoDoc = ScanResult::kNoDoc;
+
+// Owner rank of an exact-duplicate key and of an LSH bucket (band, hash). The hashes are
+// XXH3 values already; the band is mixed in so one band's buckets do not all share a rank
+// pattern with another's.
+int DistKeyOwner(uint64_t hash, int world) { return static_cast<int>(hash % world); }
+int DistBucketOwner(uint32_t band, uint64_t hash, int world) {
+  return static_cast<int>((hash ^ (band * 0x9E3779B97F4A7C15ull)) % world);
+}
+
+// Counts '\n' in [begin, end) of a file (pread in 1 MB chunks).
+absl::StatusOr<uint64_t> DistCountLines(const InputFile& in, uint64_t begin, uint64_t end) {
+  const int fd = ::open(in.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(in.path, ": cannot open"));
+  std::string buf(1 << 20, '\0');
+  uint64_t lines = 0;
+  for (uint64_t off = begin; off < end;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), end - off));
+    const ssize_t got = ::pread(fd, buf.data(), want, off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat(in.path, ": read error at byte ", off));
+    }
+    lines += std::count(buf.data(), buf.data() + got, '\n');
+    off += got;
+  }
+  ::close(fd);
+  return lines;
+}
+
+// A fingerprint of the input list (paths, sizes, formats), equal on every rank that sees
+// the same corpus.
+uint64_t DistInputsDigest(const std::vector<InputFile>& inputs) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const auto& in : inputs) {
+    mix(in.path.data(), in.path.size());
+    mix(&in.size_bytes, sizeof(in.size_bytes));
+    const int f = static_cast<int>(in.format), c = static_cast<int>(in.compression);
+    mix(&f, sizeof(f));
+    mix(&c, sizeof(c));
+  }
+  return h;
+}
+
+// This rank's inputs: its pieces as InputFiles (ranges with their first line numbers).
+absl::StatusOr<std::vector<InputFile>> DistShareInputs(
+    const std::vector<InputFile>& inputs, const std::vector<std::vector<SharePiece>>& plan,
+    comm::Communicator* comm) {
+  // Line numbers of ranges: every rank counts the lines of its own ranges; the sums of the
+  // earlier ranges of the same input give the first line (one all-reduce).
+  std::vector<const SharePiece*> all;
+  for (const auto& share : plan) {
+    for (const auto& p : share) all.push_back(&p);
+  }
+  std::vector<int64_t> lines(std::max<size_t>(all.size(), 1), 0);
+  size_t idx = 0;
+  for (int r = 0; r < static_cast<int>(plan.size()); ++r) {
+    for (const auto& p : plan[r]) {
+      if (r == comm->rank() && !p.whole) {
+        auto n = DistCountLines(inputs[p.input], p.begin, p.end);
+        if (!n.ok()) {
+          return absl::Status(n.status().code(),
+                              absl::StrCat("rank ", comm->rank(), ": ", n.status().message()));
+        }
+        lines[idx] = static_cast<int64_t>(*n);
+      }
+      ++idx;
+    }
+  }
+  TS_RETURN_IF_ERROR(comm->AllReduce(lines.data(), lines.size(), comm::DType::kInt64));
+  std::vector<InputFile> mine;
+  idx = 0;
+  for (int r = 0; r < static_cast<int>(plan.size()); ++r) {
+    for (const auto& p : plan[r]) {
+      if (r == comm->rank()) {
+        InputFile f = inputs[p.input];
+        if (!p.whole) {
+          f.range_begin = p.begin;
+          f.range_end = p.end;
+          f.first_line = 1;
+          for (size_t k = 0; k < idx; ++k) {
+            if (all[k]->input == p.input) f.first_line += lines[k];
+          }
+        }
+        mine.push_back(std::move(f));
+      }
+      ++idx;
+    }
+  }
+  return mine;
+}
+
+// Totals of a share as JSON (summed on rank 0 in rank order).
+nlohmann::json DistTotalsToJson(const ScanResult& r) {
+  nlohmann::json bad_counts = nlohmann::json::object();
+  for (const auto& [k, v] : r.bad.counts()) bad_counts[k] = v;
+  return {{"docs", r.docs},
+          {"bytes", r.bytes},
+          {"chars", r.chars},
+          {"words", r.words},
+          {"tokens", r.tokens},
+          {"input_bytes", r.input_bytes},
+          {"exact", r.exact_duplicate_docs},
+          {"normalized", r.normalized_duplicate_docs},
+          {"without_shingles", r.docs_without_shingles},
+          {"flagged", r.flagged_docs},
+          {"flag_docs", r.flag_docs},
+          {"lang_docs", r.lang_docs},
+          {"lang_bytes", r.lang_bytes},
+          {"bad_counts", bad_counts},
+          {"bad_examples", r.bad.examples()}};
+}
+
+void DistAddTotals(const nlohmann::json& j, ScanResult* r) {
+  r->docs += j["docs"].get<uint64_t>();
+  r->bytes += j["bytes"].get<uint64_t>();
+  r->chars += j["chars"].get<uint64_t>();
+  r->words += j["words"].get<uint64_t>();
+  r->tokens += j["tokens"].get<uint64_t>();
+  r->input_bytes += j["input_bytes"].get<uint64_t>();
+  r->exact_duplicate_docs += j["exact"].get<uint64_t>();
+  r->normalized_duplicate_docs += j["normalized"].get<uint64_t>();
+  r->docs_without_shingles += j["without_shingles"].get<uint64_t>();
+  r->flagged_docs += j["flagged"].get<uint64_t>();
+  for (const auto& [k, v] : j["flag_docs"].items()) r->flag_docs[k] += v.get<uint64_t>();
+  for (const auto& [k, v] : j["lang_docs"].items()) r->lang_docs[k] += v.get<uint64_t>();
+  for (const auto& [k, v] : j["lang_bytes"].items()) r->lang_bytes[k] += v.get<uint64_t>();
+  std::map<std::string, uint64_t> counts;
+  for (const auto& [k, v] : j["bad_counts"].items()) counts[k] = v.get<uint64_t>();
+  r->bad.Merge(BadRecords::FromParts(counts, j["bad_examples"].get<std::vector<std::string>>()));
+}
+
+// Union-find over global document numbers, keep-first (the root is the smallest), holding
+// only the documents a union touched.
+class DistUnionFind {
+ public:
+  uint32_t Find(uint32_t x) {
+    uint32_t r = x;
+    for (auto it = parent_.find(r); it != parent_.end() && it->second != r; it = parent_.find(r)) {
+      r = it->second;
+    }
+    while (x != r) {
+      auto it = parent_.find(x);
+      const uint32_t next = it->second;
+      it->second = r;
+      x = next;
+    }
+    return r;
+  }
+  void Union(uint32_t a, uint32_t b) {
+    a = Find(a);
+    b = Find(b);
+    if (a == b) return;
+    if (a < b) std::swap(a, b);
+    parent_[a] = b;
+    parent_.try_emplace(b, b);
+  }
+  // (document, root) of every document whose root is another.
+  std::vector<std::pair<uint32_t, uint32_t>> NonRoots() {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    std::vector<uint32_t> keys;
+    for (const auto& [k, v] : parent_) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    for (uint32_t k : keys) {
+      const uint32_t r = Find(k);
+      if (r != k) out.emplace_back(k, r);
+    }
+    return out;
+  }
+
+ private:
+  absl::flat_hash_map<uint32_t, uint32_t> parent_;
+};
+
+// --- exact duplicates: (key, document) to the key's owner, which answers with the first
+// document of the key. kind 0: raw bytes, 1: normalised.
+struct DistKeyRecord {
+  uint64_t hash;
+  uint32_t doc;
+  uint32_t kind;
+};
+
+absl::Status DistResolveExact(const ScanShare& share, uint32_t first_gid, comm::Communicator* comm,
+                              std::vector<uint32_t>* raw_first, std::vector<uint32_t>* norm_first) {
+  const int world = comm->world_size();
+  const size_t n = share.raw_hash.size();
+  std::vector<std::vector<DistKeyRecord>> out(world);
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> where(world);  // (local doc, kind)
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t keys[2] = {share.raw_hash[i], share.norm_hash[i]};
+    for (uint32_t kind = 0; kind < 2; ++kind) {
+      const int o = DistKeyOwner(keys[kind], world);
+      out[o].push_back({keys[kind], first_gid + i, kind});
+      where[o].emplace_back(i, kind);
+    }
+  }
+  std::vector<std::vector<DistKeyRecord>> in;
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in));
+  out = {};
+  absl::flat_hash_map<uint64_t, uint32_t> first[2];
+  for (const auto& from : in) {
+    for (const auto& r : from) {
+      auto it = first[r.kind].try_emplace(r.hash, r.doc);
+      if (!it.second) it.first->second = std::min(it.first->second, r.doc);
+    }
+  }
+  std::vector<std::vector<uint32_t>> answer(world);
+  for (int s = 0; s < world; ++s) {
+    answer[s].reserve(in[s].size());
+    for (const auto& r : in[s]) answer[s].push_back(first[r.kind].at(r.hash));
+  }
+  in = {};
+  first[0] = {};
+  first[1] = {};
+  std::vector<std::vector<uint32_t>> back;
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, answer, &back));
+  raw_first->assign(n, kDistNoDoc);
+  norm_first->assign(n, kDistNoDoc);
+  for (int o = 0; o < world; ++o) {
+    if (back[o].size() != where[o].size()) {
+      return absl::InternalError("exact-duplicate answers do not match the questions");
+    }
+    for (size_t k = 0; k < back[o].size(); ++k) {
+      const auto [i, kind] = where[o][k];
+      (kind == 0 ? *raw_first : *norm_first)[i] = back[o][k];
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --- near duplicates.
+struct DistBandRecord {
+  uint64_t hash;
+  uint32_t doc;
+  uint32_t band;
+};
+
+// One bucket of two or more documents as its owner sends it to rank 0: the documents in
+// order and, for each k >= 1, whether (first, k) and (k-1, k) pass the threshold.
+struct DistBucket {
+  uint32_t band;
+  uint64_t hash;
+  std::vector<uint32_t> docs;
+  std::vector<uint8_t> ok;  // bit 0: (docs[0], docs[k]); bit 1: (docs[k-1], docs[k])
+};
+
+void DistPutBucket(const DistBucket& b, std::string* s) {
+  const uint32_t n = static_cast<uint32_t>(b.docs.size());
+  s->append(reinterpret_cast<const char*>(&b.band), 4);
+  s->append(reinterpret_cast<const char*>(&b.hash), 8);
+  s->append(reinterpret_cast<const char*>(&n), 4);
+  s->append(reinterpret_cast<const char*>(b.docs.data()), 4 * n);
+  s->append(reinterpret_cast<const char*>(b.ok.data()), n);
+}
+
+absl::Status DistGetBuckets(const std::string& s, std::vector<DistBucket>* out) {
+  for (size_t p = 0; p < s.size();) {
+    if (s.size() - p < 16) return absl::InternalError("truncated bucket list");
+    DistBucket b;
+    uint32_t n = 0;
+    std::memcpy(&b.band, s.data() + p, 4);
+    std::memcpy(&b.hash, s.data() + p + 4, 8);
+    std::memcpy(&n, s.data() + p + 12, 4);
+    p += 16;
+    if (s.size() - p < 5ull * n) return absl::InternalError("truncated bucket list");
+    b.docs.resize(n);
+    b.ok.resize(n);
+    std::memcpy(b.docs.data(), s.data() + p, 4ull * n);
+    std::memcpy(b.ok.data(), s.data() + p + 4ull * n, n);
+    p += 5ull * n;
+    out->push_back(std::move(b));
+  }
+  return absl::OkStatus();
+}
+
+// Sends the band hashes of the indexed documents to the buckets' owners; each owner fetches
+// the fingerprints of documents in buckets of two or more from the ranks that hold them,
+// verifies, and returns its buckets serialised (for rank 0).
+absl::StatusOr<std::string> DistOwnBuckets(const ScanShare& share,
+                                           const std::vector<uint8_t>& index, uint32_t first_gid,
+                                           const std::vector<uint64_t>& starts,
+                                           const ScanOptions& opt, comm::Communicator* comm) {
+  const int world = comm->world_size();
+  const int perms = opt.bands * opt.rows;
+  std::vector<std::vector<DistBandRecord>> out(world);
+  for (uint32_t i = 0; i < index.size(); ++i) {
+    if (!index[i]) continue;
+    for (int b = 0; b < opt.bands; ++b) {
+      const uint64_t h = share.bands[static_cast<size_t>(i) * opt.bands + b];
+      out[DistBucketOwner(b, h, world)].push_back({h, first_gid + i, static_cast<uint32_t>(b)});
+    }
+  }
+  std::vector<std::vector<DistBandRecord>> in;
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in));
+  out = {};
+  std::vector<DistBandRecord> recs;
+  for (auto& from : in) {
+    recs.insert(recs.end(), from.begin(), from.end());
+    from = {};
+  }
+  std::sort(recs.begin(), recs.end(), [](const DistBandRecord& x, const DistBandRecord& y) {
+    if (x.band != y.band) return x.band < y.band;
+    return x.hash != y.hash ? x.hash < y.hash : x.doc < y.doc;
+  });
+  // Documents of buckets with two or more: their fingerprints are fetched from their ranks.
+  std::vector<std::vector<uint32_t>> want(world);
+  {
+    std::vector<uint32_t> need;
+    for (size_t i = 0; i < recs.size();) {
+      size_t j = i + 1;
+      while (j < recs.size() && recs[j].band == recs[i].band && recs[j].hash == recs[i].hash) ++j;
+      if (j - i >= 2) {
+        for (size_t k = i; k < j; ++k) need.push_back(recs[k].doc);
+      }
+      i = j;
+    }
+    std::sort(need.begin(), need.end());
+    need.erase(std::unique(need.begin(), need.end()), need.end());
+    for (uint32_t g : need) {
+      const int holder =
+          static_cast<int>(std::upper_bound(starts.begin(), starts.end(), g) - starts.begin()) - 1;
+      want[holder].push_back(g);
+    }
+  }
+  std::vector<std::vector<uint32_t>> asked;
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, want, &asked));
+  std::vector<std::vector<uint16_t>> sigs_out(world);
+  for (int s = 0; s < world; ++s) {
+    for (uint32_t g : asked[s]) {
+      const uint16_t* sig = &share.sigs[static_cast<size_t>(g - first_gid) * perms];
+      sigs_out[s].insert(sigs_out[s].end(), sig, sig + perms);
+    }
+  }
+  asked = {};
+  std::vector<std::vector<uint16_t>> sigs_in;
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, sigs_out, &sigs_in));
+  sigs_out = {};
+  absl::flat_hash_map<uint32_t, const uint16_t*> sig_of;
+  for (int h = 0; h < world; ++h) {
+    if (sigs_in[h].size() != want[h].size() * perms) {
+      return absl::InternalError("fingerprint answers do not match the questions");
+    }
+    for (size_t k = 0; k < want[h].size(); ++k) sig_of[want[h][k]] = &sigs_in[h][k * perms];
+  }
+  // The single scan's rule (scan.cc): a pair is similar when at least ceil(t * P) of the
+  // P fingerprints agree.
+  const int need = static_cast<int>(std::ceil(opt.threshold * perms - 1e-9));
+  auto similar = [&](uint32_t a, uint32_t b) {
+    const uint16_t* sa = sig_of.at(a);
+    const uint16_t* sb = sig_of.at(b);
+    int agree = 0;
+    for (int i = 0; i < perms; ++i) agree += sa[i] == sb[i];
+    return agree >= need;
+  };
+  std::string bytes;
+  for (size_t i = 0; i < recs.size();) {
+    size_t j = i + 1;
+    while (j < recs.size() && recs[j].band == recs[i].band && recs[j].hash == recs[i].hash) ++j;
+    if (j - i >= 2) {
+      DistBucket b;
+      b.band = recs[i].band;
+      b.hash = recs[i].hash;
+      for (size_t k = i; k < j; ++k) b.docs.push_back(recs[k].doc);
+      b.ok.assign(b.docs.size(), 0);
+      for (size_t k = 1; k < b.docs.size(); ++k) {
+        b.ok[k] = (similar(b.docs[0], b.docs[k]) ? 1 : 0) |
+                  (k >= 2 && similar(b.docs[k - 1], b.docs[k]) ? 2 : 0);
+      }
+      DistPutBucket(b, &bytes);
+    }
+    i = j;
+  }
+  return bytes;
+}
+
+// Rank 0: the single scan's per-band pass (scan.cc, "near duplicates") over the gathered
+// buckets, in its order: bands in order, buckets by hash, documents in order.
+std::vector<std::pair<uint32_t, uint32_t>> DistReplayBuckets(std::vector<DistBucket> buckets,
+                                                             ScanResult* res) {
+  std::sort(buckets.begin(), buckets.end(), [](const DistBucket& x, const DistBucket& y) {
+    return x.band != y.band ? x.band < y.band : x.hash < y.hash;
+  });
+  DistUnionFind uf;
+  for (const DistBucket& b : buckets) {
+    const uint32_t first = b.docs[0];
+    for (size_t k = 1; k < b.docs.size(); ++k) {
+      const uint32_t cur = b.docs[k];
+      if (uf.Find(first) == uf.Find(cur)) continue;
+      ++res->candidate_pairs;
+      bool ok = b.ok[k] & 1;
+      if (!ok && k >= 2 && uf.Find(b.docs[k - 1]) != uf.Find(cur)) {
+        ++res->candidate_pairs;
+        ok = b.ok[k] & 2;
+      }
+      if (ok) {
+        ++res->verified_pairs;
+        uf.Union(first, cur);
+      }
+    }
+  }
+  return uf.NonRoots();
+}
+
+template <typename T>
+void DistAppendVec(const std::vector<T>& v, std::string* s) {
+  const uint64_t n = v.size();
+  s->append(reinterpret_cast<const char*>(&n), 8);
+  s->append(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
+}
+
+template <typename T>
+absl::Status DistReadVec(const std::string& s, size_t* p, std::vector<T>* out) {
+  uint64_t n = 0;
+  if (s.size() - *p < 8) return absl::InternalError("truncated document arrays");
+  std::memcpy(&n, s.data() + *p, 8);
+  *p += 8;
+  if ((s.size() - *p) / sizeof(T) < n) return absl::InternalError("truncated document arrays");
+  const size_t old = out->size();
+  out->resize(old + n);
+  std::memcpy(out->data() + old, s.data() + *p, n * sizeof(T));
+  *p += n * sizeof(T);
+  return absl::OkStatus();
+}
+
+struct DistScanOutput {
+  ScanResult corpus;  // rank 0: the whole corpus's result
+  ScanResult share;   // this rank's totals (and, keep_doc_arrays, its share's doc arrays)
+  std::vector<InputFile> share_inputs;
+};
+
+// corpus_arrays: rank 0's corpus result gets the doc_* arrays of the whole corpus (but for
+// doc_file and doc_line), as RunScan's with keep_doc_arrays.
+absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
+                                        const ScanOptions& opt, comm::Communicator* comm,
+                                        bool corpus_arrays) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int world = comm->world_size(), rank = comm->rank();
+  if (!opt.verdicts_path.empty() && rank == 0) {
+    TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({opt.verdicts_path}, inputs));
+  }
+  // Every rank must see the same corpus.
+  {
+    std::vector<int64_t> digests(world, 0);
+    const int64_t mine = static_cast<int64_t>(DistInputsDigest(inputs));
+    TS_RETURN_IF_ERROR(comm->AllGather(&mine, digests.data(), 1, comm::DType::kInt64));
+    for (int r = 0; r < world; ++r) {
+      if (digests[r] != digests[0]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", r, " sees other inputs (paths, sizes or formats) than rank 0: ",
+                         "every rank must be given the same corpus"));
+      }
+    }
+  }
+  DistScanOutput out;
+  TS_ASSIGN_OR_RETURN(auto plan, PlanShares(inputs, world, [&](uint32_t f, uint64_t off) {
+                        return NextLineStart(inputs[f], off);
+                      }));
+  TS_ASSIGN_OR_RETURN(out.share_inputs, DistShareInputs(inputs, plan, comm));
+
+  // --- local analysis of this rank's share
+  ScanOptions lopt = opt;
+  absl::StatusOr<ScanShare> local = ScanLocal(out.share_inputs, lopt);
+  if (!local.ok()) {
+    return absl::Status(local.status().code(),
+                        absl::StrCat("rank ", rank, ": ", local.status().message()));
+  }
+  ScanShare& share = *local;
+  const uint64_t n = share.res.docs;
+
+  // --- global numbering: rank r's documents follow those of ranks < r
+  std::vector<int64_t> counts(world, 0);
+  const int64_t mine = static_cast<int64_t>(n);
+  TS_RETURN_IF_ERROR(comm->AllGather(&mine, counts.data(), 1, comm::DType::kInt64));
+  std::vector<uint64_t> starts(world, 0);
+  uint64_t total = 0;
+  for (int r = 0; r < world; ++r) {
+    starts[r] = total;
+    total += counts[r];
+  }
+  if (total >= 0xFFFFFFF0ull) {
+    return absl::OutOfRangeError("more than 4 billion documents: split the corpus");
+  }
+  const uint32_t first_gid = static_cast<uint32_t>(starts[rank]);
+
+  // --- exact duplicates
+  std::vector<uint32_t> raw_first, norm_first;
+  TS_RETURN_IF_ERROR(DistResolveExact(share, first_gid, comm, &raw_first, &norm_first));
+  share.raw_hash = {};
+  share.norm_hash = {};
+  std::vector<uint32_t> exact_of(n, kDistNoDoc);
+  std::vector<uint8_t> index(n, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t g = first_gid + i;
+    if (raw_first[i] != g) {
+      exact_of[i] = raw_first[i];
+      ++share.res.exact_duplicate_docs;
+    }
+    if (norm_first[i] != g) ++share.res.normalized_duplicate_docs;
+    // Indexed for LSH as in the single scan: a signature and no exact or normalised copy
+    // earlier. The cluster root of an exact or normalised copy is its normalised key's first
+    // document (whose raw key is new too), so norm_first is the root before LSH.
+    index[i] = opt.near_dup && share.has_signature[i] && raw_first[i] == g && norm_first[i] == g;
+  }
+  raw_first = {};
+
+  // --- near duplicates: owners verify, rank 0 replays the union-find
+  std::vector<std::pair<uint32_t, uint32_t>> near_roots;  // (document, root), sorted
+  ScanResult pairs;                                       // rank 0: pair counts
+  if (opt.near_dup) {
+    TS_ASSIGN_OR_RETURN(std::string mine_b,
+                        DistOwnBuckets(share, index, first_gid, starts, opt, comm));
+    share.bands = {};
+    share.sigs = {};
+    std::vector<std::string> all_b;
+    TS_RETURN_IF_ERROR(GatherBytes(comm, mine_b, &all_b));
+    mine_b = {};
+    std::string roots_bytes;
+    if (rank == 0) {
+      std::vector<DistBucket> buckets;
+      for (const auto& s : all_b) TS_RETURN_IF_ERROR(DistGetBuckets(s, &buckets));
+      all_b = {};
+      near_roots = DistReplayBuckets(std::move(buckets), &pairs);
+      for (const auto& [doc, root] : near_roots) {
+        roots_bytes.append(reinterpret_cast<const char*>(&doc), 4);
+        roots_bytes.append(reinterpret_cast<const char*>(&root), 4);
+      }
+    }
+    TS_RETURN_IF_ERROR(BroadcastBytes(comm, &roots_bytes));
+    near_roots.resize(roots_bytes.size() / 8);
+    for (size_t k = 0; k < near_roots.size(); ++k) {
+      std::memcpy(&near_roots[k].first, roots_bytes.data() + 8 * k, 4);
+      std::memcpy(&near_roots[k].second, roots_bytes.data() + 8 * k + 4, 4);
+    }
+  }
+  std::vector<uint32_t> cluster(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t root = norm_first[i];
+    auto it =
+        std::lower_bound(near_roots.begin(), near_roots.end(), std::make_pair(root, uint32_t{0}));
+    cluster[i] = it != near_roots.end() && it->first == root ? it->second : root;
+  }
+  norm_first = {};
+
+  // --- this rank's share result
+  out.share = share.res;
+  if (opt.keep_doc_arrays) {
+    out.share.doc_flags = share.flags;
+    out.share.doc_tokens = share.tokens;
+    out.share.doc_chars = share.chars;
+    out.share.doc_exact_of = exact_of;
+    out.share.doc_near_of.resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      out.share.doc_near_of[i] = cluster[i] == first_gid + i ? kDistNoDoc : cluster[i];
+    }
+    out.share.doc_file = share.file;
+    out.share.doc_line = share.line;
+  }
+
+  // --- rank 0 gathers the totals and per-document arrays and runs the final stage
+  std::string arrays = DistTotalsToJson(share.res).dump();
+  {
+    std::string bin;
+    DistAppendVec(exact_of, &bin);
+    DistAppendVec(cluster, &bin);
+    DistAppendVec(share.flags, &bin);
+    DistAppendVec(share.tokens, &bin);
+    DistAppendVec(share.chars, &bin);
+    DistAppendVec(share.langs, &bin);
+    std::string ids;
+    for (const auto& id : share.ids) {
+      const uint32_t len = static_cast<uint32_t>(id.size());
+      ids.append(reinterpret_cast<const char*>(&len), 4);
+      ids.append(id);
+    }
+    const uint64_t ids_len = ids.size();
+    bin.append(reinterpret_cast<const char*>(&ids_len), 8);
+    bin += ids;
+    const uint64_t json_len = arrays.size();
+    arrays = std::string(reinterpret_cast<const char*>(&json_len), 8) + arrays + bin;
+  }
+  share = {};
+  std::vector<std::string> gathered;
+  TS_RETURN_IF_ERROR(GatherBytes(comm, arrays, &gathered));
+  arrays = {};
+  if (rank != 0) return out;
+
+  ScanResult& res = out.corpus;
+  res.tokenizer = out.share.tokenizer;
+  res.candidate_pairs = pairs.candidate_pairs;
+  res.verified_pairs = pairs.verified_pairs;
+  ResolvedDocs docs;
+  std::string ids;  // length-prefixed, corpus order
+  for (auto& s : gathered) {
+    uint64_t json_len = 0;
+    std::memcpy(&json_len, s.data(), 8);
+    DistAddTotals(nlohmann::json::parse(s.substr(8, json_len)), &res);
+    size_t p = 8 + json_len;
+    TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.exact_of));
+    TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.cluster));
+    TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.flags));
+    TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.tokens));
+    TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.chars));
+    TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.langs));
+    uint64_t ids_len = 0;
+    std::memcpy(&ids_len, s.data() + p, 8);
+    ids.append(s, p + 8, ids_len);
+    s = {};
+  }
+  size_t id_pos = 0;
+  auto next_id = [&](std::string* id) -> absl::Status {
+    uint32_t len = 0;
+    if (ids.size() - id_pos < 4) return absl::InternalError("missing verdict ids");
+    std::memcpy(&len, ids.data() + id_pos, 4);
+    id->assign(ids, id_pos + 4, len);
+    id_pos += 4 + len;
+    return absl::OkStatus();
+  };
+  ScanOptions fopt = opt;
+  fopt.keep_doc_arrays = corpus_arrays;
+  TS_RETURN_IF_ERROR(FinishScan(fopt, std::move(docs), next_id, &res));
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+// --merge: output.rank0 .. output.rank<world-1> appended into `output`, then removed.
+absl::Status ConcatenateFiles(int world, const std::string& output) {
+  TS_ASSIGN_OR_RETURN(auto out, OutputFile::Open(output));
+  std::string buf(1 << 20, '\0');
+  for (int r = 0; r < world; ++r) {
+    const std::string part = RankOutputPath(output, r);
+    std::FILE* f = std::fopen(part.c_str(), "rb");
+    if (f == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(part, ": cannot open rank ", r,
+                       "'s output for --merge (the ranks must share a file "
+                       "system; without --merge each rank keeps its own file)"));
+    }
+    size_t got;
+    absl::Status st;
+    while (st.ok() && (got = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+      st = out->Write(std::string_view(buf.data(), got));
+    }
+    const bool read_error = std::ferror(f);
+    std::fclose(f);
+    TS_RETURN_IF_ERROR(st);
+    if (read_error) return absl::DataLossError(absl::StrCat(part, ": read error"));
+  }
+  TS_RETURN_IF_ERROR(out->Commit());
+  for (int r = 0; r < world; ++r) std::remove(RankOutputPath(output, r).c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool SplittableInput(const InputFile& in) {
+  return in.format == InputFormat::kJsonl && in.compression == InputFile::kNone &&
+         in.size_bytes > 0;
+}
+
+absl::StatusOr<std::vector<std::vector<SharePiece>>> PlanShares(
+    const std::vector<InputFile>& inputs, int world,
+    const std::function<absl::StatusOr<uint64_t>(uint32_t, uint64_t)>& next_line_start) {
+  std::vector<std::vector<SharePiece>> plan(std::max(world, 1));
+  uint64_t total = 0;
+  for (const auto& in : inputs) total += in.size_bytes;
+  // Share r starts at byte cut(r) of the concatenated inputs.
+  auto cut = [&](int r) -> uint64_t {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(total) * r) / plan.size());
+  };
+  auto share_of = [&](uint64_t pos) {  // the share whose byte range holds `pos`
+    int r = static_cast<int>(plan.size()) - 1;
+    while (r > 0 && cut(r) > pos) --r;
+    return r;
+  };
+  uint64_t base = 0;  // offset of input f in the concatenation
+  for (uint32_t f = 0; f < inputs.size(); ++f) {
+    const InputFile& in = inputs[f];
+    const uint64_t size = in.size_bytes;
+    if (!SplittableInput(in)) {
+      plan[share_of(base)].push_back({f, 0, size, true});
+      base += size;
+      continue;
+    }
+    // Cuts inside this input, moved to line starts; pieces between them.
+    uint64_t begin = 0;
+    int owner = share_of(base);
+    for (int r = owner + 1; r < static_cast<int>(plan.size()); ++r) {
+      const uint64_t c = cut(r);
+      if (c >= base + size) break;
+      TS_ASSIGN_OR_RETURN(uint64_t at, next_line_start(f, c - base));
+      at = std::min(at, size);
+      if (at > begin) {
+        plan[owner].push_back({f, begin, at, begin == 0 && at == size});
+        begin = at;
+      }
+      owner = r;
+    }
+    if (begin < size) plan[owner].push_back({f, begin, size, begin == 0});
+    base += size;
+  }
+  return plan;
+}
+
+absl::StatusOr<uint64_t> NextLineStart(const InputFile& in, uint64_t offset) {
+  if (offset == 0) return 0;
+  const int fd = ::open(in.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(in.path, ": cannot open"));
+  // The line that holds byte offset - 1 ends at the first '\n' from there.
+  std::string buf(1 << 16, '\0');
+  uint64_t pos = offset - 1;
+  while (pos < in.size_bytes) {
+    const ssize_t got = ::pread(fd, buf.data(), buf.size(), pos);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat(in.path, ": read error at byte ", pos));
+    }
+    if (got == 0) break;
+    const void* nl = std::memchr(buf.data(), '\n', got);
+    if (nl != nullptr) {
+      ::close(fd);
+      return pos + (static_cast<const char*>(nl) - buf.data()) + 1;
+    }
+    pos += got;
+  }
+  ::close(fd);
+  return in.size_bytes;
+}
+
+absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inputs,
+                                              const ScanOptions& options, comm::Communicator* comm,
+                                              std::vector<InputFile>* share_inputs) {
+  ScanOptions opt = options;
+  TS_ASSIGN_OR_RETURN(DistScanOutput out, DistScan(inputs, opt, comm, /*corpus_arrays=*/false));
+  if (share_inputs != nullptr) *share_inputs = out.share_inputs;
+  if (comm->rank() != 0) return std::move(out.share);
+  ScanResult& r = out.corpus;
+  r.doc_flags = std::move(out.share.doc_flags);
+  r.doc_tokens = std::move(out.share.doc_tokens);
+  r.doc_chars = std::move(out.share.doc_chars);
+  r.doc_exact_of = std::move(out.share.doc_exact_of);
+  r.doc_near_of = std::move(out.share.doc_near_of);
+  r.doc_file = std::move(out.share.doc_file);
+  r.doc_line = std::move(out.share.doc_line);
+  return std::move(r);
+}
+
+absl::StatusOr<CleanReport> RunDistributedClean(const std::vector<InputFile>& inputs,
+                                                const CleanOptions& options, bool merge,
+                                                comm::Communicator* comm) {
+  const int rank = comm->rank();
+  TS_RETURN_IF_ERROR(CheckCleanInputs(inputs, options));
+  const std::string mine = RankOutputPath(options.output, rank);
+  TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({mine}, inputs));
+  const ScanOptions so = CleanScanOptions(options);
+  TS_ASSIGN_OR_RETURN(DistScanOutput scan, DistScan(inputs, so, comm, /*corpus_arrays=*/true));
+  // --strict is decided on the whole corpus's bad records: rank 0 tells the others.
+  std::string strict_error;
+  if (rank == 0 && options.strict && scan.corpus.bad.total() > 0) {
+    strict_error = absl::StrCat("--strict: ", scan.corpus.bad.total(),
+                                " bad record(s); first: ", scan.corpus.bad.examples().front());
+  }
+  TS_RETURN_IF_ERROR(BroadcastBytes(comm, &strict_error));
+  if (!strict_error.empty()) return absl::InvalidArgumentError(strict_error);
+  // Each rank decides and copies its own share: the decision of a document depends only on
+  // its doc arrays, which hold global document numbers.
+  std::vector<uint8_t> keep;
+  DecideClean(scan.share, options, &keep);
+  TS_RETURN_IF_ERROR(CopyKeptDocuments(scan.share_inputs, scan.share, keep, so.reader, mine));
+  TS_RETURN_IF_ERROR(comm->Barrier());
+  CleanReport rep;
+  if (rank == 0) {
+    std::vector<uint8_t> all_keep;
+    rep = DecideClean(scan.corpus, options, &all_keep);
+    rep.output = mine;
+  }
+  if (!merge) return rep;
+  // --merge: rank 0 appends the ranks' files in rank order (a shared file system; zstd
+  // frames and gzip members concatenate into one valid stream) and removes them.
+  absl::Status st;
+  if (rank == 0) {
+    st = ConcatenateFiles(comm->world_size(), options.output);
+    rep.output = options.output;
+  }
+  std::string err(st.ok() ? "" : std::string(st.message()));
+  TS_RETURN_IF_ERROR(BroadcastBytes(comm, &err));
+  if (!err.empty()) return absl::Status(st.ok() ? absl::StatusCode::kNotFound : st.code(), err);
+  return rep;
+}
+
+std::string RankOutputPath(const std::string& output, int rank) {
+  const size_t slash = output.rfind('/');
+  const size_t name = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = output.find('.', name == output.size() ? name : name + 1);  // not a leading dot
+  if (dot == std::string::npos) dot = output.size();
+  return absl::StrCat(output.substr(0, dot), ".rank", rank, output.substr(dot));
+}
+
+}  // namespace trainscope::data
