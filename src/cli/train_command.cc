@@ -46,6 +46,7 @@ struct TrainFlags {
   std::string sweep_values = "0,1,2,4";
   int sweep_steps = 20;
   double comm_timeout_s = -1;  // -1: comm.timeout_s of the config
+  std::string compression;     // "": comm.compression of the config
   std::vector<std::string> inject;
   std::string resume;  // "", "latest" or a checkpoint path
   std::string device;  // "": train.device of the config
@@ -202,6 +203,7 @@ int RunTrain(const TrainFlags& f) {
     }
     config->comm.timeout_s = f.comm_timeout_s;
   }
+  if (!f.compression.empty()) config->comm.compression = f.compression;
   if (!f.device.empty()) config->train.device = f.device;
   if (f.device_tflops > 0) config->train.device_tflops = f.device_tflops;
   if (absl::Status v = train::ValidateTrainConfig(*config); !v.ok()) {
@@ -362,6 +364,9 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                   "seconds a collective may take before the rank dumps its flight recorder and "
                   "stacks to <run dir>/hang/ and exits 1 (overrides comm.timeout_s, default "
                   "600)");
+  cmd->add_option("--compression", flags->compression,
+                  "gradient compression of data-parallel runs: none|fp16|bf16|powersgd|topk "
+                  "(overrides comm.compression)");
   cmd->add_option("--inject", flags->inject,
                   "testing aid, repeatable: make one rank misbehave at the first collective of "
                   "one step. KIND:rank=R,step=S with KIND skip_collective, wrong_op, "

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +45,8 @@ const Injection* CommSeam::Due() {
   return nullptr;
 }
 
-absl::Status CommSeam::Apply(const Injection& inj, float* buf, size_t count, bool* proceed) {
+absl::Status CommSeam::Apply(const Injection& inj, void* buf, size_t count, comm::DType dtype,
+                             bool* proceed) {
   *proceed = false;
   std::fprintf(stderr, "trainscope train: --inject %s: rank %d, step %d\n", inj.text.c_str(),
                comm_->rank(), step_);
@@ -53,12 +55,14 @@ absl::Status CommSeam::Apply(const Injection& inj, float* buf, size_t count, boo
     case InjectKind::kSkipCollective:
       return absl::OkStatus();
     case InjectKind::kWrongOp:
-      return comm_->Broadcast(buf, count, comm::DType::kFloat32, /*root=*/0);
+      return comm_->Broadcast(buf, count, dtype, /*root=*/0);
     case InjectKind::kWrongSize:
-      return comm_->AllReduce(buf, count / 2, comm::DType::kFloat32);
+      return comm_->AllReduce(buf, count / 2, dtype);
     case InjectKind::kWrongDtype:
-      // Same count as float16: half the bytes, never past the buffer.
-      return comm_->AllReduce(buf, count, comm::DType::kFloat16);
+      // fp32: the same count as float16, half the bytes; 16-bit: fp32 over half the count.
+      if (dtype == comm::DType::kFloat32)
+        return comm_->AllReduce(buf, count, comm::DType::kFloat16);
+      return comm_->AllReduce(buf, count / 2, comm::DType::kFloat32);
     case InjectKind::kSleep: {
       const auto until = std::chrono::steady_clock::now() +
                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -85,23 +89,47 @@ absl::Status CommSeam::Apply(const Injection& inj, float* buf, size_t count, boo
 
 std::unique_ptr<comm::Work> CommSeam::AllReduceAsync(float* buf, size_t count,
                                                      const std::string& tag) {
+  return AllReduceAsync(buf, count, comm::DType::kFloat32, tag);
+}
+
+std::unique_ptr<comm::Work> CommSeam::AllReduceAsync(void* buf, size_t count, comm::DType dtype,
+                                                     const std::string& tag) {
   comm::ScopedCallerTag scoped(tag);
   if (const Injection* inj = Due()) {
     bool proceed = false;
-    absl::Status st = Apply(*inj, buf, count, &proceed);
+    absl::Status st = Apply(*inj, buf, count, dtype, &proceed);
     if (!proceed) return std::make_unique<DoneWork>(st);
   }
-  return comm_->AllReduceAsync(buf, count, comm::DType::kFloat32, comm::ReduceOp::kSum);
+  return comm_->AllReduceAsync(buf, count, dtype, comm::ReduceOp::kSum);
 }
 
 absl::Status CommSeam::AllReduce(float* buf, size_t count, const std::string& tag) {
+  return AllReduce(buf, count, comm::DType::kFloat32, tag);
+}
+
+absl::Status CommSeam::AllReduce(void* buf, size_t count, comm::DType dtype,
+                                 const std::string& tag) {
   comm::ScopedCallerTag scoped(tag);
   if (const Injection* inj = Due()) {
     bool proceed = false;
-    absl::Status st = Apply(*inj, buf, count, &proceed);
+    absl::Status st = Apply(*inj, buf, count, dtype, &proceed);
     if (!proceed) return st;
   }
-  return comm_->AllReduce(buf, count, comm::DType::kFloat32);
+  return comm_->AllReduce(buf, count, dtype);
+}
+
+absl::Status CommSeam::AllGather(const void* send, void* recv, size_t count, comm::DType dtype,
+                                 const std::string& tag) {
+  comm::ScopedCallerTag scoped(tag);
+  if (const Injection* inj = Due()) {
+    // The fault replaces the gather with an op on this rank's own block of recv.
+    bool proceed = false;
+    std::memcpy(static_cast<char*>(recv) + comm_->rank() * count * comm::DTypeSize(dtype), send,
+                count * comm::DTypeSize(dtype));
+    absl::Status st = Apply(*inj, recv, count, dtype, &proceed);
+    if (!proceed) return st;
+  }
+  return comm_->AllGather(send, recv, count, dtype);
 }
 
 absl::Status CommSeam::Broadcast(float* buf, size_t count, int root, const std::string& tag) {

@@ -40,6 +40,13 @@ class CommSeam {
   absl::Status AllReduce(float* buf, size_t count, const std::string& tag);
   absl::Status Broadcast(float* buf, size_t count, int root, const std::string& tag);
   absl::Status Barrier(const std::string& tag);
+  // Any dtype (compressed gradients: fp16/bf16 all-reduce, top-k's int32 indices and fp32
+  // values all-gathered); an injected fault applies to these as to the fp32 ops.
+  std::unique_ptr<comm::Work> AllReduceAsync(void* buf, size_t count, comm::DType dtype,
+                                             const std::string& tag);
+  absl::Status AllReduce(void* buf, size_t count, comm::DType dtype, const std::string& tag);
+  absl::Status AllGather(const void* send, void* recv, size_t count, comm::DType dtype,
+                         const std::string& tag);
 
  private:
   // The injection for this rank's first collective of this step, if any (once).
@@ -47,7 +54,10 @@ class CommSeam {
   // Runs `inj` in place of an all-reduce of buf[0..count); returns the status of what it
   // issued. Sleep returns OkStatus with *proceed = true (the real op follows), or Cancelled
   // when a stop was asked for meanwhile (the op is then never issued); exit does not return.
-  absl::Status Apply(const Injection& inj, float* buf, size_t count, bool* proceed);
+  // Wrong dtype: float16 over an fp32 buffer, else fp32 over half the count (never past
+  // the buffer).
+  absl::Status Apply(const Injection& inj, void* buf, size_t count, comm::DType dtype,
+                     bool* proceed);
 
   comm::Communicator* comm_;
   std::vector<Injection> injections_;  // this rank's only

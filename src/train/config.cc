@@ -241,6 +241,16 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
     return KeyError(c, "comm.timeout_s",
                     absl::StrCat(c.comm.timeout_s, " is out of range: must be in (0, ",
                                  kMaxCommTimeoutS, "] seconds"));
+  const std::string& z = c.comm.compression;
+  if (z != "none" && z != "fp16" && z != "bf16" && z != "powersgd" && z != "topk")
+    return KeyError(c, "comm.compression",
+                    absl::StrCat("\"", z, "\" is not none|fp16|bf16|powersgd|topk"));
+  TS_RETURN_IF_ERROR(InRange(c, "comm.powersgd_rank", c.comm.powersgd_rank, 1, kMaxPowerSgdRank));
+  if (!(c.comm.topk_ratio > 0 && c.comm.topk_ratio <= 1))
+    return KeyError(c, "comm.topk_ratio",
+                    absl::StrCat(c.comm.topk_ratio, " is out of range: must be in (0, 1]"));
+  TS_RETURN_IF_ERROR(
+      InRange(c, "comm.compression_warmup_steps", c.comm.compression_warmup_steps, 0, kMaxSteps));
   return absl::OkStatus();
 }
 
@@ -352,6 +362,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   train.Double("target_loss", &c.train.target_loss);
   comm.Double("timeout_s", &c.comm.timeout_s);
   ckpt.Int("every_steps", &c.checkpoint.every_steps);
+  comm.String("compression", &c.comm.compression);
+  comm.Int("powersgd_rank", &c.comm.powersgd_rank);
+  comm.Double("topk_ratio", &c.comm.topk_ratio);
+  comm.Int("compression_warmup_steps", &c.comm.compression_warmup_steps);
   ckpt.Int("keep", &c.checkpoint.keep);
   ckpt.Bool("async", &c.checkpoint.async);
   ckpt.String("dir", &c.checkpoint.dir);
@@ -466,7 +480,11 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                 {"keep_host_memory", c.train.keep_host_memory},
                 {"bucket_mb", c.train.bucket_mb},
                 {"target_loss", c.train.target_loss}};
-  j["comm"] = {{"timeout_s", c.comm.timeout_s}};
+  j["comm"] = {{"timeout_s", c.comm.timeout_s},
+               {"compression", c.comm.compression},
+               {"powersgd_rank", c.comm.powersgd_rank},
+               {"topk_ratio", c.comm.topk_ratio},
+               {"compression_warmup_steps", c.comm.compression_warmup_steps}};
   j["checkpoint"] = {{"every_steps", c.checkpoint.every_steps},
                      {"keep", c.checkpoint.keep},
                      {"async", c.checkpoint.async},

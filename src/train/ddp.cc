@@ -7,9 +7,40 @@
 
 namespace trainscope::train {
 
+namespace {
+
+double DdpMsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+comm::DType DdpWireType(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kHalf:
+      return comm::DType::kFloat16;
+    case torch::kBFloat16:
+      return comm::DType::kBFloat16;
+    case torch::kInt:
+      return comm::DType::kInt32;
+    case torch::kLong:
+      return comm::DType::kInt64;
+    default:
+      return comm::DType::kFloat32;
+  }
+}
+
+}  // namespace
+
 GradSync::GradSync(CommSeam* seam, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                   double bucket_bytes)
+                   double bucket_bytes, const CommConfig& compression, uint64_t seed)
     : seam_(seam) {
+  // The config was validated: the name parses.
+  kind_ = ParseCompression(compression.compression).value_or(CompressionKind::kNone);
+  warmup_steps_ = compression.compression_warmup_steps;
+  if (kind_ == CompressionKind::kPowerSgd) {
+    compressor_ = std::make_unique<PowerSgdCompressor>(compression.powersgd_rank, seed);
+  } else if (kind_ == CompressionKind::kTopK) {
+    compressor_ = std::make_unique<TopKCompressor>(compression.topk_ratio);
+  }
   for (const auto& [name, p] : params) {
     names_.push_back(name);
     params_.push_back(p);
@@ -68,6 +99,9 @@ absl::Status GradSync::BroadcastParams() {
 
 void GradSync::Arm() {
   armed_ = true;
+  // Steps count from 1: steps 1..warmup all-reduce uncompressed.
+  step_kind_ = seam_->step() > warmup_steps_ ? kind_ : CompressionKind::kNone;
+  step_stats_ = CompressStats();
   for (Bucket& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.launched = false;
@@ -92,11 +126,64 @@ void GradSync::OnGrad(int param, const torch::Tensor& grad) {
 void GradSync::Launch(Bucket& b) {
   b.launched = true;
   const size_t index = static_cast<size_t>(&b - buckets_.data());
-  b.work = seam_->AllReduceAsync(b.flat.data_ptr<float>(), static_cast<size_t>(b.flat.numel()),
-                                 absl::StrCat("step ", seam_->step(), " grad bucket ", index));
+  const size_t count = static_cast<size_t>(b.flat.numel());
+  switch (step_kind_) {
+    case CompressionKind::kNone:
+      step_stats_.comm_bytes += static_cast<int64_t>(count * sizeof(float));
+      b.work = seam_->AllReduceAsync(b.flat.data_ptr<float>(), count,
+                                     absl::StrCat("step ", seam_->step(), " grad bucket ", index));
+      break;
+    case CompressionKind::kFp16:
+    case CompressionKind::kBf16: {
+      auto t0 = std::chrono::steady_clock::now();
+      b.low = LowPrecisionCast(b.flat, step_kind_, seam_->world_size());
+      step_stats_.compress_ms += DdpMsSince(t0);
+      step_stats_.comm_bytes += static_cast<int64_t>(count * b.low.element_size());
+      b.work = seam_->AllReduceAsync(b.low.data_ptr(), count, DdpWireType(b.low),
+                                     absl::StrCat("step ", seam_->step(), " grad bucket ", index,
+                                                  " ", CompressionName(step_kind_)));
+      break;
+    }
+    default:  // powersgd / topk: all buckets together in Finish
+      b.work.reset();
+      break;
+  }
 }
 
-absl::Status GradSync::Finish(double* wait_ms) {
+absl::Status GradSync::ReduceCompressed() {
+  // PowerSGD works on each parameter's matrix, top-k on each bucket.
+  std::vector<torch::Tensor> grads;
+  for (Bucket& b : buckets_) {
+    if (step_kind_ == CompressionKind::kTopK) {
+      grads.push_back(b.flat);
+      continue;
+    }
+    for (size_t s = 0; s < b.params.size(); ++s) {
+      const torch::Tensor& p = params_[b.params[s]];
+      grads.push_back(b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes()));
+    }
+  }
+  const std::string prefix = absl::StrCat("step ", seam_->step(), " grad ");
+  Collectives c;
+  c.world_size = seam_->world_size();
+  c.all_reduce = [&](torch::Tensor& buf, const std::string& stage) {
+    return seam_->AllReduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), DdpWireType(buf),
+                            prefix + stage);
+  };
+  c.all_gather = [&](const torch::Tensor& send, torch::Tensor& recv, const std::string& stage) {
+    return seam_->AllGather(send.data_ptr(), recv.data_ptr(), static_cast<size_t>(send.numel()),
+                            DdpWireType(send), prefix + stage);
+  };
+  absl::Status st = compressor_->Reduce(grads, c, &step_stats_);
+  if (!st.ok()) {
+    return absl::Status(
+        st.code(), absl::StrCat("gradient ", CompressionName(step_kind_), " reduction on rank ",
+                                seam_->rank(), ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradSync::Finish(double* wait_ms, CompressStats* stats) {
   torch::NoGradGuard no_grad;
   // Parameters that got no gradient this step contribute zeros (or what they accumulated).
   for (Bucket& b : buckets_) {
@@ -116,6 +203,7 @@ absl::Status GradSync::Finish(double* wait_ms) {
   auto t0 = std::chrono::steady_clock::now();
   absl::Status first;
   for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (!buckets_[i].work) continue;  // powersgd / topk: reduced below
     absl::Status st = buckets_[i].work->Wait();
     if (!st.ok() && first.ok()) {
       first = absl::Status(
@@ -123,13 +211,24 @@ absl::Status GradSync::Finish(double* wait_ms) {
                                   " on rank ", seam_->rank(), ": ", st.message()));
     }
   }
-  *wait_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (first.ok() && compressor_ != nullptr &&
+      (step_kind_ == CompressionKind::kPowerSgd || step_kind_ == CompressionKind::kTopK)) {
+    first = ReduceCompressed();
+  }
+  *wait_ms += DdpMsSince(t0);
   armed_ = false;
   if (!first.ok()) return first;
+  // Plain buckets hold the sum over ranks; compressed ones already the mean.
   const double scale = 1.0 / seam_->world_size();
+  const bool low = step_kind_ == CompressionKind::kFp16 || step_kind_ == CompressionKind::kBf16;
   for (Bucket& b : buckets_) {
-    b.flat.mul_(scale);
+    if (step_kind_ == CompressionKind::kNone) {
+      b.flat.mul_(scale);
+    } else if (low) {
+      auto tr = std::chrono::steady_clock::now();
+      LowPrecisionRestore(b.low, b.flat);
+      step_stats_.compress_ms += DdpMsSince(tr);
+    }
     for (size_t s = 0; s < b.params.size(); ++s) {
       torch::Tensor& p = params_[b.params[s]];
       torch::Tensor src = b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
@@ -140,6 +239,10 @@ absl::Status GradSync::Finish(double* wait_ms) {
       }
     }
     b.work.reset();
+  }
+  if (stats != nullptr) {
+    stats->comm_bytes += step_stats_.comm_bytes;
+    stats->compress_ms += step_stats_.compress_ms;
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,9 @@
 // parameter copies its gradient into its bucket, and the moment a bucket is complete its
 // all-reduce is launched on the communicator's progress thread while backward continues.
 // Finish() waits for the remaining all-reduces and writes the averaged gradients back.
+// With comm.compression (compression.h): fp16/bf16 buckets are cast and all-reduced the
+// same way, still overlapping backward; powersgd and topk compress all buckets together in
+// Finish (two collectives per step). The first compression_warmup_steps steps are plain.
 // Used from the training thread only.
 #ifndef TRAINSCOPE_SRC_TRAIN_DDP_H_
 #define TRAINSCOPE_SRC_TRAIN_DDP_H_
@@ -17,7 +20,9 @@
 
 #include "absl/status/status.h"
 #include "train/comm_seam.h"
+#include "train/compression.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/train/config.h"
 
 namespace trainscope::train {
 
@@ -25,8 +30,10 @@ class GradSync {
  public:
   // Registers hooks on `params` (fp32, contiguous). `seam` is not owned and must outlive
   // this object; every op goes through it (caller tags "step S grad bucket B", faults).
+  // `compression` is the config's comm section (validated); Q's of PowerSGD are drawn
+  // from `seed` (the same on every rank).
   GradSync(CommSeam* seam, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-           double bucket_bytes);
+           double bucket_bytes, const CommConfig& compression, uint64_t seed);
   ~GradSync();
 
   // Rank 0's parameters to every rank (before the first step).
@@ -36,8 +43,9 @@ class GradSync {
   void Arm();
   // Launches buckets that hooks did not complete (parameters without gradients), waits for
   // every all-reduce, sets each parameter's grad to the mean over ranks. The time spent
-  // blocked is added to *wait_ms. Errors name the rank and the bucket.
-  absl::Status Finish(double* wait_ms);
+  // blocked (and compressing, for powersgd/topk) is added to *wait_ms, the step's bytes and
+  // compression time to *stats. Errors name the rank and the bucket.
+  absl::Status Finish(double* wait_ms, CompressStats* stats);
   size_t num_buckets() const { return buckets_.size(); }
 
  private:
@@ -48,16 +56,24 @@ class GradSync {
     int pending = 0;                   // params whose gradient has not arrived yet
     std::unique_ptr<comm::Work> work;  // in flight
     bool launched = false;
+    torch::Tensor low;  // fp16/bf16: the cast bucket being all-reduced
   };
   void OnGrad(int param, const torch::Tensor& grad);
   void Launch(Bucket& b);
+  // powersgd / topk: every bucket at once, after backward.
+  absl::Status ReduceCompressed();
 
   CommSeam* seam_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int, int>> where_;  // param -> (bucket, slot)
+  CompressionKind kind_ = CompressionKind::kNone;
+  int warmup_steps_ = 0;
+  std::unique_ptr<Compressor> compressor_;  // powersgd / topk
   bool armed_ = false;
+  CompressionKind step_kind_ = CompressionKind::kNone;  // this step's (kNone in warm-up)
+  CompressStats step_stats_;
 };
 
 }  // namespace trainscope::train

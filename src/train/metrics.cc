@@ -46,6 +46,8 @@ json StepRecordToJson(const StepRecord& r) {
           {"phases_ms", PhaseTimesToJson(r.phases)},
           {"comm_ms", r.comm_ms},
           {"host_rss_bytes", r.host_rss_bytes},
+          {"comm_bytes", r.comm_bytes},
+          {"compress_ms", r.compress_ms},
           {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
           {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
 }

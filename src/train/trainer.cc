@@ -326,7 +326,8 @@ absl::Status Trainer::Init() {
   if (world_.comm) {
     world_.comm->AddObserver(world_.timer.get());
     seam_ = std::make_unique<CommSeam>(world_.comm.get(), options.inject, options.stop);
-    sync_ = std::make_unique<GradSync>(seam_.get(), named_, config_.train.bucket_mb * 1e6);
+    sync_ = std::make_unique<GradSync>(seam_.get(), named_, config_.train.bucket_mb * 1e6,
+                                       config_.comm, config_.train.seed);
     TS_RETURN_IF_ERROR(sync_->BroadcastParams());
   }
 #endif
@@ -551,7 +552,10 @@ absl::Status Trainer::ReduceGradients(StepContext* s) {
   bool reduced = false;
 #ifdef TS_TRAIN_WITH_COMM
   if (sync_) {
-    TS_RETURN_IF_ERROR(sync_->Finish(&s->phases.comm_wait_ms));
+    CompressStats sync_stats;
+    TS_RETURN_IF_ERROR(sync_->Finish(&s->phases.comm_wait_ms, &sync_stats));
+    s->comm_bytes = sync_stats.comm_bytes;
+    s->compress_ms = sync_stats.compress_ms;
     s->comm_ms = world_.timer->TakeMs();  // the gradient buckets, not the loss all-reduce below
     // Mean loss over ranks, one stop decision for all (any rank out of time stops all), and
     // every rank's non-finite flag in its own slot (so the rank is named).
@@ -639,6 +643,8 @@ absl::Status Trainer::RecordStep(StepContext* s) {
 #endif
   result_.losses.push_back(s->loss);
   result_.steps = s->step;
+  rec.comm_bytes = s->comm_bytes;
+  rec.compress_ms = s->compress_ms;
   st_->steps_done = s->step;
   // The first step of a process is warm-up; it is timed only when it is the only one.
   if (s->step > start_step_ + 1 || config_.train.steps == start_step_ + 1) {

@@ -99,6 +99,8 @@ struct StepContext {
   double loss = 0;       // mean over micro-batches (over ranks after ReduceGradients)
   double grad_norm = 0;  // global L2 norm before clipping
   double comm_ms = 0;    // gradient all-reduce time on the progress thread
+  int64_t comm_bytes = 0;  // gradient collectives' payload (GradSync::Finish)
+  double compress_ms = 0;  // compressing the gradients (comm.compression)
   bool stop_for_time = false;
   std::vector<int64_t> sequence_ids;  // this rank's samples (packed sequence ids), in order
   bool norms_now = false;             // per-layer norms recorded this step

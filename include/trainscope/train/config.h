@@ -37,6 +37,7 @@ inline constexpr int kMaxPrefetch = 1024;    // data.prefetch
 inline constexpr double kMaxWorkerDelayMs = 60000;
 inline constexpr double kMaxBucketMb = 65536;
 inline constexpr double kMaxCommTimeoutS = 7 * 86400.0;  // comm.timeout_s: a week
+inline constexpr int kMaxPowerSgdRank = 1024;            // comm.powersgd_rank
 // train.threads: at most 4 x the hardware threads, and never more than 1024 (1024 when the
 // hardware thread count is unknown).
 int MaxTrainThreads();
@@ -108,6 +109,15 @@ struct CommConfig {
   // every op's own timeout (comm::CommOptions::timeout). `--comm-timeout S` overrides it.
   double timeout_s = 600;
 };
+  // Gradient compression of the data-parallel all-reduce (train/compression.h):
+  // "none" | "fp16" | "bf16" (pre-divided 16-bit all-reduce) | "powersgd" (rank
+  // powersgd_rank, error feedback) | "topk" (the topk_ratio largest values, error feedback).
+  // The first compression_warmup_steps steps all-reduce uncompressed (as PyTorch's
+  // start_powerSGD_iter). `--compression NAME` overrides the name.
+  std::string compression = "none";
+  int powersgd_rank = 4;             // 1..kMaxPowerSgdRank
+  double topk_ratio = 0.01;          // (0, 1]
+  int compression_warmup_steps = 0;  // 0..kMaxSteps
 
 struct CheckpointConfig {
   // Save a checkpoint after every N optimizer steps; 0 = no periodic checkpoints (anomaly

@@ -54,6 +54,11 @@ struct StepRecord {
   int64_t device_mem_peak_bytes = -1;
 };
 nlohmann::json StepRecordToJson(const StepRecord& r);
+  // Payload of this step's gradient collectives on this rank (count x dtype size summed;
+  // comm.compression shrinks it) and the time spent compressing and decompressing the
+  // gradients (part of backward and comm_wait). 0 on a single rank.
+  int64_t comm_bytes = 0;
+  double compress_ms = 0;
 
 struct LayerNorms {
   std::string name;  // parameter name, e.g. "blocks.0.attn.qkv.weight"
