@@ -67,9 +67,6 @@ _OPS = {
     "isend": ("send", 0, 2, True),
     "irecv": ("recv", 0, 2, True),
 }
-_DTYPES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-           torch.bfloat16: "BFloat16", torch.int32: "Int", torch.int64: "Long",
-           torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool"}
 
 _recorder = None
 _recorder_lock = threading.Lock()
@@ -105,6 +102,7 @@ class Recorder:
         self._polled = []       # (record id, Work) of async ops without a future
         self._originals = {}
         self._skip = _skip_prefixes()
+        self._sites = {}        # (code, line) -> "file.py:line"
         self._store = _util.default_store()
         self._stop = threading.Event()
         self._thread = None
@@ -172,59 +170,73 @@ class Recorder:
             f = f.f_back
         if f is None:
             return ""
-        return "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno)
+        key = (f.f_code, f.f_lineno)
+        site = self._sites.get(key)
+        if site is None:
+            site = "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno)
+            if len(self._sites) < 100000:
+                self._sites[key] = site
+        return site
 
     def _wrap(self, name, fn, op, tensor_index, group_index, p2p):
+        # The per-call path is kept lean (docs/PERFORMANCE.md: record's cost per call): every
+        # lookup that does not depend on the call is bound here.
         rec = self
+        fr_start, active, group_of, call_site = self.fr.start, self._active, self._group, \
+            self.call_site
+        monotonic, process_group, tensor_type = time.monotonic, dist.ProcessGroup, torch.Tensor
+        dtype_names = _DTYPE_NAMES
+        always_async = name in ("isend", "irecv")
+        async_pos = _ASYNC_POSITION.get(name, 1 << 30)
+        if name in ("barrier", "monitored_barrier"):
+            group_index = 0
+        gather, scatter = op == "all_gather", op == "reduce_scatter"
+        with_peer = p2p or op == "broadcast"
 
         def wrapper(*args, **kwargs):
             group = kwargs.get("group")
-            if group is None and len(args) > group_index and name not in ("barrier",):
+            if group is None and len(args) > group_index:
                 group = args[group_index]
-            elif name == "barrier" and args:
-                group = args[0]
-            if not isinstance(group, dist.ProcessGroup):
-                group = None
-            g = rec._group(group)
+            g = group_of(group if isinstance(group, process_group) else None)
             t = None
             if tensor_index is not None:
                 t = args[tensor_index] if len(args) > tensor_index else \
                     kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
-            if isinstance(t, (list, tuple)):
-                t = t[0] if t else None
-            if isinstance(t, torch.Tensor):
-                count, dtype = t.numel(), str(t.dtype)
+                if isinstance(t, (list, tuple)):
+                    t = t[0] if t else None
+            if isinstance(t, tensor_type):
+                count = out_count = t.numel()
+                dtype = dtype_names.get(t.dtype) or str(t.dtype)
+                if gather:
+                    out_count = count * g[3]
+                elif scatter:  # t is the output
+                    count = out_count * g[3]
             else:
-                count, dtype = 0, "torch.float32"
-            out_count = count
-            peer = -1
-            if op == "all_gather":
-                out_count = count * g[3]
-            elif op == "reduce_scatter":  # t is the output
-                count = out_count * g[3]
-            elif p2p or op == "broadcast":
-                peer = _peer(name, args, kwargs, g[4])
+                count = out_count = 0
+                dtype = "torch.float32"
+            peer = _peer(name, args, kwargs, g[4]) if with_peer else -1
             if p2p:
                 g[2] += 1
                 seq = g[2]
             else:
                 g[1] += 1
                 seq = g[1]
-            site = rec.call_site()
-            async_op = name in ("isend", "irecv") or bool(kwargs.get("async_op")) or \
-                _positional_async(name, args)
-            rid = rec.fr.start(op, seq, count, dtype, g[0], site, peer, out_count, async_op)
-            rec._active[rid] = (time.monotonic(), op, seq, g[0], site)
+            site = call_site()
+            async_op = always_async or kwargs.get("async_op") or \
+                (len(args) > async_pos and bool(args[async_pos]))
+            rid = fr_start(op, seq, count, dtype, g[0], site, peer, out_count, bool(async_op))
+            active[rid] = (monotonic(), op, seq, g[0], site)
             try:
                 work = fn(*args, **kwargs)
             except BaseException as e:
                 rec.fr.complete(rid, "%s: %s" % (type(e).__name__, e))
-                rec._active.pop(rid, None)
+                active.pop(rid, None)
                 raise
             if async_op and work is not None:
                 rec._complete_later(rid, work)
             else:
-                rec._complete(rid)
+                rec.fr.complete(rid)
+                active.pop(rid, None)
             return work
 
         wrapper.__wrapped__ = fn
@@ -335,13 +347,13 @@ def _peer(name, args, kwargs, pg):
         return int(peer)
 
 
-def _positional_async(name, args):
-    # async_op is the last positional parameter of the collectives that take it.
-    pos = {"all_reduce": 3, "broadcast": 3, "reduce": 4, "all_gather": 3,
-           "all_gather_into_tensor": 3, "_all_gather_base": 3, "reduce_scatter": 4,
-           "reduce_scatter_tensor": 4, "_reduce_scatter_base": 4, "all_to_all": 3,
-           "all_to_all_single": 5, "gather": 4, "scatter": 4, "barrier": 1}.get(name)
-    return pos is not None and len(args) > pos and bool(args[pos])
+# async_op's position among the positional parameters of the calls that take it.
+_ASYNC_POSITION = {"all_reduce": 3, "broadcast": 3, "all_gather": 3, "all_gather_into_tensor": 3,
+                   "_all_gather_base": 3, "reduce_scatter": 4, "reduce_scatter_tensor": 4,
+                   "_reduce_scatter_base": 4, "all_to_all": 3, "all_to_all_single": 5,
+                   "barrier": 1}
+_DTYPE_NAMES = {d: str(d) for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64,
+                                    torch.int32, torch.int64, torch.int8, torch.uint8, torch.bool)}
 
 
 def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, grace_s=10.0):
