@@ -36,7 +36,8 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
-        trainscope.distributed.record(run_dir=args.run_dir, timeout_s=120, model=model)
+        recorder = trainscope.distributed.record(run_dir=args.run_dir, timeout_s=120,
+                                                 model=model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
 
     start = 0
@@ -74,6 +75,7 @@ def main():
         print("done: %d steps, loss %.4f; metrics in %s" % (args.steps, loss.item(),
                                                             mon.metrics_path))
     if distributed:
+        recorder.dump("end of run")  # on demand: `trainscope hang analyze` finds no problem
         dist.destroy_process_group()
 
 
