@@ -51,7 +51,7 @@ def main():
     w = torch.randn(16, generator=torch.Generator().manual_seed(1))
     g = torch.Generator().manual_seed(1000 + rank)
     mon = trainscope.watch(model, opt, run_dir=args.run_dir, layer_norms_every=5,
-                           config=vars(args))
+                           config=vars(args), start_step=start)
     with mon:
         for step in range(start + 1, args.steps + 1):
             ids = torch.arange(step * args.batch, (step + 1) * args.batch)

@@ -31,6 +31,9 @@ def test_single_process_then_resume(run_dir):
     assert p.returncode == 0, p.stderr
     assert "resumed from" in p.stdout and p.stdout.strip().endswith("metrics.rank0.jsonl")
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["step-10", "step-12"]
+    # the resumed run appended steps 11 and 12 to the same metrics file
+    d = cli("diagnose", run_dir, "--json")
+    assert (d["runs"][0]["first_step"], d["runs"][0]["last_step"]) == (1, 12)
 
 
 def test_two_ranks(run_dir):

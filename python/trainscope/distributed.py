@@ -98,7 +98,6 @@ class Recorder:
         # process group (None = default) -> [name, last collective seq, last p2p seq, size,
         # the group itself]
         self._groups = {}
-        self._active = {}       # record id -> (monotonic start s, op, seq, group name, site)
         self._polled = []       # (record id, Work) of async ops without a future
         self._originals = {}
         self._skip = _skip_prefixes()
@@ -182,9 +181,9 @@ class Recorder:
         # The per-call path is kept lean (docs/PERFORMANCE.md: record's cost per call): every
         # lookup that does not depend on the call is bound here.
         rec = self
-        fr_start, active, group_of, call_site = self.fr.start, self._active, self._group, \
-            self.call_site
-        monotonic, process_group, tensor_type = time.monotonic, dist.ProcessGroup, torch.Tensor
+        fr_start, fr_complete, group_of, call_site = self.fr.start, self.fr.complete, \
+            self._group, self.call_site
+        process_group, tensor_type = dist.ProcessGroup, torch.Tensor
         dtype_names = _DTYPE_NAMES
         always_async = name in ("isend", "irecv")
         async_pos = _ASYNC_POSITION.get(name, 1 << 30)
@@ -225,18 +224,15 @@ class Recorder:
             async_op = always_async or kwargs.get("async_op") or \
                 (len(args) > async_pos and bool(args[async_pos]))
             rid = fr_start(op, seq, count, dtype, g[0], site, peer, out_count, bool(async_op))
-            active[rid] = (monotonic(), op, seq, g[0], site)
             try:
                 work = fn(*args, **kwargs)
             except BaseException as e:
-                rec.fr.complete(rid, "%s: %s" % (type(e).__name__, e))
-                active.pop(rid, None)
+                fr_complete(rid, "%s: %s" % (type(e).__name__, e))
                 raise
             if async_op and work is not None:
                 rec._complete_later(rid, work)
             else:
-                rec.fr.complete(rid)
-                active.pop(rid, None)
+                fr_complete(rid)
             return work
 
         wrapper.__wrapped__ = fn
@@ -246,7 +242,6 @@ class Recorder:
 
     def _complete(self, rid):
         self.fr.complete(rid)
-        self._active.pop(rid, None)
 
     def _complete_later(self, rid, work):
         try:
@@ -266,11 +261,9 @@ class Recorder:
                         else:
                             still.append((rid, work))
                     self._polled = still
-                active = list(self._active.values())
-                now = time.monotonic()
-                late = [a for a in active if now - a[0] > self.timeout_s]
-                if late:
-                    self._hang(min(late), own=True)
+                age_s, op, seq, site = self.fr.oldest_pending()
+                if op and age_s > self.timeout_s:
+                    self._hang((op, seq, site), own=True)
                     return
                 if self._store is not None and self._store.add(_TRIGGER_KEY, 0) > 0:
                     self._hang(None, own=False)
@@ -281,8 +274,8 @@ class Recorder:
     def _hang(self, late, own):
         what = ""
         if own:
-            _, op, seq, group, site = late
-            what = "%s #%d of group %s%s" % (op, seq, group, " at " + site if site else "")
+            op, seq, site = late
+            what = "%s #%d%s" % (op, seq, " at " + site if site else "")
             if self._store is not None:
                 try:
                     if self._store.add(_TRIGGER_KEY, 1) == 1:

@@ -59,6 +59,18 @@ def _union_ms(intervals):
     return total * 1e3
 
 
+def _drop_cut_last_line(path):
+    """Truncates a last line a kill cut short (no newline), so an appended header starts a line."""
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            keep = data.rfind(b"\n") + 1
+            if keep != len(data):
+                f.truncate(keep)
+    except FileNotFoundError:
+        pass
+
+
 class Monitor:
     """Times steps and phases of a training loop and writes its metrics (see `watch`).
 
@@ -67,7 +79,7 @@ class Monitor:
     """
 
     def __init__(self, model, optimizer=None, run_dir=None, every=1, layer_norms_every=50,
-                 nonfinite=True, config=None):
+                 nonfinite=True, config=None, start_step=0):
         if not isinstance(model, torch.nn.Module):
             raise Error("trainscope.watch: model is a %s, not a torch.nn.Module."
                         % type(model).__name__)
@@ -90,7 +102,10 @@ class Monitor:
         self._device = self._params[0].device
         self._start_s = time.time()
         self._closed = False
-        self._step = 0             # steps completed
+        if int(start_step) < 0:
+            raise Error("trainscope.watch: start_step must be >= 0, not %r." % (start_step,))
+        self._start_step = int(start_step)
+        self._step = self._start_step  # steps completed (a resumed run counts from its checkpoint)
         self._in_step = False
         self._hook_state = _ddp.install(model)
         self._tracer = _nf.Tracer(model) if nonfinite else None
@@ -104,8 +119,16 @@ class Monitor:
         if optimizer is not None:
             self._wrap_optimizer(optimizer)
         os.makedirs(os.path.dirname(self.metrics_path), exist_ok=True)
-        self._file = open(self.metrics_path, "w", encoding="utf-8")
-        self._write(self._header(config))
+        if self._start_step > 0:  # a resumed run appends a segment, as `train --resume` does
+            _drop_cut_last_line(self.metrics_path)
+            self._file = open(self.metrics_path, "a", encoding="utf-8")
+        else:
+            self._file = open(self.metrics_path, "w", encoding="utf-8")
+        header = self._header(config)
+        if self._start_step > 0:
+            header["resumed_from_step"] = self._start_step
+            header["resumed_from"] = ""
+        self._write(header)
 
     # ---- public API ----
     @contextlib.contextmanager
@@ -409,7 +432,7 @@ class Monitor:
 
 
 def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, nonfinite=True,
-          config=None):
+          config=None, start_step=0):
     """Starts watching `model`'s training; returns a `Monitor`.
 
     model: a torch.nn.Module (DistributedDataParallel too: its all-reduces are timed through
@@ -417,10 +440,13 @@ def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, no
       are checked (before the update). run_dir: see _util.resolve_run_dir. every: a step
       record every N steps. layer_norms_every: per-layer weight/grad norms at step 1 and every
       K steps (0 = never). nonfinite: the NaN tracer (on by default). config: a dict kept in
-      the header.
+      the header. start_step: the step a resumed run starts after (its checkpoint's): steps
+      are numbered from start_step + 1 and the metrics file is appended to, with a header
+      carrying resumed_from_step, as `trainscope train --resume` does.
     Raises trainscope.Error: not a module, no trainable parameters, an unwritable run_dir.
     """
     try:
-        return Monitor(model, optimizer, run_dir, every, layer_norms_every, nonfinite, config)
+        return Monitor(model, optimizer, run_dir, every, layer_norms_every, nonfinite, config,
+                       start_step)
     except OSError as e:
         raise Error("trainscope.watch: cannot write the metrics file: %s" % e) from None
