@@ -69,7 +69,7 @@ def bench_watch(args, tmp):
     batches = [(torch.randint(0, 512, (8, 64)), torch.randint(0, 512, (8, 64)))
                for _ in range(args.steps)]
     block(model, opt, batches[:3])  # warm-up
-    plain, watched = [], []
+    plain, watched, check = [], [], []
     for r in range(args.repeats):
         order = (False, True) if r % 2 == 0 else (True, False)
         for use in order:
@@ -77,6 +77,7 @@ def bench_watch(args, tmp):
                 mon = trainscope.watch(model, opt, run_dir=os.path.join(tmp, "w%d" % r))
                 watched.append(block(model, opt, batches, mon))
                 mon.close()
+                check.append(mon._check_s / mon._loop_s)
             else:
                 plain.append(block(model, opt, batches))
     return {"model_params": sum(p.numel() for p in model.parameters()),
@@ -84,7 +85,8 @@ def bench_watch(args, tmp):
             "plain_step_ms_median": 1e3 * statistics.median(plain),
             "watched_step_ms_median": 1e3 * statistics.median(watched),
             "ratio": statistics.median(watched) / statistics.median(plain),
-            "ratio_per_pair": [w / p for w, p in zip(watched, plain)]}
+            "ratio_per_pair": [w / p for w, p in zip(watched, plain)],
+            "grad_check_fraction_median": statistics.median(check)}
 
 
 def bench_record(args, tmp):

@@ -81,6 +81,8 @@ def test_clean_run_metrics_read_by_diagnose(run_dir):
     g = math.sqrt(sum(l["grad_norm"] ** 2 for l in norms[1]["layers"]))
     assert g == pytest.approx(steps[3]["grad_norm"], rel=1e-5)
     assert recs[-1] == {**recs[-1], "type": "end", "reason": "done", "step": 8}
+    checks = recs[-2]
+    assert checks["type"] == "nonfinite_checks" and 0 < checks["check_ms"] < checks["loop_ms"]
     for verb in (["diagnose", run_dir, "--json"], ["trace", "analyze", run_dir, "--json"]):
         p = subprocess.run([trainscope_binary()] + verb, capture_output=True, text=True)
         assert p.returncode in (0, 1), (verb, p.stderr)
@@ -100,6 +102,9 @@ def test_report_reads_the_run(run_dir):
     p = subprocess.run([trainscope_binary(), "report", run_dir, "--json"], capture_output=True,
                        text=True)
     assert p.returncode in (0, 1), p.stderr
+    out = json.loads(p.stdout)
+    assert out["malformed"] == 0 and out["ranks"] == 1, out
+    assert {"loss", "lr", "grad_norm", "phases"} <= set(out["sections"]), out["sections"]
 
 
 def test_nan_in_layer2_forward_at_step_7(run_dir):

@@ -111,6 +111,8 @@ class Monitor:
         self._tracer = _nf.Tracer(model) if nonfinite else None
         if self._hook_state is not None and nonfinite:
             self._hook_state.check_finite = True
+        self._check_s = 0.0        # the gradient check's own time (norms, non-finite test)
+        self._loop_s = 0.0         # the steps' time
         self._grad_norms = []      # recent finite global grad norms
         self._lrs = []             # (step, lr) recent
         self._data_hash = hashlib.blake2b(_DATA_ORDER_TAG, digest_size=8)
@@ -182,6 +184,12 @@ class Monitor:
         """Ends the metrics file (an `end` record) and removes the hooks. Idempotent."""
         if self._closed:
             return
+        if self._tracer is not None and not self._file.closed:
+            # The per-step checks' own time over the steps' (the trainer's record): the
+            # gradient norms and the non-finite test, which the grad_norm field needs anyway.
+            self._write({"type": "nonfinite_checks", "check_ms": self._check_s * 1e3,
+                         "loop_ms": self._loop_s * 1e3,
+                         "fraction": self._check_s / self._loop_s if self._loop_s > 0 else 0.0})
         self._end_record(reason)
         self._release()
 
@@ -223,6 +231,7 @@ class Monitor:
             self._check_grads()
         self._in_step = False
         step_ms = (time.perf_counter() - self._t0) * 1e3
+        self._loop_s += step_ms / 1e3
         comm_ms = comm_wait = 0.0
         if self._hook_state is not None:
             intervals, _ = self._hook_state.take()
@@ -293,6 +302,13 @@ class Monitor:
         self._check_grads()
 
     def _check_grads(self):
+        t0 = time.perf_counter()
+        try:
+            self._measure_grads()
+        finally:
+            self._check_s += time.perf_counter() - t0
+
+    def _measure_grads(self):
         self._grads_checked = True
         step = self._step + 1
         pairs = [(n, p) for n, p in self._named if p.grad is not None]
