@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,11 +23,13 @@
 #include "convert.h"
 #include "trainscope/ckpt/inspect.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/data/reader.h"
 #include "trainscope/data/scan.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/env/fingerprint.h"
 #include "trainscope/hang/analyze.h"
+#include "trainscope/tokenizer/tokenizer.h"
 #include "trainscope/trace/analysis.h"
 
 namespace py = pybind11;
@@ -83,7 +86,7 @@ int DefaultScanThreads() {  // as the CLI's default
 py::object DataScan(const std::vector<std::string>& paths, const py::kwargs& kw) {
   data::ScanOptions o;
   o.threads = DefaultScanThreads();
-  std::string format = "auto", fail_on = "duplicates=0.05,noise=0.2";
+  std::string format = "auto", fail_on = "duplicates=0.05,noise=0.2", tokenizer_path;
   bool exact_only = false;
   data::ReaderOptions& r = o.reader;
   r.raw_jsonl_mmap = false;  // see the file comment
@@ -136,12 +139,15 @@ py::object DataScan(const std::vector<std::string>& paths, const py::kwargs& kw)
         exact_only = value.cast<bool>();
       else if (k == "fail_on")
         fail_on = value.cast<std::string>();
+      else if (k == "tokenizer")
+        tokenizer_path = value.cast<std::string>();
       else
         throw StatusError(absl::InvalidArgumentError(absl::StrCat(
             "data_scan: unknown option '", k,
             "' (format, text_field, id_field, blocks, max_doc_bytes, mmap, seq_len, batch_size, "
             "threshold, verdicts, threads, ngram, bands, rows, seed, shuffle_seed, "
-            "c4_min_sentences, tmp_dir, near_dup, language, noise, exact_only, fail_on)")));
+            "c4_min_sentences, tmp_dir, near_dup, language, noise, exact_only, fail_on, "
+            "tokenizer)")));
     } catch (const py::cast_error&) {
       throw StatusError(absl::InvalidArgumentError(
           absl::StrCat("data_scan: option '", k, "' has the wrong type (",
@@ -151,6 +157,12 @@ py::object DataScan(const std::vector<std::string>& paths, const py::kwargs& kw)
   r.format = ParseFormat(format);
   if (exact_only) o.near_dup = o.language = o.noise = false;
   ThrowIfError(data::ParseFailOn(fail_on, &o));
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  if (!tokenizer_path.empty() && tokenizer_path != "byte") {  // as the CLI's --tokenizer
+    ThrowIfError(CheckRegularFile(tokenizer_path, "a SentencePiece model is read whole"));
+    tok = ValueOrThrow(tokenizer::LoadTokenizer(tokenizer_path));
+    o.tokenizer = tok.get();
+  }
   return JsonCall([&]() -> absl::StatusOr<Json> {
     auto inputs = data::ExpandInputs(paths, o.reader.format);
     if (!inputs.ok()) return inputs.status();
@@ -257,9 +269,9 @@ PYBIND11_MODULE(_core, m) {
       "Options (keywords, as the CLI's flags with '_' for '-'): format, text_field, id_field, "
       "blocks, max_doc_bytes, seq_len, batch_size, threshold, verdicts, threads, ngram, bands, "
       "rows, seed, shuffle_seed, c4_min_sentences, tmp_dir, near_dup, language, noise, "
-      "exact_only, fail_on; mmap=False by default (True maps uncompressed JSONL: faster, but a "
-      "file truncated during the scan then kills the process with SIGBUS). No tokenizer "
-      "option yet: lengths are in bytes as with the CLI's default.");
+      "exact_only, fail_on, tokenizer (a SentencePiece .model or HuggingFace tokenizer.json; "
+      "default byte-level); mmap=False by default (True maps uncompressed JSONL: faster, but "
+      "a file truncated during the scan then kills the process with SIGBUS).");
   m.def(
       "diagnose",
       [](const py::object& paths, const std::string& rules) {

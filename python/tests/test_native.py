@@ -52,6 +52,11 @@ def test_data_scan_equals_cli(tmp_path):
     native = _api.data_scan(corpus, threads=2, tmp_dir=str(tmp_path))
     cli = cli_json("data", "scan", corpus, "--threads", "2", "--tmp-dir", str(tmp_path))
     assert without(native, "wall_s") == without(cli, "wall_s")
+    tok = os.path.join(DATA, "tokenizer", "gpt2_tiny.json")
+    native = _api.data_scan(corpus, threads=2, tokenizer=tok, near_dup=False)
+    cli = cli_json("data", "scan", corpus, "--threads", "2", "--tokenizer", tok, "--no-near-dup")
+    assert without(native, "wall_s") == without(cli, "wall_s")
+    assert native["tokenizer"] != cli_json("data", "scan", corpus, "--exact-only")["tokenizer"]
     exact = _api.data_scan([corpus], threads=1, exact_only=True, fail_on="none")
     cli = cli_json("data", "scan", corpus, "--threads", "1", "--exact-only", "--fail-on", "none")
     assert without(exact, "wall_s") == without(cli, "wall_s")

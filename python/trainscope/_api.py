@@ -37,7 +37,8 @@ def data_scan(paths, **opts):
     'megatron'), text_field, id_field, blocks, max_doc_bytes, seq_len, batch_size,
     threshold, verdicts (a JSONL path to write), threads, ngram, bands, rows, seed,
     shuffle_seed, c4_min_sentences, tmp_dir, near_dup, language, noise, exact_only,
-    fail_on ('duplicates=0.05,noise=0.2' or 'none'). mmap=True reads uncompressed JSONL
+    fail_on ('duplicates=0.05,noise=0.2' or 'none'), tokenizer (a SentencePiece .model or a
+    HuggingFace tokenizer.json; default byte-level). mmap=True reads uncompressed JSONL
     through a memory mapping (faster; a file truncated meanwhile kills the process).
     """
     return _core.data_scan(_paths(paths), **opts)
