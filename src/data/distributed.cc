@@ -821,11 +821,21 @@ absl::StatusOr<CleanReport> RunDistributedClean(const std::vector<InputFile>& in
 }
 
 std::string RankOutputPath(const std::string& output, int rank) {
+  // The rank goes before the format's extension and a compression one after it.
   const size_t slash = output.rfind('/');
   const size_t name = slash == std::string::npos ? 0 : slash + 1;
-  size_t dot = output.find('.', name == output.size() ? name : name + 1);  // not a leading dot
-  if (dot == std::string::npos) dot = output.size();
-  return absl::StrCat(output.substr(0, dot), ".rank", rank, output.substr(dot));
+  size_t end = output.size();
+  auto strip = [&](std::string_view ext) {
+    if (end - name > ext.size() && output.compare(end - ext.size(), ext.size(), ext) == 0) {
+      end -= ext.size();
+      return true;
+    }
+    return false;
+  };
+  strip(".zst") || strip(".zstd") || strip(".gz");
+  const size_t dot = output.rfind('.', end == 0 ? 0 : end - 1);
+  if (dot != std::string::npos && dot > name) end = dot;
+  return absl::StrCat(output.substr(0, end), ".rank", rank, output.substr(end));
 }
 
 }  // namespace trainscope::data

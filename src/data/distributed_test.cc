@@ -80,6 +80,7 @@ TEST(RankOutputPathTest, RankBeforeTheExtensions) {
   EXPECT_EQ(RankOutputPath("/a.b/c/out.jsonl", 0), "/a.b/c/out.rank0.jsonl");
   EXPECT_EQ(RankOutputPath("out", 1), "out.rank1");
   EXPECT_EQ(RankOutputPath("dir/.hidden.txt", 2), "dir/.hidden.rank2.txt");
+  EXPECT_EQ(RankOutputPath("x/clean.v2.jsonl.gz", 4), "x/clean.v2.rank4.jsonl.gz");
 }
 
 int DistFreePort() {

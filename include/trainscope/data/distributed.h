@@ -82,7 +82,8 @@ absl::StatusOr<CleanReport> RunDistributedClean(const std::vector<InputFile>& in
                                                 const CleanOptions& options, bool merge,
                                                 comm::Communicator* comm);
 
-// "out.jsonl.zst", rank 3 -> "out.rank3.jsonl.zst" (the rank before the first extension).
+// "out.jsonl.zst", rank 3 -> "out.rank3.jsonl.zst": the rank before the format's extension
+// (and a .zst/.zstd/.gz after it).
 std::string RankOutputPath(const std::string& output, int rank);
 
 }  // namespace trainscope::data
