@@ -344,8 +344,9 @@ json CollectSections(const json& data) {
                                                                   {"traces", "trace"},
                                                                   {"doctor", "doctor"},
                                                                   {"fingerprint", "fingerprint"}};
-  for (const auto& [key, section] : parts) {
-    if (any([&](const json& r) { return r.contains(key); })) out.push_back(section);
+  for (const auto& part : parts) {
+    const char* key = part.first;  // (a structured binding cannot be captured in C++17)
+    if (any([key](const json& r) { return r.contains(key); })) out.push_back(part.second);
   }
   return out;
 }

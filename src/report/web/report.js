@@ -11,6 +11,9 @@
                      first_nonfinite: "#000000", nan: "#000000", anomaly_checkpoint: "#9467bd",
                      error: "#000000", first_bad: "#ff7f0e", loss_scale: "#8c564b"};
   var charts = [];
+  // Steps are integers: tick increments 1, 2, 5 x 10^k.
+  var STEP_INCRS = [];
+  for (var p10 = 1; p10 <= 1e9; p10 *= 10) STEP_INCRS.push(p10, 2 * p10, 5 * p10);
 
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
@@ -62,7 +65,9 @@
         out.push(e);
       });
     });
-    return out;
+    // Spikes and non-finite values drawn last, on top of checkpoints at the same step.
+    var rank = function (m) { return m.kind === "spike" ? 3 : m.kind.indexOf("nonfinite") >= 0 ? 2 : 1; };
+    return out.sort(function (a, b) { return rank(a) - rank(b); });
   }
 
   // A line chart of several series (each {label, x, y}) on one step axis, markers drawn as
@@ -85,7 +90,7 @@
     var o = {
       title: title, width: width(), height: opts.height || 260, series: useries,
       scales: {x: {time: false}, y: {distr: opts.log ? 3 : 1}},
-      axes: [{label: "step"}, {label: opts.unit || "", size: 70,
+      axes: [{label: "step", incrs: STEP_INCRS}, {label: opts.unit || "", size: 70,
               values: function (u, vals) { return vals.map(fmt); }}],
       legend: {live: true},
       hooks: {draw: [function (u) { drawMarkers(u, markers); }]}
