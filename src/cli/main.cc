@@ -17,6 +17,7 @@
 #include "cli/hang_command.h"
 #include "cli/plan_command.h"
 #include "cli/report_command.h"
+#include "cli/serve_command.h"
 #include "cli/topo_command.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   trainscope::cli::RegisterTraceCommand(app, ctx);
   trainscope::cli::RegisterDiagnoseCommand(app, ctx);
   trainscope::cli::RegisterReportCommand(app, ctx);
+  trainscope::cli::RegisterServeCommand(app, ctx);
   trainscope::cli::RegisterPlanCommand(app, ctx);
   trainscope::cli::RegisterTopoCommand(app, ctx);
   trainscope::cli::RegisterHangCommand(app, ctx);

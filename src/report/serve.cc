@@ -4,6 +4,7 @@
 #include "trainscope/report/serve.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <filesystem>
@@ -116,6 +117,13 @@ struct Server::Impl {
     http.Delete(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
     // Open keep-alive connections would hold Stop() for the default 5 s.
     http.set_keep_alive_timeout(1);
+    // httplib's default sets SO_REUSEPORT, with which a second server binds the same port and
+    // the kernel splits the connections between the two: SO_REUSEADDR only (a restarted
+    // server still binds while the old connections sit in TIME_WAIT), so a busy port fails.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
   }
 };
 
@@ -138,9 +146,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServeOptions& option
   bool bound = port == 0 ? (port = impl->http.bind_to_any_port(options.bind)) > 0
                          : impl->http.bind_to_port(options.bind, port);
   if (!bound) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", ServeHostForUrl(options.bind), ":", options.port,
-                     " (in use, or not an address of this machine)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", ServeHostForUrl(options.bind),
+                                               ":", options.port,
+                                               " (in use, or not an address of this machine)"));
   }
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->http.listen_after_bind(); });

@@ -163,7 +163,7 @@ TEST_F(ServeTest, EverythingElseIs404) {
        {"/../etc/passwd", "/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%2e%2e/",
         "/..%2fetc%2fpasswd", "/data.json/../../etc/passwd", "//etc/passwd", "/etc/passwd",
         "/train/", "/train", "/train/metrics.rank0.jsonl", "/index.html", "/./data.json",
-        "/data.json%00", "/?dir=/etc"}) {
+        "/data.json%00"}) {
     SCOPED_TRACE(target);
     const int code = ServeRawGet(port, target, &body);
     EXPECT_TRUE(code == 404 || code == 400) << code;
@@ -187,8 +187,7 @@ TEST_F(ServeTest, StopsWithAConnectionOpen) {
   const auto t0 = std::chrono::steady_clock::now();
   (*server)->Stop();
   (*server)->Wait();
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 3.0);
   std::string body;
   EXPECT_EQ(ServeRawGet((*server)->port(), "/", &body), -1);  // nothing listens any more
