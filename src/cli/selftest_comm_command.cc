@@ -1,9 +1,12 @@
 // `trainscope selftest comm [-n N] [--backend gloo|mpi|nccl] [--ops ...] [--sizes ... |
-//   --min-bytes 8 --max-bytes 256M --factor 2] [--iters 20 --warmup 5] [--min-busbw GBPS]`
+//   --min-bytes 8 --max-bytes 256M --factor 2] [--iters 20 --warmup 5] [--min-busbw GBPS]
+//   [--sweep-env VAR=v1,v2,...]...`
 //
 // Inside a launch or mpirun (RANK/WORLD_SIZE or OMPI_COMM_WORLD_* set) it runs as one rank;
 // otherwise it starts itself over N ranks: through `launch` for gloo/nccl, through mpirun
 // for mpi. Rank 0 prints the nccl-tests style table (or --json); exit 0 passed, 1 failed.
+// With --sweep-env it runs that whole measurement once per value of each variable
+// (comm/env_sweep.h) and prints which value was best.
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,12 +26,14 @@
 #include "cli/command.h"
 #include "cli/stop_signals.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/comm/env_sweep.h"
 #include "trainscope/comm/selftest.h"
 #include "trainscope/comm/watchdog.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/stacks.h"
 #include "trainscope/core/subprocess.h"
+#include "trainscope/core/table.h"
 #include "trainscope/hang/analyze.h"
 #include "trainscope/launch/launch.h"
 
@@ -52,8 +57,9 @@ struct CommFlags {
   double slow_rank_ratio = 2.0;
   double timeout_s = 0;  // 0: TRAINSCOPE_COMM_TIMEOUT_S or 60
   bool json = false;
-  int inject_error_rank = -1;  // hidden: corrupt one element on this rank
-  int inject_crash_rank = -1;  // hidden: this rank kills itself (SIGKILL) once connected
+  int inject_error_rank = -1;          // hidden: corrupt one element on this rank
+  int inject_crash_rank = -1;          // hidden: this rank kills itself (SIGKILL) once connected
+  std::vector<std::string> sweep_env;  // VAR=v1,v2,... (repeatable)
 };
 
 constexpr char kVerb[] = "selftest comm";
@@ -63,7 +69,7 @@ int Usage(const std::string& message) {
                "trainscope selftest comm: error: %s\n"
                "usage: trainscope selftest comm [-n N] [--backend gloo|mpi|nccl] [--ops LIST] "
                "[--sizes LIST | --min-bytes B --max-bytes B --factor F] [--iters N --warmup N] "
-               "[--min-busbw GBPS] [--json]\n",
+               "[--min-busbw GBPS] [--sweep-env VAR=v1,v2,...] [--json]\n",
                message.c_str());
   return kExitUsage;
 }
@@ -308,6 +314,33 @@ int LaunchSelf(const CommFlags& f, const std::string& self, const std::vector<si
   return kExitProblems;
 }
 
+// --sweep-env: the same measurement as a child process per value (comm/env_sweep.h).
+int RunSweep(const CommFlags& f, const std::string& self, const std::vector<size_t>& sizes, int n) {
+  comm::EnvSweepOptions eo;
+  for (const std::string& text : f.sweep_env) {
+    auto spec = comm::ParseEnvSweepSpec(text);
+    if (!spec.ok()) return Usage(std::string(spec.status().message()));
+    eo.specs.push_back(std::move(*spec));
+  }
+  CommFlags child = f;
+  child.json = true;
+  child.sweep_env.clear();
+  eo.argv = RankArgs(self, child, sizes);
+  eo.argv.insert(eo.argv.begin() + 3, {"-n", std::to_string(n)});
+  eo.on_run = [](const comm::EnvSweepRun& r) {
+    std::string what = r.ok ? absl::StrCat(FormatDouble(r.score_gbps, 3), " GB/s")
+                            : absl::StrCat("FAILED: ", r.error);
+    std::fprintf(stderr, "selftest comm: %s=%s: %s (%.1f s)\n", r.var.c_str(), r.value.c_str(),
+                 what.c_str(), r.wall_s);
+  };
+  auto report = comm::RunEnvSweep(eo);
+  if (!report.ok()) return ReportAndExitCode(kVerb, report.status());
+  std::string text =
+      f.json ? comm::EnvSweepJson(*report).dump(2) + "\n" : comm::RenderEnvSweep(*report);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return report->passed() ? kExitOk : kExitProblems;
+}
+
 int RunSelftestComm(CommFlags f, const std::string& self) {
   if (f.backend.empty()) {
     f.backend =
@@ -371,8 +404,14 @@ int RunSelftestComm(CommFlags f, const std::string& self) {
   so.slow_rank_ratio = f.slow_rank_ratio;  // 0: off (FindSlowRanks)
   so.inject_error_rank = f.inject_error_rank;
 
-  if (InWorld()) return RunRank(f, so);
   const int n = f.nranks > 0 ? f.nranks : 2;
+  if (!f.sweep_env.empty()) {
+    if (InWorld()) {
+      return Usage("--sweep-env starts its own runs: use it outside a launch or mpirun");
+    }
+    return RunSweep(f, self, so.sizes, n);
+  }
+  if (InWorld()) return RunRank(f, so);
   if (n == 1 && f.backend == "gloo") return RunRank(f, so);
   return LaunchSelf(f, self, so.sizes, n);
 }
@@ -410,6 +449,12 @@ void RegisterSelftestCommCommand(CLI::App& parent, CommandContext& ctx) {
                   "op timeout in seconds; inside a launch also the comm watchdog's, which dumps "
                   "the flight recorder and stacks to <run dir>/hang/ (default "
                   "TRAINSCOPE_COMM_TIMEOUT_S or 60)");
+  cmd->add_option("--sweep-env", f->sweep_env,
+                  "repeatable: VAR=v1,v2,... runs the whole test once per value with VAR set "
+                  "(each variable swept separately) and names the value with the best busbw "
+                  "over the larger sizes")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--json", f->json, "print the report as JSON");
   cmd->add_option("--inject-error", f->inject_error_rank,
                   "testing: this rank corrupts one result element")

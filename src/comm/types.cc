@@ -139,6 +139,12 @@ absl::StatusOr<CommOptions> OptionsFromEnvironment(CommOptions defaults) {
   }
   st = ReadInt(envvar::kMasterPort, &o.master_port);
   if (!st.ok()) return st;
+  // PyTorch opens one gloo device per listed interface; trainscope uses the first.
+  if (const char* i = std::getenv(envvar::kGlooSocketIfname);
+      i != nullptr && *i != '\0' && o.iface.empty()) {
+    std::string first(i);
+    o.iface = first.substr(0, first.find(','));
+  }
   if (const char* t = std::getenv(envvar::kCommTimeoutS); t != nullptr && *t != '\0') {
     double s;
     if (!absl::SimpleAtod(t, &s) || !(s > 0)) {

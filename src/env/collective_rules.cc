@@ -34,13 +34,14 @@ namespace {
 struct CollDeprecatedName {
   const char* old_name;
   const char* new_name;
+  bool deprecated;  // false: an alias still documented, only the newer name is preferred
 };
 constexpr CollDeprecatedName kCollDeprecatedNames[] = {
-    {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"},
-    {"NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT"},
-    {"NCCL_DESYNC_DEBUG", "TORCH_NCCL_DESYNC_DEBUG"},
-    {"NCCL_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING"},
-    {"HCCL_ASYNC_ERROR_HANDLING", "TORCH_HCCL_ASYNC_ERROR_HANDLING"},
+    {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", true},
+    {"NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT", true},
+    {"NCCL_DESYNC_DEBUG", "TORCH_NCCL_DESYNC_DEBUG", true},
+    {"NCCL_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING", true},
+    {"HCCL_ASYNC_ERROR_HANDLING", "TORCH_HCCL_ASYNC_ERROR_HANDLING", false},
 };
 
 // Variables with a closed set of values ('|'-separated, compared without case; "X*" is a
@@ -298,9 +299,13 @@ void CollDeprecatedRules(const json& fp, std::vector<Finding>* out) {
                       absl::StrCat("Unset ", d.old_name, " and keep ", d.new_name, ".")});
       continue;
     }
-    out->push_back({Severity::kWarning, "env.deprecated_name",
-                    absl::StrCat(d.old_name, " is the deprecated name of ", d.new_name,
-                                 ": newer releases warn about it and may stop reading it"),
+    out->push_back({d.deprecated ? Severity::kWarning : Severity::kInfo,
+                    d.deprecated ? "env.deprecated_name" : "env.old_alias",
+                    d.deprecated
+                        ? absl::StrCat(d.old_name, " is the deprecated name of ", d.new_name,
+                                       ": newer releases warn about it and may stop reading it")
+                        : absl::StrCat(d.old_name, " is the older alias of ", d.new_name,
+                                       ", the name current documentation uses"),
                     absl::StrCat(d.old_name, "=", *old_value),
                     absl::StrCat("Rename it: export ", d.new_name, "=", *old_value, "; unset ",
                                  d.old_name, ".")});

@@ -67,7 +67,9 @@ struct CommOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{60000};  // every blocking op and the rendezvous
-  std::string iface;  // network interface for gloo (empty: resolve master_addr's route)
+  // network interface for gloo (empty: resolve master_addr's route); OptionsFromEnvironment
+  // takes it from GLOO_SOCKET_IFNAME when empty
+  std::string iface;
 
   // Flight recorder (flight_recorder.h): a ring of this communicator's last ops, dumped to
   // diagnose hangs. Measured at ~0.1 us per op (docs/PERFORMANCE.md), hence on by default.
@@ -83,7 +85,8 @@ struct CommOptions {
 };
 
 // Reads the torchrun conventions (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE), or OMPI_COMM_WORLD_* under mpirun, and TRAINSCOPE_COMM_TIMEOUT_S.
+// LOCAL_WORLD_SIZE), or OMPI_COMM_WORLD_* under mpirun, TRAINSCOPE_COMM_TIMEOUT_S and
+// GLOO_SOCKET_IFNAME (the first entry, into `iface` when empty).
 // Missing variables mean a single-process world. InvalidArgument on malformed values.
 absl::StatusOr<CommOptions> OptionsFromEnvironment(CommOptions defaults = {});
 

@@ -30,6 +30,7 @@ inline constexpr char kFlightRecorder[] = "trainscope.flight_recorder";
 inline constexpr char kLaunch[] = "trainscope.launch";
 inline constexpr char kPlan[] = "trainscope.plan";
 inline constexpr char kSelftestComm[] = "trainscope.selftest.comm";
+inline constexpr char kSelftestCommSweep[] = "trainscope.selftest.comm_sweep";
 inline constexpr char kSelftestDevice[] = "trainscope.selftest.device";
 inline constexpr char kTopo[] = "trainscope.topo";
 inline constexpr char kTraceAnalysis[] = "trainscope.trace.analysis";
@@ -67,6 +68,7 @@ inline constexpr Format kFormats[] = {
     {kLaunch, 1, "launch.json of a launched job"},
     {kPlan, 1, "plan --json: parallel strategies"},
     {kSelftestComm, 1, "selftest comm --json"},
+    {kSelftestCommSweep, 1, "selftest comm --sweep-env --json"},
     {kSelftestDevice, 1, "selftest device --json"},
     {kTopo, 1, "topo --json: link matrix and placement"},
     {kTraceAnalysis, 1, "trace analyze --json"},
