@@ -94,6 +94,7 @@ def run(cmd, env, expect=(0, 1)):
 def strip(j):
     j = dict(j)
     j.pop("wall_s", None)
+    j.pop("distributed", None)  # only the distributed scan has it
     return j
 
 
@@ -164,6 +165,8 @@ def main():
             if backend == "gloo":
                 text = read(os.path.join(tmp, "run-" + tag, "rank0", "stdout.log")).decode()
             got = json.loads(text)
+            if got.get("distributed", {}).get("ranks") != n:
+                failures.append("%s: the report does not say %d ranks" % (tag, n))
             d = diff(strip(single), strip(got))
             if d:
                 failures.append("%s scan: %s" % (tag, d))

@@ -18,6 +18,7 @@
 #include "trainscope/core/exit.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/progress.h"
+#include "trainscope/core/table.h"
 #include "trainscope/data/clean.h"
 #include "trainscope/data/compare.h"
 #include "trainscope/data/distributed.h"
@@ -264,15 +265,35 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         }
         world = std::move(*c);
       }
-      auto res =
-          world ? data::RunDistributedScan(*inputs, *o, world.get()) : data::RunScan(*inputs, *o);
+      data::DistributedStats dstats;
+      auto res = world ? data::RunDistributedScan(*inputs, *o, world.get(), nullptr, &dstats)
+                       : data::RunScan(*inputs, *o);
       if (!res.ok()) {
         ctx.exit_code = ReportAndExitCode("data scan", res.status());
         return;
       }
       if (world && world->rank() != 0) return;  // rank 0 reports
-      Print(f->json ? data::ScanResultToJson(*res, *o).dump(2) + "\n"
-                    : data::ScanResultToText(*res, *o));
+      nlohmann::json dj;
+      if (world) {
+        dj = {{"ranks", dstats.ranks},
+              {"backend", world->backend_name()},
+              {"exchange_bytes", dstats.all_sent_bytes},
+              {"exchange_bytes_per_doc",
+               res->docs ? static_cast<double>(dstats.all_sent_bytes) / res->docs : 0.0}};
+      }
+      if (f->json) {
+        nlohmann::json j = data::ScanResultToJson(*res, *o);
+        if (world) j["distributed"] = dj;
+        Print(j.dump(2) + "\n");
+      } else {
+        Print(data::ScanResultToText(*res, *o));
+        if (world) {
+          Print(absl::StrCat("distributed: ", dstats.ranks, " ranks (", world->backend_name(),
+                             "), ", dstats.all_sent_bytes, " bytes exchanged, ",
+                             FormatDouble(dj["exchange_bytes_per_doc"].get<double>(), 1),
+                             " per document\n"));
+        }
+      }
       ctx.exit_code = StrictCheck("scan", *f, res->bad);
       if (ctx.exit_code == kExitOk && o->fail && !data::ScanProblems(*res, *o).empty()) {
         ctx.exit_code = kExitProblems;

@@ -16,7 +16,9 @@ size_t DistWords(size_t bytes) { return (bytes + 7) / 8; }
 }  // namespace
 
 absl::Status AllToAllBytes(comm::Communicator* comm, const std::vector<std::string>& send,
-                           std::vector<std::string>* recv, size_t round_bytes) {
+                           std::vector<std::string>* recv, uint64_t* sent, size_t round_bytes) {
+  uint64_t ignored = 0;
+  if (sent == nullptr) sent = &ignored;
   const int world = comm->world_size();
   if (static_cast<int>(send.size()) != world) {
     return absl::InternalError(
@@ -31,6 +33,7 @@ absl::Status AllToAllBytes(comm::Communicator* comm, const std::vector<std::stri
     biggest = std::max(biggest, sizes[j]);
   }
   TS_RETURN_IF_ERROR(comm->AllToAll(sizes.data(), rsizes.data(), 1, comm::DType::kInt64));
+  *sent += 8 * (world - 1);
   TS_RETURN_IF_ERROR(comm->AllReduce(&biggest, 1, comm::DType::kInt64, comm::ReduceOp::kMax));
   if (biggest == 0) return absl::OkStatus();
   for (int i = 0; i < world; ++i) (*recv)[i].resize(rsizes[i]);
@@ -48,6 +51,7 @@ absl::Status AllToAllBytes(comm::Communicator* comm, const std::vector<std::stri
       if (n) std::memcpy(&sbuf[j * words], send[j].data() + done, n);
     }
     TS_RETURN_IF_ERROR(comm->AllToAll(sbuf.data(), rbuf.data(), words, comm::DType::kInt64));
+    *sent += chunk * (world - 1);
     for (int i = 0; i < world; ++i) {
       const size_t have = static_cast<size_t>(rsizes[i]);
       const size_t n = have > done ? std::min(chunk, have - done) : 0;
@@ -58,7 +62,7 @@ absl::Status AllToAllBytes(comm::Communicator* comm, const std::vector<std::stri
 }
 
 absl::Status GatherBytes(comm::Communicator* comm, const std::string& mine,
-                         std::vector<std::string>* all) {
+                         std::vector<std::string>* all, uint64_t* sent) {
   const int world = comm->world_size(), rank = comm->rank();
   all->clear();
   if (rank != 0) {
@@ -67,6 +71,7 @@ absl::Status GatherBytes(comm::Communicator* comm, const std::string& mine,
     if (size == 0) return absl::OkStatus();
     std::vector<int64_t> buf(DistWords(mine.size()), 0);
     std::memcpy(buf.data(), mine.data(), mine.size());
+    if (sent != nullptr) *sent += 8 + 8 * buf.size();
     return comm->Send(buf.data(), buf.size(), comm::DType::kInt64, 0);
   }
   all->resize(world);
@@ -82,7 +87,7 @@ absl::Status GatherBytes(comm::Communicator* comm, const std::string& mine,
   return absl::OkStatus();
 }
 
-absl::Status BroadcastBytes(comm::Communicator* comm, std::string* bytes) {
+absl::Status BroadcastBytes(comm::Communicator* comm, std::string* bytes, uint64_t* sent) {
   int64_t size = static_cast<int64_t>(bytes->size());
   TS_RETURN_IF_ERROR(comm->Broadcast(&size, 1, comm::DType::kInt64, 0));
   if (size == 0) {
@@ -90,7 +95,11 @@ absl::Status BroadcastBytes(comm::Communicator* comm, std::string* bytes) {
     return absl::OkStatus();
   }
   std::vector<int64_t> buf(DistWords(size), 0);
-  if (comm->rank() == 0) std::memcpy(buf.data(), bytes->data(), size);
+  if (comm->rank() == 0) {
+    std::memcpy(buf.data(), bytes->data(), size);
+    // What the root hands out (the engine's tree may forward it through others).
+    if (sent != nullptr) *sent += 8 * buf.size() * (comm->world_size() - 1);
+  }
   TS_RETURN_IF_ERROR(comm->Broadcast(buf.data(), buf.size(), comm::DType::kInt64, 0));
   bytes->assign(reinterpret_cast<const char*>(buf.data()), size);
   return absl::OkStatus();

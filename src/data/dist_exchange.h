@@ -5,6 +5,7 @@
 #ifndef TRAINSCOPE_DATA_DIST_EXCHANGE_H_
 #define TRAINSCOPE_DATA_DIST_EXCHANGE_H_
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -22,26 +23,28 @@ namespace trainscope::data {
 // send[j] goes to rank j; recv[i] receives what rank i sent here. Rounds of at most
 // `round_bytes` per pair (rounded up to 8), so the padded buffers stay bounded: about
 // 2 * world * round_bytes bytes besides the strings themselves.
+// `sent` (optional) is increased by the bytes this rank put on the wire (padding included).
 absl::Status AllToAllBytes(comm::Communicator* comm, const std::vector<std::string>& send,
-                           std::vector<std::string>* recv, size_t round_bytes = 0);
+                           std::vector<std::string>* recv, uint64_t* sent = nullptr,
+                           size_t round_bytes = 0);
 
 // Rank 0 gets every rank's `mine` in rank order in `all` (others: `all` left empty).
 absl::Status GatherBytes(comm::Communicator* comm, const std::string& mine,
-                         std::vector<std::string>* all);
+                         std::vector<std::string>* all, uint64_t* sent = nullptr);
 
 // Rank 0's *bytes replace every other rank's.
-absl::Status BroadcastBytes(comm::Communicator* comm, std::string* bytes);
+absl::Status BroadcastBytes(comm::Communicator* comm, std::string* bytes, uint64_t* sent = nullptr);
 
 // AllToAllBytes for vectors of trivially copyable records.
 template <typename T>
 absl::Status AllToAllRecords(comm::Communicator* comm, const std::vector<std::vector<T>>& send,
-                             std::vector<std::vector<T>>* recv) {
+                             std::vector<std::vector<T>>* recv, uint64_t* sent = nullptr) {
   static_assert(std::is_trivially_copyable<T>::value, "records are copied as bytes");
   std::vector<std::string> out(send.size()), in;
   for (size_t j = 0; j < send.size(); ++j) {
     out[j].assign(reinterpret_cast<const char*>(send[j].data()), send[j].size() * sizeof(T));
   }
-  TS_RETURN_IF_ERROR(AllToAllBytes(comm, out, &in));
+  TS_RETURN_IF_ERROR(AllToAllBytes(comm, out, &in, sent));
   out = {};
   recv->assign(in.size(), {});
   for (size_t i = 0; i < in.size(); ++i) {

@@ -213,7 +213,8 @@ struct DistKeyRecord {
 };
 
 absl::Status DistResolveExact(const ScanShare& share, uint32_t first_gid, comm::Communicator* comm,
-                              std::vector<uint32_t>* raw_first, std::vector<uint32_t>* norm_first) {
+                              std::vector<uint32_t>* raw_first, std::vector<uint32_t>* norm_first,
+                              uint64_t* sent) {
   const int world = comm->world_size();
   const size_t n = share.raw_hash.size();
   std::vector<std::vector<DistKeyRecord>> out(world);
@@ -227,7 +228,7 @@ absl::Status DistResolveExact(const ScanShare& share, uint32_t first_gid, comm::
     }
   }
   std::vector<std::vector<DistKeyRecord>> in;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in));
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in, sent));
   out = {};
   absl::flat_hash_map<uint64_t, uint32_t> first[2];
   for (const auto& from : in) {
@@ -245,7 +246,7 @@ absl::Status DistResolveExact(const ScanShare& share, uint32_t first_gid, comm::
   first[0] = {};
   first[1] = {};
   std::vector<std::vector<uint32_t>> back;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, answer, &back));
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, answer, &back, sent));
   raw_first->assign(n, kDistNoDoc);
   norm_first->assign(n, kDistNoDoc);
   for (int o = 0; o < world; ++o) {
@@ -311,7 +312,8 @@ absl::Status DistGetBuckets(const std::string& s, std::vector<DistBucket>* out) 
 absl::StatusOr<std::string> DistOwnBuckets(const ScanShare& share,
                                            const std::vector<uint8_t>& index, uint32_t first_gid,
                                            const std::vector<uint64_t>& starts,
-                                           const ScanOptions& opt, comm::Communicator* comm) {
+                                           const ScanOptions& opt, comm::Communicator* comm,
+                                           uint64_t* sent) {
   const int world = comm->world_size();
   const int perms = opt.bands * opt.rows;
   std::vector<std::vector<DistBandRecord>> out(world);
@@ -323,7 +325,7 @@ absl::StatusOr<std::string> DistOwnBuckets(const ScanShare& share,
     }
   }
   std::vector<std::vector<DistBandRecord>> in;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in));
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in, sent));
   out = {};
   std::vector<DistBandRecord> recs;
   for (auto& from : in) {
@@ -355,7 +357,7 @@ absl::StatusOr<std::string> DistOwnBuckets(const ScanShare& share,
     }
   }
   std::vector<std::vector<uint32_t>> asked;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, want, &asked));
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, want, &asked, sent));
   std::vector<std::vector<uint16_t>> sigs_out(world);
   for (int s = 0; s < world; ++s) {
     for (uint32_t g : asked[s]) {
@@ -365,7 +367,7 @@ absl::StatusOr<std::string> DistOwnBuckets(const ScanShare& share,
   }
   asked = {};
   std::vector<std::vector<uint16_t>> sigs_in;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, sigs_out, &sigs_in));
+  TS_RETURN_IF_ERROR(AllToAllRecords(comm, sigs_out, &sigs_in, sent));
   sigs_out = {};
   absl::flat_hash_map<uint32_t, const uint16_t*> sig_of;
   for (int h = 0; h < world; ++h) {
@@ -458,6 +460,7 @@ struct DistScanOutput {
   ScanResult corpus;  // rank 0: the whole corpus's result
   ScanResult share;   // this rank's totals (and, keep_doc_arrays, its share's doc arrays)
   std::vector<InputFile> share_inputs;
+  DistributedStats stats;
 };
 
 // corpus_arrays: rank 0's corpus result gets the doc_* arrays of the whole corpus (but for
@@ -484,6 +487,9 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
     }
   }
   DistScanOutput out;
+  DistributedStats& stats = out.stats;
+  uint64_t* const sent = &stats.sent_bytes;
+  stats.ranks = world;
   TS_ASSIGN_OR_RETURN(auto plan, PlanShares(inputs, world, [&](uint32_t f, uint64_t off) {
                         return NextLineStart(inputs[f], off);
                       }));
@@ -498,6 +504,8 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   }
   ScanShare& share = *local;
   const uint64_t n = share.res.docs;
+  stats.share_docs = n;
+  stats.share_input_bytes = share.res.input_bytes;
 
   // --- global numbering: rank r's documents follow those of ranks < r
   std::vector<int64_t> counts(world, 0);
@@ -516,7 +524,8 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
 
   // --- exact duplicates
   std::vector<uint32_t> raw_first, norm_first;
-  TS_RETURN_IF_ERROR(DistResolveExact(share, first_gid, comm, &raw_first, &norm_first));
+  TS_RETURN_IF_ERROR(
+      DistResolveExact(share, first_gid, comm, &raw_first, &norm_first, &stats.sent_bytes));
   share.raw_hash = {};
   share.norm_hash = {};
   std::vector<uint32_t> exact_of(n, kDistNoDoc);
@@ -540,11 +549,11 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   ScanResult pairs;                                       // rank 0: pair counts
   if (opt.near_dup) {
     TS_ASSIGN_OR_RETURN(std::string mine_b,
-                        DistOwnBuckets(share, index, first_gid, starts, opt, comm));
+                        DistOwnBuckets(share, index, first_gid, starts, opt, comm, sent));
     share.bands = {};
     share.sigs = {};
     std::vector<std::string> all_b;
-    TS_RETURN_IF_ERROR(GatherBytes(comm, mine_b, &all_b));
+    TS_RETURN_IF_ERROR(GatherBytes(comm, mine_b, &all_b, sent));
     mine_b = {};
     std::string roots_bytes;
     if (rank == 0) {
@@ -557,7 +566,7 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
         roots_bytes.append(reinterpret_cast<const char*>(&root), 4);
       }
     }
-    TS_RETURN_IF_ERROR(BroadcastBytes(comm, &roots_bytes));
+    TS_RETURN_IF_ERROR(BroadcastBytes(comm, &roots_bytes, sent));
     near_roots.resize(roots_bytes.size() / 8);
     for (size_t k = 0; k < near_roots.size(); ++k) {
       std::memcpy(&near_roots[k].first, roots_bytes.data() + 8 * k, 4);
@@ -612,8 +621,11 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   }
   share = {};
   std::vector<std::string> gathered;
-  TS_RETURN_IF_ERROR(GatherBytes(comm, arrays, &gathered));
+  TS_RETURN_IF_ERROR(GatherBytes(comm, arrays, &gathered, sent));
   arrays = {};
+  int64_t all_sent = static_cast<int64_t>(stats.sent_bytes);
+  TS_RETURN_IF_ERROR(comm->AllReduce(&all_sent, 1, comm::DType::kInt64));
+  stats.all_sent_bytes = static_cast<uint64_t>(all_sent);
   if (rank != 0) return out;
 
   ScanResult& res = out.corpus;
@@ -761,10 +773,12 @@ absl::StatusOr<uint64_t> NextLineStart(const InputFile& in, uint64_t offset) {
 
 absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inputs,
                                               const ScanOptions& options, comm::Communicator* comm,
-                                              std::vector<InputFile>* share_inputs) {
+                                              std::vector<InputFile>* share_inputs,
+                                              DistributedStats* stats) {
   ScanOptions opt = options;
   TS_ASSIGN_OR_RETURN(DistScanOutput out, DistScan(inputs, opt, comm, /*corpus_arrays=*/false));
   if (share_inputs != nullptr) *share_inputs = out.share_inputs;
+  if (stats != nullptr) *stats = out.stats;
   if (comm->rank() != 0) return std::move(out.share);
   ScanResult& r = out.corpus;
   r.doc_flags = std::move(out.share.doc_flags);

@@ -61,6 +61,14 @@ absl::StatusOr<std::vector<std::vector<SharePiece>>> PlanShares(
 // next_line_start over the real files (pread). NotFound / DataLoss naming the file.
 absl::StatusOr<uint64_t> NextLineStart(const InputFile& in, uint64_t offset);
 
+// What a distributed scan moved between ranks (bench/data, docs/PERFORMANCE.md).
+struct DistributedStats {
+  int ranks = 1;
+  uint64_t share_docs = 0, share_input_bytes = 0;  // this rank's share
+  uint64_t sent_bytes = 0;      // this rank: bytes it sent in exchanges (padding included)
+  uint64_t all_sent_bytes = 0;  // every rank's sent_bytes added up
+};
+
 // Runs the scan of `inputs` on every rank of `comm` (all ranks call it with the same inputs
 // and options; world size 1 is a plain scan through the same path). Rank 0 gets the
 // corpus's ScanResult, equal to RunScan's except wall_s, and writes verdicts_path; other
@@ -68,11 +76,13 @@ absl::StatusOr<uint64_t> NextLineStart(const InputFile& in, uint64_t offset);
 // gets the doc_* arrays of its own share (doc_exact_of / doc_near_of hold global document
 // numbers; doc_file indexes `*share_inputs`). `share_inputs` (optional) receives this
 // rank's inputs (ranges as InputFile::range_*). Blocks in collectives up to the
-// communicator's timeout each. Errors: RunScan's (an input missing on this rank names the
-// rank and the file), the communicator's (Unavailable / DeadlineExceeded naming the op).
+// communicator's timeout each. `stats` (optional) receives the exchange volume. Errors: RunScan's
+// (an input missing on this rank names the rank and the file), the communicator's (Unavailable /
+// DeadlineExceeded naming the op).
 absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inputs,
                                               const ScanOptions& options, comm::Communicator* comm,
-                                              std::vector<InputFile>* share_inputs = nullptr);
+                                              std::vector<InputFile>* share_inputs = nullptr,
+                                              DistributedStats* stats = nullptr);
 
 // `data clean --distributed`: the distributed scan, then every rank copies the kept
 // documents of its share to RankOutputPath(output, rank) (or, with `merge`, rank 0 appends
