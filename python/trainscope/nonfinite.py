@@ -18,7 +18,6 @@ Design (the trainer's, src/train/nonfinite.cc, adapted to a user's own loop):
 The record and its `class`/`fix` follow docs/formats.md "Non-finite record" and the rules of
 src/train/anomaly.cc ClassifyNonfinite (the subset that applies to a user's model).
 """
-import inspect
 import math
 
 import torch
@@ -255,7 +254,3 @@ def sentence(rec):
         rec["reproducible"]]
     return "non-finite values at step %d on rank %d: %s (phase %s, %s, class %s); fix: %s" % (
         rec["step"], rec["rank"], what, phase, repro, rec["class"], rec["fix"])
-
-
-def supports_kwargs_hooks():
-    return "with_kwargs" in inspect.signature(torch.nn.Module.register_forward_pre_hook).parameters
