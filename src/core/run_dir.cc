@@ -36,6 +36,10 @@ std::string TrainWeightsPath(const std::string& run_dir, int rank) {
   return Join(run_dir, absl::StrCat(kTrain, "/weights.rank", rank, ".json"));
 }
 
+std::string TrainTensorBoardDir(const std::string& run_dir, int rank) {
+  return Join(run_dir, absl::StrCat(kTrain, "/", kTensorBoard, "/rank", rank));
+}
+
 std::string HangDumpPath(const std::string& run_dir, int rank) {
   return Join(run_dir, absl::StrCat(kHang, "/flight_recorder.rank", rank, ".json"));
 }

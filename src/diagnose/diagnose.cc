@@ -104,6 +104,20 @@ struct Evidence {
   std::vector<Finding> notes;  // healthy / too short curves, bad records: ranked after all
 };
 
+// The trainer's TensorBoard copy of its metrics (run_dir::TrainTensorBoardDir): train/tb/
+// beside metrics.rank<R>.jsonl files holds the same steps, so it is listed as skipped rather
+// than read as more runs.
+bool IsTrainerTensorBoardCopy(const fs::path& dir) {
+  if (dir.filename() != run_dir::kTensorBoard || dir.parent_path().filename() != run_dir::kTrain)
+    return false;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (absl::StartsWith(name, "metrics.rank") && absl::EndsWith(name, ".jsonl")) return true;
+  }
+  return false;
+}
+
 void ListDir(const fs::path& dir, int depth, Walk* w) {
   std::error_code ec;
   std::vector<fs::path> entries;
@@ -115,6 +129,11 @@ void ListDir(const fs::path& dir, int depth, Walk* w) {
       // A checkpoint is listed, not read: its tensor files can be gigabytes.
       if (p.parent_path().filename() == run_dir::kCheckpoints) {
         w->checkpoint_dirs.push_back(p.string());
+        continue;
+      }
+      if (IsTrainerTensorBoardCopy(p)) {
+        w->skipped->push_back(
+            {p.string(), "the trainer's TensorBoard copy of the metrics files beside it"});
         continue;
       }
       if (depth < 8) ListDir(p, depth + 1, w);

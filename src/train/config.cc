@@ -357,6 +357,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   train.Int("log_every", &c.train.log_every);
   train.Int("layer_norms_every", &c.train.layer_norms_every);
   train.Bool("observability", &c.train.observability);
+  train.Bool("tensorboard", &c.train.tensorboard);
   train.Bool("keep_host_memory", &c.train.keep_host_memory);
   train.Double("bucket_mb", &c.train.bucket_mb);
   train.Double("target_loss", &c.train.target_loss);
@@ -477,6 +478,7 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                 {"log_every", c.train.log_every},
                 {"layer_norms_every", c.train.layer_norms_every},
                 {"observability", c.train.observability},
+                {"tensorboard", c.train.tensorboard},
                 {"keep_host_memory", c.train.keep_host_memory},
                 {"bucket_mb", c.train.bucket_mb},
                 {"target_loss", c.train.target_loss}};

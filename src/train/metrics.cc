@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/table.h"
+#include "trainscope/tb/event_writer.h"
 
 namespace trainscope::train {
 
@@ -50,6 +51,28 @@ json StepRecordToJson(const StepRecord& r) {
           {"compress_ms", r.compress_ms},
           {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
           {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
+}
+
+std::vector<std::pair<std::string, double>> StepScalars(const StepRecord& r) {
+  std::vector<std::pair<std::string, double>> s = {
+      {"train/loss", r.loss},
+      {"train/lr", r.lr},
+      {"train/grad_norm", r.grad_norm},
+      {"train/tokens_per_s", r.tokens_per_s},
+      {"train/step_ms", r.step_ms},
+      {"phase/data_wait_ms", r.phases.data_wait_ms},
+      {"phase/h2d_ms", r.phases.h2d_ms},
+      {"phase/forward_ms", r.phases.forward_ms},
+      {"phase/backward_ms", r.phases.backward_ms},
+      {"phase/comm_wait_ms", r.phases.comm_wait_ms},
+      {"phase/optimizer_ms", r.phases.optimizer_ms},
+      {"comm/ms", r.comm_ms},
+      {"memory/rss_bytes", static_cast<double>(r.host_rss_bytes)}};
+  if (r.device_mem_allocated_bytes >= 0)
+    s.push_back({"memory/device_bytes", static_cast<double>(r.device_mem_allocated_bytes)});
+  if (r.device_mem_peak_bytes >= 0)
+    s.push_back({"memory/device_peak_bytes", static_cast<double>(r.device_mem_peak_bytes)});
+  return s;
 }
 
 double LearningRate(const OptimConfig& o, int step, int total_steps) {
@@ -129,8 +152,18 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::st
   return w;
 }
 
+MetricsWriter::MetricsWriter(std::string path, std::FILE* f) : path_(std::move(path)), f_(f) {}
+
 MetricsWriter::~MetricsWriter() {
   if (f_ != nullptr) std::fclose(f_);
+}
+
+absl::Status MetricsWriter::AttachTensorBoard(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<tb::EventWriter>> w = tb::EventWriter::Open(dir, {});
+  if (!w.ok()) return w.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  tb_ = std::move(*w);
+  return absl::OkStatus();
 }
 
 absl::Status MetricsWriter::WriteLine(const json& j) {
@@ -149,7 +182,14 @@ absl::Status MetricsWriter::WriteLineLocked(const json& j) {
 }
 
 absl::Status MetricsWriter::WriteStep(const StepRecord& r) {
-  return WriteLine(StepRecordToJson(r));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_) return absl::OkStatus();
+  absl::Status st = WriteLineLocked(StepRecordToJson(r));
+  // The event's wall time is the step's end, as the JSONL line's (written just now).
+  if (st.ok() && tb_ != nullptr) {
+    st = tb_->AddScalars(r.step, Os::Default()->WallUs(), StepScalars(r));
+  }
+  return st;
 }
 
 absl::Status MetricsWriter::WriteLayerNorms(int step, const std::vector<LayerNorms>& layers) {
@@ -183,7 +223,12 @@ absl::Status MetricsWriter::WriteEnd(const EndRecord& end) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ended_) return absl::OkStatus();
   ended_ = true;
-  return WriteLineLocked(EndRecordToJson(end));
+  absl::Status st = WriteLineLocked(EndRecordToJson(end));
+  if (tb_ != nullptr) {
+    absl::Status flushed = tb_->Flush();
+    if (st.ok()) st = flushed;
+  }
+  return st;
 }
 
 bool MetricsWriter::ended() const {

@@ -453,6 +453,10 @@ absl::Status Trainer::OpenMetrics() {
   // A resumed run (any --resume) continues the file: readers take a step's last record.
   TS_ASSIGN_OR_RETURN(st_->metrics, MetricsWriter::Open(result_.metrics_path, header,
                                                         /*append=*/!options_.resume.empty()));
+  if (config_.train.tensorboard) {
+    TS_RETURN_IF_ERROR(
+        st_->metrics->AttachTensorBoard(run_dir::TrainTensorBoardDir(options_.run_dir, rank)));
+  }
   st_->writer = st_->metrics.get();
   return absl::OkStatus();
 }
@@ -801,7 +805,7 @@ std::string Trainer::ConfigHash() const {
   j["train"].erase("device");  // a checkpoint moves between devices
   j["train"].erase("device_tflops");
   for (const char* k : {"steps", "max_seconds", "log_every", "layer_norms_every", "observability",
-                        "keep_host_memory", "target_loss"}) {
+                        "tensorboard", "keep_host_memory", "target_loss"}) {
     j["train"].erase(k);
   }
   for (const char* k : {"num_workers", "prefetch", "worker_delay_ms"}) j["data"].erase(k);

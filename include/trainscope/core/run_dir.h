@@ -6,6 +6,7 @@
 //     parts/<part>.stdout|.stderr                 doctor's child processes
 //     launch.json, rank<R>/                       launch (per-rank logs)
 //     train/metrics.rank<R>.jsonl, config.json, summary.json, weights.rank<R>.json
+//     train/tb/rank<R>/events.out.tfevents.*      train's TensorBoard scalars (train.tensorboard)
 //     hang/flight_recorder.rank<R>.json, stacks.rank<R>.txt, analysis.json
 //     checkpoints/step-<N>/, anomaly-step-<N>/    train's checkpoints (ckpt format)
 //     data/                                       data scan reports
@@ -29,6 +30,9 @@ inline constexpr char kCheckpoints[] = "checkpoints";
 inline constexpr char kData[] = "data";
 inline constexpr char kTrace[] = "trace";
 inline constexpr char kParts[] = "parts";
+// Inside kTrain: the TensorBoard event files, one folder per rank (`tensorboard --logdir
+// <run>/train/tb` shows each rank as a run).
+inline constexpr char kTensorBoard[] = "tb";
 
 // Files at the top of a run directory.
 inline constexpr char kDoctorReportJson[] = "report.json";
@@ -48,6 +52,7 @@ std::string Join(const std::string& run_dir, const std::string& part);
 // Per-rank files.
 std::string TrainMetricsPath(const std::string& run_dir, int rank);  // train/metrics.rank<R>.jsonl
 std::string TrainWeightsPath(const std::string& run_dir, int rank);  // train/weights.rank<R>.json
+std::string TrainTensorBoardDir(const std::string& run_dir, int rank);  // train/tb/rank<R>
 std::string HangDumpPath(const std::string& run_dir,
                          int rank);  // hang/flight_recorder.rank<R>.json
 std::string HangStacksPath(const std::string& run_dir, int rank);  // hang/stacks.rank<R>.txt

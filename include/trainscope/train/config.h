@@ -98,6 +98,7 @@ struct RunConfig {
   int log_every = 10;            // progress line every N steps (metrics JSONL has every step)
   int layer_norms_every = 50;    // per-layer weight/grad norms every K steps; 0 = never
   bool observability = true;     // per-step JSONL + phase timing; off for overhead benchmark
+  bool tensorboard = true;       // with observability: step scalars in train/tb/rank<R>/
   bool keep_host_memory = true;  // keep freed host memory in the process (no per-step faults)
   double bucket_mb = 1;          // data-parallel gradient bucket size (MB = 1e6 bytes)
   double target_loss = 0;        // selftest: pass when the final loss is below this; 0 = none
@@ -109,15 +110,15 @@ struct CommConfig {
   // every op's own timeout (comm::CommOptions::timeout). `--comm-timeout S` overrides it.
   double timeout_s = 600;
 };
-  // Gradient compression of the data-parallel all-reduce (train/compression.h):
-  // "none" | "fp16" | "bf16" (pre-divided 16-bit all-reduce) | "powersgd" (rank
-  // powersgd_rank, error feedback) | "topk" (the topk_ratio largest values, error feedback).
-  // The first compression_warmup_steps steps all-reduce uncompressed (as PyTorch's
-  // start_powerSGD_iter). `--compression NAME` overrides the name.
-  std::string compression = "none";
-  int powersgd_rank = 4;             // 1..kMaxPowerSgdRank
-  double topk_ratio = 0.01;          // (0, 1]
-  int compression_warmup_steps = 0;  // 0..kMaxSteps
+// Gradient compression of the data-parallel all-reduce (train/compression.h):
+// "none" | "fp16" | "bf16" (pre-divided 16-bit all-reduce) | "powersgd" (rank
+// powersgd_rank, error feedback) | "topk" (the topk_ratio largest values, error feedback).
+// The first compression_warmup_steps steps all-reduce uncompressed (as PyTorch's
+// start_powerSGD_iter). `--compression NAME` overrides the name.
+std::string compression = "none";
+int powersgd_rank = 4;             // 1..kMaxPowerSgdRank
+double topk_ratio = 0.01;          // (0, 1]
+int compression_warmup_steps = 0;  // 0..kMaxSteps
 
 struct CheckpointConfig {
   // Save a checkpoint after every N optimizer steps; 0 = no periodic checkpoints (anomaly

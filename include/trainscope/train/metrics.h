@@ -9,12 +9,17 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/train/config.h"
+
+namespace trainscope::tb {
+class EventWriter;
+}
 
 namespace trainscope::train {
 
@@ -54,11 +59,16 @@ struct StepRecord {
   int64_t device_mem_peak_bytes = -1;
 };
 nlohmann::json StepRecordToJson(const StepRecord& r);
-  // Payload of this step's gradient collectives on this rank (count x dtype size summed;
-  // comm.compression shrinks it) and the time spent compressing and decompressing the
-  // gradients (part of backward and comm_wait). 0 on a single rank.
-  int64_t comm_bytes = 0;
-  double compress_ms = 0;
+// The TensorBoard scalars of a step (docs/formats.md "TensorBoard scalars"): train/loss,
+// train/lr, train/grad_norm, train/tokens_per_s, train/step_ms, phase/<name>_ms, comm/ms,
+// memory/rss_bytes and, when the device reports them, memory/device_bytes and
+// memory/device_peak_bytes.
+std::vector<std::pair<std::string, double>> StepScalars(const StepRecord& r);
+// Payload of this step's gradient collectives on this rank (count x dtype size summed;
+// comm.compression shrinks it) and the time spent compressing and decompressing the
+// gradients (part of backward and comm_wait). 0 on a single rank.
+int64_t comm_bytes = 0;
+double compress_ms = 0;
 
 struct LayerNorms {
   std::string name;  // parameter name, e.g. "blocks.0.attn.qkv.weight"
@@ -116,6 +126,10 @@ class MetricsWriter {
                                                              nlohmann::json header,
                                                              bool append = false);
   ~MetricsWriter();
+  // From now on every step record is also written as TensorBoard scalars (StepScalars) to a
+  // new event file in `dir` (tb/event_writer.h; flushed every 2 s and by WriteEnd). Internal
+  // naming the path when the file cannot be created.
+  absl::Status AttachTensorBoard(const std::string& dir);
   absl::Status WriteStep(const StepRecord& r);
   absl::Status WriteLayerNorms(int step, const std::vector<LayerNorms>& layers);
   // {"type": type, ...fields}
@@ -126,13 +140,14 @@ class MetricsWriter {
   const std::string& path() const { return path_; }
 
  private:
-  MetricsWriter(std::string path, std::FILE* f) : path_(std::move(path)), f_(f) {}
+  MetricsWriter(std::string path, std::FILE* f);
   absl::Status WriteLineLocked(const nlohmann::json& j);
   absl::Status WriteLine(const nlohmann::json& j);
   const std::string path_;
   mutable std::mutex mu_;
-  std::FILE* f_;        // guarded by mu_
-  bool ended_ = false;  // guarded by mu_
+  std::FILE* f_;                         // guarded by mu_
+  bool ended_ = false;                   // guarded by mu_
+  std::unique_ptr<tb::EventWriter> tb_;  // guarded by mu_; null without AttachTensorBoard
 };
 nlohmann::json EndRecordToJson(const EndRecord& end);
 
