@@ -97,10 +97,16 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
   }
   std::sort((*run)["ranks"].begin(), (*run)["ranks"].end(),
             [](const json& a, const json& b) { return a["rank"] < b["rank"]; });
-  // Stragglers: a rank whose mean step time is 15% above the median of the ranks' means.
+  // Stragglers: a rank whose mean busy time (step time less comm wait; the step time when
+  // there are no phases) is 15% above the median of the ranks' means. In data-parallel
+  // training every rank's step takes as long as the slowest; the others wait in comm_wait.
+  auto busy = [](const json& r) -> double {
+    const json& m = r["means"];
+    return m.contains("busy_ms") ? m["busy_ms"].get<double>() : m.value("step_ms", -1.0);
+  };
   std::vector<double> means;
   for (const json& r : (*run)["ranks"]) {
-    if (r["means"].contains("step_ms")) means.push_back(r["means"]["step_ms"]);
+    if (busy(r) >= 0) means.push_back(busy(r));
   }
   if (means.size() >= 2) {
     std::vector<double> sorted = means;
@@ -108,11 +114,10 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
     double median = sorted[sorted.size() / 2];
     if (sorted.size() % 2 == 0) median = (sorted[sorted.size() / 2 - 1] + median) / 2;
     for (const json& r : (*run)["ranks"]) {
-      if (!r["means"].contains("step_ms")) continue;
-      double v = r["means"]["step_ms"];
-      if (median > 0 && v > 1.15 * median) {
+      double v = busy(r);
+      if (v >= 0 && median > 0 && v > 1.15 * median) {
         (*run)["stragglers"].push_back(
-            {{"rank", r["rank"]}, {"mean_step_ms", v}, {"median_step_ms", median}});
+            {{"rank", r["rank"]}, {"mean_busy_ms", v}, {"median_busy_ms", median}});
       }
     }
   }

@@ -306,6 +306,16 @@ nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {
       phases[names[k]] = std::move(v);
       means["phase." + names[k]] = m.steps.empty() ? 0.0 : ReportRound(sum / m.steps.size());
     }
+    // Busy time: the step less the wait for the other ranks in communication. The rank the
+    // others wait for has the longest busy time (its step time is the same as theirs).
+    const std::vector<double>& wait = m.phases[4];  // comm_wait
+    double busy = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < m.steps.size(); ++i) {
+      if (std::isfinite(m.step_ms[i]) && std::isfinite(wait[i]))
+        busy += m.step_ms[i] - wait[i], ++n;
+    }
+    if (n) means["busy_ms"] = ReportRound(busy / n);
   }
   return {{"rank", m.rank},
           {"world_size", m.world_size},

@@ -128,7 +128,7 @@
   function barChart(parent, title, labels, values, colors, unit) {
     var box = el("div", {"class": "chart bars", "data-chart": title});
     box.appendChild(el("div", {"class": "bar-title"}, title));
-    var w = Math.min(width(), 80 + labels.length * 60), h = 220, dpr = window.devicePixelRatio || 1;
+    var w = Math.min(width(), 80 + labels.length * 95), h = 220, dpr = window.devicePixelRatio || 1;
     var c = el("canvas");
     c.width = w * dpr; c.height = h * dpr; c.style.width = w + "px"; c.style.height = h + "px";
     box.appendChild(c);
@@ -137,11 +137,11 @@
     ctx.scale(dpr, dpr);
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, w, h);
     var max = Math.max.apply(null, values.concat([0])) || 1;
-    var left = 60, bottom = h - 40, plotH = bottom - 10, bw = (w - left - 10) / Math.max(labels.length, 1);
-    ctx.strokeStyle = "#888"; ctx.beginPath(); ctx.moveTo(left, 10); ctx.lineTo(left, bottom);
+    var left = 76, bottom = h - 40, plotH = bottom - 24, bw = (w - left - 10) / Math.max(labels.length, 1);
+    ctx.strokeStyle = "#888"; ctx.beginPath(); ctx.moveTo(left, 24); ctx.lineTo(left, bottom);
     ctx.lineTo(w - 5, bottom); ctx.stroke();
     ctx.fillStyle = "#333"; ctx.font = "11px sans-serif"; ctx.textAlign = "right";
-    ctx.fillText(fmt(max) + (unit ? " " + unit : ""), left - 4, 16);
+    ctx.fillText(fmt(max) + (unit ? " " + unit : ""), left - 4, bottom - plotH + 4);
     ctx.fillText("0", left - 4, bottom);
     labels.forEach(function (lab, i) {
       var bh = plotH * (values[i] / max), x = left + i * bw + bw * 0.15;
@@ -264,12 +264,12 @@
     var s = null;
     data.runs.forEach(function (run) {
       if ((run.ranks || []).length < 2) return;
-      if (!s) s = section(app, "ranks", "Per-rank comparison", "Stragglers (mean step time 15% above the ranks' median) in red.");
+      if (!s) s = section(app, "ranks", "Per-rank comparison", "Stragglers in red: mean busy time (step time less the wait for the others in communication) 15% above the ranks' median.");
       var slow = {};
       (run.stragglers || []).forEach(function (t) { slow[t.rank] = true; });
       var labels = run.ranks.map(function (r) { return "rank " + r.rank + (slow[r.rank] ? " (straggler)" : ""); });
-      barChart(s, run.name + ": mean step time per rank (ms)", labels,
-               run.ranks.map(function (r) { return r.means.step_ms || 0; }),
+      barChart(s, run.name + ": mean busy time per rank (step time less comm wait, ms)", labels,
+               run.ranks.map(function (r) { return r.means.busy_ms || r.means.step_ms || 0; }),
                run.ranks.map(function (r) { return slow[r.rank] ? "#d62728" : "#4e79a7"; }), "ms");
     });
     if (!s) return;
@@ -304,7 +304,8 @@
       var ctx = c.getContext("2d");
       ctx.scale(dpr, dpr);
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, w, h);
-      var left = 70, pw = w - left - 10, sx = pw / (tmax || 1);
+      // 30% room on the right: a collective that never completed runs to the edge, labelled.
+      var left = 70, pw = w - left - 10, sx = pw / ((tmax || 1) * 1.3);
       ctx.font = "11px sans-serif"; ctx.fillStyle = "#333";
       ctx.fillText("0 ms", left, h - 8); ctx.textAlign = "right"; ctx.fillText(fmt(tmax) + " ms", w - 10, h - 8);
       var ops = {}, nops = 0;
@@ -320,7 +321,10 @@
           ctx.fillRect(x, y, bw, rowH - 6);
           if (bad) {
             ctx.strokeStyle = "#d62728"; ctx.lineWidth = 2; ctx.strokeRect(x, y, bw, rowH - 6);
-            ctx.fillStyle = "#a00"; ctx.fillText(e.op + " #" + e.seq + " " + e.state, x + 3, y + 14);
+            var label = e.op + " #" + e.seq + " " + e.state;
+            ctx.fillStyle = "#a00";
+            ctx.textAlign = x + 3 + ctx.measureText(label).width > w ? "right" : "left";
+            ctx.fillText(label, ctx.textAlign === "right" ? w - 4 : x + 3, y + 14);
           }
         });
       });
