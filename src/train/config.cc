@@ -362,11 +362,11 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   train.Double("bucket_mb", &c.train.bucket_mb);
   train.Double("target_loss", &c.train.target_loss);
   comm.Double("timeout_s", &c.comm.timeout_s);
-  ckpt.Int("every_steps", &c.checkpoint.every_steps);
   comm.String("compression", &c.comm.compression);
   comm.Int("powersgd_rank", &c.comm.powersgd_rank);
   comm.Double("topk_ratio", &c.comm.topk_ratio);
   comm.Int("compression_warmup_steps", &c.comm.compression_warmup_steps);
+  ckpt.Int("every_steps", &c.checkpoint.every_steps);
   ckpt.Int("keep", &c.checkpoint.keep);
   ckpt.Bool("async", &c.checkpoint.async);
   ckpt.String("dir", &c.checkpoint.dir);

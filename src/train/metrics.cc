@@ -46,9 +46,9 @@ json StepRecordToJson(const StepRecord& r) {
           {"tokens_per_s", r.tokens_per_s},
           {"phases_ms", PhaseTimesToJson(r.phases)},
           {"comm_ms", r.comm_ms},
-          {"host_rss_bytes", r.host_rss_bytes},
           {"comm_bytes", r.comm_bytes},
           {"compress_ms", r.compress_ms},
+          {"host_rss_bytes", r.host_rss_bytes},
           {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
           {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
 }

@@ -643,12 +643,12 @@ absl::Status Trainer::RecordStep(StepContext* s) {
   rec.phases = s->phases;
 #ifdef TS_TRAIN_WITH_COMM
   rec.comm_ms = s->comm_ms;
+  rec.comm_bytes = s->comm_bytes;
+  rec.compress_ms = s->compress_ms;
   if (world_.comm) (void)world_.timer->TakeMs();
 #endif
   result_.losses.push_back(s->loss);
   result_.steps = s->step;
-  rec.comm_bytes = s->comm_bytes;
-  rec.compress_ms = s->compress_ms;
   st_->steps_done = s->step;
   // The first step of a process is warm-up; it is timed only when it is the only one.
   if (s->step > start_step_ + 1 || config_.train.steps == start_step_ + 1) {

@@ -109,16 +109,16 @@ struct CommConfig {
   // its flight recorder dump and thread stacks in <run_dir>/hang/ (comm/watchdog.h); also
   // every op's own timeout (comm::CommOptions::timeout). `--comm-timeout S` overrides it.
   double timeout_s = 600;
+  // Gradient compression of the data-parallel all-reduce (train/compression.h):
+  // "none" | "fp16" | "bf16" (pre-divided 16-bit all-reduce) | "powersgd" (rank
+  // powersgd_rank, error feedback) | "topk" (the topk_ratio largest values, error feedback).
+  // The first compression_warmup_steps steps all-reduce uncompressed (as PyTorch's
+  // start_powerSGD_iter). `--compression NAME` overrides the name.
+  std::string compression = "none";
+  int powersgd_rank = 4;             // 1..kMaxPowerSgdRank
+  double topk_ratio = 0.01;          // (0, 1]
+  int compression_warmup_steps = 0;  // 0..kMaxSteps
 };
-// Gradient compression of the data-parallel all-reduce (train/compression.h):
-// "none" | "fp16" | "bf16" (pre-divided 16-bit all-reduce) | "powersgd" (rank
-// powersgd_rank, error feedback) | "topk" (the topk_ratio largest values, error feedback).
-// The first compression_warmup_steps steps all-reduce uncompressed (as PyTorch's
-// start_powerSGD_iter). `--compression NAME` overrides the name.
-std::string compression = "none";
-int powersgd_rank = 4;             // 1..kMaxPowerSgdRank
-double topk_ratio = 0.01;          // (0, 1]
-int compression_warmup_steps = 0;  // 0..kMaxSteps
 
 struct CheckpointConfig {
   // Save a checkpoint after every N optimizer steps; 0 = no periodic checkpoints (anomaly

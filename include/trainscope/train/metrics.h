@@ -54,6 +54,11 @@ struct StepRecord {
   // Time the gradient all-reduces of this step ran on the communicator's progress thread
   // (sum of op durations; overlaps backward). 0 on a single rank.
   double comm_ms = 0;
+  // Payload of this step's gradient collectives on this rank (count x dtype size summed;
+  // comm.compression shrinks it) and the time spent compressing and decompressing the
+  // gradients (part of backward and comm_wait). 0 on a single rank.
+  int64_t comm_bytes = 0;
+  double compress_ms = 0;
   int64_t host_rss_bytes = 0;
   int64_t device_mem_allocated_bytes = -1;  // -1: the device does not report it (CPU)
   int64_t device_mem_peak_bytes = -1;
@@ -64,11 +69,6 @@ nlohmann::json StepRecordToJson(const StepRecord& r);
 // memory/rss_bytes and, when the device reports them, memory/device_bytes and
 // memory/device_peak_bytes.
 std::vector<std::pair<std::string, double>> StepScalars(const StepRecord& r);
-// Payload of this step's gradient collectives on this rank (count x dtype size summed;
-// comm.compression shrinks it) and the time spent compressing and decompressing the
-// gradients (part of backward and comm_wait). 0 on a single rank.
-int64_t comm_bytes = 0;
-double compress_ms = 0;
 
 struct LayerNorms {
   std::string name;  // parameter name, e.g. "blocks.0.attn.qkv.weight"
