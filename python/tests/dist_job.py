@@ -2,7 +2,10 @@
 
     dist_job.py hang RUN_DIR     rank 1 skips the all_reduce of step 5; the watchdog ends it
     dist_job.py ddp RUN_DIR      a short clean DDP run under watch + record (exit 0)
+    dist_job.py nan RUN_DIR      DDP; rank 1's layer2 output turns NaN at step 3: both ranks
+                                 raise NonFiniteError there (prints one JSON line, exit 3)
 """
+import json
 import os
 import sys
 import time
@@ -51,9 +54,49 @@ def ddp(run_dir):
     rec.dump("end of run")
 
 
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer1 = torch.nn.Linear(8, 16)
+        self.layer2 = torch.nn.Linear(16, 16)
+        self.layer3 = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.layer3(torch.relu(self.layer2(torch.relu(self.layer1(x)))))
+
+
+def nan(run_dir):
+    torch.manual_seed(0)
+    net = Net()
+    step_now = [0]
+    if dist.get_rank() == 1:
+        net.layer2.register_forward_hook(
+            lambda m, i, o: o * float("nan") if step_now[0] == 3 else None)
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    trainscope.distributed.record(run_dir=run_dir, timeout_s=20, model=model)
+    mon = trainscope.watch(model, opt, run_dir=run_dir)
+    try:
+        for step in range(1, 7):
+            step_now[0] = step
+            with mon.step(tokens=16):
+                x = torch.randn(16, 8)
+                loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+                opt.zero_grad()
+                loss.backward()  # the NaN reaches every rank through the all-reduce
+                opt.step()  # checked here, before the update
+                mon.log(loss=loss.item())
+    except trainscope.NonFiniteError as e:
+        print(json.dumps({"step": e.step, "rank": e.rank, "phase": e.phase, "module": e.module,
+                          "from_other_rank": e.record.get("from_other_rank", False)}))
+        dist.barrier()
+        dist.destroy_process_group()
+        sys.exit(3)
+
+
 def main():
     dist.init_process_group("gloo")
-    {"hang": hang, "ddp": ddp}[sys.argv[1]](sys.argv[2])
+    {"hang": hang, "ddp": ddp, "nan": nan}[sys.argv[1]](sys.argv[2])
     dist.destroy_process_group()
 
 

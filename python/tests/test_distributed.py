@@ -72,6 +72,20 @@ def test_ddp_run_records_buckets_and_writes_metrics(run_dir):
     assert json.loads(p.stdout)["problem"] is False
 
 
+def test_nan_on_one_rank_of_ddp(run_dir):
+    # Rank 1's forward turns NaN at step 3; DDP's all-reduce spreads its NaN gradients. Rank 1
+    # localises its own forward; rank 0 sees its gradients were finite before the all-reduce.
+    results = launch(JOB, ["nan", run_dir], timeout_s=60)
+    seen = []
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, "rank %d: rc %d\n%s" % (rank, rc, err)
+        seen.append(json.loads(out.strip().splitlines()[-1]))
+    assert seen[1] == {"step": 3, "rank": 1, "phase": "forward", "module": "layer2",
+                       "from_other_rank": False}
+    assert seen[0] == {"step": 3, "rank": 0, "phase": "backward", "module": "",
+                       "from_other_rank": True}
+
+
 def test_record_before_init_process_group_is_an_error():
     assert not dist.is_initialized()
     with pytest.raises(trainscope.Error, match="init_process_group"):
