@@ -12,7 +12,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
@@ -82,7 +81,17 @@ int RunReport(const ReportArgs& a) {
               << " rank(s), " << points << " points drawn)\n";
     std::vector<std::string> sections;
     for (const auto& s : (*data)["sections"]) sections.push_back(s.get<std::string>());
-    std::cout << "sections: " << absl::StrJoin(sections, ", ") << "\n";
+    // Wrapped at 120 columns.
+    std::string line = "sections:";
+    for (size_t i = 0; i < sections.size(); ++i) {
+      std::string item = " " + sections[i] + (i + 1 < sections.size() ? "," : "");
+      if (line.size() + item.size() > 120) {
+        std::cout << line << "\n";
+        line = "         ";
+      }
+      line += item;
+    }
+    std::cout << line << "\n";
     std::cout << "findings: " << counts["error"].get<int>() << " error(s), "
               << counts["warning"].get<int>() << " warning(s), " << counts["info"].get<int>()
               << " note(s); malformed metrics lines: " << (*data)["malformed"].get<int64_t>()
