@@ -316,93 +316,105 @@ absl::StatusOr<std::string> DistOwnBuckets(const ScanShare& share,
                                            uint64_t* sent) {
   const int world = comm->world_size();
   const int perms = opt.bands * opt.rows;
-  std::vector<std::vector<DistBandRecord>> out(world);
-  for (uint32_t i = 0; i < index.size(); ++i) {
-    if (!index[i]) continue;
-    for (int b = 0; b < opt.bands; ++b) {
-      const uint64_t h = share.bands[static_cast<size_t>(i) * opt.bands + b];
-      out[DistBucketOwner(b, h, world)].push_back({h, first_gid + i, static_cast<uint32_t>(b)});
+  std::string bytes;
+  // One band at a time, as the single scan: 16 bytes per document of a share in flight.
+  std::vector<uint64_t> hashes;
+  for (int band = 0; band < opt.bands; ++band) {
+    std::vector<std::vector<DistBandRecord>> out(world);
+    constexpr uint64_t kDocsPerRead = 1 << 16;
+    for (uint64_t i0 = 0; i0 < index.size(); i0 += kDocsPerRead) {
+      const size_t m = static_cast<size_t>(std::min<uint64_t>(kDocsPerRead, index.size() - i0));
+      hashes.resize(m);
+      TS_RETURN_IF_ERROR(share.band_files[band]->ReadAt(i0 * 8, hashes.data(), m * 8));
+      for (size_t k = 0; k < m; ++k) {
+        if (!index[i0 + k]) continue;
+        const uint64_t h = hashes[k];
+        out[DistBucketOwner(band, h, world)].push_back(
+            {h, first_gid + static_cast<uint32_t>(i0 + k), static_cast<uint32_t>(band)});
+      }
     }
-  }
-  std::vector<std::vector<DistBandRecord>> in;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in, sent));
-  out = {};
-  std::vector<DistBandRecord> recs;
-  for (auto& from : in) {
-    recs.insert(recs.end(), from.begin(), from.end());
-    from = {};
-  }
-  std::sort(recs.begin(), recs.end(), [](const DistBandRecord& x, const DistBandRecord& y) {
-    if (x.band != y.band) return x.band < y.band;
-    return x.hash != y.hash ? x.hash < y.hash : x.doc < y.doc;
-  });
-  // Documents of buckets with two or more: their fingerprints are fetched from their ranks.
-  std::vector<std::vector<uint32_t>> want(world);
-  {
-    std::vector<uint32_t> need;
+    std::vector<std::vector<DistBandRecord>> in;
+    TS_RETURN_IF_ERROR(AllToAllRecords(comm, out, &in, sent));
+    out = {};
+    std::vector<DistBandRecord> recs;
+    for (auto& from : in) {
+      recs.insert(recs.end(), from.begin(), from.end());
+      from = {};
+    }
+    std::sort(recs.begin(), recs.end(), [](const DistBandRecord& x, const DistBandRecord& y) {
+      if (x.band != y.band) return x.band < y.band;
+      return x.hash != y.hash ? x.hash < y.hash : x.doc < y.doc;
+    });
+    // Documents of buckets with two or more: their fingerprints are fetched from their ranks.
+    std::vector<std::vector<uint32_t>> want(world);
+    {
+      std::vector<uint32_t> need;
+      for (size_t i = 0; i < recs.size();) {
+        size_t j = i + 1;
+        while (j < recs.size() && recs[j].band == recs[i].band && recs[j].hash == recs[i].hash) ++j;
+        if (j - i >= 2) {
+          for (size_t k = i; k < j; ++k) need.push_back(recs[k].doc);
+        }
+        i = j;
+      }
+      std::sort(need.begin(), need.end());
+      need.erase(std::unique(need.begin(), need.end()), need.end());
+      for (uint32_t g : need) {
+        const int holder =
+            static_cast<int>(std::upper_bound(starts.begin(), starts.end(), g) - starts.begin()) -
+            1;
+        want[holder].push_back(g);
+      }
+    }
+    std::vector<std::vector<uint32_t>> asked;
+    TS_RETURN_IF_ERROR(AllToAllRecords(comm, want, &asked, sent));
+    std::vector<std::vector<uint16_t>> sigs_out(world);
+    for (int s = 0; s < world; ++s) {
+      sigs_out[s].resize(asked[s].size() * perms);
+      for (size_t k = 0; k < asked[s].size(); ++k) {
+        TS_RETURN_IF_ERROR(
+            share.sig_file->ReadAt(static_cast<uint64_t>(asked[s][k] - first_gid) * perms * 2,
+                                   &sigs_out[s][k * perms], perms * 2));
+      }
+    }
+    asked = {};
+    std::vector<std::vector<uint16_t>> sigs_in;
+    TS_RETURN_IF_ERROR(AllToAllRecords(comm, sigs_out, &sigs_in, sent));
+    sigs_out = {};
+    absl::flat_hash_map<uint32_t, const uint16_t*> sig_of;
+    for (int h = 0; h < world; ++h) {
+      if (sigs_in[h].size() != want[h].size() * perms) {
+        return absl::InternalError("fingerprint answers do not match the questions");
+      }
+      for (size_t k = 0; k < want[h].size(); ++k) sig_of[want[h][k]] = &sigs_in[h][k * perms];
+    }
+    // The single scan's rule (scan.cc): a pair is similar when at least ceil(t * P) of the
+    // P fingerprints agree.
+    const int need = static_cast<int>(std::ceil(opt.threshold * perms - 1e-9));
+    auto similar = [&](uint32_t a, uint32_t b) {
+      const uint16_t* sa = sig_of.at(a);
+      const uint16_t* sb = sig_of.at(b);
+      int agree = 0;
+      for (int i = 0; i < perms; ++i) agree += sa[i] == sb[i];
+      return agree >= need;
+    };
     for (size_t i = 0; i < recs.size();) {
       size_t j = i + 1;
       while (j < recs.size() && recs[j].band == recs[i].band && recs[j].hash == recs[i].hash) ++j;
       if (j - i >= 2) {
-        for (size_t k = i; k < j; ++k) need.push_back(recs[k].doc);
+        DistBucket b;
+        b.band = recs[i].band;
+        b.hash = recs[i].hash;
+        for (size_t k = i; k < j; ++k) b.docs.push_back(recs[k].doc);
+        b.ok.assign(b.docs.size(), 0);
+        for (size_t k = 1; k < b.docs.size(); ++k) {
+          b.ok[k] = (similar(b.docs[0], b.docs[k]) ? 1 : 0) |
+                    (k >= 2 && similar(b.docs[k - 1], b.docs[k]) ? 2 : 0);
+        }
+        DistPutBucket(b, &bytes);
       }
       i = j;
     }
-    std::sort(need.begin(), need.end());
-    need.erase(std::unique(need.begin(), need.end()), need.end());
-    for (uint32_t g : need) {
-      const int holder =
-          static_cast<int>(std::upper_bound(starts.begin(), starts.end(), g) - starts.begin()) - 1;
-      want[holder].push_back(g);
-    }
-  }
-  std::vector<std::vector<uint32_t>> asked;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, want, &asked, sent));
-  std::vector<std::vector<uint16_t>> sigs_out(world);
-  for (int s = 0; s < world; ++s) {
-    for (uint32_t g : asked[s]) {
-      const uint16_t* sig = &share.sigs[static_cast<size_t>(g - first_gid) * perms];
-      sigs_out[s].insert(sigs_out[s].end(), sig, sig + perms);
-    }
-  }
-  asked = {};
-  std::vector<std::vector<uint16_t>> sigs_in;
-  TS_RETURN_IF_ERROR(AllToAllRecords(comm, sigs_out, &sigs_in, sent));
-  sigs_out = {};
-  absl::flat_hash_map<uint32_t, const uint16_t*> sig_of;
-  for (int h = 0; h < world; ++h) {
-    if (sigs_in[h].size() != want[h].size() * perms) {
-      return absl::InternalError("fingerprint answers do not match the questions");
-    }
-    for (size_t k = 0; k < want[h].size(); ++k) sig_of[want[h][k]] = &sigs_in[h][k * perms];
-  }
-  // The single scan's rule (scan.cc): a pair is similar when at least ceil(t * P) of the
-  // P fingerprints agree.
-  const int need = static_cast<int>(std::ceil(opt.threshold * perms - 1e-9));
-  auto similar = [&](uint32_t a, uint32_t b) {
-    const uint16_t* sa = sig_of.at(a);
-    const uint16_t* sb = sig_of.at(b);
-    int agree = 0;
-    for (int i = 0; i < perms; ++i) agree += sa[i] == sb[i];
-    return agree >= need;
-  };
-  std::string bytes;
-  for (size_t i = 0; i < recs.size();) {
-    size_t j = i + 1;
-    while (j < recs.size() && recs[j].band == recs[i].band && recs[j].hash == recs[i].hash) ++j;
-    if (j - i >= 2) {
-      DistBucket b;
-      b.band = recs[i].band;
-      b.hash = recs[i].hash;
-      for (size_t k = i; k < j; ++k) b.docs.push_back(recs[k].doc);
-      b.ok.assign(b.docs.size(), 0);
-      for (size_t k = 1; k < b.docs.size(); ++k) {
-        b.ok[k] = (similar(b.docs[0], b.docs[k]) ? 1 : 0) |
-                  (k >= 2 && similar(b.docs[k - 1], b.docs[k]) ? 2 : 0);
-      }
-      DistPutBucket(b, &bytes);
-    }
-    i = j;
   }
   return bytes;
 }
@@ -550,8 +562,9 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   if (opt.near_dup) {
     TS_ASSIGN_OR_RETURN(std::string mine_b,
                         DistOwnBuckets(share, index, first_gid, starts, opt, comm, sent));
-    share.bands = {};
-    share.sigs = {};
+    share.band_files.clear();
+    share.sig_file.reset();
+    share.spill.reset();
     std::vector<std::string> all_b;
     TS_RETURN_IF_ERROR(GatherBytes(comm, mine_b, &all_b, sent));
     mine_b = {};

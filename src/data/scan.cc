@@ -661,6 +661,18 @@ absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs, const 
   std::map<uint16_t, std::pair<uint64_t, uint64_t>> lang_counts;
   uint64_t flag_counts[kNumFlags] = {0};
   const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
+  std::vector<std::unique_ptr<SpillWriter>> band_w;
+  std::unique_ptr<SpillWriter> sig_w;
+  if (opt.near_dup) {
+    TS_ASSIGN_OR_RETURN(share.spill, SpillDir::Create(opt.tmp_dir));
+    for (int b = 0; b < opt.bands; ++b) {
+      TS_ASSIGN_OR_RETURN(auto w, share.spill->Writer(absl::StrCat("band", b)));
+      band_w.push_back(std::move(w));
+    }
+    TS_ASSIGN_OR_RETURN(sig_w, share.spill->Writer("sigs"));
+  }
+  const std::vector<uint16_t> zero_sig(perms, 0);
+  const uint64_t zero_band = 0;
   absl::Status merge_status;
   // The in-order merge of RunScan without the duplicate tables: every document's keys,
   // band hashes and fingerprints are kept for the ranks' exchanges.
@@ -693,15 +705,10 @@ absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs, const 
       }
       if (opt.near_dup) {
         if (!d.has_signature) ++res.docs_without_shingles;
-        const uint64_t* b = &r.bands[i * opt.bands];
-        const uint16_t* sg = &r.sigs[i * perms];
-        if (d.has_signature) {
-          share.bands.insert(share.bands.end(), b, b + opt.bands);
-          share.sigs.insert(share.sigs.end(), sg, sg + perms);
-        } else {
-          share.bands.resize(share.bands.size() + opt.bands, 0);
-          share.sigs.resize(share.sigs.size() + perms, 0);
+        for (int b = 0; b < opt.bands; ++b) {
+          band_w[b]->Append(d.has_signature ? &r.bands[i * opt.bands + b] : &zero_band, 8);
         }
+        sig_w->Append(d.has_signature ? &r.sigs[i * perms] : zero_sig.data(), perms * 2);
       }
       if (!opt.verdicts_path.empty()) share.ids.push_back(std::move(r.ids[i]));
       if (opt.keep_doc_arrays) {
@@ -726,6 +733,15 @@ absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs, const 
   for (const auto& [l, c] : lang_counts) {
     res.lang_docs[LangCode(l)] += c.first;
     res.lang_bytes[LangCode(l)] += c.second;
+  }
+  if (opt.near_dup) {
+    for (int b = 0; b < opt.bands; ++b) {
+      TS_RETURN_IF_ERROR(band_w[b]->Close());
+      TS_ASSIGN_OR_RETURN(auto rd, share.spill->Reader(absl::StrCat("band", b)));
+      share.band_files.push_back(std::move(rd));
+    }
+    TS_RETURN_IF_ERROR(sig_w->Close());
+    TS_ASSIGN_OR_RETURN(share.sig_file, share.spill->Reader("sigs"));
   }
   return share;
 }

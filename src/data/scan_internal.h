@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data/spill.h"
 #include "trainscope/data/scan.h"
 
 namespace trainscope::data {
@@ -28,16 +30,19 @@ struct ScanShare {
   std::vector<uint32_t> chars, flags;
   std::vector<uint16_t> langs;
   std::vector<uint8_t> has_signature;
-  std::vector<uint64_t> bands;   // near_dup: docs * bands (zeros without a signature)
-  std::vector<uint16_t> sigs;    // near_dup: docs * bands * rows MinHash fingerprints
+  // near_dup: spill files in `spill`: band_files[b] holds band b's hash of every document
+  // (8 bytes each, 0 without a signature), sig_file its bands * rows 16-bit fingerprints.
+  std::unique_ptr<SpillDir> spill;
+  std::vector<std::unique_ptr<SpillReader>> band_files;
+  std::unique_ptr<SpillReader> sig_file;
   std::vector<std::string> ids;  // verdicts_path set: the verdict id of each document
   std::vector<uint32_t> file;    // keep_doc_arrays: index into the inputs given
   std::vector<uint64_t> line;    // keep_doc_arrays: line (block start) in that input
 };
 
 // Checks the options as RunScan does (InvalidArgument), then reads and analyses `inputs`.
-// Errors: RunScan's reading errors. Holds about 60 + 10 * bands + 2 * permutations bytes per
-// document in memory (no spill files).
+// Errors: RunScan's reading errors, and writing the spill files (under options.tmp_dir).
+// Holds about 40 bytes per document in memory (+ the id with verdicts).
 absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs,
                                     const ScanOptions& options);
 

@@ -17,9 +17,10 @@
 //     in order, buckets by hash), so clusters, candidate and verified pair counts match.
 //  4. Rank 0 gathers the per-document lengths, flags, languages and cluster roots and runs
 //     the single scan's final stage (batch ratios, padding, exact percentiles, verdicts).
-// Memory per rank: its share's per-document results (~400 bytes per document) and the
-// buckets it owns; rank 0 also holds 22 bytes per document of the whole corpus for the
-// exact statistics, and the buckets of two or more documents.
+// Memory per rank: ~40 bytes per document of its share (band hashes and fingerprints are
+// spilled under tmp_dir, as in the single scan), one band's records at a time (~50 bytes per
+// document of a share while exchanged); rank 0 also holds 22 bytes per document of the whole
+// corpus for the exact statistics, and the buckets of two or more documents.
 #ifndef TRAINSCOPE_DATA_DISTRIBUTED_H_
 #define TRAINSCOPE_DATA_DISTRIBUTED_H_
 
