@@ -4,6 +4,7 @@
 #include "trainscope/report/report.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -135,6 +136,50 @@ TEST_F(ReportTest, SpikeIsAnEventAndSectionsFollowEvidence) {
   ASSERT_EQ(run["stragglers"].size(), 1u) << run;
   EXPECT_EQ(run["stragglers"][0]["rank"], 1);
   EXPECT_EQ(run["ranks"][0]["phases"]["x"].size(), 30u);
+}
+
+TEST_F(ReportTest, FlightRecorderDoctorAndFingerprint) {
+  std::string dir = MakeRun("hung", 2, 5, -1);
+  const char* src = std::getenv("TS_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "TS_SOURCE_DIR not set (ctest sets it)";
+  fs::copy(fs::path(src) / "tests/data/hang/run_dir/hang", fs::path(dir) / "hang",
+           fs::copy_options::recursive);
+  std::ofstream(fs::path(dir) / "report.json")
+      << json({{"format", "trainscope.doctor"},
+               {"version", 1},
+               {"passed", false},
+               {"summary", {{"pass", 1}, {"fail", 1}}},
+               {"checks", json::array({{{"name", "comm"}, {"verdict", "fail"}, {"value", "x"}}})}})
+             .dump();
+  std::ofstream(fs::path(dir) / "fingerprint.json")
+      << json({{"format", "trainscope.env.fingerprint"}, {"host", {{"kernel", "6.1"}}}}).dump();
+  auto data = CollectReportData({dir}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  const json& run = (*data)["runs"][0];
+  ASSERT_TRUE(run.contains("hang")) << (*data)["missing"];
+  EXPECT_EQ(run["hang"]["ranks"].size(), 2u);
+  // The fixture: rank 1 never joined all_reduce #3.
+  ASSERT_EQ(run["hang"]["stuck"].size(), 1u) << run["hang"];
+  EXPECT_EQ(run["hang"]["stuck"][0]["seq"], 3);
+  EXPECT_EQ(run["hang"]["stuck"][0]["culprit_ranks"], json::array({1}));
+  EXPECT_EQ(run["doctor"]["checks"][0]["verdict"], "fail");
+  EXPECT_EQ(run["fingerprint"][1], json::array({"host.kernel", "6.1"}));
+  for (const char* s : {"flight_recorder", "doctor", "fingerprint"}) {
+    EXPECT_NE(std::find((*data)["sections"].begin(), (*data)["sections"].end(), s),
+              (*data)["sections"].end())
+        << s;
+  }
+}
+
+TEST_F(ReportTest, TruncatedLastLineIsNotMalformed) {
+  std::string dir = MakeRun("live", 1, 5, -1);
+  std::ofstream(fs::path(dir) / "train" / "metrics.rank0.jsonl", std::ios::app)
+      << R"({"type": "step", "step": 6, "lo)";
+  auto data = CollectReportData({dir}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)["malformed"], 0);
+  EXPECT_EQ((*data)["runs"][0]["ranks"][0]["truncated_last_line"], true);
+  EXPECT_EQ((*data)["runs"][0]["ranks"][0]["steps"], 5);
 }
 
 TEST(ReportDownsampleTest, KeepsExtremesAndFirstLast) {
