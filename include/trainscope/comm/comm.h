@@ -146,7 +146,10 @@ class Communicator {
   // Connects to every other rank (rendezvous through a TCP store at master_addr:
   // master_port, which rank 0 hosts). Blocks up to options.timeout. Errors: Unavailable
   // (peer not reachable, port in use — naming the port), InvalidArgument (world sizes that
-  // disagree, unknown or unbuilt backend).
+  // disagree, unknown or unbuilt backend). Leaves the process's signals alone: a peer that
+  // dies makes the backend's socket writes raise SIGPIPE, so a host that wants that reported
+  // as an op error naming the peer ignores SIGPIPE (CPython does at start-up; trainscope-torch
+  // and `selftest comm` do).
   static absl::StatusOr<std::unique_ptr<Communicator>> Create(const CommOptions& options);
   ~Communicator();
 
