@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/stop_signals.h"
+#include "nlohmann/json.hpp"
 #include "trainscope/comm/comm.h"
 #include "trainscope/comm/env_sweep.h"
 #include "trainscope/comm/selftest.h"
@@ -335,8 +336,10 @@ int RunSweep(const CommFlags& f, const std::string& self, const std::vector<size
   };
   auto report = comm::RunEnvSweep(eo);
   if (!report.ok()) return ReportAndExitCode(kVerb, report.status());
-  std::string text =
-      f.json ? comm::EnvSweepJson(*report).dump(2) + "\n" : comm::RenderEnvSweep(*report);
+  std::string text = f.json ? comm::EnvSweepJson(*report).dump(
+                                  2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                  "\n"
+                            : comm::RenderEnvSweep(*report);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return report->passed() ? kExitOk : kExitProblems;
 }

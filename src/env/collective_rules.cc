@@ -426,7 +426,8 @@ void CollBufferRules(const json& fp, std::vector<Finding>* out) {
                       "or unset it."});
     } else if (n > 2048) {
       out->push_back({Severity::kInfo, "hccl.buffsize_large",
-                      absl::StrCat("HCCL_BUFFSIZE=", n, " MB: every communicator reserves ", 2 * n,
+                      absl::StrCat("HCCL_BUFFSIZE=", n, " MB: every communicator reserves ",
+                                   FormatDouble(2.0 * static_cast<double>(n), 0),
                                    " MB of device memory (send and receive)"),
                       absl::StrCat("HCCL_BUFFSIZE=", *v),
                       "With many parallel groups this adds up to an out-of-memory; keep it near "
