@@ -141,6 +141,18 @@ TEST(TypesTest, OptionsFromEnvironment) {
   EXPECT_EQ(o->world_size, 1);
 }
 
+TEST(TypesTest, GlooSocketIfnameFromEnvironment) {
+  setenv("GLOO_SOCKET_IFNAME", "eth1,eth2", 1);
+  auto o = OptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->iface, "eth1");  // PyTorch opens one device per entry; trainscope uses the first
+  CommOptions given;
+  given.iface = "lo";
+  EXPECT_EQ(OptionsFromEnvironment(given)->iface, "lo");  // an explicit choice wins
+  unsetenv("GLOO_SOCKET_IFNAME");
+  EXPECT_EQ(OptionsFromEnvironment()->iface, "");
+}
+
 TEST(StoreTest, SetGetAddDead) {
   auto server = TcpStoreServer::Start(0, 2);
   ASSERT_TRUE(server.ok()) << server.status();
