@@ -170,6 +170,11 @@ constexpr CollHurt kCollHurts[] = {
     {"HCCL_ALGO", "*", CollWhen::kAlways, Severity::kWarning, "hccl.algo_pinned",
      "HCCL_ALGO disables HCCL's adaptive algorithm selection; was it measured?",
      "unset HCCL_ALGO unless a measurement on this cluster shows a gain."},
+    {"NCCL_TIMEOUT", "*", CollWhen::kAlways, Severity::kWarning, "nccl.timeout_not_a_variable",
+     "NCCL_TIMEOUT is not read by NCCL or PyTorch: NCCL has no collective timeout, the job keeps "
+     "the process group's default (10 min for NCCL since torch 2.2, 30 min before)",
+     "Pass timeout=datetime.timedelta(...) to torch.distributed.init_process_group and unset "
+     "NCCL_TIMEOUT."},
     {"TORCH_NCCL_BLOCKING_WAIT", "1", CollWhen::kAlways, Severity::kWarning,
      "torch.nccl_blocking_wait",
      "TORCH_NCCL_BLOCKING_WAIT=1 makes every wait() block the host: communication no longer "

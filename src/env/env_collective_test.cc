@@ -165,6 +165,13 @@ TEST(CollectiveRules, TorchErrorHandlingAndBlockingWait) {
             "TORCH_NCCL_ASYNC_ERROR_HANDLING=0");
 }
 
+TEST(CollectiveRules, NcclTimeoutIsNotAVariable) {
+  std::optional<Finding> f =
+      CollFind(CollCheck({{"NCCL_TIMEOUT", "1800"}}), "nccl.timeout_not_a_variable");
+  ASSERT_NE(f, std::nullopt);
+  EXPECT_NE(f->fix.find("init_process_group"), std::string::npos);
+}
+
 TEST(CollectiveRules, NcclBufferSize) {
   CheckResult r = CollCheck({{"NCCL_BUFFSIZE", "65536"}});
   ASSERT_NE(CollFind(r, "nccl.buffsize_small"), std::nullopt);
