@@ -36,7 +36,7 @@ class CompressTimer {
   double collective_ms_ = 0;
 };
 
-int64_t PayloadBytes(const torch::Tensor& t) {
+int64_t CompressPayloadBytes(const torch::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
 }
 
@@ -185,7 +185,7 @@ absl::Status PowerSgdCompressor::Reduce(const std::vector<torch::Tensor>& grads,
     mats[i].copy_(approx);
   }
   if (stats != nullptr) {
-    stats->comm_bytes += PayloadBytes(first) + PayloadBytes(second);
+    stats->comm_bytes += CompressPayloadBytes(first) + CompressPayloadBytes(second);
     stats->compress_ms += timer.CompressMs();
   }
   return absl::OkStatus();
@@ -252,7 +252,7 @@ absl::Status TopKCompressor::Reduce(const std::vector<torch::Tensor>& grads,
     flat.mul_(1.0 / world);
   }
   if (stats != nullptr) {
-    stats->comm_bytes += PayloadBytes(send_idx) + PayloadBytes(send_val);
+    stats->comm_bytes += CompressPayloadBytes(send_idx) + CompressPayloadBytes(send_val);
     stats->compress_ms += timer.CompressMs();
   }
   return absl::OkStatus();

@@ -15,7 +15,7 @@ namespace {
 
 // One rank: an all-reduce leaves the buffer as it is, an all-gather copies it. Counts the
 // payload it was handed, as the comm layer would see it.
-Collectives LoopbackCollectives(int64_t* bytes) {
+Collectives CompressLoopback(int64_t* bytes) {
   Collectives c;
   c.world_size = 1;
   c.all_reduce = [bytes](torch::Tensor& buf, const std::string&) {
@@ -31,7 +31,7 @@ Collectives LoopbackCollectives(int64_t* bytes) {
 }
 
 // A rank-8 matrix with decaying singular directions plus a little noise (64 x 48).
-torch::Tensor LowRankPlusNoise(uint64_t seed) {
+torch::Tensor CompressLowRankPlusNoise(uint64_t seed) {
   torch::manual_seed(seed);
   torch::Tensor a = torch::randn({64, 8});
   torch::Tensor scale = torch::arange(8, 0, -1, torch::kFloat);  // 8, 7, ..., 1
@@ -39,20 +39,20 @@ torch::Tensor LowRankPlusNoise(uint64_t seed) {
   return torch::matmul(a * scale, b) + 0.01 * torch::randn({64, 48});
 }
 
-double RelError(const torch::Tensor& approx, const torch::Tensor& exact) {
+double CompressRelError(const torch::Tensor& approx, const torch::Tensor& exact) {
   return (approx - exact).norm().item<double>() / exact.norm().item<double>();
 }
 
 TEST(PowerSgdTest, ReconstructionErrorFallsWithRank) {
-  const torch::Tensor m = LowRankPlusNoise(3);
+  const torch::Tensor m = CompressLowRankPlusNoise(3);
   std::vector<double> errors;
   for (int rank : {1, 2, 4, 8}) {
     PowerSgdCompressor c(rank, /*seed=*/11);
     torch::Tensor g = m.clone();
     int64_t bytes = 0;
     CompressStats stats;
-    ASSERT_TRUE(c.Reduce({g}, LoopbackCollectives(&bytes), &stats).ok());
-    errors.push_back(RelError(g, m));
+    ASSERT_TRUE(c.Reduce({g}, CompressLoopback(&bytes), &stats).ok());
+    errors.push_back(CompressRelError(g, m));
     // P (64 x r) and Q (48 x r) travel, nothing else.
     EXPECT_EQ(stats.comm_bytes, (64 + 48) * rank * 4) << "rank " << rank;
     EXPECT_EQ(bytes, stats.comm_bytes);
@@ -71,7 +71,7 @@ TEST(PowerSgdTest, VectorsAndSmallMatricesTravelUncompressed) {
   const torch::Tensor bias0 = bias.clone(), small0 = small.clone();
   int64_t bytes = 0;
   CompressStats stats;
-  ASSERT_TRUE(c.Reduce({bias, small}, LoopbackCollectives(&bytes), &stats).ok());
+  ASSERT_TRUE(c.Reduce({bias, small}, CompressLoopback(&bytes), &stats).ok());
   EXPECT_TRUE(torch::equal(bias, bias0));
   EXPECT_TRUE(torch::equal(small, small0));
   EXPECT_EQ(c.elements_sent(), 48 + 30);
@@ -91,10 +91,10 @@ void ExpectAccumulatedSumsConverge(MakeCompressor make, const char* what) {
     torch::Tensor g = mean + 0.5 * torch::randn({32, 24});
     sum_true += g;
     int64_t bytes = 0;
-    ASSERT_TRUE(c->Reduce({g}, LoopbackCollectives(&bytes), nullptr).ok());
+    ASSERT_TRUE(c->Reduce({g}, CompressLoopback(&bytes), nullptr).ok());
     sum_sent += g;
     if (t == 5 || t == 25 || t == 50 || t == 100 || t == 200)
-      rel.push_back(RelError(sum_sent, sum_true));
+      rel.push_back(CompressRelError(sum_sent, sum_true));
   }
   for (size_t i = 1; i < rel.size(); ++i) EXPECT_LT(rel[i], rel[i - 1]) << what << " " << i;
   EXPECT_LT(rel.back(), 0.15 * rel.front()) << what;
@@ -121,7 +121,7 @@ TEST(TopKTest, KeepsExactlyTheKLargest) {
   TopKCompressor c(0.037);
   int64_t bytes = 0;
   CompressStats stats;
-  ASSERT_TRUE(c.Reduce({g}, LoopbackCollectives(&bytes), &stats).ok());
+  ASSERT_TRUE(c.Reduce({g}, CompressLoopback(&bytes), &stats).ok());
   EXPECT_EQ(g.ne(0).sum().item<int64_t>(), 37);
   // The kept values are the 37 largest in magnitude, unchanged.
   torch::Tensor top = std::get<1>(torch::topk(g0.abs(), 37));
@@ -137,7 +137,7 @@ TEST(LowPrecisionTest, SixteenBitsHalveTheBytesAndPreDivide) {
     EXPECT_EQ(low.numel() * low.element_size(), flat.numel() * flat.element_size() / 2);
     torch::Tensor back = torch::empty_like(flat);
     LowPrecisionRestore(low, back);
-    EXPECT_LT(RelError(back, flat / 4), kind == CompressionKind::kBf16 ? 8e-3 : 1e-3)
+    EXPECT_LT(CompressRelError(back, flat / 4), kind == CompressionKind::kBf16 ? 8e-3 : 1e-3)
         << CompressionName(kind);
   }
 }
