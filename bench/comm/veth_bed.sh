@@ -64,6 +64,10 @@ case "$cmd" in
     if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
       echo "SKIP: ip or tc (iproute2) not installed"; exit 77
     fi
+    if ip netns list 2>/dev/null | grep -qw "$a"; then
+      echo "veth_bed.sh up: bed $name is already up (veth_bed.sh down --name $name)" >&2
+      exit 2
+    fi
     if ! err=$(ip netns add "$a" 2>&1); then
       echo "SKIP: cannot create network namespace $a ($err); run as root with CAP_NET_ADMIN and CAP_SYS_ADMIN"
       exit 77
