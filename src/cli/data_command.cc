@@ -145,8 +145,12 @@ struct DistFlags {
   std::string backend = "gloo";
   double timeout_s = 3600;  // ranks wait in collectives while the slowest finishes its share
   bool merge = false;
+  data::DistributedOptions options;
 
   void Add(CLI::App* cmd) {
+    cmd->add_option("--resume", options.resume_dir,
+                    "with --distributed: each rank saves its analysed share under DIR and, "
+                    "run again after a failure, loads it instead of reading its inputs");
     cmd->add_flag("--distributed", on,
                   "run as one rank of `trainscope launch -n N -- trainscope data ...` (or "
                   "mpirun): each rank scans its share, duplicates are resolved over all ranks");
@@ -266,7 +270,8 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         world = std::move(*c);
       }
       data::DistributedStats dstats;
-      auto res = world ? data::RunDistributedScan(*inputs, *o, world.get(), nullptr, &dstats)
+      auto res = world ? data::RunDistributedScan(*inputs, *o, world.get(), nullptr, &dstats,
+                                                  dist->options)
                        : data::RunScan(*inputs, *o);
       if (!res.ok()) {
         ctx.exit_code = ReportAndExitCode("data scan", res.status());
@@ -278,6 +283,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         dj = {{"ranks", dstats.ranks},
               {"backend", world->backend_name()},
               {"exchange_bytes", dstats.all_sent_bytes},
+              {"rank0_share_resumed", dstats.resumed},
               {"exchange_bytes_per_doc",
                res->docs ? static_cast<double>(dstats.all_sent_bytes) / res->docs : 0.0}};
       }
@@ -367,8 +373,9 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
         }
         world = std::move(*c);
       }
-      auto rep = world ? data::RunDistributedClean(*inputs, *o, dist->merge, world.get())
-                       : data::RunClean(*inputs, *o);
+      auto rep =
+          world ? data::RunDistributedClean(*inputs, *o, dist->merge, world.get(), dist->options)
+                : data::RunClean(*inputs, *o);
       if (!rep.ok()) {
         ctx.exit_code = ReportAndExitCode("data clean", rep.status());
         return;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/clean_internal.h"
 #include "data/dist_exchange.h"
+#include "data/dist_state.h"
 #include "data/scan_internal.h"
 #include "data/spill.h"
 #include "nlohmann/json.hpp"
@@ -120,46 +121,6 @@ absl::StatusOr<std::vector<InputFile>> DistShareInputs(
     }
   }
   return mine;
-}
-
-// Totals of a share as JSON (summed on rank 0 in rank order).
-nlohmann::json DistTotalsToJson(const ScanResult& r) {
-  nlohmann::json bad_counts = nlohmann::json::object();
-  for (const auto& [k, v] : r.bad.counts()) bad_counts[k] = v;
-  return {{"docs", r.docs},
-          {"bytes", r.bytes},
-          {"chars", r.chars},
-          {"words", r.words},
-          {"tokens", r.tokens},
-          {"input_bytes", r.input_bytes},
-          {"exact", r.exact_duplicate_docs},
-          {"normalized", r.normalized_duplicate_docs},
-          {"without_shingles", r.docs_without_shingles},
-          {"flagged", r.flagged_docs},
-          {"flag_docs", r.flag_docs},
-          {"lang_docs", r.lang_docs},
-          {"lang_bytes", r.lang_bytes},
-          {"bad_counts", bad_counts},
-          {"bad_examples", r.bad.examples()}};
-}
-
-void DistAddTotals(const nlohmann::json& j, ScanResult* r) {
-  r->docs += j["docs"].get<uint64_t>();
-  r->bytes += j["bytes"].get<uint64_t>();
-  r->chars += j["chars"].get<uint64_t>();
-  r->words += j["words"].get<uint64_t>();
-  r->tokens += j["tokens"].get<uint64_t>();
-  r->input_bytes += j["input_bytes"].get<uint64_t>();
-  r->exact_duplicate_docs += j["exact"].get<uint64_t>();
-  r->normalized_duplicate_docs += j["normalized"].get<uint64_t>();
-  r->docs_without_shingles += j["without_shingles"].get<uint64_t>();
-  r->flagged_docs += j["flagged"].get<uint64_t>();
-  for (const auto& [k, v] : j["flag_docs"].items()) r->flag_docs[k] += v.get<uint64_t>();
-  for (const auto& [k, v] : j["lang_docs"].items()) r->lang_docs[k] += v.get<uint64_t>();
-  for (const auto& [k, v] : j["lang_bytes"].items()) r->lang_bytes[k] += v.get<uint64_t>();
-  std::map<std::string, uint64_t> counts;
-  for (const auto& [k, v] : j["bad_counts"].items()) counts[k] = v.get<uint64_t>();
-  r->bad.Merge(BadRecords::FromParts(counts, j["bad_examples"].get<std::vector<std::string>>()));
 }
 
 // Union-find over global document numbers, keep-first (the root is the smallest), holding
@@ -478,8 +439,8 @@ struct DistScanOutput {
 // corpus_arrays: rank 0's corpus result gets the doc_* arrays of the whole corpus (but for
 // doc_file and doc_line), as RunScan's with keep_doc_arrays.
 absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
-                                        const ScanOptions& opt, comm::Communicator* comm,
-                                        bool corpus_arrays) {
+                                        const ScanOptions& opt, const DistributedOptions& dopt,
+                                        comm::Communicator* comm, bool corpus_arrays) {
   const auto t0 = std::chrono::steady_clock::now();
   const int world = comm->world_size(), rank = comm->rank();
   if (!opt.verdicts_path.empty() && rank == 0) {
@@ -507,14 +468,32 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
                       }));
   TS_ASSIGN_OR_RETURN(out.share_inputs, DistShareInputs(inputs, plan, comm));
 
-  // --- local analysis of this rank's share
-  ScanOptions lopt = opt;
-  absl::StatusOr<ScanShare> local = ScanLocal(out.share_inputs, lopt);
-  if (!local.ok()) {
-    return absl::Status(local.status().code(),
-                        absl::StrCat("rank ", rank, ": ", local.status().message()));
+  // --- local analysis of this rank's share, or its saved results (--resume)
+  auto ranked = [&](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message()));
+  };
+  ScanShare share;
+  std::string key;
+  bool loaded = false;
+  if (!dopt.resume_dir.empty()) {
+    key = ShareStateKey(out.share_inputs, opt, rank, world);
+    auto saved = LoadShareState(opt, dopt.resume_dir, rank, key);
+    if (!saved.ok()) return ranked(saved.status());
+    if (saved->has_value()) {
+      share = std::move(**saved);
+      loaded = stats.resumed = true;
+    }
   }
-  ScanShare& share = *local;
+  if (!loaded) {
+    absl::StatusOr<ScanShare> local = ScanLocal(out.share_inputs, opt);
+    if (!local.ok()) return ranked(local.status());
+    share = std::move(*local);
+    if (!dopt.resume_dir.empty()) {
+      if (auto st = SaveShareState(share, opt, dopt.resume_dir, rank, key); !st.ok()) {
+        return ranked(st);
+      }
+    }
+  }
   const uint64_t n = share.res.docs;
   stats.share_docs = n;
   stats.share_input_bytes = share.res.input_bytes;
@@ -611,7 +590,7 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   }
 
   // --- rank 0 gathers the totals and per-document arrays and runs the final stage
-  std::string arrays = DistTotalsToJson(share.res).dump();
+  std::string arrays = ShareTotalsToJson(share.res).dump();
   {
     std::string bin;
     DistAppendVec(exact_of, &bin);
@@ -650,7 +629,7 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   for (auto& s : gathered) {
     uint64_t json_len = 0;
     std::memcpy(&json_len, s.data(), 8);
-    DistAddTotals(nlohmann::json::parse(s.substr(8, json_len)), &res);
+    AddShareTotals(nlohmann::json::parse(s.substr(8, json_len)), &res);
     size_t p = 8 + json_len;
     TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.exact_of));
     TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.cluster));
@@ -787,9 +766,11 @@ absl::StatusOr<uint64_t> NextLineStart(const InputFile& in, uint64_t offset) {
 absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inputs,
                                               const ScanOptions& options, comm::Communicator* comm,
                                               std::vector<InputFile>* share_inputs,
-                                              DistributedStats* stats) {
+                                              DistributedStats* stats,
+                                              const DistributedOptions& dopt) {
   ScanOptions opt = options;
-  TS_ASSIGN_OR_RETURN(DistScanOutput out, DistScan(inputs, opt, comm, /*corpus_arrays=*/false));
+  TS_ASSIGN_OR_RETURN(DistScanOutput out,
+                      DistScan(inputs, opt, dopt, comm, /*corpus_arrays=*/false));
   if (share_inputs != nullptr) *share_inputs = out.share_inputs;
   if (stats != nullptr) *stats = out.stats;
   if (comm->rank() != 0) return std::move(out.share);
@@ -806,13 +787,15 @@ absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inpu
 
 absl::StatusOr<CleanReport> RunDistributedClean(const std::vector<InputFile>& inputs,
                                                 const CleanOptions& options, bool merge,
-                                                comm::Communicator* comm) {
+                                                comm::Communicator* comm,
+                                                const DistributedOptions& dopt) {
   const int rank = comm->rank();
   TS_RETURN_IF_ERROR(CheckCleanInputs(inputs, options));
   const std::string mine = RankOutputPath(options.output, rank);
   TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({mine}, inputs));
   const ScanOptions so = CleanScanOptions(options);
-  TS_ASSIGN_OR_RETURN(DistScanOutput scan, DistScan(inputs, so, comm, /*corpus_arrays=*/true));
+  TS_ASSIGN_OR_RETURN(DistScanOutput scan,
+                      DistScan(inputs, so, dopt, comm, /*corpus_arrays=*/true));
   // --strict is decided on the whole corpus's bad records: rank 0 tells the others.
   std::string strict_error;
   if (rank == 0 && options.strict && scan.corpus.bad.total() > 0) {

@@ -62,12 +62,21 @@ absl::StatusOr<std::vector<std::vector<SharePiece>>> PlanShares(
 // next_line_start over the real files (pread). NotFound / DataLoss naming the file.
 absl::StatusOr<uint64_t> NextLineStart(const InputFile& in, uint64_t offset);
 
+struct DistributedOptions {
+  // --resume: each rank saves its analysed share under this directory
+  // (share.rank<R>.*, dist_state.h) and, when a saved share of the same job (same inputs and
+  // byte ranges, world size, rank and analysis options) is there, loads it instead of reading
+  // its inputs again. "" = off.
+  std::string resume_dir;
+};
+
 // What a distributed scan moved between ranks (bench/data, docs/PERFORMANCE.md).
 struct DistributedStats {
   int ranks = 1;
   uint64_t share_docs = 0, share_input_bytes = 0;  // this rank's share
   uint64_t sent_bytes = 0;      // this rank: bytes it sent in exchanges (padding included)
   uint64_t all_sent_bytes = 0;  // every rank's sent_bytes added up
+  bool resumed = false;         // this rank's share was loaded from resume_dir
 };
 
 // Runs the scan of `inputs` on every rank of `comm` (all ranks call it with the same inputs
@@ -83,7 +92,8 @@ struct DistributedStats {
 absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inputs,
                                               const ScanOptions& options, comm::Communicator* comm,
                                               std::vector<InputFile>* share_inputs = nullptr,
-                                              DistributedStats* stats = nullptr);
+                                              DistributedStats* stats = nullptr,
+                                              const DistributedOptions& dopt = {});
 
 // `data clean --distributed`: the distributed scan, then every rank copies the kept
 // documents of its share to RankOutputPath(output, rank) (or, with `merge`, rank 0 appends
@@ -91,7 +101,8 @@ absl::StatusOr<ScanResult> RunDistributedScan(const std::vector<InputFile>& inpu
 // whole corpus. Errors: RunClean's and RunDistributedScan's.
 absl::StatusOr<CleanReport> RunDistributedClean(const std::vector<InputFile>& inputs,
                                                 const CleanOptions& options, bool merge,
-                                                comm::Communicator* comm);
+                                                comm::Communicator* comm,
+                                                const DistributedOptions& dopt = {});
 
 // "out.jsonl.zst", rank 3 -> "out.rank3.jsonl.zst": the rank before the format's extension
 // (and a .zst/.zstd/.gz after it).
