@@ -20,6 +20,7 @@
 #include "trainscope/core/fake_os.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/subprocess.h"
+#include "trainscope/tb/tfrecord.h"
 #include "trainscope/train/config.h"
 #include "trainscope/train/data.h"
 #include "trainscope/train/metrics.h"
@@ -425,6 +426,60 @@ TEST(MetricsTest, WriterOutputValidates) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("m.jsonl:5: missing key \"lr\""), std::string::npos)
       << bad.status();
+}
+
+// With a TensorBoard file attached, every step record is also one event in it (after the
+// file_version event); the end record flushes it, and nothing follows the end record.
+TEST(MetricsTest, TensorBoardMirrorsEveryStep) {
+  std::string dir = TempDir("metrics_tb");
+  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 0},
+                                                  {"world_size", 1},
+                                                  {"params", 10},
+                                                  {"start_unix_us", 1},
+                                                  {"config", nlohmann::json::object()}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->AttachTensorBoard(dir + "/tb").ok());
+  StepRecord r;
+  for (int s = 1; s <= 5; ++s) {
+    r.step = s;
+    r.loss = 3.0 / s;
+    ASSERT_TRUE((*w)->WriteStep(r).ok());
+  }
+  EndRecord e;
+  e.reason = kEndDone;
+  e.step = 5;
+  ASSERT_TRUE((*w)->WriteEnd(e).ok());
+  r.step = 6;
+  ASSERT_TRUE((*w)->WriteStep(r).ok());  // dropped: the end record stays last
+
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir + "/tb"))
+    files.push_back(f.path().string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find("/events.out.tfevents."), std::string::npos) << files[0];
+  std::ifstream in(files[0], std::ios::binary);  // the writer is still open: flushed by the end
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  tb::TfRecordReader reader(bytes);
+  std::string_view rec;
+  int records = 0;
+  while (reader.Next(&rec)) ++records;
+  EXPECT_EQ(records, 6);
+  EXPECT_EQ(reader.bad_records(), 0);
+  EXPECT_EQ(reader.truncated_bytes(), 0);
+
+  // The scalars of a step: the device's memory only where it reports it.
+  auto tags = [](const StepRecord& x) {
+    std::set<std::string> t;
+    for (const auto& [tag, value] : StepScalars(x)) t.insert(tag);
+    return t;
+  };
+  EXPECT_EQ(tags(r).count("train/loss"), 1u);
+  EXPECT_EQ(tags(r).count("phase/forward_ms"), 1u);
+  EXPECT_EQ(tags(r).count("memory/device_bytes"), 0u);
+  r.device_mem_allocated_bytes = 1000;
+  r.device_mem_peak_bytes = 2000;
+  EXPECT_EQ(tags(r).count("memory/device_bytes"), 1u);
+  EXPECT_EQ(tags(r).count("memory/device_peak_bytes"), 1u);
 }
 
 std::vector<nlohmann::json> ReadLines(const std::string& path) {
