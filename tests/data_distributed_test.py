@@ -184,6 +184,19 @@ def main():
             if read(cm) != read(single_clean):
                 failures.append("%s clean --merge: output differs from the single clean" % tag)
             print("%s: %s" % (tag, "ok" if not failures else "FAILED"))
+        # An input missing on one node (here: rank 1 is given a path that does not exist):
+        # the job stops, and the error names the rank, its host and the file.
+        missing = os.path.join(tmp, "missing.jsonl")
+        inner = ('exec %s data scan "$( [ "$RANK" = 1 ] && echo %s || echo %s )" --distributed '
+                 '--fail-on none' % (args.binary, missing, inputs[0]))
+        p = subprocess.run([args.binary, "launch", "-n", "2", "-q", "--run-dir",
+                            os.path.join(tmp, "run-missing"), "--", "/bin/sh", "-c", inner],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        err = read(os.path.join(tmp, "run-missing", "rank1", "stderr.log")).decode()
+        if p.returncode == 0 or "rank 1 on " not in err or missing not in err:
+            failures.append("missing input on rank 1: exit %d, rank 1 said %r" % (p.returncode, err))
+        print("missing input on one rank: %s" % ("ok" if not failures else "FAILED"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

@@ -160,6 +160,15 @@ struct DistFlags {
                     "with --distributed: seconds a rank waits for the others in one exchange")
         ->check(kPositiveNumber);
   }
+  // An input error of one rank names the rank and its host (an input missing on one node).
+  absl::Status Where(const absl::Status& st) const {
+    if (!on || st.ok()) return st;
+    auto o = comm::OptionsFromEnvironment();
+    char host[256] = "?";
+    ::gethostname(host, sizeof(host) - 1);
+    return absl::Status(
+        st.code(), absl::StrCat("rank ", o.ok() ? o->rank : 0, " on ", host, ": ", st.message()));
+  }
   absl::StatusOr<std::unique_ptr<comm::Communicator>> Join() const {
     comm::CommOptions defaults;
     defaults.backend = backend;
@@ -257,7 +266,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
       }
       auto inputs = data::ExpandInputs(f->inputs, o->reader.format);
       if (!inputs.ok()) {
-        ctx.exit_code = ReportAndExitCode("data scan", inputs.status());
+        ctx.exit_code = ReportAndExitCode("data scan", dist->Where(inputs.status()));
         return;
       }
       std::unique_ptr<comm::Communicator> world;
@@ -360,7 +369,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
       }
       auto inputs = data::ExpandInputs(f->inputs, o->scan.reader.format);
       if (!inputs.ok()) {
-        ctx.exit_code = ReportAndExitCode("data clean", inputs.status());
+        ctx.exit_code = ReportAndExitCode("data clean", dist->Where(inputs.status()));
         return;
       }
       if (f->strict) o->strict = true;
