@@ -25,7 +25,7 @@ template <typename T>
 void StatePut(const std::vector<T>& v, std::string* s) {
   const uint64_t n = v.size();
   s->append(reinterpret_cast<const char*>(&n), 8);
-  s->append(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
+  if (n != 0) s->append(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
 }
 
 template <typename T>
@@ -36,7 +36,7 @@ bool StateGet(const std::string& s, size_t* p, std::vector<T>* v) {
   *p += 8;
   if ((s.size() - *p) / sizeof(T) < n) return false;
   v->resize(n);
-  std::memcpy(v->data(), s.data() + *p, n * sizeof(T));
+  if (n != 0) std::memcpy(v->data(), s.data() + *p, n * sizeof(T));
   *p += n * sizeof(T);
   return true;
 }

@@ -412,7 +412,7 @@ template <typename T>
 void DistAppendVec(const std::vector<T>& v, std::string* s) {
   const uint64_t n = v.size();
   s->append(reinterpret_cast<const char*>(&n), 8);
-  s->append(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
+  if (n != 0) s->append(reinterpret_cast<const char*>(v.data()), n * sizeof(T));
 }
 
 template <typename T>
@@ -424,7 +424,7 @@ absl::Status DistReadVec(const std::string& s, size_t* p, std::vector<T>* out) {
   if ((s.size() - *p) / sizeof(T) < n) return absl::InternalError("truncated document arrays");
   const size_t old = out->size();
   out->resize(old + n);
-  std::memcpy(out->data() + old, s.data() + *p, n * sizeof(T));
+  if (n != 0) std::memcpy(out->data() + old, s.data() + *p, n * sizeof(T));
   *p += n * sizeof(T);
   return absl::OkStatus();
 }
