@@ -24,7 +24,6 @@ import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
 
 STEP_RE = re.compile(r"steps (\d+)-(\d+)")
 
@@ -65,8 +64,13 @@ def stop_serve(p):
 
 
 def shown_last_step(driver):
-    for e in driver.find_elements(By.CSS_SELECTOR, ".summary-line"):
-        m = STEP_RE.search(e.text)
+    # Read in one script: the live page replaces its elements on every redraw, so an element
+    # found in one call can be gone (stale) by the next.
+    texts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('.summary-line'))"
+        ".map(function (e) { return e.innerText; });")
+    for text in texts or []:
+        m = STEP_RE.search(text)
         if m:
             return int(m.group(2))
     return None

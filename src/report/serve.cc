@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,27 @@ void ServeFingerprint(const fs::path& dir, int depth, std::string* out) {
       absl::StrAppend(out, p.string(), " ", sec ? 0 : size, " ", mtime, "\n");
     }
   }
+}
+
+// DNS rebinding: a page of another site whose name is made to resolve to 127.0.0.1 could read
+// the run through the visitor's browser. Such a request carries that site's name in its Host
+// header, so a server on a loopback address answers only Host names that are loopback.
+bool ServeIsLoopbackName(std::string_view host) {
+  if (host == "localhost" || host == "::1") return true;
+  if (host.substr(0, 4) != "127.") return false;
+  return host.find_first_not_of("0123456789.") == std::string_view::npos;  // 127.x.y.z
+}
+
+bool ServeLoopbackHostHeader(std::string_view host) {
+  if (!host.empty() && host.front() == '[') {  // [::1]:8765
+    host.remove_prefix(1);
+    const size_t end = host.find(']');
+    if (end == std::string_view::npos) return false;
+    host = host.substr(0, end);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return ServeIsLoopbackName(host);
 }
 
 std::string ServeHostForUrl(const std::string& bind) {
@@ -83,6 +105,16 @@ struct Server::Impl {
   }
 
   void Routes() {
+    if (ServeIsLoopbackName(options.bind)) {
+      http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+        if (ServeLoopbackHostHeader(req.get_header_value("Host")))
+          return httplib::Server::HandlerResponse::Unhandled;
+        res.status = 403;
+        res.set_content("trainscope serve answers only to localhost / 127.0.0.1 (Host header)\n",
+                        "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      });
+    }
     http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
       std::string body, error;
       if (!Data(&body, &error)) {

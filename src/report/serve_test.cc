@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -89,7 +90,8 @@ int64_t ServeLastLossStep(const std::string& body) {
 
 // One request written byte for byte (a client library could normalise the path); the
 // status code and body of the answer.
-int ServeRawGet(int port, const std::string& target, std::string* body) {
+int ServeRawGet(int port, const std::string& target, std::string* body,
+                const std::string& host = "127.0.0.1") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -100,7 +102,7 @@ int ServeRawGet(int port, const std::string& target, std::string* body) {
     return -1;
   }
   const std::string req =
-      "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+      "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     return -1;
@@ -173,6 +175,31 @@ TEST_F(ServeTest, EverythingElseIs404) {
   }
   // Query strings are ignored: the page is still the page.
   EXPECT_EQ(ServeRawGet(port, "/?x=1", &body), 200);
+}
+
+// A browser sends the name it resolved in Host: another site's name (DNS rebinding) is refused
+// on the loopback address; loopback names with or without a port are served.
+TEST_F(ServeTest, LoopbackServerRefusesForeignHostNames) {
+  ServeOptions o;
+  o.run_dir = dir_;
+  o.port = 0;
+  auto server = Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::string body;
+  for (const std::string& host :
+       std::vector<std::string>{"127.0.0.1", "localhost", "127.0.0.1:" + std::to_string(port),
+                                "localhost:" + std::to_string(port), "[::1]:80"}) {
+    SCOPED_TRACE(host);
+    EXPECT_EQ(ServeRawGet(port, "/data.json", &body, host), 200);
+  }
+  for (const std::string& host :
+       std::vector<std::string>{"evil.example", "evil.example:" + std::to_string(port),
+                                "127.0.0.1.evil.example", "", "[::1"}) {
+    SCOPED_TRACE(host);
+    EXPECT_EQ(ServeRawGet(port, "/data.json", &body, host), 403);
+    EXPECT_EQ(body.find("\"step\""), std::string::npos);
+  }
 }
 
 TEST_F(ServeTest, StopsWithAConnectionOpen) {
