@@ -96,9 +96,9 @@ struct StepContext {
   TrainClock::time_point start;
   PhaseTimes phases;
   double lr = 0;
-  double loss = 0;       // mean over micro-batches (over ranks after ReduceGradients)
-  double grad_norm = 0;  // global L2 norm before clipping
-  double comm_ms = 0;    // gradient all-reduce time on the progress thread
+  double loss = 0;         // mean over micro-batches (over ranks after ReduceGradients)
+  double grad_norm = 0;    // global L2 norm before clipping
+  double comm_ms = 0;      // gradient all-reduce time on the progress thread
   int64_t comm_bytes = 0;  // gradient collectives' payload (GradSync::Finish)
   double compress_ms = 0;  // compressing the gradients (comm.compression)
   bool stop_for_time = false;
