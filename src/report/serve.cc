@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -78,30 +79,37 @@ struct Server::Impl {
   httplib::Server http;
   std::thread thread;
 
-  std::mutex mu;
-  std::string fingerprint;  // guarded by mu: of the run directory when `data` was collected
-  std::string data;         // guarded by mu: the data.json body, "" before the first request
-  int64_t collections = 0;  // guarded by mu
+  // One collection: the data model and its data.json body, shared with the requests that
+  // read it (a new collection replaces the pointer; requests in flight keep the old one).
+  struct Snapshot {
+    nlohmann::json data;
+    std::string body;
+  };
 
-  // The data.json body, collected again when the run directory changed.
-  bool Data(std::string* body, std::string* error) {
+  std::mutex mu;
+  std::string fingerprint;  // guarded by mu: of the run directory when `snapshot` was collected
+  std::shared_ptr<const Snapshot> snapshot;  // guarded by mu: null before the first request
+  int64_t collections = 0;                   // guarded by mu
+
+  // The run's data, collected again when the run directory changed; null with `error` set
+  // when it cannot be collected.
+  std::shared_ptr<const Snapshot> Data(std::string* error) {
     std::string now;
     ServeFingerprint(options.run_dir, 0, &now);
     std::lock_guard<std::mutex> lock(mu);
-    if (!data.empty() && now == fingerprint) {
-      *body = data;
-      return true;
-    }
+    if (snapshot != nullptr && now == fingerprint) return snapshot;
     absl::StatusOr<nlohmann::json> j = CollectReportData({options.run_dir}, options.report);
     if (!j.ok()) {
       *error = std::string(j.status().message());
-      return false;
+      return nullptr;
     }
-    data = j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    auto next = std::make_shared<Snapshot>();
+    next->body = j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    next->data = *std::move(j);
+    snapshot = std::move(next);
     fingerprint = std::move(now);
     ++collections;
-    *body = data;
-    return true;
+    return snapshot;
   }
 
   void Routes() {
@@ -116,25 +124,26 @@ struct Server::Impl {
       });
     }
     http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-      std::string body, error;
-      if (!Data(&body, &error)) {
+      std::string error;
+      const std::shared_ptr<const Snapshot> snap = Data(&error);
+      if (snap == nullptr) {
         res.status = 503;
         res.set_content(absl::StrCat("trainscope serve: ", error, "\n"), "text/plain");
         return;
       }
-      nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
       res.set_header("Cache-Control", "no-store");
-      res.set_content(RenderReportHtml(j, options.report), "text/html; charset=utf-8");
+      res.set_content(RenderReportHtml(snap->data, options.report), "text/html; charset=utf-8");
     });
     http.Get("/data.json", [this](const httplib::Request&, httplib::Response& res) {
-      std::string body, error;
+      std::string error;
       res.set_header("Cache-Control", "no-store");
-      if (!Data(&body, &error)) {
+      const std::shared_ptr<const Snapshot> snap = Data(&error);
+      if (snap == nullptr) {
         res.status = 503;
         res.set_content(nlohmann::json({{"error", error}}).dump(), "application/json");
         return;
       }
-      res.set_content(std::move(body), "application/json");
+      res.set_content(snap->body, "application/json");
     });
     // Every other path, and any method but GET/HEAD on these two: a plain 404 body that
     // echoes nothing of the request.
