@@ -12,11 +12,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -78,14 +76,9 @@ data::InputFormat ParseFormat(const std::string& format) {
       absl::StrCat("format '", format, "': expected auto, jsonl, text or megatron")));
 }
 
-int DefaultScanThreads() {  // as the CLI's default
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 2 : static_cast<int>(std::min(n, 16u));
-}
-
 py::object DataScan(const std::vector<std::string>& paths, const py::kwargs& kw) {
   data::ScanOptions o;
-  o.threads = DefaultScanThreads();
+  o.threads = data::DefaultScanThreads();
   std::string format = "auto", fail_on = "duplicates=0.05,noise=0.2", tokenizer_path;
   bool exact_only = false;
   data::ReaderOptions& r = o.reader;

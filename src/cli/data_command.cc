@@ -8,7 +8,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -187,11 +186,6 @@ struct DistFlags {
   }
 };
 
-int DefaultThreads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 2 : static_cast<int>(std::min(n, 16u));
-}
-
 }  // namespace
 
 void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
@@ -208,7 +202,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     auto* no_noise = KeepAlive<bool>(false);
     auto* exact_only = KeepAlive<bool>(false);
     auto* dist = KeepAlive<DistFlags>();
-    o->threads = DefaultThreads();
+    o->threads = data::DefaultScanThreads();
     CLI::App* scan = cmd->add_subcommand(
         "scan", "counts, lengths, exact and near duplicates, noise, languages, padding waste");
     f->Add(scan);
@@ -323,7 +317,7 @@ void RegisterDataCommand(CLI::App& parent, CommandContext& ctx) {
     auto* rules = KeepAlive<std::string>("encoding,empty");
     auto* no_dedup = KeepAlive<bool>(false);
     auto* dist = KeepAlive<DistFlags>();
-    o->scan.threads = DefaultThreads();
+    o->scan.threads = data::DefaultScanThreads();
     CLI::App* clean = cmd->add_subcommand(
         "clean", "drop duplicates (keep the first) and documents that fail the chosen rules");
     f->Add(clean);

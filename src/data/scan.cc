@@ -353,6 +353,11 @@ absl::Status RunPipeline(const std::vector<InputFile>& inputs, const ScanOptions
 
 }  // namespace
 
+int DefaultScanThreads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 2 : static_cast<int>(std::min(n, 16u));
+}
+
 absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const ScanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   TS_RETURN_IF_ERROR(CheckScanOptions(opt));

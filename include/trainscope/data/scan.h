@@ -51,6 +51,10 @@ struct ScanOptions {
   bool fail = true;
 };
 
+// The default for ScanOptions::threads in `data scan`, `data clean` and the Python
+// binding's data_scan: the machine's hardware threads, at most 16 (2 when unknown).
+int DefaultScanThreads();
+
 // `--fail-on`: "duplicates=0.1,noise=0.3" (shares; "10%" also accepted), a subset of
 // them, or "none" (report, never fail). Sets the fail* fields of `options`;
 // InvalidArgument naming the bad entry.
