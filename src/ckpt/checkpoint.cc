@@ -103,6 +103,11 @@ struct Writer {
   }
 };
 
+bool ValidTensorFileName(const std::string& n) {
+  return !n.empty() && n.find('/') == std::string::npos && n != "model.safetensors" &&
+         n != "optimizer.safetensors" && n[0] != '.' && absl::EndsWith(n, ".safetensors");
+}
+
 bool ValidJsonName(const std::string& n) {
   return !n.empty() && n.find('/') == std::string::npos && n != "meta.json" &&
          n != "manifest.json" && n[0] != '.' && absl::EndsWith(n, ".json");
@@ -138,6 +143,12 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
       return absl::InvalidArgumentError(absl::StrCat(name, ": not a plain <name>.json file name"));
     }
   }
+  for (const auto& [name, tensors] : data.tensor_files) {
+    if (!ValidTensorFileName(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": not a plain <name>.safetensors file name"));
+    }
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": cannot create: ", ec.message()));
@@ -151,6 +162,9 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
   if (auto s = w.PutTensors("model.safetensors", data.model); !s.ok()) return s;
   if (!data.optimizer.empty()) {
     if (auto s = w.PutTensors("optimizer.safetensors", data.optimizer); !s.ok()) return s;
+  }
+  for (const auto& [name, tensors] : data.tensor_files) {
+    if (auto s = w.PutTensors(name, tensors); !s.ok()) return s;
   }
   for (const auto& [name, blob] : data.json_files) {
     if (auto s = w.PutText(name, blob.dump(2) + "\n"); !s.ok()) return s;

@@ -82,6 +82,44 @@ TEST_F(CkptTest, WriterRoundTrip) {
   EXPECT_TRUE(absl::IsAlreadyExists(WriteCheckpoint(dir_, Data(5)).status()));
 }
 
+// Further tensor files (the trainer's per-rank compression state) are written, listed in
+// the manifest, checked and inspected; a name that is not a plain .safetensors is refused.
+TEST_F(CkptTest, ExtraTensorFiles) {
+  CheckpointData d = Data(4);
+  d.tensor_files["compression.rank1.safetensors"] = {
+      {"compression.topk.0.error", "F32", {6}, w_.data(), w_.size() * 4}};
+  d.tensor_files["compression.safetensors"] = {
+      {"compression.powersgd.0.q", "F32", {3, 2}, w_.data(), w_.size() * 4}};
+  auto p = WriteCheckpoint(dir_, d, Fast());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(CheckCheckpoint(*p, true).ok());
+  auto h = ReadHeader(*p + "/compression.rank1.safetensors");
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->tensors.size(), 1u);
+  EXPECT_EQ(h->tensors[0].name, "compression.topk.0.error");
+  // A damaged extra file is caught by the manifest like any other.
+  {
+    std::fstream f(*p + "/compression.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  EXPECT_FALSE(CheckCheckpoint(*p, true).ok());
+  fs::remove_all(*p);
+  ASSERT_TRUE(WriteCheckpoint(dir_, d, Fast()).ok());
+  auto rep = Inspect(*p, InspectOptions{});
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_TRUE(rep->ok());
+  ASSERT_EQ(rep->tensors.size(), 5u);  // model 2, optimizer 1, then the extra files by name
+  EXPECT_EQ(rep->tensors[3].file, "compression.rank1.safetensors");
+  EXPECT_EQ(rep->tensors[4].name, "compression.powersgd.0.q");
+  for (const char* bad : {"model.safetensors", "x/y.safetensors", "state.bin"}) {
+    CheckpointData b = Data(5);
+    b.tensor_files[bad] = {};
+    EXPECT_TRUE(absl::IsInvalidArgument(WriteCheckpoint(dir_, b, Fast()).status())) << bad;
+  }
+}
+
 TEST_F(CkptTest, KilledWriterIsSkipped) {
   ASSERT_TRUE(WriteCheckpoint(dir_, Data(1), Fast()).ok());
   // Saves of step 2 stopped after each file in turn: none is ever taken for complete.

@@ -106,6 +106,18 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
     if (IsFile(Join(path, f))) AddSafetensors(path, f, o, &r);
   }
+  // Further tensor files (CheckpointData::tensor_files: the trainer's gradient-compression
+  // state), in name order.
+  std::set<std::string> more;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (absl::EndsWith(name, ".safetensors") && name != "model.safetensors" &&
+        name != "optimizer.safetensors" && it->is_regular_file(ec)) {
+      more.insert(name);
+    }
+  }
+  for (const std::string& f : more) AddSafetensors(path, f, o, &r);
   return r;
 }
 

@@ -4,6 +4,7 @@
 //   <checkpoints dir>/step-<step>/          a complete checkpoint, renamed into place
 //       model.safetensors                   replicated model state (rank 0)
 //       optimizer.safetensors               optimizer state (optional)
+//       <name>.safetensors, ...             more tensors (e.g. compression.rank<R>.safetensors)
 //       rank<R>.json, ...                   small JSON blobs (RNG states, data position)
 //       meta.json                           {"format": "trainscope.checkpoint", "version": 1, ...}
 //       manifest.json                       written last: every other file, bytes, xxh3-64
@@ -45,6 +46,9 @@ struct CheckpointData {
   bool anomaly = false;               // anomaly checkpoints are never pruned
   std::vector<TensorView> model;      // -> model.safetensors (written even when empty)
   std::vector<TensorView> optimizer;  // -> optimizer.safetensors (omitted when empty)
+  // More tensor files: "compression.rank0.safetensors" -> its tensors; plain names ending in
+  // .safetensors other than model/optimizer.safetensors.
+  std::map<std::string, std::vector<TensorView>> tensor_files;
   std::map<std::string, nlohmann::json> json_files;      // "rank0.json" -> blob; plain names only
   nlohmann::json meta_extra = nlohmann::json::object();  // meta.json "extra"
 };
@@ -60,8 +64,9 @@ struct WriteOptions {
 // manifest.json last, renames to `<dir>/<name>/` and fsyncs `dir`, where <name> is
 // CheckpointDirName(data.step, data.anomaly). Creates `dir` when missing. Returns the final
 // path. Errors: AlreadyExists when <name> exists;
-// InvalidArgument for a bad tensor (dtype x shape != bytes, repeated name) or JSON file
-// name; I/O errors name the path. On error the temporary directory is left behind.
+// InvalidArgument for a bad tensor (dtype x shape != bytes, repeated name), JSON file
+// name or tensor file name; I/O errors name the path. On error the temporary directory is left
+// behind.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
                                             const WriteOptions& options = {});
 
