@@ -2,7 +2,8 @@
 # A communication-bound test bed on one machine: two network namespaces <name>_a and <name>_b
 # joined by a veth pair whose both ends are shaped by `tc` (tbf: a bandwidth limit; netem
 # delay on top when the kernel has sch_netem), so that two ranks, one per namespace, exchange
-# every collective through a slow link (src/launch/two_node_test.sh builds the same wiring).
+# every collective through a slow link (the wiring of scripts/lib/netns.sh, which the two-node
+# tests src/launch/two_node_test.sh and src/data/two_node_scan_test.sh share).
 #
 # Usage (root, or CAP_NET_ADMIN + CAP_SYS_ADMIN):
 #   veth_bed.sh up [--name N] [--rate 200mbit] [--delay 0ms] [--net 10.215.7]  (.1 and .2)
@@ -21,6 +22,8 @@
 #     -- trainscope train --config cfg.json'
 #   veth_bed.sh down
 set -uo pipefail
+# shellcheck source=scripts/lib/netns.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/netns.sh"  # netns_pair_up/down, netns_shape
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
@@ -47,18 +50,6 @@ if [ "$cmd" = run ] || [ "$cmd" = exec ]; then  # the addresses `up` gave the be
   [ -n "$addr_a" ] && [ -n "$addr_b" ] || { echo "veth_bed.sh $cmd: bed $name is not up" >&2; exit 2; }
 fi
 
-shape() {  # namespace, device: the bandwidth limit, and the delay where netem exists
-  local ns=$1 dev=$2
-  if [ "$delay" != 0ms ] && [ "$delay" != 0 ] &&
-     tc -n "$ns" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000 2>/dev/null; then
-    tc -n "$ns" qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" burst 64kb latency 100ms
-  else
-    [ "$delay" != 0ms ] && [ "$delay" != 0 ] &&
-      echo "veth_bed.sh: no netem qdisc in this kernel: delay $delay not applied, rate limit only" >&2
-    tc -n "$ns" qdisc add dev "$dev" root tbf rate "$rate" burst 64kb latency 100ms
-  fi
-}
-
 case "$cmd" in
   up)
     if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
@@ -68,27 +59,14 @@ case "$cmd" in
       echo "veth_bed.sh up: bed $name is already up (veth_bed.sh down --name $name)" >&2
       exit 2
     fi
-    if ! err=$(ip netns add "$a" 2>&1); then
-      echo "SKIP: cannot create network namespace $a ($err); run as root with CAP_NET_ADMIN and CAP_SYS_ADMIN"
-      exit 77
-    fi
+    netns_pair_up "$a" "$b" "$va" "$vb" "$addr_a" "$addr_b" || exit $?
     set -e
-    ip netns add "$b"
-    ip link add "$va" type veth peer name "$vb"
-    ip link set "$va" netns "$a"
-    ip link set "$vb" netns "$b"
-    ip -n "$a" addr add "$addr_a/24" dev "$va"
-    ip -n "$b" addr add "$addr_b/24" dev "$vb"
-    for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-    ip -n "$a" link set "$va" up
-    ip -n "$b" link set "$vb" up
-    shape "$a" "$va"
-    shape "$b" "$vb"
+    netns_shape "$a" "$va" "$rate" "$delay"
+    netns_shape "$b" "$vb" "$rate" "$delay"
     echo "bed $name up: $a $addr_a ($va) <-> $b $addr_b ($vb), rate $rate, delay $delay"
     ;;
   down)
-    ip netns del "$a" 2>/dev/null
-    ip netns del "$b" 2>/dev/null
+    netns_pair_down "$a" "$b"
     echo "bed $name down"
     ;;
   info)
@@ -105,7 +83,7 @@ case "$cmd" in
     ;;
   run)
     [ $# -gt 0 ] || { echo "veth_bed.sh run: no command after --" >&2; exit 2; }
-    : "${TRAINSCOPE_JOB_TOKEN:=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
+    : "${TRAINSCOPE_JOB_TOKEN:=$(netns_job_token)}"
     export TRAINSCOPE_JOB_TOKEN
     ip netns exec "$a" env BED_NODE_RANK=0 BED_MASTER_ADDR="$addr_a" BED_ADDR="$addr_a" BED_IFACE="$va" "$@" &
     pid_a=$!

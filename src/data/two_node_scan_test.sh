@@ -8,6 +8,8 @@
 # exits 77 (ctest: skipped) without.
 # Usage: two_node_scan_test.sh /path/to/trainscope /path/to/tests/data_distributed_test.py
 set -uo pipefail
+# shellcheck source=scripts/lib/netns.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/netns.sh"  # netns_pair_up/down, netns_job_token
 bin=${1:?usage: two_node_scan_test.sh TRAINSCOPE_BINARY DATA_DISTRIBUTED_TEST_PY}
 corpus_py=${2:?usage: two_node_scan_test.sh TRAINSCOPE_BINARY DATA_DISTRIBUTED_TEST_PY}
 tag=$$
@@ -17,29 +19,14 @@ addr_a=10.214.$net.1 addr_b=10.214.$net.2
 tmp=$(mktemp -d /tmp/ts_two_node_scan_XXXXXX)
 
 cleanup() {
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  netns_pair_down "$a" "$b"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-if ! command -v ip >/dev/null || ! ip netns add "$a" 2>"$tmp/err"; then
-  echo "SKIP: cannot create network namespaces here ($(cat "$tmp/err" 2>/dev/null)); run as root with CAP_NET_ADMIN and CAP_SYS_ADMIN"
-  exit 77
-fi
-set -e
-ip netns add "$b"
-ip link add "sa$tag" type veth peer name "sb$tag"
-ip link set "sa$tag" netns "$a"
-ip link set "sb$tag" netns "$b"
-ip -n "$a" addr add "$addr_a/24" dev "sa$tag"
-ip -n "$b" addr add "$addr_b/24" dev "sb$tag"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "sa$tag" up
-ip -n "$b" link set "sb$tag" up
+netns_pair_up "$a" "$b" "sa$tag" "sb$tag" "$addr_a" "$addr_b" || exit $?
 /usr/bin/python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import data_distributed_test as t; t.make_corpus(sys.argv[2])" \
-  "$(dirname "$corpus_py")" "$tmp"
-set +e
+  "$(dirname "$corpus_py")" "$tmp" || exit $?
 
 inputs=("$tmp/a.jsonl" "$tmp/b.jsonl.gz" "$tmp/c.txt" "$tmp/d.jsonl")
 export TRAINSCOPE_NO_PROGRESS=1
@@ -49,7 +36,7 @@ rc_single=$?
 common=(--nnodes 2 --master-addr "$addr_a" --master-port 29412 --stop-grace-s 2 -q --
         "$bin" data scan "${inputs[@]}" --json --fail-on none --threads 1 --distributed
         --comm-timeout 60 --verdicts "$tmp/dist.verdicts")
-TRAINSCOPE_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+TRAINSCOPE_JOB_TOKEN=$(netns_job_token)
 export TRAINSCOPE_JOB_TOKEN
 timeout 90 ip netns exec "$a" "$bin" launch -n 1 --node-rank 0 --run-dir "$tmp/na" "${common[@]}" &
 pid_a=$!

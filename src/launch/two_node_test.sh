@@ -8,6 +8,8 @@
 # CAP_SYS_ADMIN); exits 77 (ctest: skipped) with a clear message without them.
 # Usage: two_node_test.sh /path/to/trainscope
 set -uo pipefail
+# shellcheck source=scripts/lib/netns.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/netns.sh"  # netns_pair_up/down, netns_job_token
 bin=${1:?usage: two_node_test.sh TRAINSCOPE_BINARY}
 tag=$$
 a=ts_a_$tag b=ts_b_$tag
@@ -16,32 +18,17 @@ addr_a=10.213.$net.1 addr_b=10.213.$net.2
 tmp=$(mktemp -d /tmp/ts_two_node_XXXXXX)
 
 cleanup() {
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  netns_pair_down "$a" "$b"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-if ! command -v ip >/dev/null || ! ip netns add "$a" 2>"$tmp/err"; then
-  echo "SKIP: cannot create network namespaces here ($(cat "$tmp/err" 2>/dev/null)); run as root with CAP_NET_ADMIN and CAP_SYS_ADMIN"
-  exit 77
-fi
-set -e
-ip netns add "$b"
-ip link add "va$tag" type veth peer name "vb$tag"
-ip link set "va$tag" netns "$a"
-ip link set "vb$tag" netns "$b"
-ip -n "$a" addr add "$addr_a/24" dev "va$tag"
-ip -n "$b" addr add "$addr_b/24" dev "vb$tag"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "va$tag" up
-ip -n "$b" link set "vb$tag" up
-set +e
+netns_pair_up "$a" "$b" "va$tag" "vb$tag" "$addr_a" "$addr_b" || exit $?
 
 common=(--nnodes 2 --master-addr "$addr_a" --master-port 29411 --stop-grace-s 2 -q --
         "$bin" selftest comm --backend gloo --ops all_reduce,all_gather,send_recv --sizes 8,64K
         --iters 2 --warmup 1 --seconds-per-size 0 --slow-rank-ratio 0 --timeout-s 20 --json)
-TRAINSCOPE_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+TRAINSCOPE_JOB_TOKEN=$(netns_job_token)
 export TRAINSCOPE_JOB_TOKEN
 start=$(date +%s%N)
 timeout 90 ip netns exec "$a" "$bin" launch -n 2 --node-rank 0 --run-dir "$tmp/a" "${common[@]}" &
