@@ -351,7 +351,50 @@ absl::Status RunPipeline(const std::vector<InputFile>& inputs, const ScanOptions
   return read_status;
 }
 
+// RunPipeline with the batch bookkeeping that RunScan and ScanLocal share: each batch's input
+// bytes go to `progress` and res->input_bytes and its bad records to res->bad, then
+// `merge_docs` takes its documents (and counts them in res->docs); the scan stops once the
+// corpus passes CheckCorpusDocs's limit. Returns the reader's error, else that limit's.
+absl::Status MergeBatches(const std::vector<InputFile>& inputs, const ScanOptions& opt,
+                          const AnalyzerOptions& aopt, Progress* progress,
+                          const std::function<void(BatchResult&)>& merge_docs, ScanResult* res) {
+  absl::Status limit_status;
+  auto merge = [&](BatchResult& r) {
+    progress->Add(r.input_bytes);
+    res->input_bytes += r.input_bytes;
+    res->bad.Merge(r.bad);
+    merge_docs(r);
+    limit_status = CheckCorpusDocs(res->docs);
+    return limit_status.ok();
+  };
+  BadRecords reader_bad;
+  const absl::Status read_status = RunPipeline(inputs, opt, aopt, merge, &reader_bad);
+  res->bad.Merge(reader_bad);
+  TS_RETURN_IF_ERROR(read_status);
+  return limit_status;
+}
+
+// The per-flag and per-language document counts of a merge, into the report's maps.
+void AddFlagAndLangCounts(const uint64_t (&flag_counts)[kNumFlags],
+                          const std::map<uint16_t, std::pair<uint64_t, uint64_t>>& lang_counts,
+                          ScanResult* res) {
+  for (int f = 0; f < kNumFlags; ++f) {
+    if (flag_counts[f]) res->flag_docs[FlagName(f)] = flag_counts[f];
+  }
+  for (const auto& [l, c] : lang_counts) {
+    res->lang_docs[LangCode(l)] += c.first;
+    res->lang_bytes[LangCode(l)] += c.second;
+  }
+}
+
 }  // namespace
+
+absl::Status CheckCorpusDocs(uint64_t docs) {
+  if (docs >= 0xFFFFFFF0ull) {
+    return absl::OutOfRangeError("more than 4 billion documents: split the corpus");
+  }
+  return absl::OkStatus();
+}
 
 int DefaultScanThreads() {
   const unsigned n = std::thread::hardware_concurrency();
@@ -397,11 +440,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   uint64_t flag_counts[kNumFlags] = {0};
   const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
   std::vector<uint16_t> zero_sig(perms, 0);
-  absl::Status merge_status;
   auto merge = [&](BatchResult& r) {
-    progress.Add(r.input_bytes);
-    res.input_bytes += r.input_bytes;
-    res.bad.Merge(r.bad);
     for (size_t i = 0; i < r.docs.size(); ++i) {
       const DocResult& d = r.docs[i];
       const uint32_t g = static_cast<uint32_t>(res.docs++);
@@ -458,27 +497,12 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
         id_file->Append(id.data(), len);
       }
     }
-    if (res.docs >= 0xFFFFFFF0ull) {
-      merge_status = absl::OutOfRangeError("more than 4 billion documents: split the corpus");
-      return false;
-    }
-    return true;
   };
-  BadRecords reader_bad;
-  const absl::Status read_status = RunPipeline(inputs, opt, aopt, merge, &reader_bad);
-  res.bad.Merge(reader_bad);
-  TS_RETURN_IF_ERROR(read_status);
-  TS_RETURN_IF_ERROR(merge_status);
+  TS_RETURN_IF_ERROR(MergeBatches(inputs, opt, aopt, &progress, merge, &res));
   raw_first = {};
   norm_first = {};
   malloc_trim(0);  // hand the tables' pages back before the near-duplicate phase
-  for (int f = 0; f < kNumFlags; ++f) {
-    if (flag_counts[f]) res.flag_docs[FlagName(f)] = flag_counts[f];
-  }
-  for (const auto& [l, c] : lang_counts) {
-    res.lang_docs[LangCode(l)] += c.first;
-    res.lang_bytes[LangCode(l)] += c.second;
-  }
+  AddFlagAndLangCounts(flag_counts, lang_counts, &res);
 
   // --- near duplicates: per band, sort (hash, doc) records; equal hashes are candidate
   // pairs, verified by the share of agreeing MinHash fingerprints; union-find, keep-first.
@@ -678,13 +702,9 @@ absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs, const 
   }
   const std::vector<uint16_t> zero_sig(perms, 0);
   const uint64_t zero_band = 0;
-  absl::Status merge_status;
   // The in-order merge of RunScan without the duplicate tables: every document's keys,
   // band hashes and fingerprints are kept for the ranks' exchanges.
   auto merge = [&](BatchResult& r) {
-    progress.Add(r.input_bytes);
-    res.input_bytes += r.input_bytes;
-    res.bad.Merge(r.bad);
     for (size_t i = 0; i < r.docs.size(); ++i) {
       const DocResult& d = r.docs[i];
       ++res.docs;
@@ -721,24 +741,9 @@ absl::StatusOr<ScanShare> ScanLocal(const std::vector<InputFile>& inputs, const 
         share.line.push_back(r.line[i]);
       }
     }
-    if (res.docs >= 0xFFFFFFF0ull) {
-      merge_status = absl::OutOfRangeError("more than 4 billion documents: split the corpus");
-      return false;
-    }
-    return true;
   };
-  BadRecords reader_bad;
-  const absl::Status read_status = RunPipeline(inputs, opt, aopt, merge, &reader_bad);
-  res.bad.Merge(reader_bad);
-  TS_RETURN_IF_ERROR(read_status);
-  TS_RETURN_IF_ERROR(merge_status);
-  for (int f = 0; f < kNumFlags; ++f) {
-    if (flag_counts[f]) res.flag_docs[FlagName(f)] = flag_counts[f];
-  }
-  for (const auto& [l, c] : lang_counts) {
-    res.lang_docs[LangCode(l)] += c.first;
-    res.lang_bytes[LangCode(l)] += c.second;
-  }
+  TS_RETURN_IF_ERROR(MergeBatches(inputs, opt, aopt, &progress, merge, &res));
+  AddFlagAndLangCounts(flag_counts, lang_counts, &res);
   if (opt.near_dup) {
     for (int b = 0; b < opt.bands; ++b) {
       TS_RETURN_IF_ERROR(band_w[b]->Close());

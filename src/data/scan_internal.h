@@ -40,6 +40,11 @@ struct ScanShare {
   std::vector<uint64_t> line;    // keep_doc_arrays: line (block start) in that input
 };
 
+// Document numbers are 32-bit, with ScanResult::kNoDoc and a few below it reserved: a corpus
+// of `docs` documents is OutOfRange ("more than 4 billion documents") from 0xFFFFFFF0 on.
+// RunScan, ScanLocal and the distributed scan's global numbering check it.
+absl::Status CheckCorpusDocs(uint64_t docs);
+
 // Checks the options as RunScan does (InvalidArgument), then reads and analyses `inputs`.
 // Errors: RunScan's reading errors, and writing the spill files (under options.tmp_dir).
 // Holds about 40 bytes per document in memory (+ the id with verdicts).
