@@ -1,13 +1,16 @@
-// CollectReportData: what each run directory holds, read into the report's data model
-// (docs/formats.md "Report"). Each part is read by its own module's reader where one exists
-// (diagnose for findings, hang for the analysis of flight-recorder dumps); the documents other
-// verbs wrote (data scan, trace analysis, doctor report, fingerprint) are read as they are,
-// reduced to what the page draws. A part that is absent or unreadable is listed in "missing",
-// never an error.
+// The parts of the report's data model (collect.h): what each run directory holds, read into
+// the model (docs/formats.md "Report"); ReportCollector (collector.cc) assembles them. Each
+// part is read by its own module's reader where one exists (diagnose for findings, hang for
+// the analysis of flight-recorder dumps); the documents other verbs wrote (data scan, trace
+// analysis, doctor report, fingerprint) are read as they are, reduced to what the page draws. A
+// part that is absent or unreadable is listed in "missing", never an error.
+#include "report/collect.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "absl/status/status.h"
@@ -72,24 +75,37 @@ void AddMissing(json* data, const std::string& run, const std::string& part,
   (*data)["missing"].push_back({{"run", run}, {"part", part}, {"reason", why}});
 }
 
+}  // namespace
+
 // Train metrics: one entry per rank, plus stragglers by mean step time.
-void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points, json* run,
-                    json* data) {
+void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points,
+                    MetricsCache* cache, json* run, json* data) {
   std::vector<std::string> files = CollectFiles(run_dir::Join(dir, run_dir::kTrain), IsMetricsName);
+  for (auto it = cache->files.begin(); it != cache->files.end();) {  // files gone
+    it = std::binary_search(files.begin(), files.end(), it->first) ? std::next(it)
+                                                                   : cache->files.erase(it);
+  }
   if (files.empty()) {
     AddMissing(data, name, "metrics", "no train/metrics.rank<R>.jsonl");
     return;
   }
-  std::vector<RankMetrics> ranks(files.size());
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (!ReadRankMetrics(files[i], &ranks[i])) {
-      AddMissing(data, name, "metrics", ranks[i].malformed_examples.front());
+  for (const std::string& file : files) {
+    MetricsCache::File& f = cache->files.try_emplace(file, file).first->second;
+    const int64_t parsed = f.reader.bytes_parsed(), full = f.reader.full_reads();
+    const bool ok = f.reader.Update();
+    cache->bytes_parsed += f.reader.bytes_parsed() - parsed;
+    cache->full_reads += f.reader.full_reads() - full;
+    const RankMetrics& m = f.reader.metrics();
+    if (!ok) {
+      AddMissing(data, name, "metrics", m.malformed_examples.front());
       continue;
     }
-    const RankMetrics& m = ranks[i];
-    json r = RankMetricsToJson(m, max_points);
-    r["file"] = fs::relative(files[i], dir).string();
-    (*run)["ranks"].push_back(std::move(r));
+    if (f.json_version != f.reader.version()) {
+      f.json = RankMetricsToJson(m, max_points);
+      f.json["file"] = fs::relative(file, dir).string();
+      f.json_version = f.reader.version();
+    }
+    (*run)["ranks"].push_back(f.json);
     for (const json& e : m.events) (*run)["events"].push_back(e);
     (*data)["malformed"] = (*data)["malformed"].get<int64_t>() + m.malformed;
     for (const std::string& ex : m.malformed_examples) (*data)["malformed_lines"].push_back(ex);
@@ -205,6 +221,8 @@ void CollectHang(const std::string& dir, const std::string& name, json* run, jso
   (*run)["hang"] = std::move(hang);
 }
 
+namespace {
+
 // Documents under a folder (or at the top) recognised by their "format".
 std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
                                                       const std::string& format) {
@@ -216,6 +234,8 @@ std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
   }
   return out;
 }
+
+}  // namespace
 
 void CollectDataScans(const std::string& dir, const std::string& name, json* run, json* data) {
   for (auto& [file, j] : CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan)) {
@@ -263,6 +283,8 @@ void CollectTraces(const std::string& dir, const std::string& name, json* run, j
   }
 }
 
+namespace {
+
 // Leaves of a JSON document as "a.b.c" -> value rows, at most kCollectMaxFingerprintRows.
 void CollectFlatten(const json& j, const std::string& prefix, json* rows) {
   if (rows->size() >= kCollectMaxFingerprintRows) return;
@@ -280,6 +302,8 @@ void CollectFlatten(const json& j, const std::string& prefix, json* rows) {
     rows->push_back({prefix, j.is_string() ? j.get<std::string>() : j.dump()});
   }
 }
+
+}  // namespace
 
 void CollectDoctorAndEnv(const std::string& dir, const std::string& name, json* run, json* data) {
   std::string why;
@@ -354,49 +378,6 @@ json CollectSections(const json& data) {
     if (any([key](const json& r) { return r.contains(key); })) out.push_back(part.second);
   }
   return out;
-}
-
-}  // namespace
-
-absl::StatusOr<json> CollectReportData(const std::vector<std::string>& run_dirs,
-                                       const ReportOptions& options) {
-  if (run_dirs.empty()) return absl::InvalidArgumentError("no run directory given");
-  for (const std::string& dir : run_dirs) {
-    std::error_code ec;
-    if (!fs::exists(dir, ec)) return absl::NotFoundError(dir + ": no such directory");
-    if (!fs::is_directory(dir, ec)) return absl::InvalidArgumentError(dir + ": not a directory");
-  }
-  json data = {
-      {"format", "trainscope.report.data"}, {"version", 1},   {"runs", json::array()},
-      {"missing", json::array()},           {"malformed", 0}, {"malformed_lines", json::array()}};
-  const size_t max_points = static_cast<size_t>(std::max(options.max_points, 16));
-  std::vector<std::string> names;
-  for (const std::string& dir : run_dirs) {
-    std::string name = fs::path(dir).lexically_normal().filename().string();
-    if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
-    if (std::count(names.begin(), names.end(), name)) name = absl::StrCat(name, "#", names.size());
-    names.push_back(name);
-    json run = {{"name", name},
-                {"ranks", json::array()},
-                {"events", json::array()},
-                {"pins", json::array()},
-                {"findings", json::array()}};
-    CollectMetrics(dir, name, max_points, &run, &data);
-    CollectFindings(dir, name, &run, &data);
-    CollectHang(dir, name, &run, &data);
-    CollectDataScans(dir, name, &run, &data);
-    CollectTraces(dir, name, &run, &data);
-    CollectDoctorAndEnv(dir, name, &run, &data);
-    data["runs"].push_back(std::move(run));
-  }
-  std::string title = options.title;
-  if (title.empty()) {
-    title = "trainscope report: ";
-    for (size_t i = 0; i < names.size(); ++i) title += (i ? ", " : "") + names[i];
-  }
-  data["title"] = title;
-  data["sections"] = CollectSections(data);
-  return data;
 }
 
 }  // namespace trainscope::report

@@ -5,7 +5,12 @@
 // record's own value: downsampling picks records, it never averages them.
 #include "report/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -133,118 +138,277 @@ nlohmann::json SeriesToJson(const std::vector<int64_t>& steps, const std::vector
   return {{"x", std::move(x)}, {"y", std::move(v)}, {"n", n_valid}};
 }
 
-bool ReadRankMetrics(const std::string& path, RankMetrics* out) {
-  *out = RankMetrics();
-  out->file = path;
-  out->rank = RankFromFileName(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    out->malformed_examples.push_back(path + ": cannot open");
+// --- RankMetricsReader ---------------------------------------------------------------------
+// The state after reading bytes [0, offset_) is exactly what a whole-file read of those bytes
+// gives, so reading on from offset_ only needs the appended lines. Steps are kept sorted with
+// the last record of a step winning: appended records that continue the steps are pushed at
+// the end; any other batch (a resumed run writing earlier steps again) is sorted stably and
+// merged, the batch winning ties, which is the whole-file read's stable sort over file order.
+
+struct RankMetricsReader::Row {
+  int64_t step;
+  double v[9];
+  double phase[6];
+};
+
+namespace {
+
+constexpr size_t kReaderChunkBytes = 8u << 20;
+constexpr size_t kReaderCheckBytes = 64;
+
+// pread of up to n bytes at off; what could be read.
+std::string ReaderPread(int fd, uint64_t off, size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, out.data() + got, n - got, static_cast<off_t>(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  out.resize(got);
+  return out;
+}
+
+struct ReaderFd {
+  int fd;
+  ~ReaderFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::vector<std::vector<double>*> ReaderColumns(RankMetrics* m) {
+  return {&m->loss,      &m->val_loss,       &m->lr,
+          &m->grad_norm, &m->step_ms,        &m->tokens_per_s,
+          &m->comm_ms,   &m->host_rss_bytes, &m->device_mem_bytes};
+}
+
+}  // namespace
+
+RankMetricsReader::RankMetricsReader(std::string path) : path_(std::move(path)) { Reset(); }
+
+void RankMetricsReader::Reset() {
+  m_ = RankMetrics();
+  m_.file = path_;
+  m_.rank = RankFromFileName(path_);
+  m_.phases.assign(PhaseNames().size(), {});
+  offset_ = 0;
+  open_line_ = false;
+  lines_done_ = 0;
+  tail_pending_ = false;
+  tail_size_ = 0;
+  head_.clear();
+  last_.clear();
+  first_nonfinite_seen_ = false;
+}
+
+bool RankMetricsReader::SameFileAsBefore(int fd, uint64_t dev, uint64_t ino, uint64_t size) {
+  if (dev != dev_ || ino != ino_ || size < offset_) return false;
+  if (offset_ == 0) return true;
+  return ReaderPread(fd, 0, head_.size()) == head_ &&
+         ReaderPread(fd, offset_ - last_.size(), last_.size()) == last_;
+}
+
+bool RankMetricsReader::Update() {
+  ReaderFd f{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
+  struct stat st;
+  if (f.fd < 0 || ::fstat(f.fd, &st) != 0) {
+    Reset();
+    m_.malformed_examples.push_back(path_ + ": cannot open");
+    opened_ = false;
+    ++version_;
     return false;
   }
-  // Raw step records, in file order; sorted and de-duplicated at the end.
-  struct Row {
-    int64_t step;
-    double v[10];
-    double phase[6];
-  };
-  std::vector<Row> rows;
-  const auto& phase_names = PhaseNames();
+  const auto size = static_cast<uint64_t>(st.st_size);
+  const auto dev = static_cast<uint64_t>(st.st_dev), ino = static_cast<uint64_t>(st.st_ino);
+  bool fresh = !opened_ || !SameFileAsBefore(f.fd, dev, ino, size);
+  if (!fresh && size == offset_ + tail_size_) return true;  // nothing appended
+  // A last line taken without its newline: the next byte must be that newline, else the
+  // line went on and reads differently now.
+  if (!fresh && open_line_ && size > offset_) {
+    if (ReaderPread(f.fd, offset_, 1) == "\n") {
+      ++offset_;
+      open_line_ = false;
+    } else {
+      fresh = true;
+    }
+  }
+  if (fresh) {
+    Reset();
+    ++full_reads_;
+  }
+  opened_ = true;
+  dev_ = dev;
+  ino_ = ino;
+  m_.lines = lines_done_;
+  m_.truncated_last_line = false;
+  tail_pending_ = false;
+  tail_size_ = 0;
   simdjson::dom::parser parser;
-  std::string line;
-  bool first_nonfinite_seen = false;
+  std::vector<Row> rows;
+  std::string buf;  // bytes from offset_ not yet parsed
+  uint64_t pos = offset_;
+  while (pos < size) {
+    std::string chunk = ReaderPread(f.fd, pos, std::min<uint64_t>(kReaderChunkBytes, size - pos));
+    if (chunk.empty()) break;  // shrank while read: the next Update() sees it
+    pos += chunk.size();
+    buf += chunk;
+    size_t start = 0;
+    for (size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+      ParseLine(&parser, std::string_view(buf).substr(start, nl - start), false, &rows);
+    }
+    offset_ += start;
+    bytes_parsed_ += static_cast<int64_t>(start);
+    buf.erase(0, start);
+  }
+  if (!buf.empty()) {  // a last line without newline
+    bytes_parsed_ += static_cast<int64_t>(buf.size());
+    if (ParseLine(&parser, buf, true, &rows)) {
+      offset_ += buf.size();
+      open_line_ = true;
+    } else {
+      tail_pending_ = true;
+      tail_size_ = buf.size();
+    }
+  }
+  MergeRows(&rows);
+  lines_done_ = m_.lines;
+  if (tail_pending_) {
+    ++m_.lines;
+    m_.truncated_last_line = true;  // a writer mid-line (a live or killed run)
+  }
+  head_ = ReaderPread(f.fd, 0, std::min<uint64_t>(kReaderCheckBytes, offset_));
+  const uint64_t n_last = std::min<uint64_t>(kReaderCheckBytes, offset_);
+  last_ = ReaderPread(f.fd, offset_ - n_last, n_last);
+  ++version_;
+  return true;
+}
+
+bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_view line,
+                                  bool unterminated, std::vector<Row>* rows) {
+  RankMetrics* out = &m_;
+  ++out->lines;
+  if (line.empty()) return true;
   auto bad = [&](const std::string& why) {
     ++out->malformed;
     if (out->malformed_examples.size() < 5) {
-      out->malformed_examples.push_back(absl::StrCat(path, ":", out->lines, ": ", why));
+      out->malformed_examples.push_back(absl::StrCat(path_, ":", out->lines, ": ", why));
     }
   };
-  while (std::getline(in, line)) {
-    ++out->lines;
-    const bool no_newline = in.eof();
-    if (line.empty()) continue;
-    simdjson::dom::element doc;
-    if (parser.parse(line.data(), line.size(), true).get(doc) != simdjson::SUCCESS ||
-        !doc.is_object()) {
-      if (no_newline) {
-        out->truncated_last_line = true;  // a writer mid-line (a live or killed run)
-      } else {
-        bad("not a JSON object");
-      }
-      continue;
+  simdjson::dom::element doc;
+  if (parser->parse(line.data(), line.size(), true).get(doc) != simdjson::SUCCESS ||
+      !doc.is_object()) {
+    if (unterminated) {
+      --out->lines;  // not taken: read again when its newline arrives
+      return false;
     }
-    std::string_view type;
-    if (doc["type"].get(type) != simdjson::SUCCESS) type = "step";  // user jobs' plain lines
-    if (type == "step") {
-      int64_t step = 0;
-      simdjson::dom::element s;
-      if (doc["step"].get(s) != simdjson::SUCCESS || s.get_int64().get(step) != simdjson::SUCCESS) {
-        bad("step record without an integer \"step\"");
-        continue;
-      }
-      Row r;
-      r.step = step;
-      r.v[0] = ReportNum(doc, "loss");
-      r.v[1] = ReportNum(doc, "val_loss");
-      r.v[2] = ReportNum(doc, "lr");
-      r.v[3] = ReportNum(doc, "grad_norm");
-      r.v[4] = ReportNum(doc, "step_ms");
-      r.v[5] = ReportNum(doc, "tokens_per_s");
-      r.v[6] = ReportNum(doc, "comm_ms");
-      r.v[7] = ReportNum(doc, "host_rss_bytes");
-      r.v[8] = ReportNum(doc, "device_mem_allocated_bytes");
-      simdjson::dom::element ph;
-      bool has_phases = doc["phases_ms"].get(ph) == simdjson::SUCCESS && ph.is_object();
-      for (size_t k = 0; k < phase_names.size(); ++k) {
-        r.phase[k] = has_phases ? ReportNum(ph, phase_names[k]) : kNaN;
-      }
-      // Non-finite values are written as null (docs/formats.md); the first one is an event.
-      bool null_loss = false;
-      simdjson::dom::element lv;
-      if (doc["loss"].get(lv) == simdjson::SUCCESS && lv.is_null()) null_loss = true;
-      if (doc["grad_norm"].get(lv) == simdjson::SUCCESS && lv.is_null()) null_loss = true;
-      if (null_loss && !first_nonfinite_seen) {
-        first_nonfinite_seen = true;
-        out->events.push_back({{"kind", "first_nonfinite"},
-                               {"step", step},
-                               {"rank", out->rank},
-                               {"text", "first non-finite loss or grad norm"}});
-      }
-      rows.push_back(r);
-      continue;
-    }
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    const std::string t(type);
-    if (t == "header") {
-      out->rank = j.value("rank", out->rank);
-      out->world_size = j.value("world_size", out->world_size);
-    } else if (t == "end") {
-      out->end_reason = j.value("reason", std::string());
-    } else if (t == "summary") {
-      out->summary = j;
-    } else if (t == "spike" || t == "nonfinite" || t == "error" || t == "loss_scale" ||
-               (t == "checkpoint" && j.value("anomaly", false))) {
-      out->events.push_back({{"kind", t == "checkpoint" ? "anomaly_checkpoint" : t},
-                             {"step", j.value("step", int64_t{0})},
-                             {"rank", j.value("rank", out->rank)},
-                             {"text", EventText(j, t)}});
-    }
+    bad("not a JSON object");
+    return true;
   }
-  // The last record of a step wins (a resumed run appends its steps again).
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const Row& a, const Row& b) { return a.step < b.step; });
-  std::vector<std::vector<double>*> cols = {
-      &out->loss,      &out->val_loss,       &out->lr,
-      &out->grad_norm, &out->step_ms,        &out->tokens_per_s,
-      &out->comm_ms,   &out->host_rss_bytes, &out->device_mem_bytes};
-  out->phases.assign(phase_names.size(), {});
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (i + 1 < rows.size() && rows[i + 1].step == rows[i].step) continue;
-    out->steps.push_back(rows[i].step);
-    for (size_t c = 0; c < cols.size(); ++c) cols[c]->push_back(rows[i].v[c]);
-    for (size_t k = 0; k < phase_names.size(); ++k) out->phases[k].push_back(rows[i].phase[k]);
+  std::string_view type;
+  if (doc["type"].get(type) != simdjson::SUCCESS) type = "step";  // user jobs' plain lines
+  if (type == "step") {
+    int64_t step = 0;
+    simdjson::dom::element s;
+    if (doc["step"].get(s) != simdjson::SUCCESS || s.get_int64().get(step) != simdjson::SUCCESS) {
+      bad("step record without an integer \"step\"");
+      return true;
+    }
+    const auto& phase_names = PhaseNames();
+    Row r;
+    r.step = step;
+    r.v[0] = ReportNum(doc, "loss");
+    r.v[1] = ReportNum(doc, "val_loss");
+    r.v[2] = ReportNum(doc, "lr");
+    r.v[3] = ReportNum(doc, "grad_norm");
+    r.v[4] = ReportNum(doc, "step_ms");
+    r.v[5] = ReportNum(doc, "tokens_per_s");
+    r.v[6] = ReportNum(doc, "comm_ms");
+    r.v[7] = ReportNum(doc, "host_rss_bytes");
+    r.v[8] = ReportNum(doc, "device_mem_allocated_bytes");
+    simdjson::dom::element ph;
+    bool has_phases = doc["phases_ms"].get(ph) == simdjson::SUCCESS && ph.is_object();
+    for (size_t k = 0; k < phase_names.size(); ++k) {
+      r.phase[k] = has_phases ? ReportNum(ph, phase_names[k]) : kNaN;
+    }
+    // Non-finite values are written as null (docs/formats.md); the first one is an event.
+    bool null_loss = false;
+    simdjson::dom::element lv;
+    if (doc["loss"].get(lv) == simdjson::SUCCESS && lv.is_null()) null_loss = true;
+    if (doc["grad_norm"].get(lv) == simdjson::SUCCESS && lv.is_null()) null_loss = true;
+    if (null_loss && !first_nonfinite_seen_) {
+      first_nonfinite_seen_ = true;
+      out->events.push_back({{"kind", "first_nonfinite"},
+                             {"step", step},
+                             {"rank", out->rank},
+                             {"text", "first non-finite loss or grad norm"}});
+    }
+    rows->push_back(r);
+    return true;
+  }
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  const std::string t(type);
+  if (t == "header") {
+    out->rank = j.value("rank", out->rank);
+    out->world_size = j.value("world_size", out->world_size);
+  } else if (t == "end") {
+    out->end_reason = j.value("reason", std::string());
+  } else if (t == "summary") {
+    out->summary = j;
+  } else if (t == "spike" || t == "nonfinite" || t == "error" || t == "loss_scale" ||
+             (t == "checkpoint" && j.value("anomaly", false))) {
+    out->events.push_back({{"kind", t == "checkpoint" ? "anomaly_checkpoint" : t},
+                           {"step", j.value("step", int64_t{0})},
+                           {"rank", j.value("rank", out->rank)},
+                           {"text", EventText(j, t)}});
   }
   return true;
+}
+
+void RankMetricsReader::MergeRows(std::vector<Row>* rows) {
+  if (rows->empty()) return;
+  const std::vector<std::vector<double>*> cols = ReaderColumns(&m_);
+  const size_t n_phases = m_.phases.size();
+  bool in_order = m_.steps.empty() || rows->front().step > m_.steps.back();
+  for (size_t i = 1; in_order && i < rows->size(); ++i)
+    in_order = (*rows)[i].step > (*rows)[i - 1].step;
+  if (in_order) {  // the usual case: the run goes on
+    for (const Row& r : *rows) {
+      m_.steps.push_back(r.step);
+      for (size_t c = 0; c < cols.size(); ++c) cols[c]->push_back(r.v[c]);
+      for (size_t k = 0; k < n_phases; ++k) m_.phases[k].push_back(r.phase[k]);
+    }
+    return;
+  }
+  // The batch sorted, the last record of a step kept, then merged with the steps so far.
+  std::stable_sort(rows->begin(), rows->end(),
+                   [](const Row& a, const Row& b) { return a.step < b.step; });
+  RankMetrics merged;
+  merged.phases.assign(n_phases, {});
+  const std::vector<std::vector<double>*> out_cols = ReaderColumns(&merged);
+  const size_t n = m_.steps.size();
+  size_t i = 0;
+  for (size_t j = 0; j < rows->size(); ++j) {
+    if (j + 1 < rows->size() && (*rows)[j + 1].step == (*rows)[j].step) continue;
+    const Row& r = (*rows)[j];
+    for (; i < n && m_.steps[i] <= r.step; ++i) {
+      if (m_.steps[i] == r.step) continue;  // replaced by the later record
+      merged.steps.push_back(m_.steps[i]);
+      for (size_t c = 0; c < cols.size(); ++c) out_cols[c]->push_back((*cols[c])[i]);
+      for (size_t k = 0; k < n_phases; ++k) merged.phases[k].push_back(m_.phases[k][i]);
+    }
+    merged.steps.push_back(r.step);
+    for (size_t c = 0; c < cols.size(); ++c) out_cols[c]->push_back(r.v[c]);
+    for (size_t k = 0; k < n_phases; ++k) merged.phases[k].push_back(r.phase[k]);
+  }
+  for (; i < n; ++i) {
+    merged.steps.push_back(m_.steps[i]);
+    for (size_t c = 0; c < cols.size(); ++c) out_cols[c]->push_back((*cols[c])[i]);
+    for (size_t k = 0; k < n_phases; ++k) merged.phases[k].push_back(m_.phases[k][i]);
+  }
+  m_.steps = std::move(merged.steps);
+  for (size_t c = 0; c < cols.size(); ++c) *cols[c] = std::move(*out_cols[c]);
+  m_.phases = std::move(merged.phases);
 }
 
 nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {

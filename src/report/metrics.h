@@ -6,9 +6,14 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+
+namespace simdjson::dom {
+class parser;
+}  // namespace simdjson::dom
 
 namespace trainscope::report {
 
@@ -49,10 +54,58 @@ struct RankMetrics {
 // The phase names of step records' phases_ms, in drawing order.
 const std::vector<std::string>& PhaseNames();
 
-// Reads one metrics file. Never fails on content: a line that is not a JSON object or a step
-// record without an integer step is counted in `malformed`. ok false when the file cannot be
-// opened (then `malformed_examples[0]` says why).
-bool ReadRankMetrics(const std::string& path, RankMetrics* out);
+// One metrics file, read incrementally: each Update() parses only the lines appended since
+// the previous one, so a live run's file of millions of lines costs what was appended, and
+// metrics() is always what reading the whole file at once gives (the report_test
+// "Incremental*" tests compare the two).
+//
+// Never fails on content: a line that is not a JSON object or a step record without an
+// integer step is counted in `malformed`; a last line without a newline that does not parse
+// (a writer mid-line) is counted in `lines` and flagged `truncated_last_line`, and read again
+// once its newline arrives. The file is read from the start again when it is another file
+// (device or inode changed), shrank, or the bytes already read changed (the first and last
+// 64 of them are compared: a file rewritten in place with the same inode).
+// Thread-compatible: one thread at a time.
+class RankMetricsReader {
+ public:
+  explicit RankMetricsReader(std::string path);
+
+  // Brings metrics() up to the file's current content. Returns false when the file cannot
+  // be opened or read (then metrics() is empty but for `malformed_examples[0]`, which says
+  // why; the next Update() reads it from the start). Blocking file reads, no timeout.
+  bool Update();
+  const RankMetrics& metrics() const { return m_; }
+  // Incremented by each Update() that changed metrics().
+  int64_t version() const { return version_; }
+  // Bytes parsed over the reader's life, and how many times the file was read from the start.
+  int64_t bytes_parsed() const { return bytes_parsed_; }
+  int64_t full_reads() const { return full_reads_; }
+
+ private:
+  struct Row;
+  void Reset();
+  bool SameFileAsBefore(int fd, uint64_t dev, uint64_t ino, uint64_t size);
+  // One line (without its newline) of the file: counted, and its record applied (step
+  // records into *rows). An unterminated line that is not a JSON object is not taken:
+  // false, nothing changed.
+  bool ParseLine(simdjson::dom::parser* parser, std::string_view line, bool unterminated,
+                 std::vector<Row>* rows);
+  void MergeRows(std::vector<Row>* rows);
+
+  const std::string path_;
+  RankMetrics m_;  // lines / truncated_last_line include the pending tail
+  int64_t version_ = 0, bytes_parsed_ = 0, full_reads_ = 0;
+  // Of the bytes read so far: [0, offset_) is in m_, and ends at a newline unless
+  // open_line_ (a last line without newline that parsed as a record, so it was taken).
+  uint64_t dev_ = 0, ino_ = 0, offset_ = 0;
+  bool open_line_ = false;
+  int64_t lines_done_ = 0;     // lines in [0, offset_)
+  bool tail_pending_ = false;  // bytes after offset_ without a newline that did not parse
+  uint64_t tail_size_ = 0;     // how many
+  std::string head_, last_;    // the first and the last (up to) 64 bytes of [0, offset_)
+  bool first_nonfinite_seen_ = false;
+  bool opened_ = false;  // the last Update() could open the file
+};
 
 // The rank's drawable data: {"rank", "file", "lines", "malformed", "steps", "first_step",
 // "last_step", "end_reason", "series": {name: SeriesToJson}, "phases": {"x", name: [...]},

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -87,6 +88,7 @@ struct Server::Impl {
   };
 
   std::mutex mu;
+  std::unique_ptr<ReportCollector> collector;  // guarded by mu: reads on where it stopped
   std::string fingerprint;  // guarded by mu: of the run directory when `snapshot` was collected
   std::shared_ptr<const Snapshot> snapshot;  // guarded by mu: null before the first request
   int64_t collections = 0;                   // guarded by mu
@@ -98,7 +100,10 @@ struct Server::Impl {
     ServeFingerprint(options.run_dir, 0, &now);
     std::lock_guard<std::mutex> lock(mu);
     if (snapshot != nullptr && now == fingerprint) return snapshot;
-    absl::StatusOr<nlohmann::json> j = CollectReportData({options.run_dir}, options.report);
+    if (collector == nullptr)
+      collector = std::make_unique<ReportCollector>(std::vector<std::string>{options.run_dir},
+                                                    options.report);
+    absl::StatusOr<nlohmann::json> j = collector->Collect();
     if (!j.ok()) {
       *error = std::string(j.status().message());
       return nullptr;

@@ -10,6 +10,8 @@
 #ifndef TRAINSCOPE_REPORT_REPORT_H_
 #define TRAINSCOPE_REPORT_REPORT_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,51 @@ struct ReportOptions {
 // cannot be parsed is listed as missing with the reason, never an error.
 absl::StatusOr<nlohmann::json> CollectReportData(const std::vector<std::string>& run_dirs,
                                                  const ReportOptions& options);
+
+struct CollectorOptions {
+  // Diagnose reads every file of a run whole (about a second per million metrics lines), so
+  // when the only change since the last collection is appended metrics lines (or TensorBoard
+  // events under train/tb), the findings are kept until this many times the last diagnose's
+  // duration has passed since it ran: 10 keeps it under ~10% of a core on a live run. Any
+  // other file of the run that changes (a report, a dump, a new rank file) has them diagnosed
+  // again at once. 0: every collection diagnoses (the output is then CollectReportData's).
+  double findings_backoff = 10;
+};
+
+// CollectReportData again and again on the same run directories, for `trainscope serve`:
+// each Collect() parses only the metrics lines appended since the previous one (per file:
+// the byte offset read so far and the file's identity; a file that shrank or was replaced is
+// read from the start) and reads the other parts again only when their files changed size,
+// modification time or inode. Collect() gives what CollectReportData gives on the same
+// files (findings: see CollectorOptions::findings_backoff).
+// Memory: the full-resolution step columns of every rank (~130 bytes per step).
+// Thread-compatible: one thread calls Collect() at a time.
+class ReportCollector {
+ public:
+  ReportCollector(std::vector<std::string> run_dirs, ReportOptions options,
+                  CollectorOptions collector_options = {});
+  ~ReportCollector();
+  ReportCollector(const ReportCollector&) = delete;
+  ReportCollector& operator=(const ReportCollector&) = delete;
+
+  // The data model now. Errors: as CollectReportData (a run directory that disappeared is
+  // NotFound). Blocking file reads; no timeout.
+  absl::StatusOr<nlohmann::json> Collect();
+
+  struct Stats {
+    int64_t collections = 0;
+    int64_t metrics_bytes_parsed = 0;  // over all collections
+    int64_t metrics_full_reads = 0;    // metrics files read from their start
+    int64_t diagnoses = 0;             // times diagnose ran
+    int64_t parts_read = 0;            // other parts read (first, or because their files changed)
+  };
+  Stats stats() const;
+
+  struct State;  // collector.cc
+
+ private:
+  std::unique_ptr<State> state_;
+};
 
 // A self-contained HTML page (chart library, CSS, page script and `data` embedded; no network
 // request). In live mode the page fetches "data.json" every 2 s and redraws with it.

@@ -5,8 +5,9 @@
 // Routes (GET and HEAD; anything else is 404, so there is no path traversal and no
 // directory listing: no request names a file):
 //   /           RenderReportHtml(live = true): the page, which fetches data.json every 2 s
-//   /data.json  CollectReportData of the run directory; cached, and collected again only when
-//               a file of the run directory changed size or modification time
+//   /data.json  The run directory's report data (ReportCollector: only the metrics lines
+//               appended since the last collection are parsed); cached, and collected again
+//               only when a file of the run directory changed size or modification time
 //
 // Listens on 127.0.0.1 unless ServeOptions::bind names another address: the page shows the
 // run's paths, host names and configuration, which should not reach the network unasked.

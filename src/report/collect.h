@@ -1,0 +1,56 @@
+// Private to the report module: the parts of the report's data model, one function per part
+// of a run directory, each writing its keys into the run's object and what is absent into
+// data["missing"]. ReportCollector (collector.cc) calls them and keeps what they produced
+// until the files they read change.
+// Thread-compatible: a MetricsCache is used by one thread at a time.
+#ifndef TRAINSCOPE_REPORT_COLLECT_H_
+#define TRAINSCOPE_REPORT_COLLECT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "report/metrics.h"
+
+namespace trainscope::report {
+
+// The metrics files of one run directory, each with its incremental reader and the drawable
+// JSON of its last version.
+struct MetricsCache {
+  struct File {
+    explicit File(std::string path) : reader(std::move(path)) {}
+    RankMetricsReader reader;
+    int64_t json_version = -1;  // reader.version() that `json` was made from
+    nlohmann::json json;        // RankMetricsToJson + "file"
+  };
+  std::map<std::string, File> files;  // by path; files that disappeared are dropped
+  int64_t bytes_parsed = 0;           // by all readers, ever
+  int64_t full_reads = 0;             // files read from their start
+};
+
+// Train metrics (keys "ranks", "events", "summary", "stragglers"): every
+// train/metrics.rank<R>.jsonl, read on from where `cache` left it.
+void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points,
+                    MetricsCache* cache, nlohmann::json* run, nlohmann::json* data);
+// Diagnose's findings over the whole run directory ("findings", "pins").
+void CollectFindings(const std::string& dir, const std::string& name, nlohmann::json* run,
+                     nlohmann::json* data);
+// The flight recorder's dumps and their analysis ("hang"), from hang/.
+void CollectHang(const std::string& dir, const std::string& name, nlohmann::json* run,
+                 nlohmann::json* data);
+// Data scan reports under data/ ("data_scans").
+void CollectDataScans(const std::string& dir, const std::string& name, nlohmann::json* run,
+                      nlohmann::json* data);
+// Trace analyses under trace/ ("traces").
+void CollectTraces(const std::string& dir, const std::string& name, nlohmann::json* run,
+                   nlohmann::json* data);
+// The doctor report and the environment fingerprint ("doctor", "fingerprint").
+void CollectDoctorAndEnv(const std::string& dir, const std::string& name, nlohmann::json* run,
+                         nlohmann::json* data);
+// The names of the page's sections that have evidence, in page order.
+nlohmann::json CollectSections(const nlohmann::json& data);
+
+}  // namespace trainscope::report
+
+#endif  // TRAINSCOPE_REPORT_COLLECT_H_

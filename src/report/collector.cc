@@ -1,0 +1,240 @@
+// ReportCollector (report.h): the report's data model collected again and again, each part
+// re-read only when the files it reads changed. The metrics part reads on from where it
+// stopped (RankMetricsReader); every other part is a pure function of a few files, so what it
+// produced is kept with a stamp of those files (name, size, modification time, inode) and
+// produced again when the stamp differs. Diagnose, which reads the whole run, is the one
+// part that also depends on the appended metrics lines: see CollectorOptions.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "report/collect.h"
+#include "trainscope/core/run_dir.h"
+#include "trainscope/report/report.h"
+
+namespace trainscope::report {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kCollectorFindingsDepth = 9;  // diagnose walks 8 levels below the run
+constexpr int kCollectorHangDepth = 4;
+
+// What one part produced: its keys of the run's object and its "missing" entries.
+struct CollectorPart {
+  bool valid = false;
+  std::string stamp;  // of the files it read
+  json run = json::object();
+  json missing = json::array();
+};
+
+void CollectorStatLine(const fs::path& p, std::string* out) {
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0) {
+    absl::StrAppend(out, p.string(), " -\n");
+    return;
+  }
+  absl::StrAppend(out, p.string(), " ", static_cast<int64_t>(st.st_size), " ",
+                  static_cast<int64_t>(st.st_mtim.tv_sec), ".", st.st_mtim.tv_nsec, " ",
+                  static_cast<uint64_t>(st.st_ino), "\n");
+}
+
+// Files a live run appends to on every step: the metrics files and the trainer's TensorBoard
+// copy of them (train/tb/...).
+bool CollectorIsAppended(const fs::path& dir, const fs::path& p) {
+  const fs::path rel = p.lexically_relative(dir);
+  auto it = rel.begin();
+  if (it == rel.end() || *it != run_dir::kTrain) return false;
+  if (++it == rel.end()) return false;
+  const std::string first = it->string();
+  if (first == run_dir::kTensorBoard) return true;
+  return std::next(it) == rel.end() && absl::StartsWith(first, "metrics.rank") &&
+         absl::EndsWith(first, ".jsonl");
+}
+
+// A stamp of every entry under `dir` (sorted; directories with their own time, so a file
+// created in a checkpoint step folder shows; a checkpoints folder's step folders are not
+// entered: diagnose only lists them). Entries `appended` selects go to *appended instead.
+void CollectorStamp(const fs::path& dir, int depth,
+                    const std::function<bool(const fs::path&)>& appended, std::string* out,
+                    std::string* appended_out) {
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    entries.push_back(it->path());
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    const bool is_appended = appended && appended(p);
+    CollectorStatLine(p, is_appended ? appended_out : out);
+    if (depth > 0 && !is_appended && fs::is_directory(p, ec) &&
+        p.parent_path().filename() != run_dir::kCheckpoints) {
+      CollectorStamp(p, depth - 1, appended, out, appended_out);
+    }
+  }
+}
+
+std::string CollectorDirStamp(const std::string& dir, int depth) {
+  std::string out;
+  CollectorStamp(dir, depth, nullptr, &out, nullptr);
+  return out;
+}
+
+// Produces the part again (into a fresh object) when `stamp` differs from the last one.
+void CollectorRefresh(CollectorPart* part, std::string stamp, int64_t* rereads,
+                      const std::function<void(json* run, json* data)>& collect) {
+  if (part->valid && part->stamp == stamp) return;
+  json run = json::object();
+  json data = {{"missing", json::array()}};
+  collect(&run, &data);
+  part->valid = true;
+  part->stamp = std::move(stamp);
+  part->run = std::move(run);
+  part->missing = std::move(data["missing"]);
+  ++*rereads;
+}
+
+void CollectorApply(const CollectorPart& part, json* run, json* data) {
+  for (const auto& [key, value] : part.run.items()) (*run)[key] = value;
+  for (const json& m : part.missing) (*data)["missing"].push_back(m);
+}
+
+}  // namespace
+
+struct ReportCollector::State {
+  struct Run {
+    std::string dir, name;
+    MetricsCache metrics;
+    CollectorPart findings, hang, data_scans, traces, doctor_env;
+    std::string findings_appended;  // the appended files' stamp when findings were made
+    std::chrono::steady_clock::time_point diagnosed_at;
+    double diagnose_s = 0;
+  };
+  // Constant after construction.
+  ReportOptions options;
+  CollectorOptions collector_options;
+  std::vector<Run> runs;
+  // Changed by Collect().
+  Stats stats;
+
+  void Findings(Run* r);
+};
+
+void ReportCollector::State::Findings(Run* r) {
+  std::string other, appended;
+  CollectorStamp(
+      r->dir, kCollectorFindingsDepth,
+      [r](const fs::path& p) { return CollectorIsAppended(r->dir, p); }, &other, &appended);
+  const auto now = std::chrono::steady_clock::now();
+  if (r->findings.valid && r->findings.stamp == other) {
+    if (appended == r->findings_appended) return;
+    const double since_s = std::chrono::duration<double>(now - r->diagnosed_at).count();
+    if (since_s < collector_options.findings_backoff * r->diagnose_s) return;
+  }
+  r->findings.valid = false;
+  CollectorRefresh(&r->findings, std::move(other), &stats.diagnoses,
+                   [r](json* run, json* data) { CollectFindings(r->dir, r->name, run, data); });
+  r->findings_appended = std::move(appended);
+  r->diagnosed_at = std::chrono::steady_clock::now();
+  r->diagnose_s = std::chrono::duration<double>(r->diagnosed_at - now).count();
+}
+
+ReportCollector::ReportCollector(std::vector<std::string> run_dirs, ReportOptions options,
+                                 CollectorOptions collector_options)
+    : state_(std::make_unique<State>()) {
+  state_->options = std::move(options);
+  state_->collector_options = collector_options;
+  std::vector<std::string> names;
+  for (std::string& dir : run_dirs) {
+    std::string name = fs::path(dir).lexically_normal().filename().string();
+    if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    if (std::count(names.begin(), names.end(), name)) name = absl::StrCat(name, "#", names.size());
+    names.push_back(name);
+    State::Run r;
+    r.dir = std::move(dir);
+    r.name = std::move(name);
+    state_->runs.push_back(std::move(r));
+  }
+}
+
+ReportCollector::~ReportCollector() = default;
+
+ReportCollector::Stats ReportCollector::stats() const {
+  Stats s = state_->stats;
+  for (const State::Run& r : state_->runs) {
+    s.metrics_bytes_parsed += r.metrics.bytes_parsed;
+    s.metrics_full_reads += r.metrics.full_reads;
+  }
+  return s;
+}
+
+absl::StatusOr<json> ReportCollector::Collect() {
+  State& st = *state_;
+  if (st.runs.empty()) return absl::InvalidArgumentError("no run directory given");
+  for (const State::Run& r : st.runs) {
+    std::error_code ec;
+    if (!fs::exists(r.dir, ec)) return absl::NotFoundError(r.dir + ": no such directory");
+    if (!fs::is_directory(r.dir, ec)) {
+      return absl::InvalidArgumentError(r.dir + ": not a directory");
+    }
+  }
+  ++st.stats.collections;
+  json data = {
+      {"format", "trainscope.report.data"}, {"version", 1},   {"runs", json::array()},
+      {"missing", json::array()},           {"malformed", 0}, {"malformed_lines", json::array()}};
+  const size_t max_points = static_cast<size_t>(std::max(st.options.max_points, 16));
+  for (State::Run& r : st.runs) {
+    json run = {{"name", r.name},
+                {"ranks", json::array()},
+                {"events", json::array()},
+                {"pins", json::array()},
+                {"findings", json::array()}};
+    CollectMetrics(r.dir, r.name, max_points, &r.metrics, &run, &data);
+    st.Findings(&r);
+    CollectorApply(r.findings, &run, &data);
+    const std::string& dir = r.dir;
+    const std::string& name = r.name;
+    int64_t* rereads = &st.stats.parts_read;
+    CollectorRefresh(&r.hang,
+                     CollectorDirStamp(run_dir::Join(dir, run_dir::kHang), kCollectorHangDepth),
+                     rereads, [&](json* j, json* d) { CollectHang(dir, name, j, d); });
+    CollectorApply(r.hang, &run, &data);
+    CollectorRefresh(&r.data_scans, CollectorDirStamp(run_dir::Join(dir, run_dir::kData), 0),
+                     rereads, [&](json* j, json* d) { CollectDataScans(dir, name, j, d); });
+    CollectorApply(r.data_scans, &run, &data);
+    CollectorRefresh(&r.traces, CollectorDirStamp(run_dir::Join(dir, run_dir::kTrace), 0), rereads,
+                     [&](json* j, json* d) { CollectTraces(dir, name, j, d); });
+    CollectorApply(r.traces, &run, &data);
+    std::string doc_stamp;
+    CollectorStatLine(run_dir::Join(dir, run_dir::kDoctorReportJson), &doc_stamp);
+    CollectorStatLine(run_dir::Join(dir, run_dir::kFingerprint), &doc_stamp);
+    CollectorRefresh(&r.doctor_env, std::move(doc_stamp), rereads,
+                     [&](json* j, json* d) { CollectDoctorAndEnv(dir, name, j, d); });
+    CollectorApply(r.doctor_env, &run, &data);
+    data["runs"].push_back(std::move(run));
+  }
+  std::string title = st.options.title;
+  if (title.empty()) {
+    title = "trainscope report: ";
+    for (size_t i = 0; i < st.runs.size(); ++i) title += (i ? ", " : "") + st.runs[i].name;
+  }
+  data["title"] = title;
+  data["sections"] = CollectSections(data);
+  return data;
+}
+
+absl::StatusOr<json> CollectReportData(const std::vector<std::string>& run_dirs,
+                                       const ReportOptions& options) {
+  CollectorOptions every_time;
+  every_time.findings_backoff = 0;
+  ReportCollector collector(run_dirs, options, every_time);
+  return collector.Collect();
+}
+
+}  // namespace trainscope::report
