@@ -6,6 +6,7 @@
 #include <zstd.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -455,10 +456,10 @@ TEST(Analysis, SimdNormalisationMatchesScalar) {
   }
 }
 
-// The AVX2 and AVX-512 MinHash minima equal the scalar ones (64-bit integer math, any
-// shingle count and any number of permutations, including those past the last full
-// register; shingles and multipliers with high bits set exercise the composed multiply and
-// the unsigned compare).
+// The scalar MinHash minima are min_k (a_i x_k + b_i) mod 2^32, and the AVX2 and AVX-512
+// ones equal them (any shingle count and any number of permutations, including those past
+// the last full register; shingles and multipliers with high bits set exercise the wrapping
+// multiply and the unsigned compare).
 TEST(Analysis, SimdMinHashMatchesScalar) {
   uint64_t state = 7;
   auto next = [&] {
@@ -468,27 +469,83 @@ TEST(Analysis, SimdMinHashMatchesScalar) {
     return z ^ (z >> 27);
   };
   for (int p : {1, 4, 7, 8, 16, 20, 40, 112, 130}) {
-    std::vector<uint64_t> a(p), b(p);
+    std::vector<uint32_t> a(p), b(p);
     for (int i = 0; i < p; ++i) {
-      a[i] = next() | 1;
-      b[i] = next();
+      a[i] = static_cast<uint32_t>(next()) | 1;
+      b[i] = static_cast<uint32_t>(next());
     }
     for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{333}}) {
-      std::vector<uint64_t> x(n);
-      for (auto& v : x) v = next();
-      if (n >= 5) {  // extremes: products and sums that wrap, minima at 0 and 2^64-1
+      std::vector<uint32_t> x(n);
+      for (auto& v : x) v = static_cast<uint32_t>(next());
+      if (n >= 5) {  // extremes: products and sums that wrap, minima at 0 and 2^32-1
         x[0] = 0;
-        x[1] = ~uint64_t{0};
-        x[2] = uint64_t{1} << 63;
+        x[1] = ~uint32_t{0};
+        x[2] = uint32_t{1} << 31;
       }
-      std::vector<uint64_t> scalar(p);
+      std::vector<uint32_t> scalar(p);
       MinHashMins(x.data(), n, a.data(), b.data(), p, scalar.data(), 0);
+      for (int i = 0; i < p; ++i) {
+        uint64_t want = UINT32_MAX;
+        for (uint32_t v : x)
+          want = std::min<uint64_t>(want, (uint64_t{a[i]} * v + b[i]) % (1ull << 32));
+        ASSERT_EQ(scalar[i], want) << "p " << p << " n " << n << " i " << i;
+      }
       for (int level = 1; level <= 2; ++level) {
-        std::vector<uint64_t> simd(p);
+        std::vector<uint32_t> simd(p);
         MinHashMins(x.data(), n, a.data(), b.data(), p, simd.data(), level);
         ASSERT_EQ(simd, scalar) << "p " << p << " n " << n << " level " << level;
       }
     }
+  }
+}
+
+// 32-bit permutations are a sound MinHash family: for pairs of random shingle sets with a
+// known Jaccard similarity J, the share of agreeing minima over 112 permutations averages
+// J and varies as a binomial would (sqrt(J(1-J)/112)), i.e. the permutations behave as
+// independent min-wise hashes (a family whose order barely depends on a_i, such as the high
+// half of a_i x, fails both checks).
+TEST(Analysis, MinHashAgreementEstimatesJaccard) {
+  uint64_t state = 11;
+  auto next = [&] {
+    state += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  constexpr int kPerms = 112, kTrials = 400;
+  std::vector<uint32_t> a(kPerms), b(kPerms);
+  for (int i = 0; i < kPerms; ++i) {
+    a[i] = static_cast<uint32_t>(next()) | 1;
+    b[i] = static_cast<uint32_t>(next());
+  }
+  // |A ∩ B| = shared, |A \ B| = |B \ A| = own: J = shared / (shared + 2 own).
+  for (auto [shared, own] : {std::pair<int, int>{80, 10}, {60, 20}, {50, 50}}) {
+    const double j = static_cast<double>(shared) / (shared + 2 * own);
+    double sum = 0, sum_sq = 0;
+    for (int t = 0; t < kTrials; ++t) {
+      std::vector<uint32_t> x, y;
+      for (int k = 0; k < shared; ++k) {
+        const auto v = static_cast<uint32_t>(next());
+        x.push_back(v);
+        y.push_back(v);
+      }
+      for (int k = 0; k < own; ++k) x.push_back(static_cast<uint32_t>(next()));
+      for (int k = 0; k < own; ++k) y.push_back(static_cast<uint32_t>(next()));
+      std::vector<uint32_t> mx(kPerms), my(kPerms);
+      MinHashMins(x.data(), x.size(), a.data(), b.data(), kPerms, mx.data(), 1);
+      MinHashMins(y.data(), y.size(), a.data(), b.data(), kPerms, my.data(), 1);
+      int agree = 0;
+      for (int i = 0; i < kPerms; ++i) agree += mx[i] == my[i];
+      const double est = static_cast<double>(agree) / kPerms;
+      sum += est;
+      sum_sq += est * est;
+    }
+    const double mean = sum / kTrials, var = sum_sq / kTrials - mean * mean;
+    const double binomial = j * (1 - j) / kPerms;
+    EXPECT_NEAR(mean, j, 4 * std::sqrt(binomial / kTrials)) << "J " << j;
+    EXPECT_LT(var, 1.4 * binomial) << "J " << j;
+    EXPECT_GT(var, 0.6 * binomial) << "J " << j;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "data/doc_analysis.h"
 #include "data/spill.h"
 #include "trainscope/core/status.h"
 #include "trainscope/tokenizer/tokenizer.h"
@@ -136,7 +137,7 @@ std::string ShareStateKey(const std::vector<InputFile>& share_inputs, const Scan
                       {"tokenizer", opt.tokenizer ? opt.tokenizer->name() : "byte"},
                       {"analysis",
                        {opt.near_dup, opt.noise, opt.language, opt.ngram, opt.bands, opt.rows,
-                        opt.minhash_seed, opt.c4_min_sentences}},
+                        opt.minhash_seed, opt.c4_min_sentences, kMinHashVersion}},
                       {"reader", {r.text_field, r.id_field, r.text_blocks, r.max_doc_bytes}},
                       {"ids", !opt.verdicts_path.empty()},
                       {"locations", opt.keep_doc_arrays}};

@@ -100,9 +100,9 @@ DocAnalyzer::DocAnalyzer(const AnalyzerOptions& options) : options_(options) {
   const int p = options_.bands * options_.rows;
   for (int i = 0; i < p; ++i) {
     state += 0x9e3779b97f4a7c15ULL;
-    perm_a_.push_back(Mix(state) | 1);  // odd multiplier
+    perm_a_.push_back(static_cast<uint32_t>(Mix(state)) | 1);  // odd multiplier
     state += 0x9e3779b97f4a7c15ULL;
-    perm_b_.push_back(Mix(state));
+    perm_b_.push_back(static_cast<uint32_t>(Mix(state)));
   }
   mins_.resize(p);
 }
@@ -252,19 +252,18 @@ size_t NormaliseScalar(const unsigned char* s, size_t i, size_t n, char* out, si
   return o;
 }
 
-// Without AVX-512 (no 64-bit vector multiply): four permutations at a time with their
-// minima in registers, so the four multiply-add-min chains run in parallel and no minimum
-// goes through memory per shingle (1.5-2x the permutation-outer loop on short documents).
-void MinHashMinsScalar(const uint64_t* x, size_t n, const uint64_t* a, const uint64_t* b, int p,
-                       uint64_t* m) {
-  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+// Four permutations at a time with their minima in registers, so the four multiply-add-min
+// chains run in parallel and no minimum goes through memory per shingle.
+void MinHashMinsScalar(const uint32_t* x, size_t n, const uint32_t* a, const uint32_t* b, int p,
+                       uint32_t* m) {
+  constexpr uint32_t kMax = std::numeric_limits<uint32_t>::max();
   int i = 0;
   for (; i + 4 <= p; i += 4) {
-    const uint64_t a0 = a[i], a1 = a[i + 1], a2 = a[i + 2], a3 = a[i + 3];
-    const uint64_t b0 = b[i], b1 = b[i + 1], b2 = b[i + 2], b3 = b[i + 3];
-    uint64_t m0 = kMax, m1 = kMax, m2 = kMax, m3 = kMax;
+    const uint32_t a0 = a[i], a1 = a[i + 1], a2 = a[i + 2], a3 = a[i + 3];
+    const uint32_t b0 = b[i], b1 = b[i + 1], b2 = b[i + 2], b3 = b[i + 3];
+    uint32_t m0 = kMax, m1 = kMax, m2 = kMax, m3 = kMax;
     for (size_t k = 0; k < n; ++k) {
-      const uint64_t v = x[k];
+      const uint32_t v = x[k];
       m0 = std::min(m0, a0 * v + b0);
       m1 = std::min(m1, a1 * v + b1);
       m2 = std::min(m2, a2 * v + b2);
@@ -276,7 +275,7 @@ void MinHashMinsScalar(const uint64_t* x, size_t n, const uint64_t* a, const uin
     m[i + 3] = m3;
   }
   for (; i < p; ++i) {
-    uint64_t mi = kMax;
+    uint32_t mi = kMax;
     for (size_t k = 0; k < n; ++k) mi = std::min(mi, a[i] * x[k] + b[i]);
     m[i] = mi;
   }
@@ -340,67 +339,41 @@ size_t NormaliseAvx2(const unsigned char* s, size_t n, char* out, uint32_t* char
   return o;
 }
 
-// MinHash minima with AVX2, four 64-bit permutations per register, four registers (16
-// permutations) per pass over the shingles. AVX2 has no 64-bit multiply, so a*x mod 2^64
-// is composed from 32x32->64 multiplies: lo(a)lo(x) + ((hi(a)lo(x) + lo(a)hi(x)) << 32)
-// (the hi*hi term vanishes mod 2^64). There is no unsigned 64-bit min either: adding 2^63
-// turns unsigned order into signed order, and it is folded into b (b + 2^63), so the
-// signed compare-and-blend runs on biased values that are un-biased once at the end. Same
-// integers as the scalar path.
-struct Avx2Perm {
-  __m256i a, a_hi, b;  // multiplier, its high half in the low lanes, biased offset
-};
-
-inline Avx2Perm LoadAvx2Perm(const uint64_t* a, const uint64_t* b) {
-  const __m256i bias = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ULL));
-  const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-  const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-  return {va, _mm256_srli_epi64(va, 32), _mm256_add_epi64(vb, bias)};
-}
-
-// min(m, a*x + b) in the biased (signed) domain; x and x_hi broadcast to every lane.
-inline __m256i Avx2MulAddMin(const Avx2Perm& p, __m256i x, __m256i x_hi, __m256i m) {
-  const __m256i lo = _mm256_mul_epu32(p.a, x);
-  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(p.a_hi, x), _mm256_mul_epu32(p.a, x_hi));
-  const __m256i v = _mm256_add_epi64(_mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32)), p.b);
-  return _mm256_blendv_epi8(m, v, _mm256_cmpgt_epi64(m, v));
-}
-
-inline void StoreAvx2Mins(__m256i m, uint64_t* out) {
-  const __m256i bias = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ULL));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_sub_epi64(m, bias));
-}
-
-void MinHashMinsAvx2(const uint64_t* x, size_t n, const uint64_t* a, const uint64_t* b, int p,
-                     uint64_t* m) {
-  const __m256i kInit = _mm256_set1_epi64x(std::numeric_limits<int64_t>::max());  // 2^64-1 biased
+// MinHash minima with AVX2: eight 32-bit permutations per register (vpmulld, vpaddd,
+// vpminud), four registers (32 permutations) per pass over the shingles.
+void MinHashMinsAvx2(const uint32_t* x, size_t n, const uint32_t* a, const uint32_t* b, int p,
+                     uint32_t* m) {
+  auto load = [](const uint32_t* v) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+  };
+  auto step = [](__m256i mi, __m256i ai, __m256i bi, __m256i v) {
+    return _mm256_min_epu32(mi, _mm256_add_epi32(_mm256_mullo_epi32(ai, v), bi));
+  };
+  const __m256i kInit = _mm256_set1_epi32(-1);
   int i = 0;
-  for (; i + 16 <= p; i += 16) {
-    const Avx2Perm p0 = LoadAvx2Perm(a + i, b + i), p1 = LoadAvx2Perm(a + i + 4, b + i + 4);
-    const Avx2Perm p2 = LoadAvx2Perm(a + i + 8, b + i + 8),
-                   p3 = LoadAvx2Perm(a + i + 12, b + i + 12);
+  for (; i + 32 <= p; i += 32) {
+    const __m256i a0 = load(a + i), a1 = load(a + i + 8), a2 = load(a + i + 16),
+                  a3 = load(a + i + 24);
+    const __m256i b0 = load(b + i), b1 = load(b + i + 8), b2 = load(b + i + 16),
+                  b3 = load(b + i + 24);
     __m256i m0 = kInit, m1 = kInit, m2 = kInit, m3 = kInit;
     for (size_t k = 0; k < n; ++k) {
-      const __m256i v = _mm256_set1_epi64x(static_cast<long long>(x[k]));
-      const __m256i v_hi = _mm256_srli_epi64(v, 32);
-      m0 = Avx2MulAddMin(p0, v, v_hi, m0);
-      m1 = Avx2MulAddMin(p1, v, v_hi, m1);
-      m2 = Avx2MulAddMin(p2, v, v_hi, m2);
-      m3 = Avx2MulAddMin(p3, v, v_hi, m3);
+      const __m256i v = _mm256_set1_epi32(static_cast<int>(x[k]));
+      m0 = step(m0, a0, b0, v);
+      m1 = step(m1, a1, b1, v);
+      m2 = step(m2, a2, b2, v);
+      m3 = step(m3, a3, b3, v);
     }
-    StoreAvx2Mins(m0, m + i);
-    StoreAvx2Mins(m1, m + i + 4);
-    StoreAvx2Mins(m2, m + i + 8);
-    StoreAvx2Mins(m3, m + i + 12);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(m + i), m0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(m + i + 8), m1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(m + i + 16), m2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(m + i + 24), m3);
   }
-  for (; i + 4 <= p; i += 4) {
-    const Avx2Perm p0 = LoadAvx2Perm(a + i, b + i);
+  for (; i + 8 <= p; i += 8) {
+    const __m256i a0 = load(a + i), b0 = load(b + i);
     __m256i m0 = kInit;
-    for (size_t k = 0; k < n; ++k) {
-      const __m256i v = _mm256_set1_epi64x(static_cast<long long>(x[k]));
-      m0 = Avx2MulAddMin(p0, v, _mm256_srli_epi64(v, 32), m0);
-    }
-    StoreAvx2Mins(m0, m + i);
+    for (size_t k = 0; k < n; ++k) m0 = step(m0, a0, b0, _mm256_set1_epi32(static_cast<int>(x[k])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(m + i), m0);
   }
   MinHashMinsScalar(x, n, a + i, b + i, p - i, m + i);  // the permutations left over
 }
@@ -442,57 +415,49 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2,popcnt"))) siz
   return o;
 }
 
-// MinHash minima, 8 permutations per AVX-512 register (vpmullq: 64-bit multiply), four
-// registers per pass over the shingles.
-// (GCC 12 warns inside avx512fintrin.h's _mm512_min_epu64 about its own undefined
-// pass-through operand: a false positive.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx512dq"))) void MinHashMinsAvx512(const uint64_t* x, size_t n,
-                                                                   const uint64_t* a,
-                                                                   const uint64_t* b, int p,
-                                                                   uint64_t* m) {
+// MinHash minima, 16 permutations per AVX-512 register, four registers per pass.
+__attribute__((target("avx512f"))) void MinHashMinsAvx512(const uint32_t* x, size_t n,
+                                                          const uint32_t* a, const uint32_t* b,
+                                                          int p, uint32_t* m) {
   int i = 0;
-  for (; i + 32 <= p; i += 32) {
-    __m512i a0 = _mm512_loadu_si512(a + i), a1 = _mm512_loadu_si512(a + i + 8);
-    __m512i a2 = _mm512_loadu_si512(a + i + 16), a3 = _mm512_loadu_si512(a + i + 24);
-    __m512i b0 = _mm512_loadu_si512(b + i), b1 = _mm512_loadu_si512(b + i + 8);
-    __m512i b2 = _mm512_loadu_si512(b + i + 16), b3 = _mm512_loadu_si512(b + i + 24);
-    __m512i m0 = _mm512_set1_epi64(-1), m1 = m0, m2 = m0, m3 = m0;
+  for (; i + 64 <= p; i += 64) {
+    const __m512i a0 = _mm512_loadu_si512(a + i), a1 = _mm512_loadu_si512(a + i + 16);
+    const __m512i a2 = _mm512_loadu_si512(a + i + 32), a3 = _mm512_loadu_si512(a + i + 48);
+    const __m512i b0 = _mm512_loadu_si512(b + i), b1 = _mm512_loadu_si512(b + i + 16);
+    const __m512i b2 = _mm512_loadu_si512(b + i + 32), b3 = _mm512_loadu_si512(b + i + 48);
+    __m512i m0 = _mm512_set1_epi32(-1), m1 = m0, m2 = m0, m3 = m0;
     for (size_t k = 0; k < n; ++k) {
-      const __m512i v = _mm512_set1_epi64(static_cast<long long>(x[k]));
-      m0 = _mm512_min_epu64(m0, _mm512_add_epi64(_mm512_mullo_epi64(a0, v), b0));
-      m1 = _mm512_min_epu64(m1, _mm512_add_epi64(_mm512_mullo_epi64(a1, v), b1));
-      m2 = _mm512_min_epu64(m2, _mm512_add_epi64(_mm512_mullo_epi64(a2, v), b2));
-      m3 = _mm512_min_epu64(m3, _mm512_add_epi64(_mm512_mullo_epi64(a3, v), b3));
+      const __m512i v = _mm512_set1_epi32(static_cast<int>(x[k]));
+      m0 = _mm512_min_epu32(m0, _mm512_add_epi32(_mm512_mullo_epi32(a0, v), b0));
+      m1 = _mm512_min_epu32(m1, _mm512_add_epi32(_mm512_mullo_epi32(a1, v), b1));
+      m2 = _mm512_min_epu32(m2, _mm512_add_epi32(_mm512_mullo_epi32(a2, v), b2));
+      m3 = _mm512_min_epu32(m3, _mm512_add_epi32(_mm512_mullo_epi32(a3, v), b3));
     }
     _mm512_storeu_si512(m + i, m0);
-    _mm512_storeu_si512(m + i + 8, m1);
-    _mm512_storeu_si512(m + i + 16, m2);
-    _mm512_storeu_si512(m + i + 24, m3);
+    _mm512_storeu_si512(m + i + 16, m1);
+    _mm512_storeu_si512(m + i + 32, m2);
+    _mm512_storeu_si512(m + i + 48, m3);
   }
-  for (; i + 8 <= p; i += 8) {
+  for (; i + 16 <= p; i += 16) {
     const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
-    __m512i vm = _mm512_set1_epi64(-1);
+    __m512i vm = _mm512_set1_epi32(-1);
     for (size_t k = 0; k < n; ++k) {
-      const __m512i v = _mm512_set1_epi64(static_cast<long long>(x[k]));
-      vm = _mm512_min_epu64(vm, _mm512_add_epi64(_mm512_mullo_epi64(va, v), vb));
+      const __m512i v = _mm512_set1_epi32(static_cast<int>(x[k]));
+      vm = _mm512_min_epu32(vm, _mm512_add_epi32(_mm512_mullo_epi32(va, v), vb));
     }
     _mm512_storeu_si512(m + i, vm);
   }
   MinHashMinsScalar(x, n, a + i, b + i, p - i, m + i);  // the permutations left over
 }
-#pragma GCC diagnostic pop
 #endif
 
 }  // namespace
 
-void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const uint64_t* b, int p,
-                 uint64_t* mins, int simd_level) {
+void MinHashMins(const uint32_t* shingles, size_t n, const uint32_t* a, const uint32_t* b, int p,
+                 uint32_t* mins, int simd_level) {
 #ifdef __AVX2__
-  static const bool avx512dq =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  if (simd_level >= 2 && avx512dq) {
+  static const bool avx512f = __builtin_cpu_supports("avx512f");
+  if (simd_level >= 2 && avx512f) {
     MinHashMinsAvx512(shingles, n, a, b, p, mins);
     return;
   }
@@ -699,11 +664,13 @@ void DocAnalyzer::Language(std::string_view text, DocResult* r) {
 }
 
 // MinHash: shingles are n consecutive tokens (words of the normalised text with ASCII
-// punctuation as separators, or code points for text without spaces), each hashed to 64
-// bits; permutation i maps a shingle x to a_i*x + b_i mod 2^64 (a_i odd: a bijection) and
-// keeps the minimum. Band b hashes rows [b*r, (b+1)*r) with XXH3; the 16-bit fingerprint
-// of each minimum lets candidate pairs be verified by the fraction of agreeing
-// permutations (an unbiased estimate of the Jaccard similarity; error ~sqrt(J(1-J)/P)).
+// punctuation as separators, or code points for text without spaces), each hashed to 32
+// bits (the low half of a 64-bit mix; two shingles of a document collide with probability
+// ~n^2/2^33); permutation i maps a shingle x to a_i*x + b_i mod 2^32 (a_i odd: a bijection)
+// and keeps the minimum, eight permutations per AVX2 instruction. Band b hashes rows [b*r, (b+1)*r)
+// with XXH3; the 16-bit fingerprint of each minimum lets candidate pairs be verified by the
+// fraction of agreeing permutations (an unbiased estimate of the Jaccard similarity; error
+// ~sqrt(J(1-J)/P)).
 bool DocAnalyzer::MinHash(std::string_view norm, uint64_t* band_out, uint16_t* sig_out) {
   word_hash_.clear();
   const unsigned char* s = reinterpret_cast<const unsigned char*>(norm.data());
@@ -735,20 +702,20 @@ bool DocAnalyzer::MinHash(std::string_view norm, uint64_t* band_out, uint16_t* s
   if (word_hash_.size() < k) {
     uint64_t h = 0;
     for (uint64_t w : word_hash_) h = Mix(h * 0x100000001b3ULL + w);
-    shingle_.push_back(h);
+    shingle_.push_back(static_cast<uint32_t>(h));
   } else {
     for (size_t i = 0; i + k <= word_hash_.size(); ++i) {
       uint64_t h = 0;
       for (size_t j = 0; j < k; ++j) h = h * 0x100000001b3ULL + word_hash_[i + j];
-      shingle_.push_back(Mix(h));
+      shingle_.push_back(static_cast<uint32_t>(Mix(h)));
     }
   }
   const int p = permutations();
-  uint64_t* m = mins_.data();
+  uint32_t* m = mins_.data();
   MinHashMins(shingle_.data(), shingle_.size(), perm_a_.data(), perm_b_.data(), p, m,
               /*simd_level=*/2);
   for (int b = 0; b < options_.bands; ++b) {
-    band_out[b] = XXH3_64bits_withSeed(m + b * options_.rows, options_.rows * sizeof(uint64_t), b);
+    band_out[b] = XXH3_64bits_withSeed(m + b * options_.rows, options_.rows * sizeof(uint32_t), b);
   }
   for (int i = 0; i < p; ++i) sig_out[i] = static_cast<uint16_t>(Mix(m[i]));
   return true;

@@ -161,12 +161,16 @@ enum class WordBreak { kWhitespace, kAsciiPunctuation };
 void FindWords(std::string_view text, WordBreak brk, std::vector<uint32_t>* start,
                std::vector<uint32_t>* len, int simd_level);
 
-// MinHash minima: mins[i] = min over shingles x of a[i] * x + b[i] (mod 2^64), i < p.
-// simd_level 2 uses AVX-512 (64-bit multiplies, 8 lanes) when the CPU has it; simd_level
-// >= 1 AVX2 (4 lanes, multiplies composed from 32-bit halves) when the library is built for
-// haswell (TS_SIMD); else scalar. The results are the same integers either way.
-void MinHashMins(const uint64_t* shingles, size_t n, const uint64_t* a, const uint64_t* b, int p,
-                 uint64_t* mins, int simd_level);
+// Changes whenever the same options give other band hashes or fingerprints (saved shares of
+// a distributed scan are only reused with the same version). 2: 32-bit permutations.
+inline constexpr int kMinHashVersion = 2;
+
+// MinHash minima: mins[i] = min over shingles x of a[i] * x + b[i] (mod 2^32), i < p (a[i]
+// odd: a bijection of the 32-bit shingle hashes). simd_level 2 uses AVX-512 (16 lanes) when
+// the CPU has it; simd_level >= 1 AVX2 (8 lanes) when the library is built for haswell
+// (TS_SIMD); else scalar. The results are the same integers either way.
+void MinHashMins(const uint32_t* shingles, size_t n, const uint32_t* a, const uint32_t* b, int p,
+                 uint32_t* mins, int simd_level);
 
 class DocAnalyzer {
  public:
@@ -191,12 +195,13 @@ class DocAnalyzer {
   uint64_t Tokens(std::string_view text, int64_t known_tokens) const;
 
   const AnalyzerOptions options_;
-  std::vector<uint64_t> perm_a_, perm_b_;
+  std::vector<uint32_t> perm_a_, perm_b_;
   // Scratch, reused across documents.
   std::string norm_;
   std::vector<uint32_t> word_start_, word_len_;
   std::vector<uint32_t> token_start_, token_len_;  // MinHash words
-  std::vector<uint64_t> word_hash_, gram_, shingle_, mins_;
+  std::vector<uint64_t> word_hash_, gram_;
+  std::vector<uint32_t> shingle_, mins_;  // MinHash: 32-bit shingle hashes and minima
   std::vector<uint64_t> table_keys_;
   std::vector<uint32_t> table_vals_;
 };
