@@ -12,18 +12,37 @@
 
 namespace trainscope::train {
 
-void* CheckpointSnapshot::AddTensor(bool optimizer, std::string name, std::string dtype,
-                                    std::vector<uint64_t> shape, uint64_t bytes) {
-  buffers.push_back(std::unique_ptr<char[]>(new char[bytes > 0 ? bytes : 1]));
+namespace {
+
+// A view of `bytes` new bytes owned by `snap`, appended to `into`.
+void* SnapshotAppend(CheckpointSnapshot* snap, std::vector<ckpt::TensorView>* into,
+                     std::string name, std::string dtype, std::vector<uint64_t> shape,
+                     uint64_t bytes) {
+  snap->buffers.push_back(std::unique_ptr<char[]>(new char[bytes > 0 ? bytes : 1]));
   ckpt::TensorView v;
   v.name = std::move(name);
   v.dtype = std::move(dtype);
   v.shape = std::move(shape);
-  v.data = buffers.back().get();
+  v.data = snap->buffers.back().get();
   v.bytes = bytes;
-  (optimizer ? data.optimizer : data.model).push_back(std::move(v));
-  tensor_bytes += bytes;
-  return buffers.back().get();
+  into->push_back(std::move(v));
+  snap->tensor_bytes += bytes;
+  return snap->buffers.back().get();
+}
+
+}  // namespace
+
+void* CheckpointSnapshot::AddTensor(bool optimizer, std::string name, std::string dtype,
+                                    std::vector<uint64_t> shape, uint64_t bytes) {
+  return SnapshotAppend(this, optimizer ? &data.optimizer : &data.model, std::move(name),
+                        std::move(dtype), std::move(shape), bytes);
+}
+
+void* CheckpointSnapshot::AddFileTensor(const std::string& file, std::string name,
+                                        std::string dtype, std::vector<uint64_t> shape,
+                                        uint64_t bytes) {
+  return SnapshotAppend(this, &data.tensor_files[file], std::move(name), std::move(dtype),
+                        std::move(shape), bytes);
 }
 
 Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {

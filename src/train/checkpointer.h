@@ -26,8 +26,9 @@
 
 namespace trainscope::train {
 
-// A checkpoint's contents in memory of its own: the tensors copied out of the model and the
-// optimizer, and the JSON parts. data.model / data.optimizer views point into `buffers`.
+// A checkpoint's contents in memory of its own: the tensors copied out of the model, the
+// optimizer and the gradient compressor, and the JSON parts. data.model / data.optimizer /
+// data.tensor_files views point into `buffers`.
 struct CheckpointSnapshot {
   ckpt::CheckpointData data;
   std::vector<std::unique_ptr<char[]>> buffers;
@@ -36,6 +37,9 @@ struct CheckpointSnapshot {
   // the memory to copy it into (uninitialised, owned by the snapshot).
   void* AddTensor(bool optimizer, std::string name, std::string dtype, std::vector<uint64_t> shape,
                   uint64_t bytes);
+  // The same for a further tensor file of the checkpoint (data.tensor_files[file]).
+  void* AddFileTensor(const std::string& file, std::string name, std::string dtype,
+                      std::vector<uint64_t> shape, uint64_t bytes);
 };
 
 struct SaveOutcome {

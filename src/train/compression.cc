@@ -7,6 +7,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::train {
@@ -40,7 +41,85 @@ int64_t CompressPayloadBytes(const torch::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
 }
 
+// A private fp32 copy of state[name] when it has `shape`; else InvalidArgument.
+absl::StatusOr<torch::Tensor> CompressTakeState(const std::map<std::string, torch::Tensor>& state,
+                                                const std::string& name,
+                                                const std::vector<int64_t>& shape) {
+  auto it = state.find(name);
+  if (it == state.end())
+    return absl::InvalidArgumentError(absl::StrCat("no tensor \"", name, "\""));
+  const torch::Tensor& t = it->second;
+  if (t.scalar_type() != torch::kFloat || t.sizes().vec() != shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", name, "\" is ", std::string(c10::toString(t.scalar_type())), " [",
+                     absl::StrJoin(t.sizes().vec(), ","), "], the compressor wants Float [",
+                     absl::StrJoin(shape, ","), "]"));
+  }
+  return t.to(torch::kCPU).contiguous().clone();
+}
+
+// "powersgd (powersgd_rank 4, seed 7, ...)": a settings object in words, world_size left out.
+std::string CompressDescribe(const nlohmann::json& settings) {
+  std::vector<std::string> parts;
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    if (it.key() != "kind" && it.key() != "world_size") {
+      parts.push_back(absl::StrCat(it.key(), " ", it.value().dump()));
+    }
+  }
+  const std::string kind = settings.value("kind", "none");
+  return parts.empty() ? kind : absl::StrCat(kind, " (", absl::StrJoin(parts, ", "), ")");
+}
+
 }  // namespace
+
+// Decision table: the current kind stateless -> nothing to restore (warn only when the
+// checkpoint holds state that is dropped); stateful -> restore only equal settings.
+CompressorResume DecideCompressorResume(const nlohmann::json& saved,
+                                        const nlohmann::json& current) {
+  CompressorResume out;
+  const std::string kind = current.value("kind", "none");
+  const bool stateful = kind == "powersgd" || kind == "topk";
+  const bool has_saved =
+      saved.is_object() && saved.contains("settings") && saved["settings"].is_object();
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& was = has_saved ? saved["settings"] : none;
+  const std::string saved_kind = was.value("kind", "none");
+  const bool saved_state = saved_kind == "powersgd" || saved_kind == "topk";
+  const std::string fresh =
+      absl::StrCat("; the ", kind, " compressor starts fresh (error feedback zero",
+                   kind == "powersgd" ? ", Q drawn from the seed" : "",
+                   "), so the run differs from an uninterrupted one");
+  if (!stateful) {
+    if (saved_state) {
+      out.warning = absl::StrCat("warning: resume: the checkpoint's ", saved_kind,
+                                 " gradient-compression state is dropped: this run has "
+                                 "comm.compression ",
+                                 kind);
+    }
+    return out;
+  }
+  if (!has_saved) {
+    out.warning = absl::StrCat(
+        "warning: resume: the checkpoint holds no gradient-compression state (written "
+        "without comm.compression ",
+        kind, " or by an older trainscope)", fresh);
+    return out;
+  }
+  if (was.value("world_size", 0) != current.value("world_size", 0)) {
+    out.warning = absl::StrCat(
+        "warning: resume: the checkpoint's gradient-compression state is from ",
+        was.value("world_size", 0), " ranks, this run has ", current.value("world_size", 0), fresh);
+    return out;
+  }
+  if (was != current) {
+    out.warning =
+        absl::StrCat("warning: resume: the checkpoint's gradient-compression state is for ",
+                     CompressDescribe(was), ", this run uses ", CompressDescribe(current), fresh);
+    return out;
+  }
+  out.restore = true;
+  return out;
+}
 
 absl::StatusOr<CompressionKind> ParseCompression(const std::string& name) {
   if (name == "none") return CompressionKind::kNone;
@@ -191,6 +270,58 @@ absl::Status PowerSgdCompressor::Reduce(const std::vector<torch::Tensor>& grads,
   return absl::OkStatus();
 }
 
+std::vector<CompressorStateTensor> PowerSgdCompressor::ExportState() const {
+  std::vector<CompressorStateTensor> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].compressed) continue;
+    const std::string base = absl::StrCat("compression.powersgd.", i);
+    out.push_back({base + ".q", slots_[i].q.clone(), /*per_rank=*/false});
+    out.push_back({base + ".error", slots_[i].error.clone(), /*per_rank=*/true});
+  }
+  return out;
+}
+
+absl::Status PowerSgdCompressor::ImportState(const std::vector<torch::Tensor>& like,
+                                             const std::map<std::string, torch::Tensor>& state) {
+  if (state.empty()) {
+    Reset();
+    return absl::OkStatus();
+  }
+  // Planned for `like` as the first Reduce would, then Q and e replaced; on an error the
+  // old plan comes back.
+  std::vector<Slot> old_slots = slots_;
+  const int64_t old[4] = {uncompressed_elems_, p_elems_, q_elems_, elements_sent_};
+  Plan(like);
+  size_t used = 0;
+  absl::Status st;
+  for (size_t i = 0; i < slots_.size() && st.ok(); ++i) {
+    Slot& s = slots_[i];
+    if (!s.compressed) continue;
+    const std::string base = absl::StrCat("compression.powersgd.", i);
+    absl::StatusOr<torch::Tensor> q = CompressTakeState(state, base + ".q", {s.m, s.r});
+    absl::StatusOr<torch::Tensor> e = CompressTakeState(state, base + ".error", {s.n, s.m});
+    if (!q.ok() || !e.ok()) {
+      st = q.ok() ? e.status() : q.status();
+      break;
+    }
+    s.q = *std::move(q);
+    s.error = *std::move(e);
+    used += 2;
+  }
+  if (st.ok() && used != state.size()) {
+    st = absl::InvalidArgumentError(
+        absl::StrCat(state.size(), " tensors for ", used, " (another model or bucket layout?)"));
+  }
+  if (!st.ok()) {
+    slots_ = std::move(old_slots);
+    uncompressed_elems_ = old[0];
+    p_elems_ = old[1];
+    q_elems_ = old[2];
+    elements_sent_ = old[3];
+  }
+  return st;
+}
+
 // --- top-k ---
 
 TopKCompressor::TopKCompressor(double ratio) : ratio_(ratio) {}
@@ -198,6 +329,36 @@ TopKCompressor::TopKCompressor(double ratio) : ratio_(ratio) {}
 int64_t TopKCompressor::KeepCount(double ratio, int64_t numel) {
   const int64_t k = static_cast<int64_t>(std::ceil(ratio * static_cast<double>(numel)));
   return std::min(numel, std::max<int64_t>(1, k));
+}
+
+std::vector<CompressorStateTensor> TopKCompressor::ExportState() const {
+  std::vector<CompressorStateTensor> out;
+  for (size_t i = 0; i < errors_.size(); ++i) {
+    out.push_back({absl::StrCat("compression.topk.", i, ".error"), errors_[i].clone(),
+                   /*per_rank=*/true});
+  }
+  return out;
+}
+
+absl::Status TopKCompressor::ImportState(const std::vector<torch::Tensor>& like,
+                                         const std::map<std::string, torch::Tensor>& state) {
+  if (state.empty()) {
+    Reset();
+    return absl::OkStatus();
+  }
+  if (state.size() != like.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(state.size(), " tensors for ", like.size(),
+                                                   " (another model or bucket layout?)"));
+  }
+  std::vector<torch::Tensor> errors;
+  for (size_t i = 0; i < like.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(torch::Tensor e,
+                        CompressTakeState(state, absl::StrCat("compression.topk.", i, ".error"),
+                                          {like[i].numel()}));
+    errors.push_back(std::move(e));
+  }
+  errors_ = std::move(errors);
+  return absl::OkStatus();
 }
 
 absl::Status TopKCompressor::Reduce(const std::vector<torch::Tensor>& grads,

@@ -20,11 +20,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 namespace trainscope::train {
 
@@ -61,12 +63,41 @@ void LowPrecisionRestore(const torch::Tensor& reduced, torch::Tensor& flat);
 // gradients; its state (error feedback, warm starts) belongs to the tensors' positions, so
 // every call must pass tensors of the same shapes in the same order. Errors: those of the
 // collectives, unchanged (the tensors are then unspecified).
+//
+// State for checkpoints: ExportState gives the state as named fp32 tensors (copies; empty
+// before the first Reduce), ImportState puts such a set back, Reset forgets it (the next
+// Reduce starts as a new compressor's first). Error feedback differs per rank (per_rank);
+// PowerSGD's Q is the same on every rank.
+struct CompressorStateTensor {
+  std::string name;  // "compression.powersgd.<i>.q", "compression.topk.<i>.error", ...
+  torch::Tensor tensor;
+  bool per_rank = false;
+};
 class Compressor {
  public:
   virtual ~Compressor() = default;
   virtual absl::Status Reduce(const std::vector<torch::Tensor>& grads, const Collectives& comm,
                               CompressStats* stats) = 0;
+  virtual std::vector<CompressorStateTensor> ExportState() const = 0;
+  // Replaces the state by `state` (name -> tensor, as ExportState named them) for Reduce
+  // calls with tensors shaped as `like`; an empty `state` is a Reset. Errors:
+  // InvalidArgument naming a missing tensor or one of another shape or dtype (the state is
+  // then unchanged).
+  virtual absl::Status ImportState(const std::vector<torch::Tensor>& like,
+                                   const std::map<std::string, torch::Tensor>& state) = 0;
+  virtual void Reset() = 0;
 };
+
+// Resuming a run whose checkpoint recorded `saved` (meta.json extra.compression:
+// {"settings": {...}, "files": [...]}; null for a checkpoint without it) with a compressor
+// of `current` settings ({"kind", its parameters, "world_size"}; see GradSync). Restore only
+// when the settings are equal and the current kind has state; otherwise `warning` is the
+// one line to tell the user (empty when there is nothing to lose: no state either side).
+struct CompressorResume {
+  bool restore = false;
+  std::string warning;
+};
+CompressorResume DecideCompressorResume(const nlohmann::json& saved, const nlohmann::json& current);
 
 // PowerSGD (Vogels et al. 2019; PyTorch's powerSGD_hook). Each gradient is viewed as a
 // matrix M (n x m: its first dimension by the rest); with the error e of the last step,
@@ -84,6 +115,12 @@ class PowerSgdCompressor : public Compressor {
                       CompressStats* stats) override;
   // Elements sent per step for these shapes: uncompressed + P + Q (after the first Reduce).
   int64_t elements_sent() const { return elements_sent_; }
+  // "compression.powersgd.<i>.q" (equal on every rank) and ".error" (per rank) for each
+  // compressed tensor i of grads.
+  std::vector<CompressorStateTensor> ExportState() const override;
+  absl::Status ImportState(const std::vector<torch::Tensor>& like,
+                           const std::map<std::string, torch::Tensor>& state) override;
+  void Reset() override { slots_.clear(); }
 
  private:
   struct Slot {
@@ -111,6 +148,11 @@ class TopKCompressor : public Compressor {
   absl::Status Reduce(const std::vector<torch::Tensor>& grads, const Collectives& comm,
                       CompressStats* stats) override;
   static int64_t KeepCount(double ratio, int64_t numel);  // ceil(ratio x numel), in 1..numel
+  // "compression.topk.<i>.error" (per rank, flat) for each tensor i of grads.
+  std::vector<CompressorStateTensor> ExportState() const override;
+  absl::Status ImportState(const std::vector<torch::Tensor>& like,
+                           const std::map<std::string, torch::Tensor>& state) override;
+  void Reset() override { errors_.clear(); }
 
  private:
   const double ratio_;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,120 @@ TEST(TopKTest, KeepsExactlyTheKLargest) {
   torch::Tensor top = std::get<1>(torch::topk(g0.abs(), 37));
   EXPECT_TRUE(torch::equal(g.index_select(0, top), g0.index_select(0, top)));
   EXPECT_EQ(stats.comm_bytes, 37 * (4 + 4));  // int32 index + fp32 value each
+}
+
+// A compressor's state exported after some steps and imported into a new one: both then
+// reduce the next gradients bit for bit alike; a new one without the state does not (the
+// check can fail).
+template <typename MakeCompressor>
+void ExpectStateRoundTrip(MakeCompressor make, const char* what) {
+  auto grads_at = [](int t) {
+    torch::manual_seed(100 + t);
+    return std::vector<torch::Tensor>{torch::randn({32, 24}), torch::randn({24}),
+                                      torch::randn({40, 16})};
+  };
+  auto a = make();
+  int64_t bytes = 0;
+  for (int t = 0; t < 3; ++t)
+    ASSERT_TRUE(a->Reduce(grads_at(t), CompressLoopback(&bytes), nullptr).ok());
+  std::map<std::string, torch::Tensor> state;
+  for (const CompressorStateTensor& s : a->ExportState()) state[s.name] = s.tensor;
+  ASSERT_FALSE(state.empty()) << what;
+  auto b = make(), fresh = make();
+  ASSERT_TRUE(b->ImportState(grads_at(3), state).ok()) << what;
+  std::vector<torch::Tensor> ga = grads_at(3), gb = grads_at(3), gf = grads_at(3);
+  ASSERT_TRUE(a->Reduce(ga, CompressLoopback(&bytes), nullptr).ok());
+  ASSERT_TRUE(b->Reduce(gb, CompressLoopback(&bytes), nullptr).ok());
+  ASSERT_TRUE(fresh->Reduce(gf, CompressLoopback(&bytes), nullptr).ok());
+  bool fresh_differs = false;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    EXPECT_TRUE(torch::equal(ga[i], gb[i])) << what << " tensor " << i;
+    fresh_differs |= !torch::equal(ga[i], gf[i]);
+  }
+  EXPECT_TRUE(fresh_differs) << what;
+  // A missing tensor or one of another shape is refused and changes nothing: c still
+  // behaves as a new compressor.
+  std::map<std::string, torch::Tensor> missing = state, reshaped = state;
+  missing.erase(missing.begin());
+  reshaped.begin()->second = torch::zeros({3});
+  auto c = make();
+  for (const auto* bad : {&missing, &reshaped}) {
+    absl::Status st = c->ImportState(grads_at(3), *bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << what << " " << st;
+  }
+  std::vector<torch::Tensor> gc = grads_at(3);
+  ASSERT_TRUE(c->Reduce(gc, CompressLoopback(&bytes), nullptr).ok());
+  for (size_t i = 0; i < gc.size(); ++i)
+    EXPECT_TRUE(torch::equal(gc[i], gf[i])) << what << " " << i;
+  // Reset: as new.
+  a->Reset();
+  std::vector<torch::Tensor> gr = grads_at(3);
+  ASSERT_TRUE(a->Reduce(gr, CompressLoopback(&bytes), nullptr).ok());
+  for (size_t i = 0; i < gr.size(); ++i)
+    EXPECT_TRUE(torch::equal(gr[i], gf[i])) << what << " " << i;
+}
+
+TEST(CompressorStateTest, PowerSgdRoundTrip) {
+  ExpectStateRoundTrip([] { return std::make_unique<PowerSgdCompressor>(2, 3); }, "powersgd");
+  PowerSgdCompressor c(2, 3);
+  int64_t bytes = 0;
+  std::vector<torch::Tensor> g{torch::randn({32, 24}), torch::randn({24})};
+  ASSERT_TRUE(c.Reduce(g, CompressLoopback(&bytes), nullptr).ok());
+  std::vector<CompressorStateTensor> st = c.ExportState();
+  ASSERT_EQ(st.size(), 2u);  // the vector travels uncompressed: no state
+  EXPECT_EQ(st[0].name, "compression.powersgd.0.q");
+  EXPECT_FALSE(st[0].per_rank);
+  EXPECT_EQ(st[0].tensor.sizes().vec(), (std::vector<int64_t>{24, 2}));
+  EXPECT_EQ(st[1].name, "compression.powersgd.0.error");
+  EXPECT_TRUE(st[1].per_rank);
+}
+
+TEST(CompressorStateTest, TopKRoundTrip) {
+  ExpectStateRoundTrip([] { return std::make_unique<TopKCompressor>(0.05); }, "topk");
+  TopKCompressor c(0.05);
+  EXPECT_TRUE(c.ExportState().empty());  // before the first Reduce
+}
+
+TEST(CompressorStateTest, ResumeDecision) {
+  using json = nlohmann::json;
+  const json psgd = {{"kind", "powersgd"},
+                     {"powersgd_rank", 4},
+                     {"min_compression_rate", 2.0},
+                     {"seed", 7},
+                     {"world_size", 2}};
+  const json saved = {{"settings", psgd}, {"files", {"compression.rank0.safetensors"}}};
+  // Equal settings (after a trip through the file): restore, silently.
+  CompressorResume d = DecideCompressorResume(json::parse(saved.dump()), psgd);
+  EXPECT_TRUE(d.restore);
+  EXPECT_EQ(d.warning, "");
+  // No state in the checkpoint, other parameters, another kind, another world size: fresh,
+  // one warning line that says why.
+  json rank2 = psgd, world4 = psgd;
+  rank2["powersgd_rank"] = 2;
+  world4["world_size"] = 4;
+  const json topk = {{"kind", "topk"}, {"topk_ratio", 0.01}, {"world_size", 2}};
+  struct Case {
+    json saved, current;
+    const char* says;
+  } cases[] = {
+      {json(), psgd, "holds no gradient-compression state"},
+      {saved, rank2, "is for powersgd (min_compression_rate 2.0, powersgd_rank 4, seed 7)"},
+      {saved, topk, "this run uses topk (topk_ratio 0.01)"},
+      {json{{"settings", world4}}, psgd, "is from 4 ranks, this run has 2"},
+      {saved, json{{"kind", "none"}, {"world_size", 2}},
+       "powersgd gradient-compression state is dropped"},
+  };
+  for (const Case& c : cases) {
+    d = DecideCompressorResume(c.saved, c.current);
+    EXPECT_FALSE(d.restore) << c.says;
+    EXPECT_NE(d.warning.find(c.says), std::string::npos) << d.warning;
+    EXPECT_EQ(d.warning.rfind("warning: resume: ", 0), 0u) << d.warning;
+    EXPECT_EQ(d.warning.find('\n'), std::string::npos) << d.warning;
+  }
+  // Stateless either side: nothing lost, nothing said.
+  d = DecideCompressorResume(json(), json{{"kind", "bf16"}, {"world_size", 2}});
+  EXPECT_FALSE(d.restore);
+  EXPECT_EQ(d.warning, "");
 }
 
 TEST(LowPrecisionTest, SixteenBitsHalveTheBytesAndPreDivide) {

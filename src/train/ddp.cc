@@ -1,9 +1,14 @@
 // Bucketed gradient all-reduce overlapped with backward (see ddp.h).
 #include "train/ddp.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/core/status.h"
 
 namespace trainscope::train {
 
@@ -28,6 +33,23 @@ comm::DType DdpWireType(const torch::Tensor& t) {
   }
 }
 
+// The point-to-point tag of the compressor state's trip to rank 0 at a checkpoint.
+constexpr int kDdpCompressorStateTag = 7001;
+constexpr char kDdpSharedStateFile[] = "compression.safetensors";
+
+std::string DdpRankStateFile(int rank) {
+  return absl::StrCat("compression.rank", rank, ".safetensors");
+}
+
+// Copies a fp32 tensor into the snapshot's tensor file `file` (safetensors F32).
+void DdpSnapshotTensor(CheckpointSnapshot* snap, const std::string& file, const std::string& name,
+                       const torch::Tensor& t) {
+  torch::Tensor c = t.to(torch::kCPU).contiguous();
+  std::vector<uint64_t> shape(c.sizes().begin(), c.sizes().end());
+  const uint64_t bytes = static_cast<uint64_t>(c.numel()) * sizeof(float);
+  std::memcpy(snap->AddFileTensor(file, name, "F32", std::move(shape), bytes), c.data_ptr(), bytes);
+}
+
 }  // namespace
 
 GradSync::GradSync(CommSeam* seam, const std::vector<std::pair<std::string, torch::Tensor>>& params,
@@ -36,6 +58,8 @@ GradSync::GradSync(CommSeam* seam, const std::vector<std::pair<std::string, torc
   // The config was validated: the name parses.
   kind_ = ParseCompression(compression.compression).value_or(CompressionKind::kNone);
   warmup_steps_ = compression.compression_warmup_steps;
+  comm_config_ = compression;
+  seed_ = seed;
   if (kind_ == CompressionKind::kPowerSgd) {
     compressor_ = std::make_unique<PowerSgdCompressor>(compression.powersgd_rank, seed);
   } else if (kind_ == CompressionKind::kTopK) {
@@ -150,11 +174,11 @@ void GradSync::Launch(Bucket& b) {
   }
 }
 
-absl::Status GradSync::ReduceCompressed() {
+std::vector<torch::Tensor> GradSync::CompressorInputs(CompressionKind kind) {
   // PowerSGD works on each parameter's matrix, top-k on each bucket.
   std::vector<torch::Tensor> grads;
   for (Bucket& b : buckets_) {
-    if (step_kind_ == CompressionKind::kTopK) {
+    if (kind == CompressionKind::kTopK) {
       grads.push_back(b.flat);
       continue;
     }
@@ -163,6 +187,11 @@ absl::Status GradSync::ReduceCompressed() {
       grads.push_back(b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes()));
     }
   }
+  return grads;
+}
+
+absl::Status GradSync::ReduceCompressed() {
+  std::vector<torch::Tensor> grads = CompressorInputs(step_kind_);
   const std::string prefix = absl::StrCat("step ", seam_->step(), " grad ");
   Collectives c;
   c.world_size = seam_->world_size();
@@ -243,6 +272,151 @@ absl::Status GradSync::Finish(double* wait_ms, CompressStats* stats) {
   if (stats != nullptr) {
     stats->comm_bytes += step_stats_.comm_bytes;
     stats->compress_ms += step_stats_.compress_ms;
+  }
+  return absl::OkStatus();
+}
+
+// --- checkpoint ---
+
+nlohmann::json GradSync::CompressionSettings() const {
+  nlohmann::json s = {{"kind", CompressionName(kind_)}};
+  if (kind_ == CompressionKind::kPowerSgd) {
+    s["powersgd_rank"] = comm_config_.powersgd_rank;
+    s["min_compression_rate"] = 2.0;  // PowerSgdCompressor's default, as GradSync builds it
+    s["seed"] = seed_;
+  } else if (kind_ == CompressionKind::kTopK) {
+    s["topk_ratio"] = comm_config_.topk_ratio;
+  }
+  s["world_size"] = seam_->world_size();
+  return s;
+}
+
+// The per-rank tensors of every rank have the same shapes (same model, same settings), so
+// each rank sends one flat fp32 buffer and rank 0 cuts it back into tensors. Point-to-point
+// rather than an all-gather: only rank 0 holds world_size copies.
+absl::StatusOr<nlohmann::json> GradSync::SnapshotCompressor(CheckpointSnapshot* snap) {
+  nlohmann::json meta = {{"settings", CompressionSettings()},
+                         {"warmup_steps", warmup_steps_},
+                         {"files", nlohmann::json::array()}};
+  if (compressor_ == nullptr) return meta;
+  const std::vector<CompressorStateTensor> state = compressor_->ExportState();
+  if (state.empty()) return meta;  // not run yet (warm-up): the same on every rank
+  const int rank = seam_->rank(), world = seam_->world_size();
+  int64_t total = 0;
+  for (const CompressorStateTensor& t : state) total += t.per_rank ? t.tensor.numel() : 0;
+  torch::Tensor mine = torch::empty({total}, torch::kFloat);
+  int64_t at = 0;
+  for (const CompressorStateTensor& t : state) {
+    if (!t.per_rank) continue;
+    mine.narrow(0, at, t.tensor.numel()).copy_(t.tensor.reshape({-1}));
+    at += t.tensor.numel();
+  }
+  comm::Communicator& comm = seam_->comm();
+  if (rank != 0) {
+    if (total == 0) return meta;
+    absl::Status st = comm.Send(mine.data_ptr<float>(), static_cast<size_t>(total),
+                                comm::DType::kFloat32, 0, kDdpCompressorStateTag);
+    if (!st.ok()) {
+      return absl::Status(
+          st.code(), absl::StrCat("sending the gradient-compression state to rank 0 (rank ", rank,
+                                  "): ", st.message()));
+    }
+    return meta;
+  }
+  bool shared = false;
+  for (const CompressorStateTensor& t : state) {
+    if (t.per_rank) continue;
+    DdpSnapshotTensor(snap, kDdpSharedStateFile, t.name, t.tensor);
+    shared = true;
+  }
+  if (shared) meta["files"].push_back(kDdpSharedStateFile);
+  torch::Tensor from = total > 0 && world > 1 ? torch::empty({total}, torch::kFloat) : mine;
+  for (int r = 0; r < world && total > 0; ++r) {
+    torch::Tensor src = r == 0 ? mine : from;
+    if (r > 0) {
+      absl::Status st = comm.Recv(src.data_ptr<float>(), static_cast<size_t>(total),
+                                  comm::DType::kFloat32, r, kDdpCompressorStateTag);
+      if (!st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat("receiving rank ", r,
+                                         "'s gradient-compression state (rank 0): ", st.message()));
+      }
+    }
+    const std::string file = DdpRankStateFile(r);
+    at = 0;
+    for (const CompressorStateTensor& t : state) {
+      if (!t.per_rank) continue;
+      DdpSnapshotTensor(snap, file, t.name,
+                        src.narrow(0, at, t.tensor.numel()).view(t.tensor.sizes()));
+      at += t.tensor.numel();
+    }
+    meta["files"].push_back(file);
+  }
+  return meta;
+}
+
+absl::Status GradSync::RestoreCompressor(const std::string& path, const nlohmann::json& saved,
+                                         std::string* notice) {
+  notice->clear();
+  const int rank = seam_->rank(), world = seam_->world_size();
+  const CompressorResume decision = DecideCompressorResume(saved, CompressionSettings());
+  if (!decision.restore || compressor_ == nullptr) {
+    if (compressor_ != nullptr) compressor_->Reset();
+    if (rank == 0) *notice = decision.warning;
+    return absl::OkStatus();
+  }
+  // This rank's part: the shared file and its own, as the checkpoint lists them.
+  std::string problem;
+  std::map<std::string, torch::Tensor> state;
+  const nlohmann::json files = saved.value("files", nlohmann::json::array());
+  for (const nlohmann::json& f : files) {
+    const std::string name = f.is_string() ? f.get<std::string>() : std::string();
+    if (name != kDdpSharedStateFile && name != DdpRankStateFile(rank)) continue;
+    const std::string file = absl::StrCat(path, "/", name);
+    absl::StatusOr<std::vector<ckpt::TensorData>> tensors = ckpt::ReadSafetensors(file);
+    if (!tensors.ok()) {
+      problem = std::string(tensors.status().message());
+      break;
+    }
+    for (ckpt::TensorData& t : *tensors) {
+      if (t.entry.dtype != "F32") {
+        problem =
+            absl::StrCat(file, ": tensor \"", t.entry.name, "\" is ", t.entry.dtype, ", not F32");
+        break;
+      }
+      std::vector<int64_t> shape(t.entry.shape.begin(), t.entry.shape.end());
+      state[t.entry.name] = torch::from_blob(t.bytes.data(), shape, torch::kFloat).clone();
+    }
+  }
+  if (problem.empty() && !files.empty() &&
+      std::find(files.begin(), files.end(), DdpRankStateFile(rank)) == files.end()) {
+    problem = absl::StrCat(path, ": meta.json lists no ", DdpRankStateFile(rank));
+  }
+  if (problem.empty()) {
+    absl::Status st = compressor_->ImportState(CompressorInputs(kind_), state);
+    if (!st.ok()) problem = absl::StrCat(path, ": ", st.message());
+  }
+  // Every rank or none: the lowest rank that could not restore (world when all could).
+  int32_t first_bad = problem.empty() ? world : rank;
+  TS_RETURN_IF_ERROR(
+      seam_->comm().AllReduce(&first_bad, 1, comm::DType::kInt32, comm::ReduceOp::kMin));
+  const char* kind = CompressionName(kind_);
+  if (first_bad < world) {
+    compressor_->Reset();
+    if (rank == first_bad) {
+      *notice = absl::StrCat("warning: resume: rank ", rank, ": ", problem, "; the ", kind,
+                             " compressor starts fresh on every rank, so the run differs from "
+                             "an uninterrupted one");
+    }
+    return absl::OkStatus();
+  }
+  if (rank == 0) {
+    *notice = state.empty()
+                  ? absl::StrCat("resume: the ", kind,
+                                 " compressor had not run when the checkpoint was saved; it "
+                                 "starts as it would have")
+                  : absl::StrCat("resume: restored the ", kind, " gradient-compression state (",
+                                 state.size(), " tensors on rank 0, ", world, " ranks)");
   }
   return absl::OkStatus();
 }

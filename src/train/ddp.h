@@ -7,7 +7,8 @@
 // With comm.compression (compression.h): fp16/bf16 buckets are cast and all-reduced the
 // same way, still overlapping backward; powersgd and topk compress all buckets together in
 // Finish (two collectives per step). The first compression_warmup_steps steps are plain.
-// Used from the training thread only.
+// The compressor's state (error feedback, Q) travels with the trainer's checkpoints
+// (SnapshotCompressor / RestoreCompressor). Used from the training thread only.
 #ifndef TRAINSCOPE_SRC_TRAIN_DDP_H_
 #define TRAINSCOPE_SRC_TRAIN_DDP_H_
 
@@ -19,6 +20,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "train/checkpointer.h"
 #include "train/comm_seam.h"
 #include "train/compression.h"
 #include "trainscope/comm/comm.h"
@@ -48,6 +52,25 @@ class GradSync {
   absl::Status Finish(double* wait_ms, CompressStats* stats);
   size_t num_buckets() const { return buckets_.size(); }
 
+  // ---- checkpoint: collective, every rank at the same point ----
+  // This run's compressor as checkpoints record it: {"kind", its parameters, "world_size"}.
+  nlohmann::json CompressionSettings() const;
+  // Every rank's compressor state to rank 0 (point-to-point, under the communicator's
+  // timeout), which adds it to `snap` (null on the other ranks): compression.safetensors
+  // (tensors equal on every rank, rank 0's copy) and compression.rank<R>.safetensors (each
+  // rank's error feedback). Returns meta.json's extra.compression {"settings",
+  // "warmup_steps", "files"} ("files" empty when there is no state yet). Errors: those of
+  // the communicator, naming the rank.
+  absl::StatusOr<nlohmann::json> SnapshotCompressor(CheckpointSnapshot* snap);
+  // Puts back the compressor state of the checkpoint at `path`, whose extra.compression is
+  // `saved` (null when absent), when it was saved with this run's settings
+  // (DecideCompressorResume): on every rank or on none (one all-reduce agrees). A state that
+  // does not fit (other settings, other world size, a file missing or of other shapes)
+  // means a fresh compressor and a warning, never an error. *notice: the one line this rank
+  // prints (empty for none). Errors: those of the communicator.
+  absl::Status RestoreCompressor(const std::string& path, const nlohmann::json& saved,
+                                 std::string* notice);
+
  private:
   struct Bucket {
     torch::Tensor flat;                // fp32, the bucket's gradients back to back
@@ -62,6 +85,9 @@ class GradSync {
   void Launch(Bucket& b);
   // powersgd / topk: every bucket at once, after backward.
   absl::Status ReduceCompressed();
+  // What the compressor of `kind` is handed: each parameter's gradient (powersgd) or each
+  // bucket (topk), as views of the buckets.
+  std::vector<torch::Tensor> CompressorInputs(CompressionKind kind);
 
   CommSeam* seam_;
   std::vector<torch::Tensor> params_;
@@ -69,6 +95,8 @@ class GradSync {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int, int>> where_;  // param -> (bucket, slot)
   CompressionKind kind_ = CompressionKind::kNone;
+  CommConfig comm_config_;
+  uint64_t seed_ = 0;
   int warmup_steps_ = 0;
   std::unique_ptr<Compressor> compressor_;  // powersgd / topk
   bool armed_ = false;

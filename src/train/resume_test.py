@@ -12,7 +12,14 @@
   must pass on what is left (an interrupted save is incomplete, not corrupt), and the restarted
   run must continue from the newest complete checkpoint.
   Also in --mode exact: a run stopped by an injected NaN leaves checkpoints/anomaly-step-<N>,
-  which `ckpt verify` checks and `--resume latest` passes over for the newest periodic one."""
+  which `ckpt verify` checks and `--resume latest` passes over for the newest periodic one.
+--mode compression --compression powersgd|topk --ranks 2: the same with gradient compression:
+  the step-6 checkpoint holds every rank's compressor state (meta.json extra.compression,
+  compression.rank<R>.safetensors, `ckpt verify` passes, `ckpt inspect` lists the tensors); the
+  run resumed from it is bit-identical to the uninterrupted one. The same checkpoint with the
+  compressor state dropped must resume with one warning line and end with OTHER weights (so
+  the restore is what makes the first check pass), and resuming with another
+  comm.compression warns in one line and runs."""
 import argparse, glob, json, os, random, re, shutil, signal, subprocess, sys, tempfile, time
 
 
@@ -126,6 +133,78 @@ def exact(a):
     return 0
 
 
+def differences(a, run_dir, ref_losses, ref_weights, first, steps):
+    """Where run_dir's losses of steps first..steps or final weights differ from the reference."""
+    out = []
+    for r in range(a.ranks):
+        got = last_losses(run_dir, r)
+        for s in range(first, steps + 1):
+            if repr(got.get(s)) != repr(ref_losses[r][s]):  # equal text = equal bits
+                out.append(f"rank {r} step {s} loss {got.get(s)!r} != {ref_losses[r][s]!r}")
+        if weights(run_dir, r) != ref_weights[r]:
+            out.append(f"rank {r} weights {weights(run_dir, r)} != {ref_weights[r]}")
+    return out
+
+
+def compression(a):
+    kind = a.compression
+    flag = ["--compression", kind]
+    tmp = tempfile.mkdtemp(prefix="ts_resume_comp_")
+    ref = os.path.join(tmp, "ref")
+    train(a, ref, flag)
+    steps = json.load(open(a.config))["train"]["steps"]
+    ckpt6 = os.path.join(ref, "checkpoints", "step-6")
+    ref_losses = [last_losses(ref, r) for r in range(a.ranks)]
+    ref_weights = [weights(ref, r) for r in range(a.ranks)]
+    # What the checkpoint holds.
+    meta = json.load(open(os.path.join(ckpt6, "meta.json")))["extra"]["compression"]
+    assert meta["settings"]["kind"] == kind and meta["settings"]["world_size"] == a.ranks, meta
+    per_rank = [f"compression.rank{r}.safetensors" for r in range(a.ranks)]
+    assert set(per_rank) <= set(meta["files"]), meta["files"]
+    assert ("compression.safetensors" in meta["files"]) == (kind == "powersgd"), meta["files"]
+    verify(a, os.path.join(ref, "checkpoints"))
+    p = subprocess.run([a.binary, "ckpt", "inspect", ckpt6, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr[-1000:])
+    listed = {(t["file"], t["name"]) for c in json.loads(p.stdout)["checkpoints"] for t in c["tensors"]}
+    for r in range(a.ranks):  # tensor <i> of those the compressor is handed (not all: biases)
+        assert any(f == per_rank[r] and re.fullmatch(rf"compression\.{kind}\.\d+\.error", n)
+                   for f, n in listed), sorted(listed)[:20]
+    # 1. Resumed from step 6: bit-identical to the uninterrupted run.
+    resumed = os.path.join(tmp, "resumed")
+    p = train(a, resumed, flag + ["--resume", ckpt6])
+    assert f"resume: restored the {kind} gradient-compression state" in p.stderr, p.stderr[-2000:]
+    assert "warning: resume" not in p.stderr, p.stderr[-2000:]
+    diff = differences(a, resumed, ref_losses, ref_weights, 7, steps)
+    assert not diff, f"{kind}: resumed run differs from the uninterrupted one: {diff[:4]}"
+    # 2. The same checkpoint without the compressor state (files and manifest entries
+    # removed; `ckpt verify` still passes): a fresh compressor, one warning, other weights.
+    dropped = os.path.join(tmp, "dropped", "step-6")
+    shutil.copytree(ckpt6, dropped)
+    manifest = json.load(open(os.path.join(dropped, "manifest.json")))
+    manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith("compression")]
+    json.dump(manifest, open(os.path.join(dropped, "manifest.json"), "w"), indent=2)
+    for f in glob.glob(os.path.join(dropped, "compression*.safetensors")):
+        os.remove(f)
+    verify(a, os.path.dirname(dropped))
+    run2 = os.path.join(tmp, "run_dropped")
+    p = train(a, run2, flag + ["--resume", dropped])
+    assert p.stderr.count("warning: resume:") == 1, p.stderr[-2000:]
+    assert f"the {kind} compressor starts fresh" in p.stderr, p.stderr[-2000:]
+    diff = differences(a, run2, ref_losses, ref_weights, 7, steps)
+    assert any("weights" in d for d in diff), f"{kind}: dropping the state changed nothing: the test cannot fail"
+    # 3. Another comm.compression on resume: a warning, not an error.
+    other = "topk" if kind == "powersgd" else "powersgd"
+    p = train(a, os.path.join(tmp, "other"), ["--compression", other, "--resume", ckpt6])
+    assert p.stderr.count("warning: resume:") == 1, p.stderr[-2000:]
+    assert f"this run uses {other}" in p.stderr, p.stderr[-2000:]
+    shutil.rmtree(tmp)
+    print(f"ok: {a.ranks} ranks, {kind}: resumed from step 6, steps 7..{steps} and weights "
+          f"bit-identical ({ref_weights[0]}); with the state dropped: {len(diff)} differences "
+          f"and one warning; another compression on resume: one warning")
+    return 0
+
+
 def verify(a, folder):
     p = subprocess.run([a.binary, "ckpt", "verify", folder, "--json"], capture_output=True,
                        text=True, timeout=60)
@@ -201,14 +280,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
     ap.add_argument("--config", required=True)
-    ap.add_argument("--mode", choices=["exact", "kill"], default="exact")
+    ap.add_argument("--mode", choices=["exact", "kill", "compression"], default="exact")
+    ap.add_argument("--compression", choices=["powersgd", "topk"], default="powersgd")
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--kills", type=int, default=50)
     ap.add_argument("--seed", type=int, default=int(time.time()))
     a = ap.parse_args()
     print("seed", a.seed)
     try:
-        return exact(a) if a.mode == "exact" else kill(a)
+        return {"exact": exact, "kill": kill, "compression": compression}[a.mode](a)
     except AssertionError as e:
         print("FAIL:", e)
         return 1

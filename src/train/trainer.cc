@@ -329,6 +329,14 @@ absl::Status Trainer::Init() {
     sync_ = std::make_unique<GradSync>(seam_.get(), named_, config_.train.bucket_mb * 1e6,
                                        config_.comm, config_.train.seed);
     TS_RETURN_IF_ERROR(sync_->BroadcastParams());
+    if (!result_.resumed_from.empty()) {  // the compressor's state (or a warning)
+      TS_ASSIGN_OR_RETURN(json meta, ReadJson(result_.resumed_from + "/meta.json"));
+      std::string notice;
+      TS_RETURN_IF_ERROR(sync_->RestoreCompressor(
+          result_.resumed_from, meta.value("extra", json::object()).value("compression", json()),
+          &notice));
+      if (!notice.empty() && options_.on_notice) options_.on_notice(notice);
+    }
   }
 #endif
   // Anomalies: the guard hooks every parameter and taps every module output.
@@ -884,10 +892,17 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, cons
     }
   }
 #endif
-  if (world_.rank != 0) return std::string();
-
   // Snapshot: the replicated tensors copied to host memory the writer owns.
   auto snap = std::make_unique<CheckpointSnapshot>();
+  json compression;  // meta.json extra.compression (data-parallel runs)
+#ifdef TS_TRAIN_WITH_COMM
+  // Error feedback differs per rank: every rank's compressor state to rank 0's snapshot.
+  if (sync_) {
+    TS_ASSIGN_OR_RETURN(compression,
+                        sync_->SnapshotCompressor(world_.rank == 0 ? snap.get() : nullptr));
+  }
+#endif
+  if (world_.rank != 0) return std::string();
   ckpt::CheckpointData& d = snap->data;
   d.step = step;
   d.world_size = world_.world_size;
@@ -914,6 +929,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, cons
                     {"total_steps", config_.train.steps},
                     {"lr", LearningRate(config_.optim, std::max(step, 1), config_.train.steps)}}},
                   {"config", TrainConfigToJson(config_)}};
+  if (!compression.is_null()) d.meta_extra["compression"] = std::move(compression);
   if (anomaly) d.meta_extra["anomaly"] = extra;
   result_.checkpoint_snapshot_ms += MsSince(t0);
   TS_ASSIGN_OR_RETURN(std::string path,

@@ -11,7 +11,8 @@
 //                 gradients before the all-reduce" goes between ForwardBackward and
 //                 ReduceGradients, one that needs the averaged ones before OptimizerStep.
 //   - checkpoint: SaveCheckpoint(step, anomaly, extra) snapshots the state after `step`
-//                 (model, AdamW state, scheduler, every rank's RNG state and data position);
+//                 (model, AdamW state, scheduler, every rank's RNG state and data position,
+//                 every rank's gradient-compressor state: GradSync::SnapshotCompressor);
 //                 Restore(path) puts it back. Collective in data-parallel runs.
 //   - summarize:  Summarize() turns the loop's sums into the TrainResult and the final files.
 #ifndef TRAINSCOPE_SRC_TRAIN_TRAINER_IMPL_H_
