@@ -94,7 +94,8 @@ std::string FormatReportText(const CheckpointReport& r, bool with_tensors) {
     const std::string name = x.file.empty() || x.file == "model.safetensors" ||
                                      r.format == "hf-sharded" || r.format == "dcp"
                                  ? x.name
-                                 : absl::StrCat(x.file.substr(0, x.file.find('.')), ":", x.name);
+                                 : absl::StrCat(x.file.substr(0, x.file.rfind(".safetensors")), ":",
+                                                x.name);  // "compression.rank1:..."
     t.AddRow({name, x.dtype, ShapeText(x.shape), FormatBytes(x.bytes),
               s ? FormatCount(x.stats.nonfinite) : "-", s ? G(x.stats.l2) : "-",
               s ? G(x.stats.min) : "-", s ? G(x.stats.max) : "-"});
