@@ -183,6 +183,35 @@ TEST_F(CollectorTest, RefreshParsesOnlyTheAppendedBytes) {
   EXPECT_EQ(c.stats().diagnoses, s.diagnoses);
 }
 
+// The means drawn beside the charts come from running totals kept as steps are appended (and
+// counted again after a resumed run rewrote steps): checked against sums taken here over the
+// records that won (the last of each step).
+TEST_F(CollectorTest, MeansOverTheWinningRecordsAfterAppendsAndAResume) {
+  Append(0, CollectorHeader(0));
+  AppendSteps(0, 1, 100);
+  ReportCollector c({dir_.string()}, options_);
+  ASSERT_TRUE(c.Collect().ok());
+  AppendSteps(0, 101, 150);
+  AppendSteps(0, 40, 60, 9.0);  // resumed from step 40: these records win
+  absl::StatusOr<json> j = c.Collect();
+  ASSERT_TRUE(j.ok()) << j.status();
+  double loss = 0, step_ms = 0, forward = 0, busy = 0;
+  for (int s = 1; s <= 150; ++s) {
+    loss += (s >= 40 && s <= 60 ? 9.0 : 5.0) - 0.001 * s;
+    step_ms += 20.0 + s % 5;
+    forward += 6.0 + s % 3;
+    busy += 20.0 + s % 5 - 0.5 * (s % 2);
+  }
+  const json& means = (*j)["runs"][0]["ranks"][0]["means"];
+  EXPECT_EQ((*j)["runs"][0]["ranks"][0]["steps"], 150);
+  EXPECT_NEAR(means["loss"].get<double>(), loss / 150, 1e-6);
+  EXPECT_NEAR(means["step_ms"].get<double>(), step_ms / 150, 1e-6);
+  EXPECT_NEAR(means["phase.forward"].get<double>(), forward / 150, 1e-6);
+  EXPECT_NEAR(means["busy_ms"].get<double>(), busy / 150, 1e-6);
+  EXPECT_FALSE(means.contains("val_loss"));
+  EXPECT_FALSE((*j)["runs"][0]["ranks"][0]["series"].contains("val_loss"));
+}
+
 // Findings: appended metrics lines alone wait for the backoff; any other file diagnoses now.
 TEST_F(CollectorTest, FindingsWaitForTheBackoffUnlessAnotherFileChanged) {
   Append(0, CollectorHeader(0));

@@ -45,6 +45,17 @@ double ReportRound(double v) {
   return std::strtod(buf, nullptr);
 }
 
+// The series columns of a rank, in the order of RankMetrics::Totals' arrays.
+constexpr const char* kReportSeriesNames[9] = {"loss",      "val_loss",       "lr",
+                                               "grad_norm", "step_ms",        "tokens_per_s",
+                                               "comm_ms",   "host_rss_bytes", "device_mem_bytes"};
+
+std::vector<const std::vector<double>*> ReportSeriesColumns(const RankMetrics& m) {
+  return {&m.loss,      &m.val_loss,       &m.lr,
+          &m.grad_norm, &m.step_ms,        &m.tokens_per_s,
+          &m.comm_ms,   &m.host_rss_bytes, &m.device_mem_bytes};
+}
+
 int RankFromFileName(const std::string& path) {
   std::string name = std::filesystem::path(path).filename().string();
   size_t p = name.find("rank");
@@ -272,6 +283,7 @@ bool RankMetricsReader::Update() {
     }
   }
   MergeRows(&rows);
+  UpdateTotals(&m_);
   lines_done_ = m_.lines;
   if (tail_pending_) {
     ++m_.lines;
@@ -409,9 +421,54 @@ void RankMetricsReader::MergeRows(std::vector<Row>* rows) {
   m_.steps = std::move(merged.steps);
   for (size_t c = 0; c < cols.size(); ++c) *cols[c] = std::move(*out_cols[c]);
   m_.phases = std::move(merged.phases);
+  m_.totals = RankMetrics::Totals();  // steps moved: counted again
 }
 
+namespace {
+
+// Counts steps [totals->upto, steps) into *totals.
+void ExtendTotals(const RankMetrics& rm, RankMetrics::Totals* totals) {
+  const RankMetrics* m = &rm;
+  RankMetrics::Totals& t = *totals;
+  const std::vector<const std::vector<double>*> cols = ReportSeriesColumns(*m);
+  const size_t n = m->steps.size(), n_phases = m->phases.size();
+  if (t.upto > n) t = RankMetrics::Totals();
+  t.phase_sum.resize(n_phases, 0.0);
+  t.phase_total.resize(n);
+  for (size_t c = 0; c < cols.size(); ++c) {
+    const std::vector<double>& y = *cols[c];
+    for (size_t i = t.upto; i < n; ++i) {
+      t.valid[c] += std::isnan(y[i]) ? 0 : 1;
+      if (std::isfinite(y[i])) t.sum[c] += y[i], ++t.finite[c];
+    }
+  }
+  for (size_t i = t.upto; i < n; ++i) {
+    double total = 0;
+    bool any = false;
+    for (size_t k = 0; k < n_phases; ++k) {
+      const double d = m->phases[k][i];
+      if (!std::isnan(d)) total += d, any = true;
+      t.phase_sum[k] += std::isfinite(d) ? d : 0;
+    }
+    t.phase_total[i] = any ? total : kNaN;
+    // Busy time: the step less the wait for the other ranks in communication.
+    if (n_phases > 4 && std::isfinite(m->step_ms[i]) && std::isfinite(m->phases[4][i]))
+      t.busy_sum += m->step_ms[i] - m->phases[4][i], ++t.busy_n;
+  }
+  t.upto = n;
+}
+
+}  // namespace
+
+void UpdateTotals(RankMetrics* m) { ExtendTotals(*m, &m->totals); }
+
 nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {
+  RankMetrics::Totals local;
+  const RankMetrics::Totals* t = &m.totals;
+  if (m.totals.upto != m.steps.size()) {  // not kept up to date by a reader: counted here
+    ExtendTotals(m, &local);
+    t = &local;
+  }
   // Indices of the steps with an event: always drawn.
   std::vector<size_t> keep;
   for (const auto& e : m.events) {
@@ -420,66 +477,35 @@ nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {
     if (it != m.steps.end() && *it == s) keep.push_back(it - m.steps.begin());
   }
   nlohmann::json series = nlohmann::json::object();
-  const std::vector<std::pair<const char*, const std::vector<double>*>> named = {
-      {"loss", &m.loss},
-      {"val_loss", &m.val_loss},
-      {"lr", &m.lr},
-      {"grad_norm", &m.grad_norm},
-      {"step_ms", &m.step_ms},
-      {"tokens_per_s", &m.tokens_per_s},
-      {"comm_ms", &m.comm_ms},
-      {"host_rss_bytes", &m.host_rss_bytes},
-      {"device_mem_bytes", &m.device_mem_bytes}};
   nlohmann::json means = nlohmann::json::object();
-  for (const auto& [name, y] : named) {
-    nlohmann::json s = SeriesToJson(m.steps, *y, max_points, keep);
-    if (s["n"].get<size_t>() == 0) continue;
-    double sum = 0;
-    size_t n = 0;
-    for (double v : *y) {
-      if (std::isfinite(v)) sum += v, ++n;
-    }
-    if (n) means[name] = ReportRound(sum / n);
-    series[name] = std::move(s);
+  const std::vector<const std::vector<double>*> cols = ReportSeriesColumns(m);
+  for (size_t c = 0; c < cols.size(); ++c) {
+    if (t->valid[c] == 0) continue;
+    const char* name = kReportSeriesNames[c];
+    series[name] = SeriesToJson(m.steps, *cols[c], max_points, keep);
+    if (t->finite[c]) means[name] = ReportRound(t->sum[c] / t->finite[c]);
   }
   // Phases share one x axis (they are drawn stacked): the points picked on their total.
   nlohmann::json phases = nlohmann::json::object();
   const auto& names = PhaseNames();
-  std::vector<double> total(m.steps.size(), kNaN);
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    double t = 0;
-    bool any = false;
-    for (size_t k = 0; k < names.size(); ++k) {
-      if (!std::isnan(m.phases[k][i])) t += m.phases[k][i], any = true;
-    }
-    if (any) total[i] = t;
-  }
-  std::vector<size_t> idx = DownsampleMinMax(total, max_points, keep);
+  std::vector<size_t> idx = DownsampleMinMax(t->phase_total, max_points, keep);
   if (!idx.empty()) {
     nlohmann::json x = nlohmann::json::array();
     for (size_t i : idx) x.push_back(m.steps[i]);
     phases["x"] = std::move(x);
     for (size_t k = 0; k < names.size(); ++k) {
       nlohmann::json v = nlohmann::json::array();
-      double sum = 0;
       for (size_t i : idx) {
         double d = m.phases[k][i];
         v.push_back(std::isfinite(d) ? nlohmann::json(ReportRound(d)) : nlohmann::json(0));
       }
-      for (double d : m.phases[k]) sum += std::isfinite(d) ? d : 0;
       phases[names[k]] = std::move(v);
-      means["phase." + names[k]] = m.steps.empty() ? 0.0 : ReportRound(sum / m.steps.size());
+      means["phase." + names[k]] =
+          m.steps.empty() ? 0.0 : ReportRound(t->phase_sum[k] / m.steps.size());
     }
     // Busy time: the step less the wait for the other ranks in communication. The rank the
     // others wait for has the longest busy time (its step time is the same as theirs).
-    const std::vector<double>& wait = m.phases[4];  // comm_wait
-    double busy = 0;
-    size_t n = 0;
-    for (size_t i = 0; i < m.steps.size(); ++i) {
-      if (std::isfinite(m.step_ms[i]) && std::isfinite(wait[i]))
-        busy += m.step_ms[i] - wait[i], ++n;
-    }
-    if (n) means["busy_ms"] = ReportRound(busy / n);
+    if (t->busy_n) means["busy_ms"] = ReportRound(t->busy_sum / t->busy_n);
   }
   return {{"rank", m.rank},
           {"world_size", m.world_size},

@@ -49,7 +49,25 @@ struct RankMetrics {
   // grad norm was null.
   std::vector<nlohmann::json> events;
   nlohmann::json summary;  // the "summary" record, or null
+
+  // Running totals over the step columns in step order, so that drawing a rank after a few
+  // appended steps does not walk every step again (UpdateTotals). Sums are added in step
+  // order, as a walk over all steps would: the same doubles.
+  struct Totals {
+    size_t upto = 0;        // steps [0, upto) are counted
+    size_t valid[9] = {};   // per series column (ReportSeriesColumns order): non-NaN
+    size_t finite[9] = {};  // finite values, and their sum
+    double sum[9] = {};
+    std::vector<double> phase_total;  // per step: the phases' sum, NaN when it has none
+    std::vector<double> phase_sum;    // per phase: sum over steps, a non-finite value as 0
+    double busy_sum = 0;              // step_ms - comm_wait where both are finite
+    size_t busy_n = 0;
+  };
+  Totals totals;
 };
+
+// Extends m->totals over the steps appended since (all of them after m->totals was reset).
+void UpdateTotals(RankMetrics* m);
 
 // The phase names of step records' phases_ms, in drawing order.
 const std::vector<std::string>& PhaseNames();
