@@ -203,6 +203,7 @@ class DocAnalyzer {
   std::vector<uint64_t> word_hash_, gram_;
   std::vector<uint32_t> shingle_, mins_;  // MinHash: 32-bit shingle hashes and minima
   std::vector<uint64_t> table_keys_;
+  std::vector<uint64_t> noise_bits_;  // Noise's byte-class bitmaps
   std::vector<uint32_t> table_vals_;
 };
 

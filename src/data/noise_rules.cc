@@ -6,6 +6,10 @@
 #define XXH_INLINE_ALL  // short spans: see doc_analysis.cc
 #include <xxhash.h>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 
@@ -93,6 +97,100 @@ class Counter {
   uint32_t stamp_;
 };
 
+// Byte classes of a document as bitmaps (bit i % 64 of word i / 64 is byte i), built in one
+// pass (32 bytes per step with AVX2) so that the rules below test ranges of bits instead of
+// looping over bytes.
+struct NoiseBytes {
+  uint64_t* alpha;  // ASCII letter or byte >= 0x80
+  uint64_t* alnum;  // ASCII letter or digit or byte >= 0x80
+  uint64_t* odd;    // what the encoding rules read: >= 0x80, DEL, controls but \t \n \r \f
+  uint64_t* stop;   // . ! ?
+  uint32_t hashes = 0;
+  bool curly = false;
+};
+
+inline void NoiseByteScalar(unsigned char c, size_t i, NoiseBytes* b) {
+  const uint64_t bit = uint64_t{1} << (i & 63);
+  const size_t w = i >> 6;
+  if (IsAsciiAlpha(c) || c >= 0x80) b->alpha[w] |= bit;
+  if (IsAsciiAlnum(c) || c >= 0x80) b->alnum[w] |= bit;
+  if (c >= 0x7F || (c < 0x20 && c != '\n' && c != '\t' && c != '\r' && c != '\f')) b->odd[w] |= bit;
+  if (c == '.' || c == '!' || c == '?') b->stop[w] |= bit;
+  b->hashes += c == '#';
+  b->curly |= c == '{';
+}
+
+void ClassifyNoiseBytes(const unsigned char* s, size_t n, NoiseBytes* b) {
+  const size_t words = (n + 63) / 64;
+  std::fill_n(b->alpha, words, 0);
+  std::fill_n(b->alnum, words, 0);
+  std::fill_n(b->odd, words, 0);
+  std::fill_n(b->stop, words, 0);
+  size_t i = 0;
+#ifdef __AVX2__
+  const __m256i kCase = _mm256_set1_epi8(0x20), kA = _mm256_set1_epi8('a');
+  const __m256i k25 = _mm256_set1_epi8(25), k0 = _mm256_set1_epi8('0'), k9 = _mm256_set1_epi8(9);
+  const __m256i k1f = _mm256_set1_epi8(0x1F);
+  auto eq = [](__m256i v, char c) { return _mm256_cmpeq_epi8(v, _mm256_set1_epi8(c)); };
+  auto bits = [](__m256i m) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(m)));
+  };
+  bool curly = false;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i a = _mm256_sub_epi8(_mm256_or_si256(v, kCase), kA);
+    const __m256i d = _mm256_sub_epi8(v, k0);
+    const uint64_t high = bits(v);
+    const uint64_t alpha = bits(_mm256_cmpeq_epi8(_mm256_min_epu8(a, k25), a)) | high;
+    const uint64_t digit = bits(_mm256_cmpeq_epi8(_mm256_min_epu8(d, k9), d));
+    const uint64_t ctl = bits(_mm256_cmpeq_epi8(_mm256_min_epu8(v, k1f), v));
+    const uint64_t allowed = bits(_mm256_or_si256(_mm256_or_si256(eq(v, '\n'), eq(v, '\t')),
+                                                  _mm256_or_si256(eq(v, '\r'), eq(v, '\f'))));
+    const uint64_t stop =
+        bits(_mm256_or_si256(_mm256_or_si256(eq(v, '.'), eq(v, '!')), eq(v, '?')));
+    const int shift = static_cast<int>(i & 63);
+    const size_t w = i >> 6;
+    b->alpha[w] |= alpha << shift;
+    b->alnum[w] |= (alpha | digit) << shift;
+    b->odd[w] |= (high | (ctl & ~allowed) | bits(eq(v, 0x7F))) << shift;
+    b->stop[w] |= stop << shift;
+    b->hashes += static_cast<uint32_t>(__builtin_popcountll(bits(eq(v, '#'))));
+    curly |= bits(eq(v, '{')) != 0;
+  }
+  b->curly = curly;
+#endif
+  for (; i < n; ++i) NoiseByteScalar(s[i], i, b);
+}
+
+// The first set bit at or after `from` (n when there is none before n).
+inline size_t NextBit(const uint64_t* bits, size_t from, size_t n) {
+  if (from >= n) return n;
+  size_t w = from >> 6;
+  uint64_t x = bits[w] & (~uint64_t{0} << (from & 63));
+  const size_t words = (n + 63) / 64;
+  while (x == 0) {
+    if (++w >= words) return n;
+    x = bits[w];
+  }
+  return std::min(n, (w << 6) + static_cast<size_t>(__builtin_ctzll(x)));
+}
+
+// The last set bit at or before `from` (SIZE_MAX when there is none).
+inline size_t PrevBit(const uint64_t* bits, size_t from) {
+  size_t w = from >> 6;
+  uint64_t x = bits[w] & (~uint64_t{0} >> (63 - (from & 63)));
+  while (x == 0) {
+    if (w == 0) return SIZE_MAX;
+    x = bits[--w];
+  }
+  return (w << 6) + 63 - static_cast<size_t>(__builtin_clzll(x));
+}
+
+// Whether any bit of [b, e) is set.
+inline bool AnyBit(const uint64_t* bits, size_t b, size_t e) {
+  return b < e && NextBit(bits, b, e) < e;
+}
+
 }  // namespace
 
 void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
@@ -100,48 +198,41 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   const size_t n = text.size();
   uint32_t& flags = r->flags;
 
+  const size_t nwords64 = (n + 63) / 64;
+  noise_bits_.resize(4 * nwords64 + 1);
+  NoiseBytes bytes{noise_bits_.data(), noise_bits_.data() + nwords64,
+                   noise_bits_.data() + 2 * nwords64, noise_bits_.data() + 3 * nwords64};
+  ClassifyNoiseBytes(s, n, &bytes);
+
   // --- encoding: control characters and mojibake (UTF-8 read as Latin-1 / cp1252: a
-  // code point U+00C2..U+00F4 followed by U+0080..U+00BF, or by a cp1252 special).
+  // code point U+00C2..U+00F4 followed by U+0080..U+00BF, or by a cp1252 special). Only
+  // the bytes marked odd are visited; any other byte in between ends a lead.
   uint32_t control = 0, mojibake = 0;
   bool prev_lead = false;  // previous code point in U+00C2..U+00F4
-  for (size_t i = 0; i < n; ++i) {
-    // Fast path: skip 8 bytes at a time while all are printable ASCII (no byte >= 0x80,
-    // none < 0x20, none == 0x7F).
-    while (i + 8 <= n) {
-      uint64_t w;
-      std::memcpy(&w, s + i, 8);
-      constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
-      const uint64_t below_space = (w - kOnes * 0x20) & ~w & kHigh;
-      const uint64_t del = ((w ^ (kOnes * 0x7F)) - kOnes) & ~(w ^ (kOnes * 0x7F)) & kHigh;
-      if ((w & kHigh) | below_space | del) break;
-      i += 8;
-      prev_lead = false;
-    }
-    if (i >= n) break;
+  for (size_t i = NextBit(bytes.odd, 0, n); i < n;) {
     const unsigned char c = s[i];
-    if (c < 0x80) {
-      if ((c < 0x20 && c != '\n' && c != '\t' && c != '\r' && c != '\f') || c == 0x7F) ++control;
+    size_t next = i + 1;
+    if (c < 0x80) {  // a control character or DEL: the only ASCII bytes marked
+      ++control;
       prev_lead = false;
-      continue;
-    }
-    if (c == 0xC2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0xBF) {
+    } else if (c == 0xC2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0xBF) {
       if (s[i + 1] <= 0x9F) ++control;  // C1 control
       if (prev_lead) ++mojibake;
       prev_lead = false;
-      ++i;
-      continue;
-    }
-    if (c == 0xC3 && i + 1 < n && s[i + 1] >= 0x82 && s[i + 1] <= 0xB4) {
+      next = i + 2;
+    } else if (c == 0xC3 && i + 1 < n && s[i + 1] >= 0x82 && s[i + 1] <= 0xB4) {
       prev_lead = true;
-      ++i;
-      continue;
+      next = i + 2;
+    } else {
+      if (prev_lead &&
+          ((c == 0xE2 && i + 2 < n && (s[i + 1] == 0x80 || s[i + 1] == 0x82 || s[i + 1] == 0x84)) ||
+           c == 0xC5 || c == 0xC6 || c == 0xCB)) {
+        ++mojibake;
+      }
+      prev_lead = false;
     }
-    if (prev_lead &&
-        ((c == 0xE2 && i + 2 < n && (s[i + 1] == 0x80 || s[i + 1] == 0x82 || s[i + 1] == 0x84)) ||
-         c == 0xC5 || c == 0xC6 || c == 0xCB)) {
-      ++mojibake;
-    }
-    prev_lead = false;
+    i = NextBit(bytes.odd, next, n);
+    if (i != next) prev_lead = false;
   }
   if (control > 0) flags |= 1u << kFlagControlChars;
   if (mojibake > 0) flags |= 1u << kFlagMojibake;
@@ -152,7 +243,7 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   uint32_t n_lines = 0, dup_lines = 0, punct_lines = 0, short_lines = 0, bullets = 0;
   uint32_t ellipsis_lines = 0, c4_sentences = 0, newlines = 0;
   uint64_t dup_line_bytes = 0;
-  size_t pos = 0;
+  size_t pos = 0, line_word = 0;  // line_word: the first word at or after the line
   while (pos <= n) {
     const char* nl = static_cast<const char*>(std::memchr(text.data() + pos, '\n', n - pos));
     const size_t end = nl ? nl - text.data() : n;
@@ -175,24 +266,17 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
     if (EndsWith(line, "...") || EndsWith(line, "\xE2\x80\xA6")) ++ellipsis_lines;
     // C4 keeps lines that end in terminal punctuation (not "...") and have >= 3 words;
     // sentences are counted in the kept lines.
+    const size_t lb = static_cast<size_t>(line.data() - text.data()), le = lb + line.size();
+    while (line_word < word_start_.size() && word_start_[line_word] < lb) ++line_word;
     if (terminal && !EndsWith(line, "...")) {
-      int words = 0;
-      bool in_word = false;
-      for (unsigned char c : line) {
-        if (IsSpace(c)) {
-          in_word = false;
-        } else if (!in_word) {
-          in_word = true;
-          ++words;
-        }
+      size_t words = 0;
+      while (line_word + words < word_start_.size() && word_start_[line_word + words] < le &&
+             words < 3) {
+        ++words;
       }
       if (words >= 3) {
-        for (size_t k = 0; k < line.size(); ++k) {
-          const char c = line[k];
-          if ((c == '.' || c == '!' || c == '?') &&
-              (k + 1 == line.size() || IsSpace(line[k + 1]) || line[k + 1] == '"')) {
-            ++c4_sentences;
-          }
+        for (size_t k = NextBit(bytes.stop, lb, le); k < le; k = NextBit(bytes.stop, k + 1, le)) {
+          if (k + 1 == le || IsSpace(s[k + 1]) || s[k + 1] == '"') ++c4_sentences;
         }
       }
     }
@@ -242,20 +326,14 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
       't' | 'h' << 8 | 'a' << 16 | static_cast<uint32_t>('t') << 24,
       'h' | 'a' << 8 | 'v' << 16 | static_cast<uint32_t>('e') << 24,
       'w' | 'i' << 8 | 't' << 16 | static_cast<uint32_t>('h') << 24};
-  uint32_t stop_seen = 0, non_symbol = 0, alpha_words = 0, hashes = 0, ellipses = 0;
+  uint32_t stop_seen = 0, non_symbol = 0, alpha_words = 0, ellipses = 0;
+  const uint32_t hashes = bytes.hashes;  // every '#' is in a word
   uint64_t non_symbol_len = 0;
   for (size_t w = 0; w < word_start_.size(); ++w) {
     const unsigned char* p = s + word_start_[w];
     const uint32_t len = word_len_[w];
-    bool alpha = false, symbol_only = true;
-    for (uint32_t k = 0; k < len; ++k) {
-      const unsigned char c = p[k];
-      if (IsAsciiAlpha(c) || c >= 0x80) alpha = true;
-      if (IsAsciiAlnum(c) || c >= 0x80) symbol_only = false;
-      if (c == '#') ++hashes;
-    }
-    alpha_words += alpha;
-    if (!symbol_only) {
+    alpha_words += AnyBit(bytes.alpha, word_start_[w], word_start_[w] + len);
+    if (AnyBit(bytes.alnum, word_start_[w], word_start_[w] + len)) {
       ++non_symbol;
       non_symbol_len += len;
     }
@@ -293,7 +371,7 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   if (c4_sentences < static_cast<uint32_t>(options_.c4_min_sentences)) {
     flags |= 1u << kFlagC4FewSentences;
   }
-  if (std::memchr(text.data(), '{', n) != nullptr) flags |= 1u << kFlagC4CurlyBracket;
+  if (bytes.curly) flags |= 1u << kFlagC4CurlyBracket;
   for (size_t k = 0; k + 11 <= norm_.size(); ++k) {
     k = norm_.find("lorem ipsum", k);
     if (k == std::string::npos) break;
@@ -315,24 +393,17 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
     const unsigned char last = t.back();
     const bool cut_char = IsAsciiAlnum(last) || last == ',' || last == ';' || last >= 0x80;
     if (cut_char && !EndsWithTerminalPunct(t)) {
-      size_t k = t.size();
-      int words = 0;
-      bool in_word = false, found_end = false;
-      while (k > 0) {
-        const unsigned char c = t[k - 1];
-        if ((c == '.' || c == '!' || c == '?') && k < t.size() && IsSpace(t[k])) {
-          found_end = true;
-          break;
-        }
-        if (IsSpace(c)) {
-          in_word = false;
-        } else if (!in_word) {
-          in_word = true;
-          ++words;
-        }
-        --k;
+      // The last sentence end before the final segment: . ! ? followed by whitespace.
+      const size_t tb = static_cast<size_t>(t.data() - text.data()), te = tb + t.size();
+      size_t k = te >= tb + 2 ? PrevBit(bytes.stop, te - 2) : SIZE_MAX;
+      while (k != SIZE_MAX && k >= tb && !IsSpace(s[k + 1])) {
+        k = k > 0 ? PrevBit(bytes.stop, k - 1) : SIZE_MAX;
       }
-      if (found_end && words >= 2) flags |= 1u << kFlagTruncated;
+      if (k != SIZE_MAX && k >= tb) {
+        // Two or more words after it (every word there starts past the whitespace).
+        const auto first = std::lower_bound(word_start_.begin(), word_start_.end(), k + 2);
+        if (word_start_.end() - first >= 2 && first[1] < te) flags |= 1u << kFlagTruncated;
+      }
     }
   }
 }
