@@ -9,6 +9,15 @@
 // p2p_seq_id counts p2p ops likewise. Methods run with the GIL held (the Python calls are
 // serialised by it; the recorder has its own mutex for its watchdog readers), except
 // dump(), which releases it while writing.
+//
+// The per-call path: record's wrappers run beside every torch.distributed call, so they use
+// fast_calls(), two plain CPython METH_FASTCALL functions taking only integers (op, dtype,
+// group and call site as codes resolved once: op_code, dtype_code, group_id, site_id) instead
+// of pybind11 methods taking strings. Through pybind11's dispatcher (overload resolution, one
+// caster per argument, a std::string per text) a start()+complete() pair cost 1.3 us from
+// Python, through these 0.4 us, and about 3x that each beside a real collective, whose
+// thread hand-off leaves the caches cold (docs/PERFORMANCE.md "`import trainscope` in a
+// user's loop").
 #include "trainscope/comm/flight_recorder.h"
 
 #include <pybind11/pybind11.h>
@@ -71,37 +80,55 @@ class PyFlightRecorder {
       throw StatusError(absl::InvalidArgumentError(absl::StrCat(
           "flight recorder: unknown process group '", group, "' (register_group it first)")));
     }
-    comm::FlightOp op;
-    op.op = ValueOrThrow(comm::ParseOp(op_name));
-    op.dtype = ParseDTypeOrFloat(dtype);
-    op.pg_id = g->second;
-    Counters& c = counters_[op.pg_id];
-    op.op_id = ++c.ops;
-    if (comm::IsP2P(op.op)) {
-      c.p2p = seq >= 0 ? seq : c.p2p + 1;
-    } else {
-      c.collective = seq >= 0 ? seq : c.collective + 1;
+    return Record(ValueOrThrow(comm::ParseOp(op_name)), seq, count, ParseDTypeOrFloat(dtype),
+                  g->second, call_site, peer, output_count, async);
+  }
+
+  // The fast path's start: codes checked (a bad one is a bug of the caller: ValueError).
+  int64_t StartCodes(int64_t op, int64_t count, int64_t dtype, int64_t pg_id, int64_t site,
+                     int64_t peer, int64_t output_count, bool async) {
+    if (op < 0 || op > static_cast<int64_t>(comm::OpType::kRecv) || dtype < 0 ||
+        dtype > static_cast<int64_t>(comm::DType::kInt64) || pg_id < 0 ||
+        pg_id >= static_cast<int64_t>(counters_.size()) || site < 0 ||
+        site >= static_cast<int64_t>(sites_.size())) {
+      throw py::value_error(absl::StrCat("flight recorder: bad code (op ", op, ", dtype ", dtype,
+                                         ", group ", pg_id, ", site ", site, ")"));
     }
-    op.collective_seq_id = c.collective;
-    op.p2p_seq_id = c.p2p;
-    op.input_numel = count;
-    op.output_numel = output_count >= 0 ? output_count : count;
-    op.peer = peer;
-    op.async = async;
-    op.enqueue_mono_ns = MonotonicNs();
-    int64_t id;
-    {
-      comm::ScopedCallerTag tag(call_site);
-      id = rec_->RecordScheduled(op);
+    return Record(static_cast<comm::OpType>(op), -1, count, static_cast<comm::DType>(dtype),
+                  static_cast<int>(pg_id), sites_[site], static_cast<int>(peer), output_count,
+                  async);
+  }
+
+  // Index of `call_site` in this recorder's table of call sites (added when new).
+  int64_t SiteId(const std::string& call_site) {
+    auto [it, added] = site_ids_.try_emplace(call_site, static_cast<int64_t>(sites_.size()));
+    if (added) sites_.push_back(call_site);
+    return it->second;
+  }
+
+  // pg_id of a registered group name. Errors: unknown name (trainscope._core.Error).
+  int GroupId(const std::string& group) const {
+    auto g = groups_.find(group);
+    if (g == groups_.end()) {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("flight recorder: unknown process group '", group, "'")));
     }
-    rec_->RecordStarted(id, op.enqueue_mono_ns);  // a torch call is running once issued
-    return id;
+    return g->second;
+  }
+
+  static int OpCode(const std::string& op) {
+    return static_cast<int>(ValueOrThrow(comm::ParseOp(op)));
+  }
+  static int DTypeCode(const std::string& dtype) {
+    return static_cast<int>(ParseDTypeOrFloat(dtype));
   }
 
   void Complete(int64_t id, const std::string& error) {
     rec_->RecordCompleted(id, MonotonicNs(),
                           error.empty() ? absl::OkStatus() : absl::UnknownError(error));
   }
+
+  void CompleteOk(int64_t id) { rec_->RecordCompleted(id, MonotonicNs(), absl::OkStatus()); }
 
   void Dump(const std::string& path, const std::string& reason, bool only_active) {
     comm::FlightDumpOptions o;
@@ -146,13 +173,125 @@ class PyFlightRecorder {
     return t.ok() ? *t : comm::DType::kFloat32;
   }
 
+  // One op: sequence numbers (seq < 0: the group's next), then scheduled and started at once
+  // (a torch call is running once issued).
+  int64_t Record(comm::OpType op_type, int64_t seq, int64_t count, comm::DType dtype, int pg_id,
+                 absl::string_view call_site, int peer, int64_t output_count, bool async) {
+    comm::FlightOp op;
+    op.op = op_type;
+    op.dtype = dtype;
+    op.pg_id = pg_id;
+    Counters& c = counters_[op.pg_id];
+    op.op_id = ++c.ops;
+    if (comm::IsP2P(op.op)) {
+      c.p2p = seq >= 0 ? seq : c.p2p + 1;
+    } else {
+      c.collective = seq >= 0 ? seq : c.collective + 1;
+    }
+    op.collective_seq_id = c.collective;
+    op.p2p_seq_id = c.p2p;
+    op.input_numel = count;
+    op.output_numel = output_count >= 0 ? output_count : count;
+    op.peer = peer;
+    op.async = async;
+    op.enqueue_mono_ns = MonotonicNs();
+    int64_t id;
+    {
+      comm::ScopedCallerTag tag(call_site);
+      id = rec_->RecordScheduled(op);
+    }
+    rec_->RecordStarted(id, op.enqueue_mono_ns);
+    return id;
+  }
+
   struct Counters {
     int64_t ops = 0, collective = 0, p2p = 0;
   };
   std::shared_ptr<comm::FlightRecorder> rec_;
   std::unordered_map<std::string, int> groups_;  // name -> pg_id
   std::vector<Counters> counters_;               // by pg_id
+  std::vector<std::string> sites_;               // by site id
+  std::unordered_map<std::string, int64_t> site_ids_;
 };
+
+// ---- fast_calls(): start(op, count, dtype, pg, site, peer, output_count, async) -> id and
+// complete(id), as METH_FASTCALL builtins whose `self` is a capsule holding the recorder and a
+// reference to its Python object (so the recorder outlives them).
+struct FrFastSelf {
+  PyFlightRecorder* rec;
+  PyObject* owner;
+};
+constexpr const char* kFrFastCapsule = "trainscope.FlightRecorder.fast";
+
+PyFlightRecorder* FrFastRecorder(PyObject* self) {
+  return static_cast<FrFastSelf*>(PyCapsule_GetPointer(self, kFrFastCapsule))->rec;
+}
+
+PyObject* FrFastStart(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8) {
+    PyErr_SetString(PyExc_TypeError,
+                    "start(op, count, dtype, group, site, peer, output_count, async_op) takes 8 "
+                    "positional arguments");
+    return nullptr;
+  }
+  int64_t v[7];
+  for (int i = 0; i < 7; ++i) {
+    v[i] = PyLong_AsLongLong(args[i]);
+    if (v[i] == -1 && PyErr_Occurred()) return nullptr;
+  }
+  const int async = PyObject_IsTrue(args[7]);
+  if (async < 0) return nullptr;
+  try {
+    return PyLong_FromLongLong(
+        FrFastRecorder(self)->StartCodes(v[0], v[1], v[2], v[3], v[4], v[5], v[6], async != 0));
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyObject* FrFastComplete(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "complete(id) takes 1 positional argument");
+    return nullptr;
+  }
+  const int64_t id = PyLong_AsLongLong(args[0]);
+  if (id == -1 && PyErr_Occurred()) return nullptr;
+  FrFastRecorder(self)->CompleteOk(id);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kFrFastStartDef = {
+    "start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(FrFastStart)),
+    METH_FASTCALL,
+    "start(op, count, dtype, group, site, peer, "
+    "output_count, async_op) -> id (codes; see fast_calls)"};
+PyMethodDef kFrFastCompleteDef = {
+    "complete", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(FrFastComplete)),
+    METH_FASTCALL, "complete(id): the call returned"};
+
+py::tuple FastCalls(py::object self) {
+  auto* holder = new FrFastSelf{self.cast<PyFlightRecorder*>(), self.inc_ref().ptr()};
+  py::object capsule =
+      py::reinterpret_steal<py::object>(PyCapsule_New(holder, kFrFastCapsule, [](PyObject* c) {
+        auto* h = static_cast<FrFastSelf*>(PyCapsule_GetPointer(c, kFrFastCapsule));
+        Py_DECREF(h->owner);
+        delete h;
+      }));
+  if (!capsule) {
+    Py_DECREF(holder->owner);
+    delete holder;
+    throw py::error_already_set();
+  }
+  py::object start =
+      py::reinterpret_steal<py::object>(PyCFunction_New(&kFrFastStartDef, capsule.ptr()));
+  py::object complete =
+      py::reinterpret_steal<py::object>(PyCFunction_New(&kFrFastCompleteDef, capsule.ptr()));
+  if (!start || !complete) throw py::error_already_set();
+  return py::make_tuple(start, complete);
+}
 
 }  // namespace
 
@@ -181,6 +320,22 @@ void RegisterFlightRecorder(py::module_& m) {
            "float32, bfloat16, float16, int32, int64 ('torch.' prefix allowed; others are "
            "recorded as float32). call_site: 'file.py:123' (the dump's caller; hang analyze "
            "names it). peer: the peer's group rank for send/recv, the root for broadcast.")
+      .def("fast_calls", &FastCalls,
+           "(start, complete): the per-call path of trainscope.distributed.record, builtins "
+           "taking integers only: start(op, count, dtype, group, site, peer, output_count, "
+           "async_op) -> id, with op from op_code(), dtype from dtype_code(), group from "
+           "group_id() (or register_group), site from site_id(), output_count -1 = count, and "
+           "sequence numbers counted per group; complete(id) marks the call completed (a "
+           "failed call goes through complete(id, error)). A bad code raises ValueError. They "
+           "keep the recorder alive.")
+      .def("site_id", &PyFlightRecorder::SiteId, py::arg("call_site"),
+           "The code of a call site ('file.py:123') for fast_calls' start.")
+      .def("group_id", &PyFlightRecorder::GroupId, py::arg("name"),
+           "pg_id of a registered group ('0' = default).")
+      .def_static("op_code", &PyFlightRecorder::OpCode, py::arg("op"),
+                  "The code of an op name for fast_calls' start.")
+      .def_static("dtype_code", &PyFlightRecorder::DTypeCode, py::arg("dtype"),
+                  "The code of a dtype name for fast_calls' start (unknown names: float32's).")
       .def("complete", &PyFlightRecorder::Complete, py::arg("id"), py::arg("error") = "",
            "Marks the call returned: completed, or failed with `error` when not empty.")
       .def("dump", &PyFlightRecorder::Dump, py::arg("path"), py::arg("reason") = "", py::kw_only(),

@@ -1,14 +1,17 @@
 """distributed.record on real 2-process gloo jobs: the hang watchdog and hang analyze."""
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 
 import trainscope
-from conftest import HERE, launch, trainscope_binary
+from conftest import HERE, free_port, launch, trainscope_binary
 
 JOB = os.path.join(HERE, "dist_job.py")
 
@@ -90,3 +93,55 @@ def test_record_before_init_process_group_is_an_error():
     assert not dist.is_initialized()
     with pytest.raises(trainscope.Error, match="init_process_group"):
         trainscope.distributed.record()
+
+
+def test_record_call_sites_counts_and_groups_in_process(tmp_path):
+    # One rank in this process. The caller recorded is the first frame outside torch and
+    # trainscope, also through a helper counted as library code (added to the prefixes
+    # skipped), and the call-site cache (keyed by the calling instruction) keeps the two
+    # callers of the helper's one line apart.
+    helper = tmp_path / "lib" / "ts_helper.py"
+    helper.parent.mkdir()
+    helper.write_text("import torch.distributed as dist\n\n\n"
+                      "def reduce(t, **kw):\n    return dist.all_reduce(t, **kw)\n")
+    spec = importlib.util.spec_from_file_location("ts_helper", str(helper))
+    lib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lib)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % free_port(), rank=0,
+                            world_size=1)
+    try:
+        rec = trainscope.distributed.record(run_dir=str(tmp_path / "run"))
+        rec._skip = rec._skip + (str(helper.parent),)
+        line = sys._getframe().f_lineno
+        for _ in range(3):
+            dist.all_reduce(torch.ones(4))  # line + 2
+            dist.all_reduce(torch.ones(2, dtype=torch.float64), async_op=True).wait()  # + 3
+            lib.reduce(torch.ones(3, dtype=torch.float16))  # + 4
+            lib.reduce(torch.ones(1, dtype=torch.int64), group=None)  # + 5
+        sub = dist.new_group([0])
+        dist.all_gather([torch.zeros(6)], torch.ones(6), sub)
+        dist.barrier()
+        entries = json.loads(rec.fr.dump_string())["entries"]
+    finally:
+        trainscope.distributed.stop()
+        dist.destroy_process_group()
+    here = os.path.basename(__file__)
+    got = [(e["profiling_name"], e["process_group"][0], e["collective_seq_id"], e["caller"],
+            e["input_sizes"], e["input_dtypes"][0] if e["input_dtypes"] else "", e["async"],
+            e["state"]) for e in entries]
+    want = []
+    for i in range(3):
+        want += [("gloo:all_reduce", "0", 4 * i + 1, "%s:%d" % (here, line + 2), [[4]], "Float",
+                  False, "completed"),
+                 ("gloo:all_reduce", "0", 4 * i + 2, "%s:%d" % (here, line + 3), [[2]], "Float",
+                  True, "completed"),
+                 ("gloo:all_reduce", "0", 4 * i + 3, "%s:%d" % (here, line + 4), [[3]],
+                  "Half", False, "completed"),
+                 ("gloo:all_reduce", "0", 4 * i + 4, "%s:%d" % (here, line + 5), [[1]], "Long",
+                  False, "completed")]
+    sub_name = got[12][1]
+    assert sub_name != "0", got[12]
+    want += [("gloo:all_gather", sub_name, 1, "%s:%d" % (here, line + 7), [[6]], "Float",
+              False, "completed"),
+             ("gloo:barrier", "0", 13, "%s:%d" % (here, line + 8), [], "", False, "completed")]
+    assert got == want

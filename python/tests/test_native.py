@@ -216,6 +216,54 @@ def test_flight_recorder_bad_input_and_speed():
     assert best < 5e-6, best
 
 
+def test_flight_recorder_fast_calls_record_what_start_records():
+    # The same calls through start()/complete() and through fast_calls() give the same dump
+    # (times and threads apart).
+    slow, fast = _core.FlightRecorder(0, 2), _core.FlightRecorder(0, 2)
+    for fr in (slow, fast):
+        assert fr.register_group("tp", [1, 0], "tensor parallel") == 1
+    start, complete = fast.fast_calls()
+    code = _core.FlightRecorder
+    assert fast.group_id("tp") == 1 and fast.group_id("0") == 0
+    assert fast.site_id("a.py:1") == fast.site_id("a.py:1") != fast.site_id("b.py:2")
+    calls = [("all_reduce", 8, "torch.float32", "0", "a.py:1", -1, -1, False),
+             ("all_gather", 8, "torch.bfloat16", "tp", "b.py:2", -1, 16, True),
+             ("send", 4, "torch.int64", "tp", "a.py:1", 1, -1, False),
+             ("all_reduce", 8, "torch.float64", "0", "", -1, -1, False),  # as float32
+             ("recv", 4, "int32", "tp", "c.py:3", 0, -1, False)]
+    for op, count, dtype, group, site, peer, out, async_op in calls:
+        slow.complete(slow.start(op, -1, count, dtype, group, site, peer, out, async_op))
+        complete(start(code.op_code(op), count, code.dtype_code(dtype), fast.group_id(group),
+                       fast.site_id(site), peer, out, async_op))
+    slow.start("barrier")
+    start(code.op_code("barrier"), 0, code.dtype_code("float32"), 0, fast.site_id(""), -1, -1,
+          0)
+    unstable = {"time_created_ns", "time_discovered_started_ns",
+                "time_discovered_completed_ns", "duration_ms", "thread_id", "thread_name"}
+
+    def entries(fr):
+        return [{k: v for k, v in e.items() if k not in unstable}
+                for e in json.loads(fr.dump_string())["entries"]]
+    assert entries(fast) == entries(slow)
+    assert [e["state"] for e in entries(fast)] == ["completed"] * 5 + ["started"]
+    assert fast.oldest_pending()[1:] == ("barrier", 3, "")  # group 0: 3rd collective
+    with pytest.raises(ValueError, match="bad code"):
+        start(code.op_code("send"), 1, 0, 7, 0, 0, -1, False)  # no group 7
+    with pytest.raises(ValueError, match="bad code"):
+        start(99, 1, 0, 0, 0, 0, -1, False)
+    with pytest.raises(TypeError, match="8 positional"):
+        start(0, 1)
+    with pytest.raises(TypeError):
+        complete("x")
+    with pytest.raises(_core.Error, match="unknown op"):
+        code.op_code("all_reduse")
+    with pytest.raises(_core.Error, match="'pp'"):
+        fast.group_id("pp")
+    # The builtins keep their recorder alive.
+    del fast
+    complete(start(0, 1, 0, 0, 0, -1, -1, False))
+
+
 # --- import order with torch -----------------------------------------------------------
 
 @pytest.mark.parametrize("order", ["import torch; import trainscope",

@@ -95,13 +95,22 @@ class Recorder:
         self.backend = str(dist.get_backend())
         self.fr = _core.FlightRecorder(self.rank, self.world_size, capacity, self.backend,
                                        int(self.timeout_s * 1000))
-        # process group (None = default) -> [name, last collective seq, last p2p seq, size,
-        # the group itself]
+        # process group (None = default) -> [name, pg_id, size, the group itself]; the
+        # sequence numbers are counted by the native recorder, per pg_id.
         self._groups = {}
         self._polled = []       # (record id, Work) of async ops without a future
         self._originals = {}
         self._skip = _skip_prefixes()
-        self._sites = {}        # (code, line) -> "file.py:line"
+        # Call sites: (id(code), f_lasti) of the first frame outside torch and trainscope ->
+        # the native recorder's site id of its "file.py:line". Not (code, f_lineno): hashing
+        # a code object hashes its bytecode and constants (not cached; 0.2-0.5 us), and
+        # f_lineno decodes the line table at every read. The codes are kept alive in
+        # _site_codes, so their ids are not reused.
+        self._sites = {}
+        self._site_codes = set()
+        self._skipped = {}      # id(code) -> code, for frames inside torch or trainscope
+        self._no_site = self.fr.site_id("")
+        self._fast_start, self._fast_complete = self.fr.fast_calls()
         self._store = _util.default_store()
         self._stop = threading.Event()
         self._thread = None
@@ -151,83 +160,99 @@ class Recorder:
                                     "pg_names", {})
                 size = dist.get_world_size(pg)
                 if pg is dist.distributed_c10d._get_default_group():
-                    g = ["0", 0, 0, size, pg]  # registered by the recorder itself
+                    g = ["0", self.fr.group_id("0"), size, pg]  # registered by the recorder
                 else:
                     name = "%s" % names.get(pg, "pg%d" % len(self._groups))
-                    self.fr.register_group(name, _group_ranks(pg), "", self.backend,
-                                           int(self.timeout_s * 1000))
-                    g = [name, 0, 0, size, pg]
+                    pg_id = self.fr.register_group(name, _group_ranks(pg), "", self.backend,
+                                                   int(self.timeout_s * 1000))
+                    g = [name, pg_id, size, pg]
                 self._groups[pg] = g
             self._groups[group] = g
         return g
 
-    def call_site(self):
-        """file:line of the innermost frame outside torch and trainscope ("" if none)."""
-        f = sys._getframe(2)
-        skip = self._skip
-        while f is not None and f.f_code.co_filename.startswith(skip):
-            f = f.f_back
-        if f is None:
-            return ""
-        key = (f.f_code, f.f_lineno)
-        site = self._sites.get(key)
-        if site is None:
-            site = "%s:%d" % (os.path.basename(f.f_code.co_filename), f.f_lineno)
-            if len(self._sites) < 100000:
-                self._sites[key] = site
-        return site
+    def site_of(self, f):
+        """Site id of "file:line" of the innermost frame from f outward that is outside torch
+        and trainscope (the id of "" if none). The slow path of the wrappers' cache."""
+        sites, skipped, skip = self._sites, self._skipped, self._skip
+        while f is not None:
+            code = f.f_code
+            key = (id(code), f.f_lasti)
+            site = sites.get(key)
+            if site is not None:
+                return site
+            if id(code) in skipped or code.co_filename.startswith(skip):
+                if len(skipped) < 100000:
+                    skipped[id(code)] = code
+                f = f.f_back
+                continue
+            site = self.fr.site_id("%s:%d" % (os.path.basename(code.co_filename),
+                                              f.f_lineno or 0))
+            if len(sites) < 100000:
+                self._site_codes.add(code)
+                sites[key] = site
+            return site
+        return self._no_site
 
     def _wrap(self, name, fn, op, tensor_index, group_index, p2p):
         # The per-call path is kept lean (docs/PERFORMANCE.md: record's cost per call): every
-        # lookup that does not depend on the call is bound here.
+        # lookup that does not depend on the call is bound here, the native recorder is
+        # called through fast_calls() with integer codes, and the call site is one frame
+        # lookup plus one dict lookup when the caller is not inside torch or trainscope.
         rec = self
-        fr_start, fr_complete, group_of, call_site = self.fr.start, self.fr.complete, \
-            self._group, self.call_site
+        fr_start, fr_complete, fr_fail = self._fast_start, self._fast_complete, self.fr.complete
+        groups_get, group_of = self._groups.get, self._group
+        sites_get, site_of, getframe, id_ = self._sites.get, self.site_of, sys._getframe, id
         process_group, tensor_type = dist.ProcessGroup, torch.Tensor
-        dtype_names = _DTYPE_NAMES
+        op_code = _core.FlightRecorder.op_code(op)
+        dtype_codes = {d: _core.FlightRecorder.dtype_code(str(d)) for d in _DTYPES}
+        default_dtype = _core.FlightRecorder.dtype_code("float32")
         always_async = name in ("isend", "irecv")
         async_pos = _ASYNC_POSITION.get(name, 1 << 30)
         if name in ("barrier", "monitored_barrier"):
             group_index = 0
         gather, scatter = op == "all_gather", op == "reduce_scatter"
-        with_peer = p2p or op == "broadcast"
+        with_peer, peer_key = p2p or op == "broadcast", _PEER_KEYS.get(name)
 
         def wrapper(*args, **kwargs):
-            group = kwargs.get("group")
-            if group is None and len(args) > group_index:
-                group = args[group_index]
-            g = group_of(group if isinstance(group, process_group) else None)
+            n = len(args)
+            group = args[group_index] if n > group_index else \
+                kwargs.get("group") if kwargs else None
+            try:
+                g = groups_get(group)  # None, and each ProcessGroup seen before
+            except TypeError:  # not hashable: not a group
+                g = None
+            if g is None:
+                g = group_of(group if isinstance(group, process_group) else None)
             t = None
             if tensor_index is not None:
-                t = args[tensor_index] if len(args) > tensor_index else \
-                    kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
+                if n > tensor_index:
+                    t = args[tensor_index]
+                elif kwargs:
+                    t = kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
                 if isinstance(t, (list, tuple)):
                     t = t[0] if t else None
             if isinstance(t, tensor_type):
                 count = out_count = t.numel()
-                dtype = dtype_names.get(t.dtype) or str(t.dtype)
+                dtype = dtype_codes.get(t.dtype, default_dtype)
                 if gather:
-                    out_count = count * g[3]
+                    out_count = count * g[2]
                 elif scatter:  # t is the output
-                    count = out_count * g[3]
+                    count = out_count * g[2]
             else:
                 count = out_count = 0
-                dtype = "torch.float32"
-            peer = _peer(name, args, kwargs, g[4]) if with_peer else -1
-            if p2p:
-                g[2] += 1
-                seq = g[2]
-            else:
-                g[1] += 1
-                seq = g[1]
-            site = call_site()
-            async_op = always_async or kwargs.get("async_op") or \
-                (len(args) > async_pos and bool(args[async_pos]))
-            rid = fr_start(op, seq, count, dtype, g[0], site, peer, out_count, bool(async_op))
+                dtype = default_dtype
+            peer = _peer(peer_key, args, kwargs, g[3]) if with_peer else -1
+            f = getframe(1)
+            site = sites_get((id_(f.f_code), f.f_lasti))
+            if site is None:
+                site = site_of(f)
+            async_op = always_async or (n > async_pos and bool(args[async_pos])) or \
+                (kwargs and bool(kwargs.get("async_op")))
+            rid = fr_start(op_code, count, dtype, g[1], site, peer, out_count, async_op)
             try:
                 work = fn(*args, **kwargs)
             except BaseException as e:
-                fr_complete(rid, "%s: %s" % (type(e).__name__, e))
+                fr_fail(rid, "%s: %s" % (type(e).__name__, e))
                 raise
             if async_op and work is not None:
                 rec._complete_later(rid, work)
@@ -241,7 +266,7 @@ class Recorder:
         return wrapper
 
     def _complete(self, rid):
-        self.fr.complete(rid)
+        self._fast_complete(rid)
 
     def _complete_later(self, rid, work):
         try:
@@ -325,10 +350,9 @@ def _group_ranks(pg):
     return sorted(dist.distributed_c10d._pg_group_ranks[pg].keys())  # torch < 2.0
 
 
-def _peer(name, args, kwargs, pg):
-    """Group rank of a send/recv peer or a broadcast root, -1 when not given."""
-    key = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src",
-           "broadcast": "src"}.get(name)
+def _peer(key, args, kwargs, pg):
+    """Group rank of a send/recv peer or a broadcast root (keyword `key` or the second
+    positional argument), -1 when not given."""
     peer = kwargs.get(key, args[1] if len(args) > 1 else None)
     if peer is None:
         return -1
@@ -345,8 +369,11 @@ _ASYNC_POSITION = {"all_reduce": 3, "broadcast": 3, "all_gather": 3, "all_gather
                    "_all_gather_base": 3, "reduce_scatter": 4, "reduce_scatter_tensor": 4,
                    "_reduce_scatter_base": 4, "all_to_all": 3, "all_to_all_single": 5,
                    "barrier": 1}
-_DTYPE_NAMES = {d: str(d) for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64,
-                                    torch.int32, torch.int64, torch.int8, torch.uint8, torch.bool)}
+# Dtypes given their native code once per wrapper (others are recorded as float32, as the
+# native recorder records any dtype it has no name for).
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
+           torch.int8, torch.uint8, torch.bool)
+_PEER_KEYS = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src", "broadcast": "src"}
 
 
 def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, grace_s=10.0):
