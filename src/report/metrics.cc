@@ -271,6 +271,8 @@ bool RankMetricsReader::Update() {
     offset_ += start;
     bytes_parsed_ += static_cast<int64_t>(start);
     buf.erase(0, start);
+    MergeRows(&rows);  // per chunk: a million-step file never holds all its rows twice
+    rows.clear();
   }
   if (!buf.empty()) {  // a last line without newline
     bytes_parsed_ += static_cast<int64_t>(buf.size());
