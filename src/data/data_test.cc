@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "data/doc_analysis.h"
+#include "data/spill.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/data/clean.h"
@@ -546,6 +548,36 @@ TEST(Analysis, MinHashAgreementEstimatesJaccard) {
     EXPECT_NEAR(mean, j, 4 * std::sqrt(binomial / kTrials)) << "J " << j;
     EXPECT_LT(var, 1.4 * binomial) << "J " << j;
     EXPECT_GT(var, 0.6 * binomial) << "J " << j;
+  }
+}
+
+// SortBandRecords orders as std::sort by (hash, doc) does: sizes below and above the
+// bucketed path, uniform hashes, runs of equal hashes (candidate buckets), hashes that all
+// share their top bits (one bucket), and docs in any order.
+TEST(Analysis, BandRecordSortMatchesComparisonSort) {
+  std::mt19937_64 rng(3);
+  auto less = [](const BandRecord& x, const BandRecord& y) {
+    return x.hash != y.hash ? x.hash < y.hash : x.doc < y.doc;
+  };
+  for (size_t n : {size_t{0}, size_t{1}, size_t{100}, size_t{4095}, size_t{4096}, size_t{70000}}) {
+    for (int shape = 0; shape < 3; ++shape) {
+      std::vector<BandRecord> recs(n);
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t h = rng();
+        if (shape == 1) h = rng() % 50 == 0 ? 42 : (rng() % 3 == 0 ? h % 1000 : h);
+        if (shape == 2) h &= 0xFFFF;  // every hash in the bucket of 0
+        recs[i].hash = h;
+        recs[i].doc = static_cast<uint32_t>(rng());
+      }
+      std::vector<BandRecord> want = recs;
+      std::sort(want.begin(), want.end(), less);
+      SortBandRecords(&recs);
+      ASSERT_EQ(recs.size(), want.size());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(recs[i].hash, want[i].hash) << "n " << n << " shape " << shape << " at " << i;
+        ASSERT_EQ(recs[i].doc, want[i].doc) << "n " << n << " shape " << shape << " at " << i;
+      }
+    }
   }
 }
 

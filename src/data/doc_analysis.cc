@@ -113,8 +113,8 @@ DocResultCache::DocResultCache(size_t slots, int bands, int permutations)
   while (n < slots) n *= 2;
   mask_ = n - 1;
   entries_.resize(n);
-  bands_store_.resize(n * bands_);
-  sigs_store_.resize(n * perms_);
+  bands_store_.reset(new uint64_t[n * bands_]);
+  sigs_store_.reset(new uint16_t[n * perms_]);
 }
 
 bool DocResultCache::Lookup(uint64_t raw_hash, uint32_t bytes, DocResult* r, bool* tokens_from_text,

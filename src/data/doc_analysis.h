@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -130,8 +131,10 @@ class DocResultCache {
   // fingerprints at [i*perms_, ...).
   std::mutex stripes_[kStripes];
   std::vector<Entry> entries_;
-  std::vector<uint64_t> bands_store_;
-  std::vector<uint16_t> sigs_store_;
+  // Not initialised (a slot's bands and fingerprints are read only once it is used), so
+  // their pages are touched by the workers that fill them, not up front.
+  std::unique_ptr<uint64_t[]> bands_store_;
+  std::unique_ptr<uint16_t[]> sigs_store_;
   std::atomic<uint64_t> hits_{0};
 };
 

@@ -525,9 +525,7 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
       TS_RETURN_IF_ERROR(band_files[b]->Close());
       TS_RETURN_IF_ERROR(spill->ReadAll(absl::StrCat("band", b), &recs));
       spill->Remove(absl::StrCat("band", b));
-      std::sort(recs.begin(), recs.end(), [](const BandRecord& x, const BandRecord& y) {
-        return x.hash != y.hash ? x.hash < y.hash : x.doc < y.doc;
-      });
+      SortBandRecords(&recs);
       for (size_t i = 0; i < recs.size();) {
         size_t j = i + 1;
         while (j < recs.size() && recs[j].hash == recs[i].hash) ++j;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -153,6 +154,34 @@ absl::Status OutputFile::Commit() {
   committed_ = true;
   registration_.Release();
   return absl::OkStatus();
+}
+
+void SortBandRecords(std::vector<BandRecord>* recs) {
+  auto less = [](const BandRecord& x, const BandRecord& y) {
+    return x.hash != y.hash ? x.hash < y.hash : x.doc < y.doc;
+  };
+  const size_t n = recs->size();
+  if (n < 4096) {
+    std::sort(recs->begin(), recs->end(), less);
+    return;
+  }
+  int bits = 12;
+  while ((size_t{1} << bits) < n && bits < 22) ++bits;
+  const int shift = 64 - bits;
+  std::vector<uint32_t> start((size_t{1} << bits) + 1, 0);
+  for (const BandRecord& r : *recs) ++start[(r.hash >> shift) + 1];
+  for (size_t b = 1; b < start.size(); ++b) start[b] += start[b - 1];
+  std::vector<BandRecord> out(n);
+  {
+    std::vector<uint32_t> next(start.begin(), start.end() - 1);
+    for (const BandRecord& r : *recs) out[next[r.hash >> shift]++] = r;
+  }
+  for (size_t b = 0; b + 1 < start.size(); ++b) {
+    if (start[b + 1] - start[b] > 1) {
+      std::sort(out.begin() + start[b], out.begin() + start[b + 1], less);
+    }
+  }
+  recs->swap(out);
 }
 
 }  // namespace trainscope::data
