@@ -27,14 +27,6 @@ namespace {
 constexpr int kCollectorFindingsDepth = 9;  // diagnose walks 8 levels below the run
 constexpr int kCollectorHangDepth = 4;
 
-// What one part produced: its keys of the run's object and its "missing" entries.
-struct CollectorPart {
-  bool valid = false;
-  std::string stamp;  // of the files it read
-  json run = json::object();
-  json missing = json::array();
-};
-
 void CollectorStatLine(const fs::path& p, std::string* out) {
   struct stat st;
   if (::stat(p.c_str(), &st) != 0) {
@@ -86,32 +78,21 @@ std::string CollectorDirStamp(const std::string& dir, int depth) {
   return out;
 }
 
-// Produces the part again (into a fresh object) when `stamp` differs from the last one.
-void CollectorRefresh(CollectorPart* part, std::string stamp, int64_t* rereads,
-                      const std::function<void(json* run, json* data)>& collect) {
-  if (part->valid && part->stamp == stamp) return;
-  json run = json::object();
-  json data = {{"missing", json::array()}};
-  collect(&run, &data);
-  part->valid = true;
-  part->stamp = std::move(stamp);
-  part->run = std::move(run);
-  part->missing = std::move(data["missing"]);
-  ++*rereads;
-}
-
-void CollectorApply(const CollectorPart& part, json* run, json* data) {
-  for (const auto& [key, value] : part.run.items()) (*run)[key] = value;
-  for (const json& m : part.missing) (*data)["missing"].push_back(m);
-}
-
 }  // namespace
 
 struct ReportCollector::State {
+  // What one part produced: its keys of the run's object and its "missing" entries.
+  struct Part {
+    bool valid = false;
+    std::string stamp;  // of the files it read
+    json run = json::object();
+    json missing = json::array();
+  };
+
   struct Run {
     std::string dir, name;
     MetricsCache metrics;
-    CollectorPart findings, hang, data_scans, traces, doctor_env;
+    Part findings, hang, data_scans, traces, doctor_env;
     std::string findings_appended;  // the appended files' stamp when findings were made
     std::chrono::steady_clock::time_point diagnosed_at;
     double diagnose_s = 0;
@@ -125,6 +106,29 @@ struct ReportCollector::State {
 
   void Findings(Run* r);
 };
+
+namespace {
+
+// Produces the part again (into a fresh object) when `stamp` differs from the last one.
+void CollectorRefresh(ReportCollector::State::Part* part, std::string stamp, int64_t* rereads,
+                      const std::function<void(json* run, json* data)>& collect) {
+  if (part->valid && part->stamp == stamp) return;
+  json run = json::object();
+  json data = {{"missing", json::array()}};
+  collect(&run, &data);
+  part->valid = true;
+  part->stamp = std::move(stamp);
+  part->run = std::move(run);
+  part->missing = std::move(data["missing"]);
+  ++*rereads;
+}
+
+void CollectorApply(const ReportCollector::State::Part& part, json* run, json* data) {
+  for (const auto& [key, value] : part.run.items()) (*run)[key] = value;
+  for (const json& m : part.missing) (*data)["missing"].push_back(m);
+}
+
+}  // namespace
 
 void ReportCollector::State::Findings(Run* r) {
   std::string other, appended;
