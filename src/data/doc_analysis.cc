@@ -475,16 +475,16 @@ namespace {
 
 // Word boundaries from a whitespace mask: bit k of `starts` is a word's first byte, of
 // `ends` the first whitespace byte after a word. Appends in position order.
+// Starts and ends alternate, so the k-th end of the text closes its k-th word: the starts
+// are appended first, then each end finds its word by the count of ends so far.
 inline void EmitWords(uint64_t starts, uint64_t ends, size_t base, std::vector<uint32_t>* start,
                       std::vector<uint32_t>* len) {
-  for (uint64_t t = starts | ends; t != 0; t &= t - 1) {
-    const uint64_t bit = t & (~t + 1);
+  for (uint64_t t = starts; t != 0; t &= t - 1) {
+    start->push_back(static_cast<uint32_t>(base + __builtin_ctzll(t)));
+  }
+  for (uint64_t t = ends; t != 0; t &= t - 1) {
     const uint32_t pos = static_cast<uint32_t>(base + __builtin_ctzll(t));
-    if (starts & bit) {
-      start->push_back(pos);
-    } else {
-      len->push_back(pos - start->back());
-    }
+    len->push_back(pos - (*start)[len->size()]);
   }
 }
 
