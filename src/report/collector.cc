@@ -96,6 +96,7 @@ struct ReportCollector::State {
     std::string findings_appended;  // the appended files' stamp when findings were made
     std::chrono::steady_clock::time_point diagnosed_at;
     double diagnose_s = 0;
+    bool findings_stale = false;  // appended lines not diagnosed yet (backoff)
   };
   // Constant after construction.
   ReportOptions options;
@@ -137,10 +138,12 @@ void ReportCollector::State::Findings(Run* r) {
       [r](const fs::path& p) { return CollectorIsAppended(r->dir, p); }, &other, &appended);
   const auto now = std::chrono::steady_clock::now();
   if (r->findings.valid && r->findings.stamp == other) {
-    if (appended == r->findings_appended) return;
+    r->findings_stale = appended != r->findings_appended;
+    if (!r->findings_stale) return;
     const double since_s = std::chrono::duration<double>(now - r->diagnosed_at).count();
     if (since_s < collector_options.findings_backoff * r->diagnose_s) return;
   }
+  r->findings_stale = false;
   r->findings.valid = false;
   CollectorRefresh(&r->findings, std::move(other), &stats.diagnoses,
                    [r](json* run, json* data) { CollectFindings(r->dir, r->name, run, data); });
@@ -176,6 +179,11 @@ ReportCollector::Stats ReportCollector::stats() const {
     s.metrics_full_reads += r.metrics.full_reads;
   }
   return s;
+}
+
+bool ReportCollector::findings_pending() const {
+  return std::any_of(state_->runs.begin(), state_->runs.end(),
+                     [](const State::Run& r) { return r.findings_stale; });
 }
 
 absl::StatusOr<json> ReportCollector::Collect() {

@@ -226,10 +226,15 @@ TEST_F(CollectorTest, FindingsWaitForTheBackoffUnlessAnotherFileChanged) {
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(c.stats().diagnoses, 1);
   EXPECT_EQ((*j)["runs"][0]["ranks"][0]["steps"], 200);  // the metrics are current
+  EXPECT_TRUE(c.findings_pending());  // so serve collects again even if nothing changes
+  ASSERT_TRUE(c.Collect().ok());
+  EXPECT_TRUE(c.findings_pending());
+  EXPECT_EQ(c.stats().diagnoses, 1);
   std::ofstream(dir_ / "report.json")
       << json({{"format", "trainscope.doctor"}, {"version", 1}, {"passed", true}}).dump();
   ASSERT_TRUE(c.Collect().ok());
   EXPECT_EQ(c.stats().diagnoses, 2);
+  EXPECT_FALSE(c.findings_pending());
 
   CollectorOptions every;
   every.findings_backoff = 0;
@@ -238,6 +243,7 @@ TEST_F(CollectorTest, FindingsWaitForTheBackoffUnlessAnotherFileChanged) {
   AppendSteps(0, 201, 210);
   ASSERT_TRUE(d.Collect().ok());
   EXPECT_EQ(d.stats().diagnoses, 2);
+  EXPECT_FALSE(d.findings_pending());
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ struct Server::Impl {
     std::string now;
     ServeFingerprint(options.run_dir, 0, &now);
     std::lock_guard<std::mutex> lock(mu);
-    if (snapshot != nullptr && now == fingerprint) return snapshot;
+    if (snapshot != nullptr && now == fingerprint && !collector->findings_pending())
+      return snapshot;
     if (collector == nullptr)
       collector = std::make_unique<ReportCollector>(std::vector<std::string>{options.run_dir},
                                                     options.report);

@@ -73,6 +73,9 @@ class ReportCollector {
     int64_t parts_read = 0;            // other parts read (first, or because their files changed)
   };
   Stats stats() const;
+  // True when the last Collect() kept findings older than the metrics (the backoff): call
+  // Collect() again later even if no file changes, or they stay behind.
+  bool findings_pending() const;
 
   struct State;  // collector.cc
 

@@ -7,7 +7,10 @@
 //   /           RenderReportHtml(live = true): the page, which fetches data.json every 2 s
 //   /data.json  The run directory's report data (ReportCollector: only the metrics lines
 //               appended since the last collection are parsed); cached, and collected again
-//               only when a file of the run directory changed size or modification time
+//               only when a file of the run directory changed size or modification time.
+//               Findings (diagnose reads the whole run) follow appended metrics lines with a
+//               delay of up to 10x diagnose's own duration (CollectorOptions), at once any
+//               other change.
 //
 // Listens on 127.0.0.1 unless ServeOptions::bind names another address: the page shows the
 // run's paths, host names and configuration, which should not reach the network unasked.
