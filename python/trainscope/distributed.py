@@ -229,9 +229,13 @@ class Recorder:
                     t = args[tensor_index]
                 elif kwargs:
                     t = kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
-                if isinstance(t, (list, tuple)):
-                    t = t[0] if t else None
-            if isinstance(t, tensor_type):
+            # A tensor first: isinstance(tensor, (list, tuple)) costs 3x isinstance(tensor,
+            # Tensor).
+            is_tensor = isinstance(t, tensor_type)
+            if not is_tensor and isinstance(t, (list, tuple)):
+                t = t[0] if t else None
+                is_tensor = isinstance(t, tensor_type)
+            if is_tensor:
                 count = out_count = t.numel()
                 dtype = dtype_codes.get(t.dtype, default_dtype)
                 if gather:
