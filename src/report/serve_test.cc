@@ -1,5 +1,6 @@
 // The live report server (serve.h): the two routes, data.json following a metrics file that
-// grows (and cached while it does not), 404 for every other path (traversal with dots, encoded
+// grows (and cached while it does not; a line written in two parts read as a full collection
+// reads it), 404 for every other path (traversal with dots, encoded
 // dots, the run directory's real files, directories), a clean stop with a connection open,
 // and no answer on a non-loopback address of this machine unless --bind asks for one.
 #include "trainscope/report/serve.h"
@@ -150,6 +151,39 @@ TEST_F(ServeTest, PageAndDataFollowTheMetricsFile) {
   ASSERT_TRUE(grown);
   EXPECT_EQ(ServeLastLossStep(grown->body), 21);
   EXPECT_EQ((*server)->data_collections(), collections + 1);
+}
+
+// data.json is collected incrementally: a line written in two parts shows once complete, and
+// every rank's data equals a collection from scratch (findings may lag: serve.h).
+TEST_F(ServeTest, DataFollowsALineWrittenInTwoPartsAsAFullCollectionWould) {
+  ServeOptions o;
+  o.run_dir = dir_;
+  o.port = 0;
+  auto server = Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto ranks_of = [](const std::string& body) {
+    return nlohmann::json::parse(body, nullptr, false)["runs"][0]["ranks"];
+  };
+  auto full_ranks = [&] {
+    absl::StatusOr<nlohmann::json> j = CollectReportData({dir_}, o.report);
+    return j.ok() ? (*j)["runs"][0]["ranks"] : nlohmann::json();
+  };
+  ASSERT_TRUE(client.Get("/data.json"));
+  const std::string line = ServeStepLine(21);
+  { std::ofstream(metrics_, std::ios::app) << line.substr(0, 30); }
+  auto partial = client.Get("/data.json");
+  ASSERT_TRUE(partial);
+  EXPECT_EQ(ServeLastLossStep(partial->body), 20);
+  EXPECT_EQ(ranks_of(partial->body)[0]["truncated_last_line"], true);
+  EXPECT_EQ(ranks_of(partial->body), full_ranks());
+  { std::ofstream(metrics_, std::ios::app) << line.substr(30); }
+  Append(22);
+  auto done = client.Get("/data.json");
+  ASSERT_TRUE(done);
+  EXPECT_EQ(ServeLastLossStep(done->body), 22);
+  EXPECT_EQ(ranks_of(done->body)[0]["truncated_last_line"], false);
+  EXPECT_EQ(ranks_of(done->body), full_ranks());
 }
 
 TEST_F(ServeTest, EverythingElseIs404) {
