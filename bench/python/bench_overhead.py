@@ -7,8 +7,13 @@
    non-finite check every step, per-layer norms every 50 steps, a metrics line per step);
    --repeats pairs; the figure is median(watched block) / median(plain block).
 2. record: per torch.distributed call, `dist.all_reduce` of one float on a 1-rank gloo group
-   with and without `trainscope.distributed.record` (alternating blocks of --calls calls),
-   and the native FlightRecorder start+complete pair alone; microseconds per call.
+   with and without `trainscope.distributed.record`: --record-repeats pairs of alternating
+   blocks of --calls calls (the median over pairs of recorded - plain), then alternating
+   single calls (--single-calls of each; medians of the calls, which load changes between
+   blocks do not skew), and the time the wrapper spends
+   outside the collective (each call's total minus the collective's own time, measured inside
+   it); the wrapper around a no-op, and the native FlightRecorder start+complete pair alone,
+   through pybind11 (start/complete) and through fast_calls(); microseconds per call.
 
     PYTHONPATH=build/python python3 bench/python/bench_overhead.py --out result.json
 """
@@ -89,6 +94,25 @@ def bench_watch(args, tmp):
             "grad_check_fraction_median": statistics.median(check)}
 
 
+def interleaved(fns, arg, n):
+    """Median time per call of each of fns (ns), calling them in turn, n calls each, and the
+    median time each spent outside `inner_ns` (set by a shim around the collective)."""
+    pc = time.perf_counter_ns
+    total = [[] for _ in fns]
+    outside = [[] for _ in fns]
+    for i in range(n):
+        for j in (range(len(fns)) if i % 2 == 0 else range(len(fns) - 1, -1, -1)):
+            t0 = pc()
+            fns[j](arg)
+            dt = pc() - t0
+            total[j].append(dt)
+            outside[j].append(dt - _inner_ns[0])
+    return [statistics.median(x) for x in total], [statistics.median(x) for x in outside]
+
+
+_inner_ns = [0]
+
+
 def bench_record(args, tmp):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29471")
@@ -103,7 +127,7 @@ def bench_record(args, tmp):
 
     calls()
     plain, recorded, wrapper_only = [], [], []
-    for _ in range(args.repeats):
+    for _ in range(args.record_repeats):
         plain.append(calls())
         rec = trainscope.distributed.record(run_dir=tmp, timeout_s=600)
         recorded.append(calls())
@@ -115,25 +139,58 @@ def bench_record(args, tmp):
             noop(t)
         wrapper_only.append((time.perf_counter() - t0) / args.calls)
         trainscope.distributed.stop()
+
+    # Single calls in turn: the plain all_reduce and the recorded one, each through a shim
+    # that times the collective itself, so that the wrapper's time outside it is seen too.
+    all_reduce = dist.all_reduce
+    pc = time.perf_counter_ns
+
+    def shim(*a, **k):
+        t0 = pc()
+        r = all_reduce(*a, **k)
+        _inner_ns[0] = pc() - t0
+        return r
+
+    rec = trainscope.distributed.record(run_dir=tmp, timeout_s=600)
+    wrapped = rec._wrap("all_reduce", shim, "all_reduce", 0, 2, False)
+    (p_ns, r_ns), (p_out, r_out) = interleaved([shim, wrapped], t, args.single_calls)
+    trainscope.distributed.stop()
+
     fr = _core.FlightRecorder(0, 1, 2000)
     t0 = time.perf_counter()
     for _ in range(args.calls):
         fr.complete(fr.start("all_reduce", -1, 1, "torch.float32", "0", "x.py:1"))
     native = (time.perf_counter() - t0) / args.calls
+    start, complete = fr.fast_calls()
+    op, dtype, site = fr.op_code("all_reduce"), fr.dtype_code("float32"), fr.site_id("x.py:1")
+    t0 = time.perf_counter()
+    for _ in range(args.calls):
+        complete(start(op, 1, dtype, 0, site, -1, -1, False))
+    native_fast = (time.perf_counter() - t0) / args.calls
     dist.destroy_process_group()
-    return {"calls_per_block": args.calls,
+    return {"calls_per_block": args.calls, "block_pairs": args.record_repeats,
+            "single_calls": args.single_calls,
             "all_reduce_us_median": 1e6 * statistics.median(plain),
             "recorded_all_reduce_us_median": 1e6 * statistics.median(recorded),
-            "record_us_per_call": 1e6 * (statistics.median(recorded) - statistics.median(plain)),
+            "record_us_per_call": 1e6 * statistics.median(
+                [r - p for r, p in zip(recorded, plain)]),
+            "interleaved_all_reduce_us_median": p_ns / 1e3,
+            "interleaved_recorded_us_median": r_ns / 1e3,
+            "interleaved_record_us_per_call": (r_ns - p_ns) / 1e3,
+            "wrapper_outside_collective_us": (r_out - p_out) / 1e3,
             "wrapper_over_noop_us": 1e6 * statistics.median(wrapper_only),
-            "native_start_complete_us": 1e6 * native}
+            "native_start_complete_us": 1e6 * native,
+            "native_fast_calls_us": 1e6 * native_fast}
 
 
 def main():
     ap = argparse.ArgumentParser(description="watch / record overhead, side by side")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--calls", type=int, default=2000, help="calls per record block")
+    ap.add_argument("--record-repeats", type=int, default=40, help="record block pairs")
+    ap.add_argument("--single-calls", type=int, default=20000,
+                    help="alternating single calls of each (record)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
