@@ -1,8 +1,8 @@
 // The live report server (serve.h): the two routes, data.json following a metrics file that
 // grows (and cached while it does not; a line written in two parts read as a full collection
-// reads it), 404 for every other path (traversal with dots, encoded
-// dots, the run directory's real files, directories), a clean stop with a connection open,
-// and no answer on a non-loopback address of this machine unless --bind asks for one.
+// reads it), 404 for every other path (traversal with dots, encoded dots, the run
+// directory's real files, directories), a clean stop with a connection open, and no answer
+// on a non-loopback address of this machine unless --bind asks for one.
 #include "trainscope/report/serve.h"
 
 #include <arpa/inet.h>
