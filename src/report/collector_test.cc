@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "report/metrics.h"
 #include "trainscope/report/report.h"
 
 namespace trainscope::report {
@@ -160,6 +162,45 @@ TEST_F(CollectorTest, IncrementalEqualsFullAfterEveryKindOfChange) {
       << json({{"format", "trainscope.doctor"}, {"version", 1}, {"passed", true}}).dump();
   std::ofstream(dir_ / "fingerprint.json") << json({{"host", {{"cpus", 2}}}}).dump();
   ExpectSameAsFull(&c, "documents written");
+}
+
+// The file written in pieces of random sizes (cut anywhere: inside a line, inside a number,
+// right before a newline), mixing in-order and repeated steps, events, blank and malformed
+// lines: after every piece the reader that read on equals a reader that read the file once.
+TEST_F(CollectorTest, ReaderAfterEveryPieceEqualsAOneShotRead) {
+  std::string text = CollectorHeader(0);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    const int step = i % 50 == 49 ? i - 20 : i;  // every 50 lines a resumed step
+    text += CollectorStepLine(step, 5.0 - 0.01 * i, i == 77);
+    if (i % 37 == 0) text += "\n";
+    if (i % 61 == 0) text += "{not json\n";
+    if (i % 43 == 0) text += json({{"type", "spike"}, {"step", step}, {"loss", 9.0}}).dump() + "\n";
+  }
+  const std::string path = Metrics(0);
+  std::ofstream(path, std::ios::trunc).close();
+  RankMetricsReader reader(path);
+  size_t pos = 0;
+  int pieces = 0;
+  while (pos < text.size()) {
+    size_t n = std::min<size_t>(text.size() - pos, 1 + rng() % 400);
+    const size_t nl = text.find('\n', pos + 1);
+    if (pieces % 3 == 2 && nl != std::string::npos) n = nl - pos;  // a line without newline
+    Append(0, text.substr(pos, n));
+    pos += n;
+    ++pieces;
+    ASSERT_TRUE(reader.Update());
+    RankMetricsReader once(path);
+    ASSERT_TRUE(once.Update());
+    const json a = RankMetricsToJson(reader.metrics(), 40);
+    const json b = RankMetricsToJson(once.metrics(), 40);
+    ASSERT_TRUE(a == b) << "after " << pos << " bytes: " << json::diff(b, a).dump().substr(0, 1500);
+    EXPECT_EQ(reader.metrics().events, once.metrics().events);
+    EXPECT_EQ(reader.metrics().malformed_examples, once.metrics().malformed_examples);
+  }
+  EXPECT_GT(pieces, 100);
+  EXPECT_EQ(reader.full_reads(), 1);  // never read again from the start
+  EXPECT_LT(reader.bytes_parsed(), static_cast<int64_t>(text.size()) * 2);
 }
 
 // The cost of a refresh is what was appended: 100 lines parsed, not the file again.
