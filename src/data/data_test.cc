@@ -581,6 +581,36 @@ TEST(Analysis, BandRecordSortMatchesComparisonSort) {
   }
 }
 
+// The cache is two-way set-associative: with one set (2 slots), two documents stay cached
+// together, and a third replaces the one used less recently.
+TEST(Analysis, ResultCacheKeepsTwoDocumentsPerSet) {
+  DocResultCache cache(2, 1, 1);
+  auto doc = [](uint64_t hash) {
+    DocResult r;
+    r.raw_hash = hash;
+    r.bytes = 10;
+    r.chars = static_cast<uint32_t>(hash);
+    return r;
+  };
+  DocResult got;
+  bool from_text = false;
+  auto has = [&](uint64_t hash) {
+    return cache.Lookup(hash, 10, &got, &from_text, nullptr, nullptr) && got.chars == hash;
+  };
+  cache.Insert(doc(1), true, nullptr, nullptr);
+  cache.Insert(doc(2), true, nullptr, nullptr);
+  EXPECT_TRUE(has(1));
+  EXPECT_TRUE(has(2));
+  EXPECT_TRUE(has(1));                           // 1 is now the more recent
+  cache.Insert(doc(3), true, nullptr, nullptr);  // replaces 2
+  EXPECT_TRUE(has(1));
+  EXPECT_TRUE(has(3));
+  EXPECT_FALSE(has(2));
+  cache.Insert(doc(3), true, nullptr, nullptr);  // already there: stays in its slot
+  EXPECT_TRUE(has(1));
+  EXPECT_FALSE(cache.Lookup(1, 11, &got, &from_text, nullptr, nullptr));  // other length
+}
+
 // The exact-duplicate result cache gives what a fresh analysis gives: documents repeated
 // near and far (a 4-slot cache shared by two analyzers taking turns, so slots are
 // overwritten and some repeats miss), given token counts that differ between copies, one

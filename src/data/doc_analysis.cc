@@ -109,9 +109,9 @@ DocAnalyzer::DocAnalyzer(const AnalyzerOptions& options) : options_(options) {
 
 DocResultCache::DocResultCache(size_t slots, int bands, int permutations)
     : bands_(bands), perms_(permutations) {
-  size_t n = 1;
+  size_t n = 2;
   while (n < slots) n *= 2;
-  mask_ = n - 1;
+  set_mask_ = n / 2 - 1;
   entries_.resize(n);
   bands_store_.reset(new uint64_t[n * bands_]);
   sigs_store_.reset(new uint16_t[n * perms_]);
@@ -119,29 +119,44 @@ DocResultCache::DocResultCache(size_t slots, int bands, int permutations)
 
 bool DocResultCache::Lookup(uint64_t raw_hash, uint32_t bytes, DocResult* r, bool* tokens_from_text,
                             uint64_t* band_out, uint16_t* sig_out) {
-  const size_t i = Index(raw_hash);
-  std::lock_guard<std::mutex> lock(stripes_[i % kStripes]);
-  const Entry& e = entries_[i];
-  if (!e.used || e.raw_hash != raw_hash || e.bytes != bytes) return false;
-  *r = e.result;
-  *tokens_from_text = e.tokens_from_text;
-  if (r->has_signature && band_out != nullptr && sig_out != nullptr) {
-    std::memcpy(band_out, &bands_store_[i * bands_], bands_ * sizeof(uint64_t));
-    std::memcpy(sig_out, &sigs_store_[i * perms_], perms_ * sizeof(uint16_t));
+  const size_t set = Set(raw_hash);
+  std::lock_guard<std::mutex> lock(stripes_[set % kStripes]);
+  for (size_t i = 2 * set; i < 2 * set + 2; ++i) {
+    Entry& e = entries_[i];
+    if (!e.used || e.raw_hash != raw_hash || e.bytes != bytes) continue;
+    e.recent = true;
+    entries_[i ^ 1].recent = false;
+    *r = e.result;
+    *tokens_from_text = e.tokens_from_text;
+    if (r->has_signature && band_out != nullptr && sig_out != nullptr) {
+      std::memcpy(band_out, &bands_store_[i * bands_], bands_ * sizeof(uint64_t));
+      std::memcpy(sig_out, &sigs_store_[i * perms_], perms_ * sizeof(uint16_t));
+    }
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    return true;
   }
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return false;
 }
 
 void DocResultCache::Insert(const DocResult& r, bool tokens_from_text, const uint64_t* band_out,
                             const uint16_t* sig_out) {
   if (r.has_signature && (band_out == nullptr || sig_out == nullptr)) return;
-  const size_t i = Index(r.raw_hash);
-  std::lock_guard<std::mutex> lock(stripes_[i % kStripes]);
+  const size_t set = Set(r.raw_hash);
+  std::lock_guard<std::mutex> lock(stripes_[set % kStripes]);
+  // The way this document already holds (another thread analysed it too), else a free one,
+  // else the one used less recently.
+  size_t i = 2 * set;
+  const Entry& e0 = entries_[i];
+  const Entry& e1 = entries_[i + 1];
+  const bool in1 = e1.used && e1.raw_hash == r.raw_hash && e1.bytes == r.bytes;
+  const bool in0 = e0.used && e0.raw_hash == r.raw_hash && e0.bytes == r.bytes;
+  if (in1 || (!in0 && e0.used && (!e1.used || e0.recent))) ++i;
   Entry& e = entries_[i];
   e.raw_hash = r.raw_hash;
   e.bytes = r.bytes;
   e.used = true;
+  e.recent = true;
+  entries_[i ^ 1].recent = false;
   e.tokens_from_text = tokens_from_text;
   e.result = r;
   if (r.has_signature) {

@@ -94,9 +94,10 @@ struct DocResult {
 // Results of documents analysed already, for their exact duplicates: a document whose bytes
 // hash (XXH3-64) and length equal a cached one's gets that one's results instead of being
 // analysed again — the same values, since the analysis is a function of the bytes (a token
-// count given by the caller is re-applied). Direct-mapped: each slot keeps the last
-// document stored there. Shared by the worker threads of a scan (a document repeated on
-// another thread hits too); thread-safe, one mutex per 1/64 of the slots. Each slot holds
+// count given by the caller is re-applied). Two-way set-associative: a document may sit in
+// either slot of its set, and a new one replaces the slot used less recently. Shared by the
+// worker threads of a scan (a document repeated on another thread hits too); thread-safe,
+// one mutex per 1/64 of the sets. Each slot holds
 // a DocResult plus bands*8 + permutations*2 bytes (~400 bytes with the defaults). The
 // analyzers sharing a cache must have the same options.
 class DocResultCache {
@@ -118,17 +119,18 @@ class DocResultCache {
     uint64_t raw_hash = 0;
     uint32_t bytes = 0;
     bool used = false;
+    bool recent = false;  // used more recently than the other way of its set
     bool tokens_from_text = false;
     DocResult result;
   };
   static constexpr int kStripes = 64;
-  size_t Index(uint64_t raw_hash) const { return (raw_hash ^ (raw_hash >> 32)) & mask_; }
+  size_t Set(uint64_t raw_hash) const { return (raw_hash ^ (raw_hash >> 32)) & set_mask_; }
 
   // Constant after construction.
   const int bands_, perms_;
-  size_t mask_ = 0;
-  // Guarded by stripes_[index % kStripes]: entry i, its bands at [i*bands_, ...) and
-  // fingerprints at [i*perms_, ...).
+  size_t set_mask_ = 0;
+  // Guarded by stripes_[set % kStripes]: entries 2*set and 2*set+1 (the set's two ways),
+  // the bands of entry i at [i*bands_, ...) and its fingerprints at [i*perms_, ...).
   std::mutex stripes_[kStripes];
   std::vector<Entry> entries_;
   // Not initialised (a slot's bands and fingerprints are read only once it is used), so
