@@ -1,6 +1,6 @@
-// Private to the report module: one rank's metrics file read into drawable series, and the
-// downsampling that keeps a series drawable at any length.
-// Thread-safety: pure functions.
+// Private to the report module: one rank's metrics file read (incrementally) into drawable
+// series, and the downsampling that keeps a series drawable at any length.
+// Thread-safety: pure functions; RankMetricsReader is thread-compatible.
 #ifndef TRAINSCOPE_REPORT_METRICS_H_
 #define TRAINSCOPE_REPORT_METRICS_H_
 
@@ -74,8 +74,8 @@ const std::vector<std::string>& PhaseNames();
 
 // One metrics file, read incrementally: each Update() parses only the lines appended since
 // the previous one, so a live run's file of millions of lines costs what was appended, and
-// metrics() is always what reading the whole file at once gives (the report_test
-// "Incremental*" tests compare the two).
+// metrics() is always what reading the whole file at once gives (report_test's
+// CollectorTest.* compare the two).
 //
 // Never fails on content: a line that is not a JSON object or a step record without an
 // integer step is counted in `malformed`; a last line without a newline that does not parse
@@ -93,7 +93,7 @@ class RankMetricsReader {
   // why; the next Update() reads it from the start). Blocking file reads, no timeout.
   bool Update();
   const RankMetrics& metrics() const { return m_; }
-  // Incremented by each Update() that changed metrics().
+  // Incremented by each Update() that read bytes or failed: metrics() may have changed.
   int64_t version() const { return version_; }
   // Bytes parsed over the reader's life, and how many times the file was read from the start.
   int64_t bytes_parsed() const { return bytes_parsed_; }
