@@ -574,8 +574,10 @@ TEST(Analysis, BandRecordSortMatchesComparisonSort) {
       SortBandRecords(&recs);
       ASSERT_EQ(recs.size(), want.size());
       for (size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(recs[i].hash, want[i].hash) << "n " << n << " shape " << shape << " at " << i;
-        ASSERT_EQ(recs[i].doc, want[i].doc) << "n " << n << " shape " << shape << " at " << i;
+        const uint64_t got_hash = recs[i].hash, want_hash = want[i].hash;  // packed: copies
+        const uint32_t got_doc = recs[i].doc, want_doc = want[i].doc;
+        ASSERT_EQ(got_hash, want_hash) << "n " << n << " shape " << shape << " at " << i;
+        ASSERT_EQ(got_doc, want_doc) << "n " << n << " shape " << shape << " at " << i;
       }
     }
   }
