@@ -207,8 +207,9 @@ class DocAnalyzer {
   std::vector<uint32_t> token_start_, token_len_;  // MinHash words
   std::vector<uint64_t> word_hash_, gram_;
   std::vector<uint32_t> shingle_, mins_;  // MinHash: 32-bit shingle hashes and minima
-  std::vector<uint64_t> table_keys_;
-  std::vector<uint64_t> noise_bits_;  // Noise's byte-class bitmaps
+  std::vector<uint64_t> table_keys_, dup_keys_;
+  std::vector<uint32_t> candidate_, dup_vals_;  // Repetition: positions, skip-scan counts
+  std::vector<uint64_t> noise_bits_;            // Noise's byte-class bitmaps
   std::vector<uint32_t> table_vals_;
 };
 

@@ -74,6 +74,16 @@ class Counter {
       stamp_ = vals_[vals_.size() - 2] = 1;
     }
   }
+  // The count of `key` (0 when absent).
+  uint32_t Count(uint64_t key) const {
+    size_t i = (key ^ (key >> 29)) & mask_;
+    for (;;) {
+      const uint32_t* slot = &vals_[2 * i];
+      if (slot[0] != stamp_) return 0;
+      if (keys_[i] == key) return slot[1];
+      i = (i + 1) & mask_;
+    }
+  }
   // Increments and returns the new count.
   uint32_t Add(uint64_t key) {
     size_t i = (key ^ (key >> 29)) & mask_;
@@ -413,6 +423,12 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
 // spaces times its count; duplicate n-grams are found left to right and, after a repeat,
 // the scan skips n words. Without a duplicated 5-gram there is no duplicated longer n-gram,
 // so 6..10 are skipped then.
+//
+// A k-gram can only occur twice where its (k-1)-gram prefix does, so each k counts only the
+// positions whose (k-1)-gram is repeated ("candidates"; all positions for k = 2). A unique
+// gram left out changes no other gram's count, so the counts, the first position reaching the
+// top count and the skip scan's verdicts are those of counting every position; prose has
+// few repeated bigrams, so most of the longer grams are never hashed into a table.
 void DocAnalyzer::Repetition(std::string_view text, DocResult* r) {
   const size_t nw = word_start_.size();
   if (nw < 2 || text.empty()) return;
@@ -421,54 +437,72 @@ void DocAnalyzer::Repetition(std::string_view text, DocResult* r) {
   for (size_t w = 0; w < nw; ++w) word_hash_[w] = XXH3_64bits(s + word_start_[w], word_len_[w]);
   const double len = static_cast<double>(text.size());
   static const double kTop[5] = {0, 0, 0.20, 0.18, 0.16};
-  // gram_[i] = hash of the k-gram starting at word i, extended by one word per k.
-  gram_.assign(word_hash_.begin(), word_hash_.end());
-  auto extend = [&](size_t k) {  // from (k-1)-grams to k-grams
-    for (size_t i = 0; i + k <= nw; ++i)
-      gram_[i] = (gram_[i] ^ word_hash_[i + k - 1]) * 0x9E3779B97F4A7C15ULL + k;
-  };
-  bool top_done = false;
-  for (size_t k = 2; k <= 4 && k <= nw; ++k) {
-    extend(k);
-    if (top_done) continue;
-    Counter c(&table_keys_, &table_vals_, nw);
-    uint32_t best = 0;
-    size_t best_at = 0;
-    for (size_t i = 0; i + k <= nw; ++i) {
-      const uint32_t cnt = c.Add(gram_[i]);
-      if (cnt > best) {
-        best = cnt;
-        best_at = i;
-      }
-    }
-    if (best > 1) {
-      size_t chars = k - 1;
-      for (size_t j = 0; j < k; ++j) chars += word_len_[best_at + j];
-      if (chars * best / len > kTop[k]) {
-        r->flags |= 1u << kFlagGopherTopNgram;
-        top_done = true;
-      }
-    }
-  }
   static const double kDup[11] = {0, 0, 0, 0, 0, 0.15, 0.14, 0.13, 0.12, 0.11, 0.10};
-  for (size_t k = 5; k <= 10 && k <= nw; ++k) {
-    extend(k);
-    Counter c(&table_keys_, &table_vals_, nw);
-    uint64_t dup_chars = 0;
-    size_t i = 0;
-    while (i + k <= nw) {
-      if (c.Add(gram_[i]) > 1) {
-        for (size_t j = 0; j < k; ++j) dup_chars += word_len_[i + j];
-        i += k;
-      } else {
-        ++i;
+  // gram_[i] = hash of the k-gram starting at word i (kept up to date for candidates).
+  gram_.assign(word_hash_.begin(), word_hash_.end());
+  candidate_.resize(nw);
+  for (size_t i = 0; i < nw; ++i) candidate_[i] = i;
+  candidate_.resize(nw - 1);  // positions with a 2-gram
+  bool top_done = false;
+  for (size_t k = 2; k <= 10 && k <= nw; ++k) {
+    // Candidates whose k-gram fits (they are sorted, so the last ones drop out); only their
+    // grams are extended (the others are not read again).
+    while (!candidate_.empty() && candidate_.back() + k > nw) candidate_.pop_back();
+    for (uint32_t i : candidate_) {
+      gram_[i] = (gram_[i] ^ word_hash_[i + k - 1]) * 0x9E3779B97F4A7C15ULL + k;
+    }
+    Counter counts(&table_keys_, &table_vals_, candidate_.size());
+    if (k <= 4) {
+      uint32_t best = 0;
+      size_t best_at = 0;
+      for (uint32_t i : candidate_) {
+        const uint32_t cnt = counts.Add(gram_[i]);
+        if (cnt > best) {
+          best = cnt;
+          best_at = i;
+        }
       }
+      if (!top_done && best > 1) {
+        size_t chars = k - 1;
+        for (size_t j = 0; j < k; ++j) chars += word_len_[best_at + j];
+        if (chars * best / len > kTop[k]) {
+          r->flags |= 1u << kFlagGopherTopNgram;
+          top_done = true;
+        }
+      }
+    } else {
+      // The skip scan over every position, counting only candidates (the others are unique).
+      Counter scan(&dup_keys_, &dup_vals_, candidate_.size());
+      uint64_t dup_chars = 0;
+      size_t i = 0, c = 0;  // candidate_[c] is the first candidate at or after i
+      while (i + k <= nw) {
+        while (c < candidate_.size() && candidate_[c] < i) ++c;
+        if (c == candidate_.size()) break;
+        if (candidate_[c] != i) {
+          i = candidate_[c];
+          continue;
+        }
+        if (scan.Add(gram_[i]) > 1) {
+          for (size_t j = 0; j < k; ++j) dup_chars += word_len_[i + j];
+          i += k;
+        } else {
+          ++i;
+        }
+      }
+      if (dup_chars == 0) break;
+      if (dup_chars / len > kDup[k]) {
+        r->flags |= 1u << kFlagGopherDupNgram;
+        break;
+      }
+      for (uint32_t ci : candidate_) counts.Add(gram_[ci]);
     }
-    if (dup_chars == 0) break;
-    if (dup_chars / len > kDup[k]) {
-      r->flags |= 1u << kFlagGopherDupNgram;
-      break;
+    // The next candidates: positions whose k-gram is repeated.
+    size_t kept = 0;
+    for (uint32_t i : candidate_) {
+      if (counts.Count(gram_[i]) > 1) candidate_[kept++] = i;
     }
+    candidate_.resize(kept);
+    if (kept == 0) break;  // no repeated k-gram: none longer, no duplicate either
   }
 }
 
