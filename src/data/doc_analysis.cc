@@ -433,8 +433,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2,popcnt"))) siz
 // MinHash minima, 16 permutations per AVX-512 register, four registers per pass.
 // (GCC 12 warns inside avx512fintrin.h's _mm512_min_epu32 about its own undefined
 // pass-through operand: a false positive.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"))) void MinHashMinsAvx512(const uint32_t* x, size_t n,
                                                           const uint32_t* a, const uint32_t* b,
                                                           int p, uint32_t* m) {
@@ -468,7 +470,9 @@ __attribute__((target("avx512f"))) void MinHashMinsAvx512(const uint32_t* x, siz
   }
   MinHashMinsScalar(x, n, a + i, b + i, p - i, m + i);  // the permutations left over
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 }  // namespace
