@@ -115,6 +115,7 @@ struct NoiseBytes {
   uint64_t* alnum;  // ASCII letter or digit or byte >= 0x80
   uint64_t* odd;    // what the encoding rules read: >= 0x80, DEL, controls but \t \n \r \f
   uint64_t* stop;   // . ! ?
+  uint64_t* newline;
   uint32_t hashes = 0;
   bool curly = false;
 };
@@ -126,6 +127,7 @@ inline void NoiseByteScalar(unsigned char c, size_t i, NoiseBytes* b) {
   if (IsAsciiAlnum(c) || c >= 0x80) b->alnum[w] |= bit;
   if (c >= 0x7F || (c < 0x20 && c != '\n' && c != '\t' && c != '\r' && c != '\f')) b->odd[w] |= bit;
   if (c == '.' || c == '!' || c == '?') b->stop[w] |= bit;
+  if (c == '\n') b->newline[w] |= bit;
   b->hashes += c == '#';
   b->curly |= c == '{';
 }
@@ -136,6 +138,7 @@ void ClassifyNoiseBytes(const unsigned char* s, size_t n, NoiseBytes* b) {
   std::fill_n(b->alnum, words, 0);
   std::fill_n(b->odd, words, 0);
   std::fill_n(b->stop, words, 0);
+  std::fill_n(b->newline, words, 0);
   size_t i = 0;
 #ifdef __AVX2__
   const __m256i kCase = _mm256_set1_epi8(0x20), kA = _mm256_set1_epi8('a');
@@ -164,6 +167,7 @@ void ClassifyNoiseBytes(const unsigned char* s, size_t n, NoiseBytes* b) {
     b->alnum[w] |= (alpha | digit) << shift;
     b->odd[w] |= (high | (ctl & ~allowed) | bits(eq(v, 0x7F))) << shift;
     b->stop[w] |= stop << shift;
+    b->newline[w] |= bits(eq(v, '\n')) << shift;
     b->hashes += static_cast<uint32_t>(__builtin_popcountll(bits(eq(v, '#'))));
     curly |= bits(eq(v, '{')) != 0;
   }
@@ -209,9 +213,10 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   uint32_t& flags = r->flags;
 
   const size_t nwords64 = (n + 63) / 64;
-  noise_bits_.resize(4 * nwords64 + 1);
+  noise_bits_.resize(5 * nwords64 + 1);
   NoiseBytes bytes{noise_bits_.data(), noise_bits_.data() + nwords64,
-                   noise_bits_.data() + 2 * nwords64, noise_bits_.data() + 3 * nwords64};
+                   noise_bits_.data() + 2 * nwords64, noise_bits_.data() + 3 * nwords64,
+                   noise_bits_.data() + 4 * nwords64};
   ClassifyNoiseBytes(s, n, &bytes);
 
   // --- encoding: control characters and mojibake (UTF-8 read as Latin-1 / cp1252: a
@@ -255,8 +260,8 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
   uint64_t dup_line_bytes = 0;
   size_t pos = 0, line_word = 0;  // line_word: the first word at or after the line
   while (pos <= n) {
-    const char* nl = static_cast<const char*>(std::memchr(text.data() + pos, '\n', n - pos));
-    const size_t end = nl ? nl - text.data() : n;
+    const size_t end = NextBit(bytes.newline, pos, n);  // n: no newline left
+    const bool nl = end < n;
     if (nl) ++newlines;
     std::string_view line = Trim(text.substr(pos, end - pos));
     pos = end + 1;
@@ -302,15 +307,15 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
     size_t end = pos;
     // find "\n" followed by optional spaces and another "\n"
     for (;;) {
-      const char* nl = static_cast<const char*>(std::memchr(text.data() + end, '\n', n - end));
-      if (!nl) {
+      const size_t nl = NextBit(bytes.newline, end, n);
+      if (nl == n) {
         end = n;
         break;
       }
-      size_t k = nl - text.data() + 1;
+      size_t k = nl + 1;
       while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r')) ++k;
       if (k < n && s[k] == '\n') {
-        end = nl - text.data();
+        end = nl;
         break;
       }
       end = k;
