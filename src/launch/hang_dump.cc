@@ -21,10 +21,12 @@
 namespace trainscope::launch {
 namespace {
 
-int64_t MtimeNs(const std::string& path) {
+// Empty when absent; else what changes when the file is written, replaced or touched.
+std::string FileStamp(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
+                      st.st_mtim.tv_nsec, ":", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec);
 }
 
 // Any dump under <run_dir>/hang/? (The analysis refuses a folder without one.)
@@ -60,13 +62,15 @@ bool AskRankToDump(pid_t pid) {
   return ::kill(pid, SIGUSR1) == 0;
 }
 
-bool HangDumpWritten(const std::string& run_dir, int rank, int64_t since_unix_ns) {
-  // The stacks file is written after the dump: both present means the rank is done.
-  for (const std::string& path : {hang::DumpPath(run_dir, rank), hang::StacksPath(run_dir, rank)}) {
-    const int64_t t = MtimeNs(path);
-    if (t < 0 || t < since_unix_ns) return false;
-  }
-  return true;
+HangDumpFiles StatHangDump(const std::string& run_dir, int rank) {
+  return {FileStamp(hang::DumpPath(run_dir, rank)), FileStamp(hang::StacksPath(run_dir, rank))};
+}
+
+bool HangDumpWritten(const std::string& run_dir, int rank, const HangDumpFiles& before) {
+  // The stacks file is written after the dump: both new means the rank is done.
+  const HangDumpFiles now = StatHangDump(run_dir, rank);
+  return !now.dump.empty() && now.dump != before.dump && !now.stacks.empty() &&
+         now.stacks != before.stacks;
 }
 
 HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict v) {

@@ -366,15 +366,28 @@ TEST(HangDumpTest, CatchesSignalReadsSigCgt) {
   EXPECT_FALSE(CatchesSignal(status, 0));
 }
 
-TEST(HangDumpTest, DumpWrittenNeedsBothFilesNewEnough) {
+TEST(HangDumpTest, DumpWrittenNeedsBothFilesChangedSinceTheAsk) {
   const std::string dir = TempDir();
-  EXPECT_FALSE(HangDumpWritten(dir, 1, 0));
+  const std::string dump = dir + "/hang/flight_recorder.rank1.json";
+  const std::string stacks = dir + "/hang/stacks.rank1.txt";
+  const HangDumpFiles none = StatHangDump(dir, 1);
+  EXPECT_TRUE(none.dump.empty() && none.stacks.empty());
+  EXPECT_FALSE(HangDumpWritten(dir, 1, none));
   std::filesystem::create_directories(dir + "/hang");
-  std::ofstream(dir + "/hang/flight_recorder.rank1.json") << "{}";
-  EXPECT_FALSE(HangDumpWritten(dir, 1, 0));
-  std::ofstream(dir + "/hang/stacks.rank1.txt") << "x";
-  EXPECT_TRUE(HangDumpWritten(dir, 1, 0));
-  EXPECT_FALSE(HangDumpWritten(dir, 1, int64_t{4000000000} * 1000000000));  // in the future
+  std::ofstream(dump) << "{}";
+  EXPECT_FALSE(HangDumpWritten(dir, 1, none));
+  std::ofstream(stacks) << "x";
+  EXPECT_TRUE(HangDumpWritten(dir, 1, none));
+  // Files left by an earlier ask are no answer to this one, until both are written again.
+  const HangDumpFiles old = StatHangDump(dir, 1);
+  EXPECT_FALSE(HangDumpWritten(dir, 1, old));
+  std::ofstream(stacks) << "stacks";
+  EXPECT_FALSE(HangDumpWritten(dir, 1, old));
+  // A file time behind the asker's clock (the kernel's coarse clock, another host's) counts.
+  std::ofstream(dump) << "{\"entries\": []}";
+  std::filesystem::last_write_time(dump,
+                                   std::filesystem::last_write_time(dump) - std::chrono::hours(24));
+  EXPECT_TRUE(HangDumpWritten(dir, 1, old));
   std::filesystem::remove_all(dir);
 }
 

@@ -36,7 +36,6 @@
 #include "launch/reaper.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
-#include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/launch/launch.h"
 
@@ -541,15 +540,16 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   // A failure or a timeout: first ask the ranks still running for a hang dump (those that
   // catch SIGUSR1), and stop them once they wrote it or exited, or after dump_wait.
   int64_t dump_deadline_ns = 0;  // 0: no dump phase
-  int64_t dump_asked_unix_ns = 0;
   std::vector<Child*> dump_asked;
+  std::vector<HangDumpFiles> dump_files_before;  // of each asked rank, before it was asked
   auto stop_after_dumps = [&] {
     if (kill_deadline_ns != 0 || dump_deadline_ns != 0) return;
-    dump_asked_unix_ns = static_cast<int64_t>(Os::Default()->WallUs()) * 1000 - 1000000;
     for (Child& c : children) {
       if (!o.request_dumps || c.pid <= 0 || c.reaped) continue;
+      HangDumpFiles before = StatHangDump(abs_run_dir, c.status.rank);
       if (!AskRankToDump(c.pid)) continue;
       dump_asked.push_back(&c);
+      dump_files_before.push_back(std::move(before));
       result.hang.asked_ranks.push_back(c.status.rank);
     }
     if (dump_asked.empty()) {
@@ -560,8 +560,9 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   };
   auto dumps_done = [&] {
     if (NowNs() >= dump_deadline_ns) return true;
-    for (const Child* c : dump_asked) {
-      if (!c->reaped && !HangDumpWritten(abs_run_dir, c->status.rank, dump_asked_unix_ns)) {
+    for (size_t i = 0; i < dump_asked.size(); ++i) {
+      const Child* c = dump_asked[i];
+      if (!c->reaped && !HangDumpWritten(abs_run_dir, c->status.rank, dump_files_before[i])) {
         return false;
       }
     }

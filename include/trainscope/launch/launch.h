@@ -157,9 +157,18 @@ std::string LaunchResultJson(const LaunchResult& result, const LaunchOptions& op
 // --- Hang dumps (exposed for tests) ---
 // Whether a /proc/<pid>/status text says the process catches `sig` (its SigCgt mask).
 bool CatchesSignal(const std::string& proc_status, int sig);
-// Whether `rank`'s dump and stacks under <run_dir>/hang/ both exist and were modified at or
-// after `since_unix_ns`.
-bool HangDumpWritten(const std::string& run_dir, int rank, int64_t since_unix_ns);
+// `rank`'s dump and stacks files under <run_dir>/hang/ as stat(2) saw them: for each, empty
+// when absent, else its device, inode, size, modification and change times.
+struct HangDumpFiles {
+  std::string dump;
+  std::string stacks;
+};
+HangDumpFiles StatHangDump(const std::string& run_dir, int rank);
+// Whether `rank`'s dump and stacks both exist and each differs from `before` (taken just
+// before the rank was asked). A file is compared with itself, never its time with the
+// launcher's clock: file times come from the kernel's coarse clock, up to a tick (4 ms at
+// HZ=250, more under load) behind the clock a process reads, or from another host's (NFS).
+bool HangDumpWritten(const std::string& run_dir, int rank, const HangDumpFiles& before);
 // Runs the hang analysis when <run_dir>/hang/ holds dumps (else returns `verdict` as is):
 // writes <run_dir>/hang/analysis.json and fills analyzed, problem, findings, sentences, or
 // error.
