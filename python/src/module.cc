@@ -36,6 +36,7 @@ namespace trainscope::python {
 
 void RegisterCheckpoint(py::module_& m);      // ckpt.cc
 void RegisterFlightRecorder(py::module_& m);  // flight_recorder.cc
+void RegisterNonfinite(py::module_& m);       // nonfinite.cc
 
 namespace {
 
@@ -235,7 +236,8 @@ std::vector<std::string> Paths(const py::object& p, const char* what) {
 PYBIND11_MODULE(_core, m) {
   m.doc() =
       "trainscope's native module: the analyses as dicts (same as the CLI's --json), "
-      "checkpoint primitives and the flight recorder. Errors raise trainscope._core.Error.";
+      "checkpoint primitives, the flight recorder and the NaN tracer's classifier. Errors raise "
+      "trainscope._core.Error.";
   RegisterError(m);
   m.def(
       "version", [] { return std::string(TS_VERSION); }, "trainscope's version string.");
@@ -300,6 +302,7 @@ PYBIND11_MODULE(_core, m) {
         "Two checkpoints -> the dict of `trainscope ckpt diff --json`.");
   RegisterCheckpoint(m);
   RegisterFlightRecorder(m);
+  RegisterNonfinite(m);
 }
 
 }  // namespace trainscope::python

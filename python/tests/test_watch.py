@@ -149,6 +149,56 @@ def test_nan_gradient_without_logged_loss(run_dir):
     assert not all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
 
 
+def _nan_after_lr_change(run_dir, change_at, inject):
+    """Raises the LR 20x from step `change_at` on; layer2's output is NaN at step `inject`."""
+    net = Net(inject=inject)
+    opt = torch.optim.SGD(net.parameters(), lr=0.001)
+    mon = trainscope.watch(net, opt, run_dir=run_dir)
+    with pytest.raises(trainscope.NonFiniteError):
+        for step in range(1, inject + 1):
+            if step == change_at:
+                opt.param_groups[0]["lr"] = 0.02
+            net.step = step
+            with mon.step(tokens=8):
+                loss = torch.nn.functional.mse_loss(net(torch.randn(8, 16)), torch.randn(8, 4))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                mon.log(loss=loss.item())
+    return [r for r in records(run_dir) if r["type"] == "nonfinite"][0]
+
+
+def test_lr_jump_classified_by_the_trainers_rules(run_dir, tmp_path):
+    # The same rule as the trainer (diagnose/nonfinite.cc): a >= 5x LR jump within this step
+    # and the two before it; the fix in plain words, no trainer config keys.
+    rec = _nan_after_lr_change(run_dir, change_at=5, inject=5)
+    assert (rec["step"], rec["module"], rec["class"]) == (5, "layer2", "lr_too_high")
+    assert rec["fix"].startswith("the learning rate jumped 20x at step 5: lower the learning rate")
+    assert "optim." not in rec["fix"]
+    # A jump four steps back is a schedule change the weights have lived with: an operator.
+    rec = _nan_after_lr_change(str(tmp_path / "later"), change_at=2, inject=6)
+    assert (rec["step"], rec["class"]) == (6, "operator")
+
+
+def test_classify_nonfinite_is_the_trainers(run_dir):
+    c = trainscope._core.classify_nonfinite
+    assert c(phase="optimizer") == (
+        "lr_too_high", "finite gradients gave non-finite weights, so the update itself "
+        "overflowed: lower the learning rate (and check the optimizer's eps is not tiny)")
+    assert c(phase="optimizer", wording="trainer")[1].endswith(
+        "lower optim.lr (and check optim.eps is not tiny)")
+    assert c(phase="forward", module="wte", embedding_output=True)[0] == "bad_data"
+    assert c(phase="forward", replayed=True, reproducible=False)[0] == "transient"
+    assert c(phase="forward", fp16=True, max_abs_activation=7e4)[0] == "fp16_overflow"
+    assert c(phase="forward", max_abs_activation=7e4)[0] == "operator"
+    assert c(phase="backward", grad_norms=[1.0, float("nan"), 1.0, 1.0, 12.0])[0] == \
+        "exploding_gradients"
+    with pytest.raises(trainscope.Error, match="phase"):
+        c(phase="Forward")
+    with pytest.raises(trainscope.Error, match="wording"):
+        c(phase="loss", wording="cli")
+
+
 def test_nonfinite_off_writes_null_loss(run_dir):
     net = Net(inject=2)
     opt = torch.optim.SGD(net.parameters(), lr=0.05)

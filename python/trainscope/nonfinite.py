@@ -15,18 +15,14 @@ Design (the trainer's, src/train/nonfinite.cc, adapted to a user's own loop):
   localised from the `.grad` tensors in the order backward produces them (the reverse of
   the modules' forward order): the first parameter whose gradient is non-finite.
   Buffers (BatchNorm's running statistics) and the RNG state are restored after replaying.
-The record and its `class`/`fix` follow docs/formats.md "Non-finite record" and the rules of
-src/train/anomaly.cc ClassifyNonfinite (the subset that applies to a user's model).
+The record follows docs/formats.md "Non-finite record"; its `class`/`fix` come from the
+trainer's own rules (src/diagnose/nonfinite.cc ClassifyNonfinite, through
+`trainscope._core.classify_nonfinite`), worded for a user's loop.
 """
-import math
-
 import torch
 
-# Thresholds of src/train/anomaly.cc.
-_FP16_MAX = 65504.0
-_LR_JUMP = 5.0
-_GRAD_NORM_JUMP = 10.0
-_DIVERGED_ACTIVATION = 1e10
+from . import _core
+
 _MAX_SAMPLES = 64
 
 
@@ -177,60 +173,21 @@ class Tracer:
 
 
 def classify(ev):
-    """(class, fix) for evidence ev (a dict), as src/train/anomaly.cc ClassifyNonfinite."""
-    where = ev.get("module") or "the model"
-    if ev.get("replayed") and not ev.get("reproducible"):
-        return ("transient",
-                "the same batch from the same state did not turn non-finite again, so the cause "
-                "is random (hardware, a race, uninitialised memory): run `trainscope selftest "
-                "device` and resume from the last checkpoint")
-    if ev.get("weights_nonfinite") and ev["phase"] != "optimizer":
-        return ("nonfinite_weight",
-                "the weights of %s were already non-finite before this step: resume from the "
-                "last good checkpoint and check what wrote them (a checkpoint load, memory "
-                "errors)" % where)
-    if ev["phase"] == "forward" and ev.get("embedding"):
-        return ("bad_data",
-                "the step's input embeddings are non-finite with finite weights: drop or repair "
-                "the samples listed under \"samples\" and check the data pipeline")
-    if ev.get("fp16") and ev.get("max_abs_activation", 0) > _FP16_MAX:
-        return ("fp16_overflow",
-                "activations of %s reach %.3g, beyond fp16's 65504: train in bf16, or keep %s "
-                "in fp32" % (where, ev["max_abs_activation"], where))
-    lrs = ev.get("lr_history", [])
-    for i in range(len(lrs) - 1):
-        if lrs[i][1] > 0 and lrs[i + 1][1] / lrs[i][1] >= _LR_JUMP:
-            return ("lr_too_high",
-                    "the learning rate jumped %.3gx at step %d: lower the learning rate or "
-                    "lengthen the warm-up (check the LR schedule)"
-                    % (lrs[i + 1][1] / lrs[i][1], lrs[i + 1][0]))
-    norms = [n for n in ev.get("grad_norms", []) if n is not None and math.isfinite(n)]
-    if len(norms) >= 3:
-        prev = sorted(norms[:-1])
-        mid = len(prev) // 2
-        med = prev[mid] if len(prev) % 2 else 0.5 * (prev[mid - 1] + prev[mid])
-        if med > 0 and norms[-1] / med >= _GRAD_NORM_JUMP:
-            return ("exploding_gradients",
-                    "the gradient norm rose %.3gx over the recent median before this step: "
-                    "clip harder or lower the learning rate" % (norms[-1] / med))
-    if not ev.get("fp16") and ev.get("max_abs_activation", 0) >= _DIVERGED_ACTIVATION:
-        return ("lr_too_high",
-                "activations reached %.3g before turning non-finite, so the weights diverged: "
-                "lower the learning rate (%.3g at this step) or clip harder"
-                % (ev["max_abs_activation"], ev.get("lr", 0)))
-    if ev["phase"] == "optimizer":
-        return ("lr_too_high",
-                "finite gradients gave non-finite weights, so the update itself overflowed: "
-                "lower the learning rate (and check the optimizer's eps is not tiny)")
-    if ev["phase"] == "loss":
-        return ("operator",
-                "the model's output is finite but the loss is not: check the targets (ids "
-                "outside the vocabulary) and the loss function")
-    return ("operator",
-            "an operation in %s turns finite %s into NaN/Inf on this batch, reproducibly: "
-            "inspect it (division, log, sqrt, softmax of an all -inf row); with fp16, try bf16 "
-            "or a larger initial loss scale"
-            % (where, "gradients" if ev["phase"] == "backward" else "input"))
+    """(class, fix) for evidence ev (the tracer's dict) by the trainer's rules.
+
+    ev["lr_history"] holds (step, lr) of the steps before ev["step"]; this step's ev["lr"] is
+    appended, as the trainer does, so an LR jump at this step counts.
+    """
+    history = [(int(s), float(lr)) for s, lr in ev.get("lr_history", [])]
+    history.append((int(ev["step"]), float(ev.get("lr", 0.0))))
+    return _core.classify_nonfinite(
+        phase=ev["phase"], module=ev.get("module") or "",
+        replayed=bool(ev.get("replayed")), reproducible=bool(ev.get("reproducible")),
+        embedding_output=bool(ev.get("embedding")),
+        weights_nonfinite=bool(ev.get("weights_nonfinite")), fp16=bool(ev.get("fp16")),
+        max_abs_activation=float(ev.get("max_abs_activation", 0.0)),
+        lr=float(ev.get("lr", 0.0)), lr_history=history,
+        grad_norms=[float(n) for n in ev.get("grad_norms", []) if n is not None])
 
 
 def sentence(rec):

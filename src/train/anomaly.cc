@@ -1,4 +1,4 @@
-// Spike rule, non-finite classification and the fp16 loss scaler (see anomaly.h).
+// Spike rule, the non-finite record and the fp16 loss scaler (see anomaly.h).
 #include "trainscope/train/anomaly.h"
 
 #include <algorithm>
@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
 namespace trainscope::train {
@@ -24,11 +23,6 @@ double Median(std::vector<double> v) {
 
 constexpr double kMadToSigma = 1.4826;        // sigma of normal noise = 1.4826 x MAD
 constexpr double kSigmaFloorRelative = 0.01;  // sigma >= 1% of |median|
-constexpr double kFp16Max = 65504;
-constexpr double kLrJump = 5;
-constexpr double kGradNormJump = 10;
-// fp32 activations this large are no single operation's overflow: the weights diverged.
-constexpr double kDivergedActivation = 1e10;
 
 }  // namespace
 
@@ -89,90 +83,6 @@ SpikeVerdict SpikeDetector::Observe(double loss) {
     if (static_cast<int>(window_.size()) > options_.window) window_.pop_front();
   }
   return v;
-}
-
-const char* NonfinitePhaseName(NonfinitePhase p) {
-  switch (p) {
-    case NonfinitePhase::kForward:
-      return "forward";
-    case NonfinitePhase::kBackward:
-      return "backward";
-    case NonfinitePhase::kLoss:
-      return "loss";
-    case NonfinitePhase::kOptimizer:
-      return "optimizer";
-  }
-  return "?";
-}
-
-double GradNormJump(const std::vector<double>& norms) {
-  if (norms.size() < 3) return 0;
-  const double med = Median(std::vector<double>(norms.begin(), norms.end() - 1));
-  return med > 0 ? norms.back() / med : 0;
-}
-
-NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e) {
-  const std::string where = e.module.empty() ? std::string("the model") : e.module;
-  if (e.replayed && !e.reproducible) {
-    return {"transient",
-            "the same batch from the same state did not turn non-finite again, so the cause is "
-            "random (hardware, a race, uninitialised memory): run `trainscope selftest device` "
-            "and resume from the last checkpoint"};
-  }
-  if (e.weights_nonfinite && e.phase != NonfinitePhase::kOptimizer) {
-    return {
-        "nonfinite_weight",
-        absl::StrCat("the weights of ", where,
-                     " were already non-finite before this step: resume from the last good "
-                     "checkpoint and check what wrote them (a checkpoint load, memory errors)")};
-  }
-  if (e.phase == NonfinitePhase::kForward && e.embedding_output) {
-    return {"bad_data",
-            "the step's input embeddings are non-finite with finite weights: drop or repair "
-            "the samples listed under \"samples\" and check the data pipeline"};
-  }
-  if (e.fp16 && e.max_abs_activation > kFp16Max) {
-    return {"fp16_overflow",
-            absl::StrFormat("activations of %s reach %.3g, beyond fp16's 65504: train in bf16 "
-                            "(train.precision), or keep %s in fp32",
-                            where, e.max_abs_activation, where)};
-  }
-  if (e.lr_jump >= kLrJump) {
-    return {"lr_too_high",
-            absl::StrFormat("the learning rate jumped %.3gx at step %d: lower optim.lr or "
-                            "lengthen optim.warmup_steps (check the LR schedule)",
-                            e.lr_jump, e.lr_jump_step)};
-  }
-  const double jump = GradNormJump(e.grad_norms);
-  if (jump >= kGradNormJump) {
-    return {"exploding_gradients",
-            absl::StrFormat("the gradient norm rose %.3gx over the recent median before this "
-                            "step: clip harder (lower optim.grad_clip) or lower optim.lr",
-                            jump)};
-  }
-  if (!e.fp16 && e.max_abs_activation >= kDivergedActivation) {
-    return {"lr_too_high",
-            absl::StrFormat("activations reached %.3g before turning non-finite, so the weights "
-                            "diverged: lower optim.lr (%.3g at this step) or clip harder "
-                            "(optim.grad_clip)",
-                            e.max_abs_activation, e.lr)};
-  }
-  if (e.phase == NonfinitePhase::kOptimizer) {
-    return {"lr_too_high",
-            "finite gradients gave non-finite weights, so the update itself overflowed: lower "
-            "optim.lr (and check optim.eps is not tiny)"};
-  }
-  if (e.phase == NonfinitePhase::kLoss) {
-    return {"operator",
-            "the logits are finite but the loss is not: check the targets (ids outside the "
-            "vocabulary) and the loss function"};
-  }
-  return {"operator",
-          absl::StrCat("an operation in ", where, " turns finite ",
-                       e.phase == NonfinitePhase::kBackward ? "gradients" : "input",
-                       " into NaN/Inf on this batch, reproducibly: inspect it (division, log, "
-                       "sqrt, softmax of an all -inf row); with fp16, try bf16 or a larger "
-                       "initial loss scale")};
 }
 
 nlohmann::json NonfiniteToJson(const NonfiniteEvidence& e, const NonfiniteVerdict& v) {

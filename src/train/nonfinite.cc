@@ -273,12 +273,9 @@ void NonfiniteGuard::FillHistory(double lr, NonfiniteEvidence* e) const {
   // The largest step-to-step jump over the last steps and this one.
   std::vector<std::pair<int, double>> lrs = lrs_;
   lrs.emplace_back(step_, lr);
-  for (size_t i = lrs.size() >= 3 ? lrs.size() - 3 : 0; i + 1 < lrs.size(); ++i) {
-    if (lrs[i].second > 0 && lrs[i + 1].second / lrs[i].second > e->lr_jump) {
-      e->lr_jump = lrs[i + 1].second / lrs[i].second;
-      e->lr_jump_step = lrs[i + 1].first;
-    }
-  }
+  const diagnose::LrJump jump = FindLrJump(lrs);
+  e->lr_jump = jump.ratio;
+  e->lr_jump_step = jump.step;
   e->grad_norms = grad_norms_;
   e->fp16 = options_.fp16;
 }

@@ -1,8 +1,8 @@
 // Training anomalies, the libtorch-free half (docs/metrics.md, "Loss spikes", "Non-finite
 // localisation", "fp16 loss scaling"):
 //   - SpikeDetector: is this step's loss a spike (robust window rule or Megatron's 10x rule)?
-//   - ClassifyNonfinite: from what the trainer's replay of a non-finite step found, the
-//     likely cause and its fix; NonfiniteRecord's JSON and one-sentence forms.
+//   - the non-finite record's JSON and one-sentence forms, from what the trainer's replay of
+//     a non-finite step found and ClassifyNonfinite's verdict (diagnose/nonfinite.h).
 //   - LossScaler: the dynamic loss scale of fp16 training (grow after a run of clean steps,
 //     back off and skip the step on an overflow).
 // The trainer (trainer.cc, nonfinite.cc) gathers the evidence; everything here is plain
@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json_fwd.hpp"
+#include "trainscope/diagnose/nonfinite.h"
 
 namespace trainscope::train {
 
@@ -70,50 +71,16 @@ class SpikeDetector {
 // JSON text with its Aborted status (the CLI prints it under "nonfinite" in --json).
 inline constexpr char kNonfinitePayload[] = "trainscope/train/nonfinite";
 
-enum class NonfinitePhase { kForward, kBackward, kLoss, kOptimizer };
-const char* NonfinitePhaseName(NonfinitePhase p);  // "forward", "backward", "loss", "optimizer"
-
-// What the trainer found about a step whose loss, gradients or updated weights were not
-// finite (nonfinite.cc fills it in from the step's replays).
-struct NonfiniteEvidence {
-  int step = 0;
-  int rank = 0;            // the rank whose local values first went non-finite (lowest)
-  std::vector<int> ranks;  // every rank that flagged this step
-  NonfinitePhase phase = NonfinitePhase::kForward;
-  std::string module;              // "blocks.1.fc"; "" when the replay did not reproduce it
-  std::string parameter;           // backward / optimizer: the first parameter hit; forward: a
-                                   // non-finite parameter of the module, if any
-  bool replayed = false;           // the step was replayed (false for the optimizer phase)
-  bool reproducible = false;       // both replays turned non-finite at the same place
-  bool embedding_output = false;   // the first non-finite output was the input embeddings
-  bool weights_nonfinite = false;  // the module's parameters were already non-finite
-  bool fp16 = false;               // train.precision fp16
-  double max_abs_activation = 0;   // largest finite |x| at the module's input/output (replay)
-  double lr = 0;                   // this step's learning rate
-  double prev_lr = 0;              // the previous step's (0 at step 1)
-  // The largest step-to-step LR ratio over this step and the two before it, and the step it
-  // happened at (a jump shows one or two steps later, once the update reaches the weights).
-  double lr_jump = 0;
-  int lr_jump_step = 0;
-  std::vector<double> grad_norms;   // recent finite global grad norms, oldest first
-  std::vector<int64_t> sample_ids;  // the step's samples on `rank` (packed sequence ids)
-};
-
-struct NonfiniteVerdict {
-  // "bad_data", "fp16_overflow", "exploding_gradients", "lr_too_high", "nonfinite_weight",
-  // "operator" (a specific operation turns finite input non-finite, reproducibly),
-  // "transient" (not reproducible with the same state and batch).
-  std::string cls;
-  std::string fix;  // one sentence: what to change
-};
-// The rules, first match wins: not reproducible -> transient; weights already non-finite
-// (before an optimizer step) -> nonfinite_weight; forward at the input embeddings -> bad_data;
-// fp16 and |activation| beyond 65504 -> fp16_overflow; an LR jump >= 5x from one step to the
-// next within the last three steps (lr_jump) -> lr_too_high; grad norm >= 10x the median of
-// the recent ones -> exploding_gradients; fp32 activations >= 1e10 before the overflow (the
-// weights diverged) -> lr_too_high; optimizer phase -> lr_too_high; loss phase or else
-// operator.
-NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e);
+// The evidence, its phase and the classification rules live in diagnose/nonfinite.h (one
+// copy, shared with the Python tracer); the trainer uses them under these names and
+// classifies with NonfiniteWording::Trainer() (fixes name its config keys: optim.lr, ...).
+using diagnose::ClassifyNonfinite;
+using diagnose::FindLrJump;
+using diagnose::GradNormJump;
+using diagnose::NonfiniteEvidence;
+using diagnose::NonfinitePhase;
+using diagnose::NonfinitePhaseName;
+using diagnose::NonfiniteVerdict;
 
 // The metrics record / `train --json` object: {"type": "nonfinite", "step", "rank", "ranks",
 // "phase", "module", "parameter", "class", "reproducible" (null when not replayed), "fix",
@@ -121,10 +88,6 @@ NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e);
 nlohmann::json NonfiniteToJson(const NonfiniteEvidence& e, const NonfiniteVerdict& v);
 // One sentence naming step, rank, module and phase, then the class and fix.
 std::string NonfiniteSentence(const NonfiniteEvidence& e, const NonfiniteVerdict& v);
-
-// The grad-norm trend rule on its own: the last norm over the median of the ones before it
-// (0 when fewer than 3 norms).
-double GradNormJump(const std::vector<double>& norms);
 
 // ---- fp16 dynamic loss scaling ----
 
