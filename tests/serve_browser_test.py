@@ -139,6 +139,9 @@ def main():
             print(f"appended step 21 shown after {took:.2f} s")
             time.sleep(2.5)  # one more poll: it must not have raised an error either
             check_page(driver, url, args.artifacts, "serve_live.png")
+            # Leave the page before its server stops: a poll at the stopped server would be a
+            # console error (ERR_CONNECTION_REFUSED) found by the next page's check.
+            driver.get("about:blank")
             stop_serve(p)
             serves.remove(p)
 
