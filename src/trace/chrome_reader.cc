@@ -23,8 +23,13 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -92,6 +97,114 @@ class GzSource : public ByteSource {
  private:
   gzFile f_;
   int64_t size_;
+  std::string err_;
+};
+
+// Runs another source's reads on a thread of its own, up to `depth` blocks ahead of the
+// reader, so that decompression (gzip's inflate and CRC) overlaps the parsing of the window
+// before (the reader asks for a whole window at a time, so the queue holds more than one).
+// Blocks change hands by moving buffers. Data before an error or the end comes first, then
+// the error (or 0), as the inner source would give them.
+class PrefetchSource : public ByteSource {
+ public:
+  PrefetchSource(std::unique_ptr<ByteSource> inner, size_t block, size_t depth)
+      : inner_(std::move(inner)), block_(block), depth_(depth), size_(inner_->size_hint()) {
+    thread_ = std::thread([this] { Produce(); });
+  }
+  ~PrefetchSource() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  int64_t Read(char* dst, size_t n) override {
+    size_t done = 0;
+    while (done < n) {
+      if (off_ == cur_.size()) {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!cur_.empty()) spare_.push_back(std::move(cur_));
+        cur_.clear();
+        off_ = 0;
+        cv_.wait(lock, [this] { return !ready_.empty() || finished_; });
+        if (ready_.empty()) {  // the inner source ended (or failed) after what was delivered
+          if (done > 0) return static_cast<int64_t>(done);
+          if (failed_) {
+            err_ = inner_error_;
+            return -1;
+          }
+          return 0;
+        }
+        cur_ = std::move(ready_.front());
+        ready_.pop_front();
+        lock.unlock();
+        cv_.notify_all();
+      }
+      const size_t k = std::min(n - done, cur_.size() - off_);
+      memcpy(dst + done, cur_.data() + off_, k);
+      off_ += k;
+      done += k;
+    }
+    return static_cast<int64_t>(done);
+  }
+  std::string error() const override { return err_; }
+  int64_t size_hint() const override { return size_; }
+
+ private:
+  void Produce() {
+    for (;;) {
+      std::vector<char> buf;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return ready_.size() < depth_ || stop_; });
+        if (stop_) return;
+        if (!spare_.empty()) {
+          buf = std::move(spare_.back());
+          spare_.pop_back();
+        }
+      }
+      buf.resize(block_);
+      size_t len = 0;
+      bool end = false, failed = false;
+      while (len < block_) {
+        const int64_t r = inner_->Read(buf.data() + len, block_ - len);
+        if (r <= 0) {
+          end = true;
+          failed = r < 0;
+          break;
+        }
+        len += static_cast<size_t>(r);
+      }
+      buf.resize(len);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (len > 0) ready_.push_back(std::move(buf));
+        if (end) {
+          finished_ = true;
+          failed_ = failed;
+          if (failed) inner_error_ = inner_->error();
+        }
+      }
+      cv_.notify_all();
+      if (end) return;
+    }
+  }
+
+  const std::unique_ptr<ByteSource> inner_;
+  const size_t block_, depth_;
+  const int64_t size_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_.
+  std::deque<std::vector<char>> ready_;   // filled blocks, in order
+  std::vector<std::vector<char>> spare_;  // emptied blocks to fill again
+  bool finished_ = false, failed_ = false, stop_ = false;
+  std::string inner_error_;
+  // The reader's side.
+  std::vector<char> cur_;
+  size_t off_ = 0;
   std::string err_;
 };
 
@@ -540,7 +653,8 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& pa
       close(fd);
       return absl::InternalError(absl::StrCat(path, ": cannot open gzip stream"));
     }
-    return std::unique_ptr<ByteSource>(new GzSource(f, 0));
+    return std::unique_ptr<ByteSource>(
+        new PrefetchSource(std::unique_ptr<ByteSource>(new GzSource(f, 0)), 1 << 20, 8));
   }
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<ByteSource>(new FdSource(fd, size));

@@ -439,8 +439,12 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
   }
   // The object was read completely: from here on every outcome is counted exactly once.
   // HTA rounds all times when any event's ts is a float (pandas gives the column float64).
-  if (r.ts.kind == Kind::kNumber && r.ts.text.find_first_of(".eE") != std::string_view::npos)
+  // (A plain loop: string_view::find_first_of calls memchr once per character, 6% of a read.)
+  if (r.ts.kind == Kind::kNumber && !out_->fractional_ts &&
+      std::any_of(r.ts.text.begin(), r.ts.text.end(),
+                  [](char c) { return c == '.' || c == 'e' || c == 'E'; })) {
     out_->fractional_ts = true;
+  }
   std::string_view ph = r.ph.text;
   if (ph.empty() && r.dur.kind != Kind::kAbsent) ph = "X";
   if (ph == "s" || ph == "f" || ph == "t") {

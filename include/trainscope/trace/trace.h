@@ -175,7 +175,7 @@ struct RankTrace {
 };
 
 struct ReadOptions {
-  size_t chunk_bytes = 32 << 20;       // streaming window of the Chrome reader
+  size_t chunk_bytes = 4 << 20;        // streaming window of the Chrome reader
   bool keep_python_functions = false;  // python_function events are skipped by default
   size_t max_warnings = 20;
   bool progress = true;  // core/progress.h line for big files (when enabled by env/tty)
