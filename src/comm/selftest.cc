@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "comm/half.h"
 #include "trainscope/core/progress.h"
+#include "trainscope/core/stats.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::comm {
@@ -288,19 +289,12 @@ absl::StatusOr<std::vector<std::vector<double>>> MemcpyProbe(Communicator& comm,
   return out;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
-}
-
 // The median of every entry of `v` but the one at `skip`.
 double MedianOfOthers(const std::vector<double>& v, size_t skip) {
   std::vector<double> others;
   for (size_t p = 0; p < v.size(); ++p)
     if (p != skip) others.push_back(v[p]);
-  return Median(std::move(others));
+  return trainscope::Median(std::move(others));
 }
 
 }  // namespace
@@ -314,7 +308,7 @@ SlowRankVerdict FindSlowRanks(const std::vector<std::vector<double>>& rep_gbps, 
   for (size_t q = 0; q < n; ++q) {
     std::vector<double> mine;
     for (const auto& row : rep_gbps) mine.push_back(q < row.size() ? row[q] : 0.0);
-    v.median_gbps[q] = Median(std::move(mine));
+    v.median_gbps[q] = trainscope::Median(std::move(mine));
   }
   if (n < 2 || reps == 0 || !(ratio > 0)) return v;
   for (const auto& row : rep_gbps) {

@@ -61,6 +61,15 @@ void RadixSort(std::vector<uint32_t>* values) {
 
 }  // namespace
 
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  const double hi = values[mid];
+  if (values.size() % 2) return hi;
+  return (*std::max_element(values.begin(), values.begin() + mid) + hi) / 2;
+}
+
 double PercentileSorted(const std::vector<double>& sorted, double pct) {
   return Percentile(sorted, pct);
 }

@@ -13,6 +13,7 @@
 #include "device/cpu_bench.h"
 #include "device/cuda_probe.h"
 #include "device/matmul_torch.h"
+#include "trainscope/core/stats.h"
 #include "trainscope/core/status.h"
 #include "trainscope/device/device.h"
 
@@ -106,13 +107,6 @@ bool SameBus(const std::string& a, const std::string& b) {
     return absl::AsciiStrToLower(t);
   };
   return !a.empty() && !b.empty() && tail(a) == tail(b);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 }  // namespace
@@ -212,7 +206,7 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
         if (mm.ok()) core_mm.push_back(mm->gflops);
       }
     }
-    double clock_ghz = Median(core_clock);
+    double clock_ghz = trainscope::Median(core_clock);
     cpu_json["effective_ghz"] = clock_ghz > 0 ? json(clock_ghz) : json(nullptr);
     cpu_dev.clock_mhz = clock_ghz > 0 ? clock_ghz * 1000 : -1;
     devices.front().clock_mhz = cpu_dev.clock_mhz;

@@ -8,25 +8,23 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/core/stats.h"
 
 namespace trainscope::diagnose {
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
-  return m;
+// The median, NaN for no values (a curve statistic of nothing is undefined, not 0).
+double MedianOrNan(std::vector<double> v) {
+  return v.empty() ? NAN : trainscope::Median(std::move(v));
 }
 
 double MedianOf(const std::vector<double>& x, size_t begin, size_t end) {
-  return Median(std::vector<double>(x.begin() + begin, x.begin() + end));
+  return MedianOrNan(std::vector<double>(x.begin() + begin, x.begin() + end));
 }
 
 // Centered running median of odd width w (shrinking at the ends).
@@ -115,9 +113,9 @@ double DiffSigma(const std::vector<double>& x) {
   if (x.size() < 3) return 0;
   std::vector<double> d(x.size() - 1);
   for (size_t i = 1; i < x.size(); ++i) d[i - 1] = x[i] - x[i - 1];
-  double med = Median(d);
+  double med = MedianOrNan(d);
   for (double& v : d) v = std::fabs(v - med);
-  return 1.4826 * Median(d) / std::sqrt(2.0);
+  return 1.4826 * MedianOrNan(d) / std::sqrt(2.0);
 }
 
 // The median of the `w` values centered on i (shrinking at the ends).
@@ -334,7 +332,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
       std::vector<double> tail;
       for (size_t i = val.size() - std::min<size_t>(3, after); i < val.size(); ++i)
         tail.push_back(val[i].value);
-      double vend = Median(tail), vmin = vs[j];
+      double vend = MedianOrNan(tail), vmin = vs[j];
       double vscale = std::max(std::fabs(vmin), 1e-12);
       // Training level at the validation minimum vs at the end.
       size_t ti = 0;

@@ -6,21 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainscope/core/stats.h"
 
 namespace trainscope::diagnose {
-namespace {
-
-double NonfiniteMedian(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double hi = v[mid];
-  if (v.size() % 2) return hi;
-  const double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
-
-}  // namespace
 
 const char* NonfinitePhaseName(NonfinitePhase p) {
   switch (p) {
@@ -65,7 +53,7 @@ double GradNormJump(const std::vector<double>& norms) {
   if (finite.size() < 3) return 0;
   const double last = finite.back();
   finite.pop_back();
-  const double med = NonfiniteMedian(std::move(finite));
+  const double med = trainscope::Median(std::move(finite));
   return med > 0 ? last / med : 0;
 }
 

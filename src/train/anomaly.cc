@@ -7,19 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/stats.h"
 
 namespace trainscope::train {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double hi = v[mid];
-  if (v.size() % 2) return hi;
-  const double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
 
 constexpr double kMadToSigma = 1.4826;        // sigma of normal noise = 1.4826 x MAD
 constexpr double kSigmaFloorRelative = 0.01;  // sigma >= 1% of |median|
@@ -71,10 +62,10 @@ SpikeVerdict SpikeDetector::Observe(double loss) {
   v.samples = static_cast<int>(window_.size());
   if (v.samples >= options_.min_samples) {
     std::vector<double> w(window_.begin(), window_.end());
-    v.median = Median(w);
+    v.median = trainscope::Median(w);
     for (double& x : w) x = std::fabs(x - v.median);
-    v.sigma =
-        std::max(kMadToSigma * Median(std::move(w)), kSigmaFloorRelative * std::fabs(v.median));
+    v.sigma = std::max(kMadToSigma * trainscope::Median(std::move(w)),
+                       kSigmaFloorRelative * std::fabs(v.median));
     v.threshold = v.median + options_.k * v.sigma;
     v.spike = loss > v.threshold;
   }

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/os.h"
+#include "trainscope/core/stats.h"
 #include "trainscope/core/table.h"
 #include "trainscope/tokenizer/tokenizer.h"
 #include "trainscope/train/probe.h"
@@ -36,13 +37,6 @@ int64_t ProbeCgroupBytes(Os* os, const std::string& path) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v) || v < 0) return -1;
   return v >= (int64_t{1} << 60) ? -1 : v;
-}
-
-double ProbeMedian(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string ProbeSignalText(int sig) {
@@ -119,9 +113,9 @@ void ReadProbeChild(Os* os, const std::string& stdout_text, int warmup_steps, Pr
     m->failure = absl::StrCat(path, ": no step after the ", warmup_steps, " warm-up steps");
     return;
   }
-  m->step_ms = ProbeMedian(step_ms);
-  m->optimizer_ms = ProbeMedian(opt_ms);
-  m->tokens_per_s = m->step_ms > 0 ? 1000.0 * ProbeMedian(tokens) / m->step_ms : 0;
+  m->step_ms = trainscope::Median(step_ms);
+  m->optimizer_ms = trainscope::Median(opt_ms);
+  m->tokens_per_s = m->step_ms > 0 ? 1000.0 * trainscope::Median(tokens) / m->step_ms : 0;
   if (device_peak >= 0) {
     m->peak_memory_bytes = device_peak;
     m->memory_source = "device";

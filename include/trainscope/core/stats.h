@@ -19,6 +19,9 @@ struct Summary {
 Summary Summarize(std::vector<double> values);
 // The same for counts (lengths, sizes): radix-sorted, several times faster on large inputs.
 Summary Summarize(std::vector<uint32_t> values);
+// Median: the middle value, or the mean of the two middle ones for an even count; 0 for empty
+// input.
+double Median(std::vector<double> values);
 // Percentile (0..100) of already sorted values, nearest rank. 0 for empty input.
 double PercentileSorted(const std::vector<double>& sorted, double pct);
 nlohmann::json SummaryToJson(const Summary& s);
