@@ -15,11 +15,14 @@ namespace {
 
 constexpr size_t kInBufBytes = 1 << 20;
 
+// `limit`: the most bytes it delivers (the rest of a byte range).
 class FileStream : public ByteStream {
  public:
-  explicit FileStream(std::FILE* f) : f_(f) {}
+  explicit FileStream(std::FILE* f, uint64_t limit = UINT64_MAX) : f_(f), limit_(limit) {}
   ~FileStream() override { std::fclose(f_); }
   absl::StatusOr<size_t> Read(char* buf, size_t n) override {
+    if (n > limit_ - consumed_) n = static_cast<size_t>(limit_ - consumed_);
+    if (n == 0) return 0;
     size_t got = std::fread(buf, 1, n, f_);
     if (got == 0 && std::ferror(f_)) return absl::DataLossError(std::strerror(errno));
     consumed_ += got;
@@ -29,6 +32,7 @@ class FileStream : public ByteStream {
 
  protected:
   std::FILE* f_;
+  const uint64_t limit_;
   uint64_t consumed_ = 0;
 };
 
@@ -148,6 +152,21 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenByteStream(const std::string& pa
       break;
   }
   return std::unique_ptr<ByteStream>(new FileStream(f));
+}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenInputStream(const InputFile& in) {
+  if (in.range_end == 0 || in.compression != InputFile::kNone) {
+    return OpenByteStream(in.path, in.compression);
+  }
+  std::FILE* f = std::fopen(in.path.c_str(), "rb");
+  if (f == nullptr) return OpenByteStream(in.path, in.compression);  // its error
+  if (fseeko(f, static_cast<off_t>(in.range_begin), SEEK_SET) != 0) {
+    std::fclose(f);
+    return absl::DataLossError(absl::StrCat(in.path, ": cannot seek to byte ", in.range_begin));
+  }
+  std::setvbuf(f, nullptr, _IONBF, 0);
+  return std::unique_ptr<ByteStream>(
+      new FileStream(f, in.range_end > in.range_begin ? in.range_end - in.range_begin : 0));
 }
 
 }  // namespace trainscope::data

@@ -25,6 +25,10 @@ class ByteStream {
 // Opens `path`. NotFound / PermissionDenied naming the file.
 absl::StatusOr<std::unique_ptr<ByteStream>> OpenByteStream(const std::string& path,
                                                            InputFile::Compression compression);
+// Opens `in`: the whole file as OpenByteStream does, or, for an uncompressed file with a
+// byte range (InputFile::range_*), just [range_begin, range_end). DataLoss when the range's
+// start cannot be reached.
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenInputStream(const InputFile& in);
 
 }  // namespace trainscope::data
 

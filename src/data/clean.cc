@@ -5,9 +5,6 @@
 #include <zstd.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <functional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -99,49 +96,6 @@ class CorpusWriter {
 };
 
 double Entropyish(double p, double m) { return p > 0 ? p * std::log2(p / m) : 0; }
-
-// The lines of a byte range of an uncompressed file (InputFile::range_*, a distributed
-// scan's share) numbered from its first_line, as ForEachLine numbers a whole file: only that
-// range is read. "\r\n" endings are trimmed; the last line may lack "\n".
-absl::Status CleanForEachLineOfRange(
-    const InputFile& in, const std::function<void(std::string_view, uint64_t)>& on_line) {
-  std::FILE* f = std::fopen(in.path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat(in.path, ": cannot open"));
-  if (fseeko(f, static_cast<off_t>(in.range_begin), SEEK_SET) != 0) {
-    std::fclose(f);
-    return absl::DataLossError(absl::StrCat(in.path, ": cannot seek to byte ", in.range_begin));
-  }
-  uint64_t left = in.range_end - in.range_begin, line_no = in.first_line;
-  std::string buf, line;
-  buf.resize(1 << 20);
-  bool error = false;
-  while (left > 0) {
-    const size_t got = std::fread(buf.data(), 1, std::min<uint64_t>(buf.size(), left), f);
-    if (got == 0) {
-      error = true;
-      break;
-    }
-    left -= got;
-    for (size_t pos = 0; pos < got;) {
-      const char* nl = static_cast<const char*>(std::memchr(buf.data() + pos, '\n', got - pos));
-      const size_t end = nl ? nl - buf.data() : got;
-      line.append(buf.data() + pos, end - pos);
-      pos = end;
-      if (nl == nullptr) break;
-      ++pos;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      on_line(line, line_no++);
-      line.clear();
-    }
-  }
-  std::fclose(f);
-  if (error) return absl::DataLossError(absl::StrCat(in.path, ": read error in its share"));
-  if (!line.empty()) {
-    if (line.back() == '\r') line.pop_back();
-    on_line(line, line_no);
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -290,24 +244,21 @@ absl::Status CopyKeptDocuments(const std::vector<InputFile>& inputs, const ScanR
         ++g;
       }
     };
-    const std::function<void(std::string_view, uint64_t)> on_line = [&](std::string_view l,
-                                                                        uint64_t line) {
-      if (!blocks) {
-        emit(l, line);
-        return;
-      }
-      if (l.find_first_not_of(" \t\r") == std::string_view::npos) {
-        if (!block.empty()) emit(block, block_start);
-        block.clear();
-        return;
-      }
-      if (block.empty()) block_start = line;
-      if (!block.empty()) block.push_back('\n');
-      block.append(l);
-    };
-    TS_RETURN_IF_ERROR(in.range_end != 0
-                           ? CleanForEachLineOfRange(in, on_line)
-                           : ForEachLine(in, reader.max_doc_bytes, &ignored, on_line));
+    TS_RETURN_IF_ERROR(
+        ForEachLine(in, reader.max_doc_bytes, &ignored, [&](std::string_view l, uint64_t line) {
+          if (!blocks) {
+            emit(l, line);
+            return;
+          }
+          if (l.find_first_not_of(" \t\r") == std::string_view::npos) {
+            if (!block.empty()) emit(block, block_start);
+            block.clear();
+            return;
+          }
+          if (block.empty()) block_start = line;
+          if (!block.empty()) block.push_back('\n');
+          block.append(l);
+        }));
     if (blocks && !block.empty()) emit(block, block_start);
     block.clear();
     while (g < n && scan.doc_file[g] == f) ++g;

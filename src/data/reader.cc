@@ -692,12 +692,12 @@ absl::Status ReadRawJsonl(const InputFile& in, uint32_t file, const ReaderOption
 absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* bad,
                          const std::function<void(std::string_view, uint64_t)>& on_line,
                          const std::function<void(uint64_t)>& on_input_bytes) {
-  TS_ASSIGN_OR_RETURN(auto stream, OpenByteStream(in.path, in.compression));
+  TS_ASSIGN_OR_RETURN(auto stream, OpenInputStream(in));
   constexpr size_t kChunk = 1 << 20;
   std::string buf;  // [0, have) holds unprocessed bytes
   buf.resize(kChunk * 2);
   size_t have = 0;
-  uint64_t line_no = 1, total = 0, last_consumed = 0;
+  uint64_t line_no = in.first_line, total = 0, last_consumed = 0;
   bool skipping = false;  // inside an oversized line
   uint64_t skipped_bytes = 0;
   for (;;) {

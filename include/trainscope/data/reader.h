@@ -212,7 +212,8 @@ class JsonlBlockDecoder {
 };
 
 // Calls `on_line(line, line_no)` for every line of a line-oriented input (decompressed;
-// "\r\n" endings trimmed; the last line may lack "\n"). Lines over max_doc_bytes are
+// "\r\n" endings trimmed; the last line may lack "\n"); of an input with a byte range, only
+// the lines of that range, numbered from its first_line. Lines over max_doc_bytes are
 // skipped without being buffered and counted in `bad`, as are truncated or corrupt
 // compressed streams and empty files. `on_input_bytes` (optional) gets input progress.
 absl::Status ForEachLine(const InputFile& in, size_t max_doc_bytes, BadRecords* bad,
