@@ -123,7 +123,7 @@ bool DocResultCache::Lookup(uint64_t raw_hash, uint32_t bytes, DocResult* r, boo
   std::lock_guard<std::mutex> lock(stripes_[set % kStripes]);
   for (size_t i = 2 * set; i < 2 * set + 2; ++i) {
     Entry& e = entries_[i];
-    if (!e.used || e.raw_hash != raw_hash || e.bytes != bytes) continue;
+    if (!e.Holds(raw_hash, bytes)) continue;
     e.recent = true;
     entries_[i ^ 1].recent = false;
     *r = e.result;
@@ -148,9 +148,10 @@ void DocResultCache::Insert(const DocResult& r, bool tokens_from_text, const uin
   size_t i = 2 * set;
   const Entry& e0 = entries_[i];
   const Entry& e1 = entries_[i + 1];
-  const bool in1 = e1.used && e1.raw_hash == r.raw_hash && e1.bytes == r.bytes;
-  const bool in0 = e0.used && e0.raw_hash == r.raw_hash && e0.bytes == r.bytes;
-  if (in1 || (!in0 && e0.used && (!e1.used || e0.recent))) ++i;
+  if (e1.Holds(r.raw_hash, r.bytes) ||
+      (!e0.Holds(r.raw_hash, r.bytes) && e0.used && (!e1.used || e0.recent))) {
+    ++i;
+  }
   Entry& e = entries_[i];
   e.raw_hash = r.raw_hash;
   e.bytes = r.bytes;

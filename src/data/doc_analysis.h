@@ -122,6 +122,9 @@ class DocResultCache {
     bool recent = false;  // used more recently than the other way of its set
     bool tokens_from_text = false;
     DocResult result;
+    bool Holds(uint64_t hash, uint32_t size) const {
+      return used && raw_hash == hash && bytes == size;
+    }
   };
   static constexpr int kStripes = 64;
   size_t Set(uint64_t raw_hash) const { return (raw_hash ^ (raw_hash >> 32)) & set_mask_; }

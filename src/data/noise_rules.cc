@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "data/doc_analysis.h"
 
@@ -417,7 +418,7 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
       if (k != SIZE_MAX && k >= tb) {
         // Two or more words after it (every word there starts past the whitespace).
         const auto first = std::lower_bound(word_start_.begin(), word_start_.end(), k + 2);
-        if (word_start_.end() - first >= 2 && first[1] < te) flags |= 1u << kFlagTruncated;
+        if (word_start_.end() - first >= 2) flags |= 1u << kFlagTruncated;
       }
     }
   }
@@ -445,9 +446,8 @@ void DocAnalyzer::Repetition(std::string_view text, DocResult* r) {
   static const double kDup[11] = {0, 0, 0, 0, 0, 0.15, 0.14, 0.13, 0.12, 0.11, 0.10};
   // gram_[i] = hash of the k-gram starting at word i (kept up to date for candidates).
   gram_.assign(word_hash_.begin(), word_hash_.end());
-  candidate_.resize(nw);
-  for (size_t i = 0; i < nw; ++i) candidate_[i] = i;
   candidate_.resize(nw - 1);  // positions with a 2-gram
+  std::iota(candidate_.begin(), candidate_.end(), 0u);
   bool top_done = false;
   for (size_t k = 2; k <= 10 && k <= nw; ++k) {
     // Candidates whose k-gram fits (they are sorted, so the last ones drop out); only their
