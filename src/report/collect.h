@@ -48,6 +48,11 @@ void CollectTraces(const std::string& dir, const std::string& name, nlohmann::js
 // The doctor report and the environment fingerprint ("doctor", "fingerprint").
 void CollectDoctorAndEnv(const std::string& dir, const std::string& name, nlohmann::json* run,
                          nlohmann::json* data);
+// A stamp of the tree under `dir`, `depth` levels down: every entry's path, size,
+// modification time (ns) and inode, sorted; a checkpoints folder's step folders are listed,
+// not entered. Equal stamps: nothing the report reads has changed.
+std::string DirStamp(const std::string& dir, int depth);
+
 // The names of the page's sections that have evidence, in page order.
 nlohmann::json CollectSections(const nlohmann::json& data);
 

@@ -72,13 +72,13 @@ void CollectorStamp(const fs::path& dir, int depth,
   }
 }
 
-std::string CollectorDirStamp(const std::string& dir, int depth) {
+}  // namespace
+
+std::string DirStamp(const std::string& dir, int depth) {
   std::string out;
   CollectorStamp(dir, depth, nullptr, &out, nullptr);
   return out;
 }
-
-}  // namespace
 
 struct ReportCollector::State {
   // What one part produced: its keys of the run's object and its "missing" entries.
@@ -213,14 +213,13 @@ absl::StatusOr<json> ReportCollector::Collect() {
     const std::string& dir = r.dir;
     const std::string& name = r.name;
     int64_t* rereads = &st.stats.parts_read;
-    CollectorRefresh(&r.hang,
-                     CollectorDirStamp(run_dir::Join(dir, run_dir::kHang), kCollectorHangDepth),
+    CollectorRefresh(&r.hang, DirStamp(run_dir::Join(dir, run_dir::kHang), kCollectorHangDepth),
                      rereads, [&](json* j, json* d) { CollectHang(dir, name, j, d); });
     CollectorApply(r.hang, &run, &data);
-    CollectorRefresh(&r.data_scans, CollectorDirStamp(run_dir::Join(dir, run_dir::kData), 0),
-                     rereads, [&](json* j, json* d) { CollectDataScans(dir, name, j, d); });
+    CollectorRefresh(&r.data_scans, DirStamp(run_dir::Join(dir, run_dir::kData), 0), rereads,
+                     [&](json* j, json* d) { CollectDataScans(dir, name, j, d); });
     CollectorApply(r.data_scans, &run, &data);
-    CollectorRefresh(&r.traces, CollectorDirStamp(run_dir::Join(dir, run_dir::kTrace), 0), rereads,
+    CollectorRefresh(&r.traces, DirStamp(run_dir::Join(dir, run_dir::kTrace), 0), rereads,
                      [&](json* j, json* d) { CollectTraces(dir, name, j, d); });
     CollectorApply(r.traces, &run, &data);
     std::string doc_stamp;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "report/collect.h"
 #include "trainscope/core/run_dir.h"
 
 namespace trainscope::report {
@@ -24,29 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kServeMaxDepth = 4;  // run/train/tb/rank0/file is the deepest part read
-
-// A fingerprint of what the report reads: every regular file under the run directory (a
-// checkpoint folder's contents excepted: its tensors can be thousands of files and the
-// report only lists the folders) with its size and modification time. A metrics line
-// appended changes the size, a file rewritten in place its time.
-void ServeFingerprint(const fs::path& dir, int depth, std::string* out) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path& p = it->path();
-    std::error_code sec;
-    const fs::file_status st = it->status(sec);
-    if (sec) continue;
-    if (fs::is_directory(st)) {
-      absl::StrAppend(out, p.string(), "/\n");
-      if (depth < kServeMaxDepth && p.filename() != run_dir::kCheckpoints)
-        ServeFingerprint(p, depth + 1, out);
-    } else if (fs::is_regular_file(st)) {
-      const auto size = fs::file_size(p, sec);
-      const auto mtime = fs::last_write_time(p, sec).time_since_epoch().count();
-      absl::StrAppend(out, p.string(), " ", sec ? 0 : size, " ", mtime, "\n");
-    }
-  }
-}
 
 // DNS rebinding: a page of another site whose name is made to resolve to 127.0.0.1 could read
 // the run through the visitor's browser. Such a request carries that site's name in its Host
@@ -96,8 +74,7 @@ struct Server::Impl {
   // The run's data, collected again when the run directory changed; null with `error` set
   // when it cannot be collected.
   std::shared_ptr<const Snapshot> Data(std::string* error) {
-    std::string now;
-    ServeFingerprint(options.run_dir, 0, &now);
+    const std::string now = DirStamp(options.run_dir, kServeMaxDepth);
     std::lock_guard<std::mutex> lock(mu);
     if (snapshot != nullptr && now == fingerprint && !collector->findings_pending())
       return snapshot;
