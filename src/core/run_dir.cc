@@ -32,6 +32,13 @@ std::string TrainMetricsPath(const std::string& run_dir, int rank) {
   return Join(run_dir, absl::StrCat(kTrain, "/metrics.rank", rank, ".jsonl"));
 }
 
+bool IsTrainMetricsName(std::string_view file_name) {
+  constexpr std::string_view kPrefix = "metrics.rank", kSuffix = ".jsonl";
+  return file_name.size() >= kPrefix.size() + kSuffix.size() &&
+         file_name.substr(0, kPrefix.size()) == kPrefix &&
+         file_name.substr(file_name.size() - kSuffix.size()) == kSuffix;
+}
+
 std::string TrainWeightsPath(const std::string& run_dir, int rank) {
   return Join(run_dir, absl::StrCat(kTrain, "/weights.rank", rank, ".json"));
 }

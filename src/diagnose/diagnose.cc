@@ -113,7 +113,7 @@ bool IsTrainerTensorBoardCopy(const fs::path& dir) {
   std::error_code ec;
   for (fs::directory_iterator it(dir.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (absl::StartsWith(name, "metrics.rank") && absl::EndsWith(name, ".jsonl")) return true;
+    if (run_dir::IsTrainMetricsName(name)) return true;
   }
   return false;
 }

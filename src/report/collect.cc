@@ -47,9 +47,6 @@ std::vector<std::string> CollectFiles(const std::string& dir,
   return out;
 }
 
-bool IsMetricsName(const std::string& n) {
-  return absl::StartsWith(n, "metrics.rank") && absl::EndsWith(n, ".jsonl");
-}
 bool IsDumpName(const std::string& n) {
   return absl::StartsWith(n, "flight_recorder.rank") && absl::EndsWith(n, ".json");
 }
@@ -80,7 +77,9 @@ void AddMissing(json* data, const std::string& run, const std::string& part,
 // Train metrics: one entry per rank, plus stragglers by mean step time.
 void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points,
                     MetricsCache* cache, json* run, json* data) {
-  std::vector<std::string> files = CollectFiles(run_dir::Join(dir, run_dir::kTrain), IsMetricsName);
+  std::vector<std::string> files =
+      CollectFiles(run_dir::Join(dir, run_dir::kTrain),
+                   [](const std::string& n) { return run_dir::IsTrainMetricsName(n); });
   for (auto it = cache->files.begin(); it != cache->files.end();) {  // files gone
     it = std::binary_search(files.begin(), files.end(), it->first) ? std::next(it)
                                                                    : cache->files.erase(it);

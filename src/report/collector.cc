@@ -47,8 +47,7 @@ bool CollectorIsAppended(const fs::path& dir, const fs::path& p) {
   if (++it == rel.end()) return false;
   const std::string first = it->string();
   if (first == run_dir::kTensorBoard) return true;
-  return std::next(it) == rel.end() && absl::StartsWith(first, "metrics.rank") &&
-         absl::EndsWith(first, ".jsonl");
+  return std::next(it) == rel.end() && run_dir::IsTrainMetricsName(first);
 }
 
 // A stamp of every entry under `dir` (sorted; directories with their own time, so a file

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "trace/chrome_reader.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
 #include "trainscope/trace/trace.h"
 
@@ -502,7 +503,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
       for (const std::string& d : {p + "/train", p}) {
         if (!IsDir(d)) continue;
         for (const std::string& n : List(d)) {
-          if (absl::StartsWith(n, "metrics.rank") && absl::EndsWith(n, ".jsonl")) {
+          if (trainscope::run_dir::IsTrainMetricsName(n)) {
             out.insert(d + "/" + n);
             run_dir = true;
           }

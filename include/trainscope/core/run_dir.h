@@ -51,6 +51,8 @@ std::string Join(const std::string& run_dir, const std::string& part);
 
 // Per-rank files.
 std::string TrainMetricsPath(const std::string& run_dir, int rank);  // train/metrics.rank<R>.jsonl
+// Whether a file name is a rank's metrics file name (metrics.rank*.jsonl).
+bool IsTrainMetricsName(std::string_view file_name);
 std::string TrainWeightsPath(const std::string& run_dir, int rank);  // train/weights.rank<R>.json
 std::string TrainTensorBoardDir(const std::string& run_dir, int rank);  // train/tb/rank<R>
 std::string HangDumpPath(const std::string& run_dir,
