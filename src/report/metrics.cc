@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -45,15 +46,29 @@ double ReportRound(double v) {
   return std::strtod(buf, nullptr);
 }
 
-// The series columns of a rank, in the order of RankMetrics::Totals' arrays.
-constexpr const char* kReportSeriesNames[9] = {"loss",      "val_loss",       "lr",
-                                               "grad_norm", "step_ms",        "tokens_per_s",
-                                               "comm_ms",   "host_rss_bytes", "device_mem_bytes"};
+// The series columns of a rank, in the order of RankMetrics::Totals' arrays: the column, its
+// name in the report and its key in a step record.
+struct ReportSeries {
+  std::vector<double> RankMetrics::*column;
+  const char* name;
+  const char* key;
+};
+constexpr ReportSeries kReportSeries[9] = {
+    {&RankMetrics::loss, "loss", "loss"},
+    {&RankMetrics::val_loss, "val_loss", "val_loss"},
+    {&RankMetrics::lr, "lr", "lr"},
+    {&RankMetrics::grad_norm, "grad_norm", "grad_norm"},
+    {&RankMetrics::step_ms, "step_ms", "step_ms"},
+    {&RankMetrics::tokens_per_s, "tokens_per_s", "tokens_per_s"},
+    {&RankMetrics::comm_ms, "comm_ms", "comm_ms"},
+    {&RankMetrics::host_rss_bytes, "host_rss_bytes", "host_rss_bytes"},
+    {&RankMetrics::device_mem_bytes, "device_mem_bytes", "device_mem_allocated_bytes"}};
 
-std::vector<const std::vector<double>*> ReportSeriesColumns(const RankMetrics& m) {
-  return {&m.loss,      &m.val_loss,       &m.lr,
-          &m.grad_norm, &m.step_ms,        &m.tokens_per_s,
-          &m.comm_ms,   &m.host_rss_bytes, &m.device_mem_bytes};
+template <typename M>  // RankMetrics or const RankMetrics
+auto ReportSeriesColumns(M& m) {
+  std::vector<decltype(&(m.*kReportSeries[0].column))> cols;
+  for (const ReportSeries& s : kReportSeries) cols.push_back(&(m.*s.column));
+  return cols;
 }
 
 int RankFromFileName(const std::string& path) {
@@ -187,12 +202,6 @@ struct ReaderFd {
     if (fd >= 0) ::close(fd);
   }
 };
-
-std::vector<std::vector<double>*> ReaderColumns(RankMetrics* m) {
-  return {&m->loss,      &m->val_loss,       &m->lr,
-          &m->grad_norm, &m->step_ms,        &m->tokens_per_s,
-          &m->comm_ms,   &m->host_rss_bytes, &m->device_mem_bytes};
-}
 
 }  // namespace
 
@@ -331,15 +340,9 @@ bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_vie
     const auto& phase_names = PhaseNames();
     Row r;
     r.step = step;
-    r.v[0] = ReportNum(doc, "loss");
-    r.v[1] = ReportNum(doc, "val_loss");
-    r.v[2] = ReportNum(doc, "lr");
-    r.v[3] = ReportNum(doc, "grad_norm");
-    r.v[4] = ReportNum(doc, "step_ms");
-    r.v[5] = ReportNum(doc, "tokens_per_s");
-    r.v[6] = ReportNum(doc, "comm_ms");
-    r.v[7] = ReportNum(doc, "host_rss_bytes");
-    r.v[8] = ReportNum(doc, "device_mem_allocated_bytes");
+    for (size_t c = 0; c < std::size(kReportSeries); ++c) {
+      r.v[c] = ReportNum(doc, kReportSeries[c].key);
+    }
     simdjson::dom::element ph;
     bool has_phases = doc["phases_ms"].get(ph) == simdjson::SUCCESS && ph.is_object();
     for (size_t k = 0; k < phase_names.size(); ++k) {
@@ -381,7 +384,7 @@ bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_vie
 
 void RankMetricsReader::MergeRows(std::vector<Row>* rows) {
   if (rows->empty()) return;
-  const std::vector<std::vector<double>*> cols = ReaderColumns(&m_);
+  const auto cols = ReportSeriesColumns(m_);
   const size_t n_phases = m_.phases.size();
   bool in_order = m_.steps.empty() || rows->front().step > m_.steps.back();
   for (size_t i = 1; in_order && i < rows->size(); ++i)
@@ -399,7 +402,7 @@ void RankMetricsReader::MergeRows(std::vector<Row>* rows) {
                    [](const Row& a, const Row& b) { return a.step < b.step; });
   RankMetrics merged;
   merged.phases.assign(n_phases, {});
-  const std::vector<std::vector<double>*> out_cols = ReaderColumns(&merged);
+  const auto out_cols = ReportSeriesColumns(merged);
   const size_t n = m_.steps.size();
   size_t i = 0;
   for (size_t j = 0; j < rows->size(); ++j) {
@@ -483,7 +486,7 @@ nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {
   const std::vector<const std::vector<double>*> cols = ReportSeriesColumns(m);
   for (size_t c = 0; c < cols.size(); ++c) {
     if (t->valid[c] == 0) continue;
-    const char* name = kReportSeriesNames[c];
+    const char* name = kReportSeries[c].name;
     series[name] = SeriesToJson(m.steps, *cols[c], max_points, keep);
     if (t->finite[c]) means[name] = ReportRound(t->sum[c] / t->finite[c]);
   }
