@@ -330,11 +330,9 @@ absl::Status Trainer::Init() {
                                        config_.comm, config_.train.seed);
     TS_RETURN_IF_ERROR(sync_->BroadcastParams());
     if (!result_.resumed_from.empty()) {  // the compressor's state (or a warning)
-      TS_ASSIGN_OR_RETURN(json meta, ReadJson(result_.resumed_from + "/meta.json"));
       std::string notice;
-      TS_RETURN_IF_ERROR(sync_->RestoreCompressor(
-          result_.resumed_from, meta.value("extra", json::object()).value("compression", json()),
-          &notice));
+      TS_RETURN_IF_ERROR(
+          sync_->RestoreCompressor(result_.resumed_from, resumed_compression_, &notice));
       if (!notice.empty() && options_.on_notice) options_.on_notice(notice);
     }
   }
@@ -1049,6 +1047,7 @@ absl::Status Trainer::Restore(const std::string& path) {
   st_->steps_done = start_step_;
   result_.resumed_from_step = start_step_;
   result_.resumed_from = path;
+  resumed_compression_ = meta.value("extra", json::object()).value("compression", json());
   return absl::OkStatus();
 }
 

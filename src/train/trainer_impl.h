@@ -203,6 +203,9 @@ class Trainer {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<Checkpointer> checkpointer_;
   int start_step_ = 0;  // the step restored from a checkpoint; 0 on a fresh start
+  // The restored checkpoint's meta.json extra.compression (null when none): the gradient
+  // compressor's state is restored once GradSync exists.
+  nlohmann::json resumed_compression_;
   // Anomalies: the non-finite guard (checks, fp16 emulation, numeric --inject faults; null
   // when none of these is on), the spike rule, and the fp16 loss scaler (fp16 only).
   std::unique_ptr<NonfiniteGuard> guard_;
