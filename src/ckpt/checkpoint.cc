@@ -103,11 +103,6 @@ struct Writer {
   }
 };
 
-bool ValidTensorFileName(const std::string& n) {
-  return !n.empty() && n.find('/') == std::string::npos && n != "model.safetensors" &&
-         n != "optimizer.safetensors" && n[0] != '.' && absl::EndsWith(n, ".safetensors");
-}
-
 bool ValidJsonName(const std::string& n) {
   return !n.empty() && n.find('/') == std::string::npos && n != "meta.json" &&
          n != "manifest.json" && n[0] != '.' && absl::EndsWith(n, ".json");
@@ -132,6 +127,11 @@ int64_t StepFromName(const std::string& name, bool* tmp) {
 
 }  // namespace
 
+bool IsExtraTensorFileName(const std::string& n) {
+  return !n.empty() && n.find('/') == std::string::npos && n != "model.safetensors" &&
+         n != "optimizer.safetensors" && n[0] != '.' && absl::EndsWith(n, ".safetensors");
+}
+
 std::string CheckpointDirName(int64_t step, bool anomaly) {
   return absl::StrCat(anomaly ? kAnomalyPrefix : "", "step-", step);
 }
@@ -144,7 +144,7 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
     }
   }
   for (const auto& [name, tensors] : data.tensor_files) {
-    if (!ValidTensorFileName(name)) {
+    if (!IsExtraTensorFileName(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": not a plain <name>.safetensors file name"));
     }

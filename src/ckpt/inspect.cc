@@ -112,8 +112,7 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   std::error_code ec;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (absl::EndsWith(name, ".safetensors") && name != "model.safetensors" &&
-        name != "optimizer.safetensors" && it->is_regular_file(ec)) {
+    if (IsExtraTensorFileName(name) && it->is_regular_file(ec)) {
       more.insert(name);
     }
   }

@@ -39,6 +39,10 @@ inline constexpr char kAnomalyPrefix[] = "anomaly-";
 std::string CheckpointDirName(int64_t step, bool anomaly);
 
 // What one save holds. Views point into the caller's memory, read during the call only.
+// Whether `name` can be one of CheckpointData::tensor_files: a plain "<name>.safetensors"
+// (no directory, not hidden) other than model.safetensors and optimizer.safetensors.
+bool IsExtraTensorFileName(const std::string& name);
+
 struct CheckpointData {
   int64_t step = 0;
   int world_size = 1;
