@@ -16,7 +16,8 @@ A case is JSON:
     "timeout_s": 120,
     "setup": [["copy", "{data}/data/small.jsonl", "{tmp}/in.jsonl"], ...],  # before the run
     "signal": {"name": "SIGINT", "when": "{tmp}/spill/trainscope-data.*"},  # during the run
-    "after": {"same_content": [["{tmp}/in.jsonl", "{data}/data/small.jsonl"]], ...}
+    "after": {"same_content": [["{tmp}/in.jsonl", "{data}/data/small.jsonl"]], ...},
+    "reproducible": ["weights_checksum"]  # equal in a second run on this machine
   }
 {data} expands to tests/data, {tmp} to a fresh temporary directory, {src} to the source root.
 Set TS_GOLDEN_UPDATE=1 to rewrite stdout_file from the actual output.
@@ -37,6 +38,10 @@ after: checks of the file system once the command ended: "same_content" [[A, B],
 and B have the same bytes), "absent" [GLOB, ...] (matches nothing), "exists" [PATH, ...],
 "symlink" [[LINK, TARGET], ...] (LINK is still a symlink to TARGET), "gunzip_same_content"
 [[GZ, B], ...] (GZ is gzip whose content is B's bytes).
+reproducible: the command runs a second time (in a second fresh {tmp}, after the same setup);
+each path must have the same value in both runs' stdout JSON. For figures that are bitwise
+deterministic on one machine but not across machines (a float checksum: libtorch's kernels
+differ between CPU generations), so they are left out of the comparison with the expected JSON.
 """
 import argparse, glob, gzip, json, math, os, shutil, signal, subprocess, sys, tempfile, time
 
@@ -193,6 +198,24 @@ def check_asserts(out, asserts):
     return failures
 
 
+def check_reproducible(binary, case, env, first_stdout):
+    tmp2 = tempfile.mkdtemp(prefix="ts_golden_again_")
+    subst = lambda s: s.replace("{data}", os.path.join(SRC, "tests", "data")).replace("{tmp}", tmp2).replace("{src}", SRC)
+    run_setup(case.get("setup", []), subst)
+    p = run_command([binary] + [subst(x) for x in case["args"]], env, case.get("timeout_s", 120), None)
+    try:
+        first, second = json.loads(first_stdout), json.loads(p.stdout)
+    except json.JSONDecodeError as e:
+        return [f"reproducible: stdout is not JSON: {e}"]
+    failures = []
+    for path in case["reproducible"]:
+        a, b = select(first, path), select(second, path)
+        if not a or a != b:
+            failures.append(f"{path} differs between two runs on this machine: {a} vs {b}")
+    shutil.rmtree(tmp2, ignore_errors=True)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -204,6 +227,8 @@ def main():
     # The source root: TS_SOURCE_DIR (set by ctest), else the directory above tests/.
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.environ.get("TS_SOURCE_DIR", os.path.dirname(here))
+    global SRC
+    SRC = src
     tmp = tempfile.mkdtemp(prefix="ts_golden_")
     subst = lambda s: s.replace("{data}", os.path.join(src, "tests", "data")).replace("{tmp}", tmp).replace("{src}", src)
     argv = [a.binary] + [subst(x) for x in case["args"]]
@@ -251,6 +276,8 @@ def main():
             if actual != expected:
                 failures.append("stdout JSON differs:\n  expected " + json.dumps(expected, sort_keys=True)[:2000]
                                 + "\n  actual   " + json.dumps(actual, sort_keys=True)[:2000])
+    if case.get("reproducible"):
+        failures += check_reproducible(a.binary, case, env, p.stdout)
     if failures:
         print("FAILED", a.case, "\n  " + " ".join(argv))
         for f in failures:

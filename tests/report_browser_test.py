@@ -121,9 +121,22 @@ def check_page(a, html, problems):
                      "data_scan", "trace", "fingerprint", "findings"):
             if want not in info["sections"]:
                 problems.append(f"section {want} not drawn (its evidence is in the run directory)")
-        # Every canvas drawn: coloured pixels (series, bars, boxes), not only grey axes.
+        # Every canvas drawn: coloured pixels (series, bars, boxes), not only grey axes. A
+        # dygraphs chart has two canvases in its graphDiv (dygraph.js createInterface_): hidden_,
+        # first, the chart drawn, and canvas_ after it, the interaction overlay (hover dots, zoom
+        # rectangle), blank until the pointer is over it. The overlays are left out, identified
+        # by the chart objects themselves; every other canvas must be drawn.
         canvases = driver.execute_script("""
-            return Array.from(document.querySelectorAll('canvas')).map(function (c) {
+            var charts = window.tsReport.charts || [], overlays = [], bad = [];
+            charts.forEach(function (g, i) {
+              var own = g.graphDiv ? Array.from(g.graphDiv.querySelectorAll('canvas')) : [];
+              if (own.length !== 2 || own[0] !== g.hidden_ || own[1] !== g.canvas_)
+                bad.push('chart ' + i + ': its graphDiv does not hold [hidden_, canvas_]');
+              overlays.push(g.canvas_);
+            });
+            var out = Array.from(document.querySelectorAll('canvas')).filter(function (c) {
+              return overlays.indexOf(c) < 0;
+            }).map(function (c) {
               var d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data, n = 0;
               for (var i = 0; i < d.length; i += 4) {
                 var mx = Math.max(d[i], d[i+1], d[i+2]), mn = Math.min(d[i], d[i+1], d[i+2]);
@@ -132,9 +145,14 @@ def check_page(a, html, problems):
               var box = c.closest('[data-chart]');
               return {chart: box ? box.getAttribute('data-chart') : '?', w: c.width, h: c.height,
                       coloured: n};
-            });""")
+            });
+            return {canvases: out, charts: charts.length, overlays: overlays.length, bad: bad};""")
+        problems.extend(canvases["bad"])
+        if canvases["overlays"] != canvases["charts"] or canvases["charts"] < 6:
+            problems.append(f"{canvases['charts']} dygraphs charts, {canvases['overlays']} overlays")
+        canvases = canvases["canvases"]
         if len(canvases) < 8:
-            problems.append(f"only {len(canvases)} canvases on the page")
+            problems.append(f"only {len(canvases)} drawn canvases on the page")
         for c in canvases:
             if c["w"] == 0 or c["h"] == 0 or c["coloured"] < 30:
                 problems.append(f"canvas of chart {c['chart']!r} is blank ({c})")

@@ -3,10 +3,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -344,6 +346,75 @@ TEST_F(CkptTest, DcpMissingAndTruncatedChunks) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             dir_ + "/.metadata: byte 2: FRAME: needs 8 bytes, 0 left (truncated)");
+}
+
+// diff of DCP folders compares values: each chunk's torch.save archive (torch 1.13's here;
+// tests/real_tools/test_dcp.py does the same with torch 2.x saves, sharded ones too).
+TEST_F(CkptTest, DcpDiffComparesValues) {
+  const std::string src = CkptSourcePath("tests/data/pickle/dcp");
+  fs::copy(src, dir_);
+  auto same = Diff(src, dir_, InspectOptions{});
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->same());
+  for (const TensorDiff& t : same->tensors) EXPECT_EQ(t.change, "") << t.name;  // all read
+
+  auto meta = ReadDcpMetadata(dir_ + "/.metadata");
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto e = std::find_if(meta->entries.begin(), meta->entries.end(),
+                        [](const DcpEntry& x) { return x.name == "model.0.weight"; });
+  ASSERT_NE(e, meta->entries.end());
+  ASSERT_EQ(e->storage.size(), 1u);
+  EXPECT_EQ(e->storage[0].chunk_offsets, (std::vector<uint64_t>{0, 0}));
+  auto chunk = ReadDcpChunk(dir_, e->storage[0]);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  EXPECT_EQ(chunk->dtype, "F32");
+  EXPECT_EQ(chunk->shape, (std::vector<uint64_t>{3, 4}));
+  EXPECT_EQ(chunk->bytes, 48u);
+  // Element [1, 1] + 0.5, written in place.
+  std::fstream f(chunk->file, std::ios::in | std::ios::out | std::ios::binary);
+  float x;
+  f.seekg(chunk->offset + 5 * 4);
+  f.read(reinterpret_cast<char*>(&x), 4);
+  x += 0.5f;
+  f.seekp(chunk->offset + 5 * 4);
+  f.write(reinterpret_cast<const char*>(&x), 4);
+  f.close();
+  auto d = Diff(src, dir_, InspectOptions{});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->same());
+  EXPECT_EQ(d->first_different, "model.0.weight");
+  for (const TensorDiff& t : d->tensors) {
+    EXPECT_EQ(t.differs, t.name == "model.0.weight") << t.name;
+    if (t.differs) {
+      EXPECT_NEAR(t.max_abs, 0.5, 1e-6);
+    }
+  }
+}
+
+// An archive whose end record defers to zip64 (as one over 4 GiB does) is read through the
+// zip64 record; without its locator it is an error naming the file and the byte range.
+TEST_F(CkptTest, DcpChunkThroughZip64) {
+  fs::copy(CkptSourcePath("tests/data/pickle/dcp"), dir_);
+  const std::string file = dir_ + "/__0_0.distcp";  // model.0.weight, 747 bytes
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t end = bytes.size() - 22;
+  ASSERT_EQ(bytes.compare(end, 4, "PK\x05\x06"), 0);
+  auto write = [&] { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; };
+  bytes.replace(end + 16, 4, "\xff\xff\xff\xff");  // central directory offset: see zip64
+  write();
+  const DcpStorage s{"__0_0.distcp", 0, bytes.size()};
+  auto chunk = ReadDcpChunk(dir_, s);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  EXPECT_EQ(chunk->shape, (std::vector<uint64_t>{3, 4}));
+  bytes.replace(bytes.find("PK\x06\x07"), 4, "XXXX");
+  write();
+  chunk = ReadDcpChunk(dir_, s);
+  EXPECT_EQ(chunk.status().message(),
+            file + ": bytes [0, 747): zip64 end record without its locator");
 }
 
 TEST(SafetensorsTest, HeaderRules) {

@@ -19,6 +19,9 @@ namespace trainscope::ckpt {
 struct DcpStorage {
   std::string file;  // relative_path, relative to the checkpoint folder
   uint64_t offset = 0, length = 0;
+  std::vector<uint64_t> chunk_offsets;  // MetadataIndex.offset: the chunk's first element
+                                        // in the global tensor; empty for a non-tensor
+  bool transformed = false;  // transform_descriptors set (e.g. compressed by an extension)
 };
 
 // One entry of state_dict_metadata.
@@ -44,6 +47,37 @@ absl::StatusOr<DcpMetadata> ReadDcpMetadata(const std::string& path);
 
 // The same from the file's bytes (`path` only names it in errors).
 absl::StatusOr<DcpMetadata> ParseDcpMetadata(const std::string& bytes, const std::string& path);
+
+// FileSystemWriter stores each entry as the torch.save archive of the tensor (or of the
+// Python object): an uncompressed zip inside [offset, offset + length) of the .distcp file.
+struct DcpArchiveMember {
+  std::string name;  // without the archive's top folder: "data.pkl", "data/0", "byteorder"
+  uint64_t offset = 0, size = 0;  // absolute in the .distcp file
+};
+
+// The members of the archive in `s` (`dir` is the checkpoint folder), from the zip's
+// central directory (zip64 included). Errors: those of reading the file (NotFound,
+// DataLoss when it is shorter than the entry); InvalidArgument "<file>: bytes [A, B): ..."
+// when the range is not an uncompressed zip; Unimplemented for a transformed entry.
+absl::StatusOr<std::vector<DcpArchiveMember>> ReadDcpArchive(const std::string& dir,
+                                                             const DcpStorage& s);
+
+// The elements of one chunk, as torch.save laid them out: `bytes` bytes of `dtype` in
+// row-major order from byte `offset` of `file`.
+struct DcpChunkData {
+  std::string file;             // path of the .distcp file
+  std::string dtype;            // safetensors spelling ("F32", "BF16"), as ToDoubles takes it
+  std::vector<uint64_t> shape;  // the chunk's sizes
+  uint64_t offset = 0, bytes = 0;
+};
+
+// Reads data.pkl of the chunk's archive (torch._utils._rebuild_tensor_v2(storage,
+// storage_offset, size, stride, ...)) and finds its storage member. Errors: those of
+// ReadDcpArchive; InvalidArgument "<file>: bytes [A, B): ..." when the archive is not a
+// torch.save of one tensor or its storage is shorter than the tensor; Unimplemented for
+// what is not decoded here: a storage type other than the float, integer and bool ones,
+// a non-contiguous layout, a big-endian archive.
+absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStorage& s);
 
 }  // namespace trainscope::ckpt
 

@@ -63,7 +63,7 @@ std::string RenderReportHtml(const nlohmann::json& data, const ReportOptions& op
       "connect-src 'self'\">\n";
   html += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   html += "<title>" + RenderEscapeHtml(title) + "</title>\n<style>\n";
-  html += AssetUplotCss();
+  html += AssetDygraphCss();
   html += "\n";
   html += AssetReportCss();
   html += "\n</style>\n</head>\n<body>\n<div id=\"app\"></div>\n";
@@ -72,7 +72,7 @@ std::string RenderReportHtml(const nlohmann::json& data, const ReportOptions& op
   html += "</script>\n<script>window.TS_LIVE = ";
   html += options.live ? "true" : "false";
   html += ";</script>\n<script>\n";
-  html += AssetUplotJs();
+  html += AssetDygraphJs();
   html += "\n</script>\n<script>\n";
   html += AssetReportJs();
   html += "\n</script>\n</body>\n</html>\n";

@@ -235,6 +235,16 @@ bool IsChinese(uint32_t c) {
          (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
+
+// Lowercasing as the `tokenizers` library does it: Rust's char::to_lowercase on each code
+// point, i.e. the full mappings without context. In the root locale ICU's string lowercasing
+// is contextual in one place only, Final_Sigma (a capital sigma that ends a word becomes ς,
+// elsewhere σ), so capital sigmas are mapped to σ first and the rest is ICU's.
+void LowercaseLikeTokenizers(icu::UnicodeString* u) {
+  u->findAndReplace(icu::UnicodeString(static_cast<UChar>(0x03A3)),
+                    icu::UnicodeString(static_cast<UChar>(0x03C3)));
+  u->toLower(icu::Locale::getRoot());
+}
 }  // namespace
 
 // BertNormalizer, in the order of the `tokenizers` library: clean, pad Chinese characters,
@@ -268,7 +278,7 @@ std::string BertNormalize(std::string_view text, const BertNormalizerOptions& o)
       u = kept;
     }
   }
-  if (o.lowercase) u.toLower(icu::Locale::getRoot());
+  if (o.lowercase) LowercaseLikeTokenizers(&u);
   std::string out;
   u.toUTF8String(out);
   return out;
@@ -283,7 +293,7 @@ bool UnicodeNormalize(const std::string& form, std::string_view text, std::strin
                                : form == "NFKD" ? icu::Normalizer2::getNFKDInstance(err)
                                                 : nullptr;
   if (form == "Lowercase") {
-    u.toLower(icu::Locale::getRoot());
+    LowercaseLikeTokenizers(&u);
   } else if (nz == nullptr || U_FAILURE(err)) {
     return false;
   } else {

@@ -52,6 +52,18 @@ TEST(HfPreTokenize, BertAndWhitespace) {
   EXPECT_EQ(Split(SplitKind::kWhitespace, "don't, stop"), (V{"don", "'", "t", ",", "stop"}));
 }
 
+// Lowercase as `tokenizers` does, code point by code point: a capital sigma is σ wherever it
+// stands (ICU's contextual lowercasing would end "ΟΔΟΣ" with ς), İ is i + combining dot.
+TEST(HfNormalize, LowercaseWithoutContext) {
+  BertNormalizerOptions keep_accents;
+  keep_accents.strip_accents = false;
+  EXPECT_EQ(BertNormalize("ΟΔΟΣ ΣΑΣ. Σ İ", keep_accents), "οδοσ σασ. σ i\u0307");
+  EXPECT_EQ(BertNormalize("ΟΔΟΣ İ", BertNormalizerOptions()), "οδοσ i");
+  std::string out;
+  ASSERT_TRUE(UnicodeNormalize("Lowercase", "ΣΑΣ-ΣΑΣ ς", &out));
+  EXPECT_EQ(out, "σασ-σασ ς");
+}
+
 TEST(HfPreTokenize, PatternsAreRecognised) {
   SplitKind k;
   EXPECT_TRUE(SplitKindOfPattern(

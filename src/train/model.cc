@@ -214,14 +214,15 @@ absl::StatusOr<torch::Device> OpenDevice(const std::string& device) {
   if (!BuiltWithCuda()) {
     return absl::InvalidArgumentError(absl::StrCat(
         what,
-        "this trainscope was built against a CPU-only libtorch; build it against a CUDA "
-        "libtorch (cmake -DCMAKE_PREFIX_PATH=\"$(python3 -c 'import torch; "
-        "print(torch.utils.cmake_prefix_path)')\", docs/PERFORMANCE.md) or use --device cpu"));
+        "this trainscope was built against a CPU-only libtorch; build it against the venv's "
+        "CUDA libtorch (scripts/setup && scripts/build) or use --device cpu"));
   }
   const size_t count = torch::cuda::device_count();
   if (count == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES), or "
+                     "use --device cpu"));
   }
   if (static_cast<size_t>(spec->index) >= count) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -281,21 +282,21 @@ DeviceMemory ReadDeviceMemory(const torch::Device& device) {
   return m;
 }
 
-// bf16 autocast: libtorch 2.4 replaced the per-device setters by ones taking the device type.
-AutocastScope::AutocastScope(bool enabled, const torch::Device& device)
-    : enabled_(enabled), cuda_(device.is_cuda()) {
+// Autocast: libtorch 2.4 replaced the per-device setters by ones taking the device type.
+AutocastScope::AutocastScope(at::ScalarType dtype, const torch::Device& device)
+    : enabled_(dtype != at::kFloat), cuda_(device.is_cuda()) {
   if (!enabled_) return;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   at::autocast::set_autocast_enabled(type, true);
-  at::autocast::set_autocast_dtype(type, at::kBFloat16);
+  at::autocast::set_autocast_dtype(type, dtype);
 #else
   if (cuda_) {
     at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_gpu_dtype(dtype);
   } else {
     at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_cpu_dtype(dtype);
   }
 #endif
   at::autocast::increment_nesting();

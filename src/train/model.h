@@ -117,11 +117,13 @@ struct DeviceMemory {
 };
 DeviceMemory ReadDeviceMemory(const torch::Device& device);
 
-// bf16 autocast for its lifetime on `device`'s type (CPU or CUDA): matmuls in bf16, fp32
-// master weights untouched. Not enabled: does nothing.
+// Autocast for its lifetime on `device`'s type (CPU or CUDA): matmuls in `dtype` (bf16, or
+// fp16 on CUDA, where train.precision fp16 is real half-precision autocast with the loss
+// scaler; on the CPU fp16 is emulated by the non-finite guard instead), fp32 master weights
+// untouched. dtype kFloat (fp32 training): does nothing.
 class AutocastScope {
  public:
-  AutocastScope(bool enabled, const torch::Device& device);
+  AutocastScope(at::ScalarType dtype, const torch::Device& device);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;

@@ -18,7 +18,10 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
@@ -176,9 +179,26 @@ absl::Status StartCommWatchdog(const TrainConfig& config, const TrainOptions& op
 }
 #endif
 
+// The key of a parameter's entry in an optimizer's state: its TensorImpl, as a pointer in
+// libtorch 2.x, printed as a string (as c10::guts::to_string did) in older ones.
+template <typename Key>
+Key StateKeyOf(void* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << impl;
+    return key.str();
+  } else {
+    return impl;
+  }
+}
+using OptimizerStateMap = std::decay_t<decltype(std::declval<torch::optim::AdamW&>().state())>;
+OptimizerStateMap::key_type OptimizerStateKey(const torch::Tensor& p) {
+  return StateKeyOf<OptimizerStateMap::key_type>(p.unsafeGetTensorImpl());
+}
+
 // The optimizer's per-parameter state (created by its first step).
 torch::optim::AdamWParamState* AdamState(torch::optim::AdamW& opt, const torch::Tensor& p) {
-  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  auto it = opt.state().find(OptimizerStateKey(p));
   if (it == opt.state().end()) return nullptr;
   return static_cast<torch::optim::AdamWParamState*>(it->second.get());
 }
@@ -345,7 +365,7 @@ absl::Status Trainer::Init() {
     NonfiniteGuardOptions go;
     go.rank = world_.rank;
     go.checks = config_.anomaly.nonfinite_checks;
-    go.fp16 = fp16_;
+    go.fp16 = fp16_ && autocast_dtype_ != at::kHalf;  // emulation only where not autocast
     go.inject = options.inject;
     guard_ = std::make_unique<NonfiniteGuard>(model_, named_, std::move(go));
   }
@@ -404,6 +424,10 @@ absl::Status Trainer::BuildModelAndOptimizer() {
   torch::manual_seed(rc.seed);
   at::globalContext().setDeterministicAlgorithms(rc.deterministic, /*warn_only=*/false);
   bf16_ = rc.precision == "bf16";
+  // fp16 is real autocast on CUDA; on the CPU (no fast half matmuls) the guard emulates it.
+  autocast_dtype_ = bf16_                                         ? at::kBFloat16
+                    : rc.precision == "fp16" && device_.is_cuda() ? at::kHalf
+                                                                  : at::kFloat;
 
   model_ = Gpt(config_.model, vocab_);  // initialised on the CPU: the same weights anywhere
   if (!device_.is_cpu()) model_->to(device_);
@@ -520,7 +544,7 @@ absl::Status Trainer::ForwardBackward(StepContext* s) {
     t0 = Clock::now();
     torch::Tensor loss;
     {
-      AutocastScope autocast(bf16_, device_);
+      AutocastScope autocast(autocast_dtype_, device_);
       loss = model_->Loss(inputs, targets);
     }
     const double loss_value = loss.item<double>();
@@ -699,7 +723,7 @@ absl::Status Trainer::OnNonfinite(StepContext* s, const std::vector<int>& ranks,
     const double scale = scaler_ ? scaler_->scale() : 1.0;
     guard_->Replay(
         [this, scale](const torch::Tensor& in, const torch::Tensor& tg) {
-          AutocastScope autocast(bf16_, device_);
+          AutocastScope autocast(autocast_dtype_, device_);
           torch::Tensor loss = model_->Loss(in, tg);
           return scale != 1.0 ? loss * scale : loss;
         },
@@ -1036,7 +1060,7 @@ absl::Status Trainer::Restore(const std::string& path) {
             LoadTensor(*it->second, opt_file,
                        std::strcmp(part, ".exp_avg") == 0 ? a->exp_avg() : a->exp_avg_sq()));
       }
-      optimizer_->state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(a);
+      optimizer_->state()[OptimizerStateKey(p)] = std::move(a);
     }
   }
   // This rank's RNG state and data position.

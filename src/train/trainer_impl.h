@@ -189,8 +189,9 @@ class Trainer {
   int vocab_ = 0;
   int threads_ = 1;
   bool bf16_ = false;
-  torch::Device device_{torch::kCPU};  // train.device (model.h OpenDevice)
-  std::string device_name_ = "cpu";    // DeviceName(device_)
+  at::ScalarType autocast_dtype_ = at::kFloat;  // bf16, fp16 on CUDA, or kFloat (none)
+  torch::Device device_{torch::kCPU};           // train.device (model.h OpenDevice)
+  std::string device_name_ = "cpu";             // DeviceName(device_)
   Gpt model_{nullptr};
   std::vector<std::pair<std::string, torch::Tensor>> named_;
   std::vector<torch::Tensor> all_params_;

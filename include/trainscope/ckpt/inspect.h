@@ -5,7 +5,8 @@
 //   hf-sharded   a folder with model.safetensors.index.json (weight_map -> shard files)
 //   dcp          a torch.distributed.checkpoint folder (.metadata pickle + *.distcp), read
 //                with core/pickle.h: names, global shapes, dtypes, chunks and where each
-//                chunk lies; tensor data is not read (stats stay undecoded)
+//                chunk lies; inspect does not read tensor data (stats stay undecoded),
+//                diff compares values chunk by chunk (src/ckpt/dcp.h)
 // Thread-compatible; blocks on file I/O; no timeout (local files).
 #ifndef TRAINSCOPE_CKPT_INSPECT_H_
 #define TRAINSCOPE_CKPT_INSPECT_H_
@@ -73,7 +74,8 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
 
 struct TensorDiff {
   std::string name;
-  std::string change;  // "", "shape", "dtype", "not compared" (no data)
+  std::string change;  // "", "shape", "dtype", "not compared" (no data, or DCP chunks
+                       // that do not pair up or are not decoded)
   double max_abs = 0, max_rel = 0;
   bool differs = false;
 };
@@ -86,7 +88,9 @@ struct DiffReport {
 };
 // Compares two checkpoints tensor by tensor (values decoded to double; max rel uses
 // |a-b| / max(|a|, |b|), 0 when both are 0; a NaN in one and not the other differs).
-// Errors: those of Inspect.
+// Errors: those of Inspect; for DCP folders also DataLoss (a .distcp file shorter than an
+// entry) and InvalidArgument "<file>: bytes [A, B): ..." (an entry that is not a torch.save
+// archive).
 absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
                                 const InspectOptions& options);
 

@@ -5,7 +5,8 @@
 //
 // Two steps, so `trainscope serve` can reuse them: CollectReportData reads the run directories
 // into a JSON data model (docs/formats.md "Report"), RenderReportHtml embeds that model, the
-// chart library (uPlot, compiled in at build time) and the page script into one HTML file.
+// chart library (dygraphs, Debian's libjs-dygraphs, compiled in at build time) and the page
+// script into one HTML file.
 // Thread-safety: pure functions of the files read and their arguments.
 #ifndef TRAINSCOPE_REPORT_REPORT_H_
 #define TRAINSCOPE_REPORT_REPORT_H_

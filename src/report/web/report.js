@@ -1,5 +1,5 @@
 // trainscope report page: draws the data model embedded in #ts-data (docs/formats.md
-// "Report") with uPlot and a few plain canvases. Live mode (trainscope serve) fetches
+// "Report") with dygraphs and a few plain canvases. Live mode (trainscope serve) fetches
 // data.json every 2 s and redraws. No request leaves the page otherwise.
 (function () {
   "use strict";
@@ -11,6 +11,8 @@
                      first_nonfinite: "#000000", nan: "#000000", anomaly_checkpoint: "#9467bd",
                      error: "#000000", first_bad: "#ff7f0e", loss_scale: "#8c564b"};
   var charts = [];
+  // Zoomed x ranges by chart key (lineChart's opts.id and title), kept across live redraws.
+  var zooms = {};
   // Steps are integers: tick increments 1, 2, 5 x 10^k.
   var STEP_INCRS = [];
   for (var p10 = 1; p10 <= 1e9; p10 *= 10) STEP_INCRS.push(p10, 2 * p10, 5 * p10);
@@ -70,57 +72,159 @@
     return out.sort(function (a, b) { return rank(a) - rank(b); });
   }
 
-  // A line chart of several series (each {label, x, y}) on one step axis, markers drawn as
-  // vertical lines plus a DOM element each (class ts-marker, data-kind, data-step).
+  // The series (each {label, x, y, raw?}, x ascending) as one dygraphs table: a row per step
+  // any series has, [step, v1, v2, ...] with null where a series has no point at that step.
+  // legend[j][r] is what the hover legend shows for series j at row r: its raw value where
+  // the drawn one is derived (the stacked phases), else the drawn one.
+  function joinSeries(series) {
+    var steps = [], seen = {};
+    series.forEach(function (s) {
+      s.x.forEach(function (x) { if (!seen[x]) { seen[x] = true; steps.push(x); } });
+    });
+    steps.sort(function (a, b) { return a - b; });
+    // A single step: an empty step either side, so the axis has a width and the point is mid-chart.
+    if (steps.length === 1) steps = [steps[0] - 1, steps[0], steps[0] + 1];
+    var rowOf = {};
+    steps.forEach(function (x, r) { rowOf[x] = r; });
+    var rows = steps.map(function (x) {
+      var row = [x];
+      for (var j = 0; j < series.length; j++) row.push(null);
+      return row;
+    });
+    var legend = series.map(function () { return steps.map(function () { return null; }); });
+    series.forEach(function (s, j) {
+      var shown = s.raw || s.y;
+      s.x.forEach(function (x, i) {
+        var r = rowOf[x], v = s.y[i];
+        rows[r][j + 1] = typeof v === "number" && isFinite(v) ? v : null;
+        legend[j][r] = shown[i] === undefined ? null : shown[i];
+      });
+    });
+    return {rows: rows, rowOf: rowOf, legend: legend};
+  }
+  // Ticks of the step axis: integers, 1, 2 or 5 x 10^k apart, at least 80 px apart.
+  function stepTicks(min, max, pixels) {
+    var room = Math.max(1, Math.floor(pixels / 80)), incr = STEP_INCRS[STEP_INCRS.length - 1];
+    for (var k = 0; k < STEP_INCRS.length; k++) {
+      if ((max - min) / STEP_INCRS[k] <= room) { incr = STEP_INCRS[k]; break; }
+    }
+    var ticks = [];
+    for (var v = Math.ceil(min / incr) * incr; v <= max; v += incr) ticks.push({v: v, label: String(v)});
+    return ticks;
+  }
+  // The hover legend (dygraphs' legendFormatter): the step and each series' value there,
+  // formatted with fmt(); "-" when the pointer is off the chart or a series has no point.
+  function legendOf(labels, colors, joined) {
+    return function (d) {
+      var frag = document.createDocumentFragment();
+      var row = d.x === undefined ? undefined : joined.rowOf[d.x];
+      frag.appendChild(el("span", {"class": "ts-legend-x"}, "step " + (row === undefined ? "-" : d.x)));
+      labels.forEach(function (label, j) {
+        var item = el("span", {"class": "ts-legend-item", "data-series": label});
+        var sw = el("i", {"class": "ts-swatch"});
+        sw.style.background = colors[j];
+        item.appendChild(sw);
+        item.appendChild(el("span", {"class": "ts-legend-label"}, label));
+        item.appendChild(el("b", {"class": "ts-legend-value"}, fmt(row === undefined ? null : joined.legend[j][row])));
+        frag.appendChild(item);
+      });
+      return frag;
+    };
+  }
+
+  // A line chart of several series (each {label, x, y}) on one step axis, drawn with
+  // dygraphs: drag to zoom, double-click to reset, a legend of the values at the hovered step.
+  // opts: id, unit, height, log (log y axis), stacked (series stacked bottom = last, filled),
+  // markers (vertical dashed lines plus a DOM element each: class ts-marker, data-kind,
+  // data-step).
   function lineChart(parent, title, series, opts) {
     opts = opts || {};
     series = series.filter(function (s) { return s.x && s.x.length; });
     if (!series.length) return null;
     var box = el("div", {"class": "chart", "data-chart": opts.id || title});
+    var graph = el("div", {"class": "ts-graph"}), legend = el("div", {"class": "ts-legend"});
+    box.appendChild(graph);
+    box.appendChild(legend);
     parent.appendChild(box);
-    var tables = series.map(function (s) { return [s.x, s.y]; });
-    var joined = uPlot.join(tables);
+    var joined = joinSeries(series);
     var markers = opts.markers || [];
-    var useries = [{label: "step"}];
-    series.forEach(function (s, i) {
-      useries.push({label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5,
-                    spanGaps: true, fill: s.fill, value: function (u, v) { return fmt(v); },
-                    points: {show: s.x.length < 200}});
+    // dygraphs needs distinct labels (they name its series).
+    var used = {}, labels = series.map(function (s) {
+      var l = s.label, n = 2;
+      while (used[l]) l = s.label + " (" + n++ + ")";
+      used[l] = true;
+      return l;
     });
-    var o = {
-      title: title, width: width(), height: opts.height || 260, series: useries,
-      scales: {x: {time: false}, y: {distr: opts.log ? 3 : 1}},
-      axes: [{label: "step", incrs: STEP_INCRS}, {label: opts.unit || "", size: 70,
-              values: function (u, vals) { return vals.map(fmt); }}],
-      legend: {live: true},
-      hooks: {draw: [function (u) { drawMarkers(u, markers); }]}
-    };
-    var u = new uPlot(o, joined, box);
-    charts.push(u);
-    return u;
+    var colors = series.map(function (s, i) { return s.color || COLORS[i % COLORS.length]; });
+    var perSeries = {};
+    series.forEach(function (s, i) { perSeries[labels[i]] = {drawPoints: s.x.length < 200}; });
+    var key = (opts.id || "") + "|" + title;
+    var g = new Dygraph(graph, joined.rows, {
+      labels: ["step"].concat(labels), colors: colors, series: perSeries,
+      title: title, titleHeight: 24, xlabel: "step", ylabel: opts.unit || "",
+      width: width(), height: opts.height || 280, strokeWidth: 1.5, pointSize: 2,
+      connectSeparatedPoints: true, stackedGraph: !!opts.stacked, fillAlpha: opts.stacked ? 0.8 : 0.15,
+      includeZero: !!opts.stacked, animatedZooms: false, axisLabelFontSize: 12,
+      dateWindow: zooms[key] || null,
+      legend: "always", labelsDiv: legend, legendFormatter: legendOf(labels, colors, joined),
+      axes: {
+        x: {ticker: stepTicks, valueFormatter: String, pixelsPerLabel: 80},
+        y: {logscale: !!opts.log, axisLabelWidth: 64, valueFormatter: fmt,
+            axisLabelFormatter: function (v) { return fmt(v); }}
+      },
+      zoomCallback: function (lo, hi) {
+        if (this.isZoomed("x")) zooms[key] = [lo, hi]; else delete zooms[key];
+      },
+      plugins: [markerLines(markers)],
+      drawCallback: function (gg) { placeMarkers(gg, graph, markers); }
+    });
+    charts.push(g);
+    return g;
   }
-  function drawMarkers(u, markers) {
-    var old = u.over.querySelectorAll(".ts-marker");
+  function markerText(m) {
+    return m.kind === "spike" || m.kind === "curve_spike" ? "spike " + m.step :
+           (m.kind.indexOf("nonfinite") >= 0 || m.kind === "nan") ? "NaN " + m.step : "";
+  }
+  // The markers' dashed lines, drawn over the series on dygraphs' chart canvas after each
+  // draw (a plugin's didDrawChart: the canvas is redrawn on every zoom).
+  function markerLines(markers) {
+    return {
+      toString: function () { return "trainscope markers"; },
+      activate: function () {
+        return {didDrawChart: function (e) {
+          var g = e.dygraph, ctx = e.drawingContext, a = g.getArea();
+          markers.forEach(function (m) {
+            var x = g.toDomXCoord(m.step);
+            if (!(x >= a.x && x <= a.x + a.w)) return;
+            ctx.save();
+            ctx.strokeStyle = MARK_COLORS[m.kind] || "#d62728";
+            ctx.lineWidth = 2;
+            ctx.setLineDash([6, 4]);
+            ctx.beginPath();
+            ctx.moveTo(x, a.y);
+            ctx.lineTo(x, a.y + a.h);
+            ctx.stroke();
+            ctx.restore();
+          });
+        }};
+      }
+    };
+  }
+  // One DOM element per marker in view, at its step's x along the top of the plot area;
+  // placed again after every draw (zoom, reset).
+  function placeMarkers(g, graph, markers) {
+    var old = graph.querySelectorAll(".ts-marker");
     for (var i = 0; i < old.length; i++) old[i].remove();
-    var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
+    var a = g.getArea();
     markers.forEach(function (m) {
-      var xs = u.valToPos(m.step, "x", true);
-      if (!(xs >= u.bbox.left && xs <= u.bbox.left + u.bbox.width)) return;
-      ctx.save();
-      ctx.strokeStyle = MARK_COLORS[m.kind] || "#d62728";
-      ctx.lineWidth = 2 * devicePixelRatio;
-      ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
-      ctx.beginPath();
-      ctx.moveTo(xs, top);
-      ctx.lineTo(xs, top + h);
-      ctx.stroke();
-      ctx.restore();
+      var x = g.toDomXCoord(m.step);
+      if (!(x >= a.x && x <= a.x + a.w)) return;
       var d = el("div", {"class": "ts-marker kind-" + m.kind, "data-kind": m.kind,
-                         "data-step": m.step, title: m.kind + " at step " + m.step + ": " + m.text});
-      d.style.left = u.valToPos(m.step, "x") + "px";
-      d.textContent = m.kind === "spike" || m.kind === "curve_spike" ? "spike " + m.step :
-                      (m.kind.indexOf("nonfinite") >= 0 || m.kind === "nan") ? "NaN " + m.step : "";
-      u.over.appendChild(d);
+                         "data-step": m.step, title: m.kind + " at step " + m.step + ": " + m.text},
+                 markerText(m));
+      d.style.left = x + "px";
+      d.style.top = a.y + "px";
+      graph.appendChild(d);
     });
   }
 
@@ -241,22 +345,15 @@
       if (!s) s = section(app, "phases", "Step phases (stacked, ms)",
                           "Per step: data wait, host-to-device copy, forward, backward, communication wait, optimizer.");
       var names = ["data_wait", "h2d", "forward", "backward", "comm_wait", "optimizer"];
-      var cum = [], acc = rank.phases.x.map(function () { return 0; });
-      names.forEach(function (n) {
+      // Stacked by dygraphs, the last series at the bottom (data_wait); the legend shows each
+      // phase's own milliseconds.
+      var ser = names.slice().reverse().map(function (n) {
         var raw = rank.phases[n] || [];
-        acc = acc.map(function (a, i) { return a + (raw[i] || 0); });
-        cum.push({name: n, raw: raw, y: acc.slice()});
+        return {label: n, x: rank.phases.x, y: rank.phases.x.map(function (_, i) { return raw[i] || 0; }),
+                raw: raw, color: PHASE_COLORS[n]};
       });
-      // Drawn top first so each lower band paints over the one above it.
-      var ser = cum.slice().reverse().map(function (c) {
-        return {label: c.name, x: rank.phases.x, y: c.y, color: PHASE_COLORS[c.name],
-                fill: PHASE_COLORS[c.name] + "cc", raw: c.raw};
-      });
-      var u = lineChart(s, run.name + " rank " + rank.rank + ": step time by phase", ser,
-                        {id: "phases", unit: "ms", markers: markersOf(data, ["spike"])});
-      if (u) ser.forEach(function (c, i) {
-        u.series[i + 1].value = function (uu, v, si, idx) { return idx === null ? "-" : fmt(c.raw[idx]); };
-      });
+      lineChart(s, run.name + " rank " + rank.rank + ": step time by phase", ser,
+                {id: "phases", unit: "ms", stacked: true, markers: markersOf(data, ["spike"])});
     });
   }
 
@@ -393,7 +490,7 @@
   }
 
   function render(data) {
-    charts.forEach(function (u) { u.destroy(); });
+    charts.forEach(function (g) { g.destroy(); });
     charts = [];
     var app = document.getElementById("app");
     app.textContent = "";
