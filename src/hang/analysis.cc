@@ -25,6 +25,18 @@ namespace {
 
 bool Completed(const Slot& s) { return !s.ops.empty() && s.ops.back()->state == "completed"; }
 
+// Whether the rank is past the slot: its entry says completed, or its dump's pg_status
+// counts the id as completed. torch's gloo recorder never moves an entry past "scheduled",
+// so its pg_status is the only progress it reports. That is no proof the rank took part
+// (gloo also counts a collective that ended in a timeout), so it only places where ranks
+// wait, never excuses a rank that lacks the id.
+bool Past(const Slot& s, const Dump& d, int64_t seq) {
+  if (Completed(s)) return true;
+  if (s.ops.empty()) return false;
+  auto st = d.pg_status.find(s.ops.back()->pg_id);
+  return st != d.pg_status.end() && seq <= st->second.last_completed;
+}
+
 // Slots of one rank in one group: collective_seq_id -> its ops.
 std::map<int64_t, Slot> SlotsOf(const Dump& d, const Group& g) {
   std::map<int64_t, Slot> out;
@@ -78,8 +90,8 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
   bool desynced = false;
   bool missing_reported = false;
   for (int64_t seq : ids) {
-    std::vector<int> have, lack;
-    bool any_completed = false, all_completed = true;
+    std::vector<int> have, lack, waiting;
+    bool any_completed = false;
     for (const auto& [rank, s] : slots) {
       auto it = s.find(seq);
       if (it == s.end()) {
@@ -88,7 +100,7 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
       }
       have.push_back(rank);
       any_completed = any_completed || Completed(it->second);
-      all_completed = all_completed && Completed(it->second);
+      if (!Past(it->second, *by_rank.at(rank), seq)) waiting.push_back(rank);
     }
     if (have.empty()) continue;
     if (!lack.empty()) {
@@ -100,8 +112,8 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
       if (!desynced) out->push_back(walk.NotJoined(seq, behind, have));
       break;  // everything later is missing on them too
     }
-    if (!g.missing.empty() && !all_completed && !missing_reported) {
-      out->push_back(walk.MissingDump(seq, have, corrupt_names));
+    if (!g.missing.empty() && !waiting.empty() && !missing_reported) {
+      out->push_back(walk.MissingDump(seq, waiting, corrupt_names));
       missing_reported = true;
     }
     std::optional<Candidate> c = walk.Compare(seq);

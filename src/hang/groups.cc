@@ -6,7 +6,8 @@
 // are members by their own view count. Views of one name that overlap but differ are a
 // membership disagreement: the view most ranks hold is taken, the others are named.
 // Groups seen in entries but absent from every pg_config get the ranks whose entries use
-// them (and, for the default group "0", every rank of the world).
+// them (and, for the default group "0", every rank of the world). An unnamed pg_config
+// entry (torch's gloo dumps) is no group.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -53,6 +54,13 @@ std::vector<Group> BuildGroups(const std::vector<Dump>& dumps,
     have.insert(d.rank);
     world = std::max({world, d.world_size, d.rank + 1});
     for (const auto& [name, cfg] : d.pg_config) {
+      // Unnamed: torch 2.15's ProcessGroupGloo registers its group before torch.distributed
+      // names it, as "" with group-local ranks (the last group built wins). Not a group, but
+      // local ranks are below the world size.
+      if (name.empty()) {
+        for (int r : cfg.ranks) world = std::max(world, r + 1);
+        continue;
+      }
       std::vector<int> ranks = cfg.ranks;
       std::sort(ranks.begin(), ranks.end());
       ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());

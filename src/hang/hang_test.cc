@@ -301,6 +301,28 @@ TEST(HangAnalysis, MissingDump) {
   EXPECT_NE(r.findings[0].sentence.find("incomplete"), std::string::npos);
 }
 
+// torch 2.15's gloo dumps: pg_config {"": ...} (the group registered before it was named),
+// entries that stay "scheduled", progress only in pg_status. The culprit's dump is lost:
+// the others wait in #5 (not in #1, the first id they share), and there is no group "".
+TEST(HangAnalysis, TorchGlooDumps) {
+  std::vector<E> a;
+  int64_t s = 1;
+  AddSteps(&a, &s, 1, 5, {100}, false, "scheduled");
+  json cfg = {{"", {{"name", ""}, {"desc", ""}, {"ranks", "[0, 1, 2, 3]"}}}};
+  json st = {{"0", {{"last_enqueued_collective", 5}, {"last_started_collective", -1},
+                    {"last_completed_collective", 4}}}};
+  std::vector<json> docs;
+  for (int r : {0, 1, 2}) docs.push_back(DumpJson(r, a, 4, 0, cfg));  // rank 3's dump lost
+  for (json& d : docs) d["pg_status"] = st;
+  Report r = Analyze(docs);
+  ExpectFinding(r, FindingKind::kMissingDump, {3}, 5);
+  EXPECT_EQ(r.findings[0].waiting_ranks, (std::vector<int>{0, 1, 2}));
+  json details = ReportToJson(r)["details"];
+  ASSERT_EQ(details["groups"].size(), 1u) << details["groups"].dump();
+  EXPECT_EQ(details["groups"][0]["pg"], "0");
+  EXPECT_EQ(details["groups"][0]["missing_ranks"], json::array({3}));
+}
+
 TEST(HangAnalysis, WrappedBuffersAreAligned) {
   std::vector<E> all;
   int64_t s = 1;
