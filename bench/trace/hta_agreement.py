@@ -7,12 +7,16 @@ Usage:
   bench/trace/hta_agreement.py HTA_CHECKOUT [--trainscope build/bin/trainscope]
       [--hta-python /usr/bin/python3] [--json out.json] [--markdown out.md]
       [--only SUBSTRING ...] [--repeat N]   (N interleaved runs of both tools, best wall each)
+      [--hta-installed]   (the HTA that --hta-python imports, e.g. .venv/bin/python's pip
+                           HolisticTraceAnalysis, instead of the checkout's code)
 
 HTA is run from the checkout itself (TraceAnalysis(trace_files={0: FILE}).get_temporal_breakdown
 with its defaults, i.e. include_last_profiler_step=False) with a Python that can import pandas,
-numpy and plotly (Debian: python3-pandas python3-plotly python3-networkx). When it cannot be run,
-the figures that HTA's own tests expect are used where there are any, and the row says so.
-Each trace is analysed as one rank (one file), by both tools.
+numpy and plotly (Debian: python3-pandas python3-plotly python3-networkx); with --hta-installed
+the checkout gives only tests/data and HTA is the package that Python has installed. When it
+cannot be run, the figures that HTA's own tests expect are used where there are any, and the row
+says so. Each trace is analysed as one rank (one file), by both tools. The JSON names the HTA,
+pandas and numpy versions used.
 """
 import argparse
 import glob
@@ -33,9 +37,17 @@ HTA_TEST_EXPECTS = {
 }
 
 HTA_SNIPPET = r"""
-import json, logging, sys
-sys.path.insert(0, sys.argv[1])
+import json, logging, sys, warnings
+if sys.argv[1]:
+    sys.path.insert(0, sys.argv[1])
 logging.disable(logging.CRITICAL)
+warnings.simplefilter("ignore")
+if len(sys.argv) > 2 and sys.argv[2] == "--versions":
+    import numpy, pandas
+    from hta.version import __version_tuple__
+    print("HTA_VERSIONS " + json.dumps({"hta": ".".join(map(str, __version_tuple__)),
+                                        "pandas": pandas.__version__, "numpy": numpy.__version__}))
+    sys.exit(0)
 from hta.configs.config import logger
 logger.setLevel(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
@@ -104,12 +116,26 @@ def run_ours(binary, path):
             "non_compute_pct": 100 * b["non_compute_us"] / kt}
 
 
-def hta_can_run(python):
+def hta_can_run(python, installed):
     try:
-        return subprocess.run([python, "-c", "import pandas, numpy, plotly"],
+        return subprocess.run([python, "-c", "import pandas, numpy, plotly" +
+                               (", hta" if installed else "")],
                               capture_output=True).returncode == 0
     except OSError:
         return False
+
+
+def hta_versions(python, hta_dir):
+    """{"hta", "pandas", "numpy"} versions of the HTA that run_hta runs, or {}."""
+    try:
+        p = subprocess.run([python, "-c", HTA_SNIPPET, hta_dir, "--versions"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    for line in p.stdout.splitlines():
+        if line.startswith("HTA_VERSIONS "):
+            return json.loads(line[len("HTA_VERSIONS "):])
+    return {}
 
 
 def main():
@@ -123,11 +149,15 @@ def main():
                     help="only traces whose path contains this (repeatable)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run both tools N times, interleaved, and keep each one's best wall time")
+    ap.add_argument("--hta-installed", action="store_true",
+                    help="run the HTA package that --hta-python has installed, not the checkout's")
     a = ap.parse_args()
+    hta_code = "" if a.hta_installed else a.hta
     data = os.path.join(a.hta, "tests", "data")
     files = sorted(set(glob.glob(os.path.join(data, "**", "*.json"), recursive=True) +
                        glob.glob(os.path.join(data, "**", "*.json.gz"), recursive=True)))
-    hta_ok = hta_can_run(a.hta_python)
+    hta_ok = hta_can_run(a.hta_python, a.hta_installed)
+    versions = hta_versions(a.hta_python, hta_code) if hta_ok else {}
     rows = []
     # Traces HTA's tests use that the checkout lacks (large files left out of a snapshot).
     for rel, e in sorted(HTA_TEST_EXPECTS.items()):
@@ -143,7 +173,7 @@ def main():
         rel = os.path.relpath(f, data)
         hta, ours = {"error": "HTA not run"}, None
         for _ in range(max(1, a.repeat)):
-            h = run_hta(a.hta_python, a.hta, f) if hta_ok else {"error": "HTA not run"}
+            h = run_hta(a.hta_python, hta_code, f) if hta_ok else {"error": "HTA not run"}
             o = run_ours(a.trainscope, f)
             if "wall_s" in hta and "wall_s" in h:
                 h["wall_s"] = min(h["wall_s"], hta["wall_s"])
@@ -167,13 +197,14 @@ def main():
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"format": "trainscope.bench.hta_agreement", "version": 1,
-                       "argv": sys.argv, "rows": rows}, fh, indent=1)
+                       "argv": sys.argv, "versions": versions, "rows": rows}, fh, indent=1)
     if a.markdown:
         with open(a.markdown, "w") as fh:
             fh.write(markdown(rows))
     compared = [r for r in rows if "max_diff_points" in r]
     worst = max((r["max_diff_points"] for r in compared), default=0)
-    print("%d traces, %d compared, worst difference %.3f points" % (len(rows), len(compared), worst))
+    print("%d traces, %d compared, worst difference %.3f points (HTA %s)" %
+          (len(rows), len(compared), worst, versions or "not run"))
 
 
 def triple(d):

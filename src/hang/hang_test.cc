@@ -309,8 +309,10 @@ TEST(HangAnalysis, TorchGlooDumps) {
   int64_t s = 1;
   AddSteps(&a, &s, 1, 5, {100}, false, "scheduled");
   json cfg = {{"", {{"name", ""}, {"desc", ""}, {"ranks", "[0, 1, 2, 3]"}}}};
-  json st = {{"0", {{"last_enqueued_collective", 5}, {"last_started_collective", -1},
-                    {"last_completed_collective", 4}}}};
+  json st = {{"0",
+              {{"last_enqueued_collective", 5},
+               {"last_started_collective", -1},
+               {"last_completed_collective", 4}}}};
   std::vector<json> docs;
   for (int r : {0, 1, 2}) docs.push_back(DumpJson(r, a, 4, 0, cfg));  // rank 3's dump lost
   for (json& d : docs) d["pg_status"] = st;

@@ -2,6 +2,9 @@
 // paths, read and analyse one rank at a time, number the unranked traces, combine.
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +17,37 @@
 #include "trainscope/trace/trace.h"
 
 namespace trainscope::trace {
+namespace {
+
+// A profiler with a repeating schedule (torch.profiler.schedule(repeat=N) with
+// tensorboard_trace_handler) writes one file per window and rank, but a rank is one process
+// and one timeline: of the files that name the same rank, the latest window (the one whose
+// events start last; the later path on a tie) is analysed and the others are listed as
+// skipped. `start_ns` is each result's first event time (INT64_MAX without events).
+void KeepLatestWindowPerRank(const std::vector<int64_t>& start_ns, std::vector<RankResult>* results,
+                             std::vector<SkippedFile>* skipped) {
+  std::map<int, size_t> latest;  // rank -> index in *results
+  for (size_t i = 0; i < results->size(); ++i) {
+    auto [it, inserted] = latest.try_emplace((*results)[i].rank, i);
+    if (!inserted && start_ns[i] >= start_ns[it->second]) it->second = i;
+  }
+  if (latest.size() == results->size()) return;
+  std::vector<RankResult> kept;
+  for (size_t i = 0; i < results->size(); ++i) {
+    RankResult& r = (*results)[i];
+    const size_t keep = latest[r.rank];
+    if (keep == i) {
+      kept.push_back(std::move(r));
+      continue;
+    }
+    skipped->push_back(
+        {r.path, absl::StrCat(r.path, ": an earlier profiler window of rank ", r.rank, " (",
+                              (*results)[keep].path, " is analysed)")});
+  }
+  *results = std::move(kept);
+}
+
+}  // namespace
 
 absl::Status CheckTracePaths(const std::vector<std::string>& paths) {
   // A trace is a regular file or a directory; anything else (/dev/zero, a FIFO, a socket) is
@@ -34,6 +68,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   // One rank at a time: read, analyse, keep the result, free the events (memory stays at one
   // rank's event table however many ranks are given).
   std::vector<RankResult> results;
+  std::vector<int64_t> start_ns;  // per result: its first event
   std::set<int> used_ranks;
   std::vector<size_t> unranked;
   std::vector<std::string> warnings;
@@ -70,6 +105,9 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
     }
     if (t->rank >= 0) used_ranks.insert(t->rank);
     const bool has_rank = t->rank >= 0;
+    int64_t first_ns = INT64_MAX;
+    for (const Event& e : t->events) first_ns = std::min(first_ns, e.ts_ns);
+    start_ns.push_back(first_ns);
     results.push_back(AnalyzeRank(&*t, options.analyze));
     if (!has_rank) unranked.push_back(results.size() - 1);
   }
@@ -86,6 +124,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
         f.title = "rank " + std::to_string(r.rank) + f.title.substr(7);
     }
   }
+  KeepLatestWindowPerRank(start_ns, &results, &skipped);
   if (results.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("no traces among the files given (",
                                                    skipped.size(), " skipped: not a trace)"));

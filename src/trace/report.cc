@@ -190,7 +190,7 @@ std::string ReportToText(const Report& rep) {
   }
   if (all.empty()) out += "  none\n";
   if (!rep.skipped.empty()) {
-    out += absl::StrCat("\nSkipped (", rep.skipped.size(), ", not traces)\n");
+    out += absl::StrCat("\nSkipped (", rep.skipped.size(), ")\n");
     for (const SkippedFile& f : rep.skipped) out += absl::StrCat("  ", f.reason, "\n");
   }
   return out;

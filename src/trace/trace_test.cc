@@ -397,6 +397,35 @@ TEST(Analysis, RealDdpRunNamesSlowRankAndDataLoading) {
   EXPECT_NE(ReportToText(rep).find("straggler"), std::string::npos);
 }
 
+// torch.profiler's schedule(repeat=2) writes two files per rank, one per window: a rank is
+// one process, so each rank is reported once, from its latest window (by time, not by path),
+// and the earlier window is listed as skipped.
+TEST(AnalyzePaths, OneRankPerProcessNotPerProfilerWindow) {
+  auto window = [](int rank, int64_t t0) {
+    return absl::StrCat(R"({"distributedInfo": {"backend": "gloo", "rank": )", rank,
+                        R"(, "world_size": 2}, "traceEvents": [
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#)",
+                        t0, R"(","pid":1,"tid":1,"ts":)", t0,
+                        R"(,"dur":100},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":)",
+                        t0 + 10, R"(,"dur":20}]})");
+  };
+  std::string dir = TempDir();
+  WriteFile(dir + "/a.pt.trace.json", window(0, 5000));  // later window, earlier path
+  WriteFile(dir + "/b.pt.trace.json", window(0, 1000));
+  WriteFile(dir + "/c.pt.trace.json", window(1, 1000));
+  auto rep = AnalyzePaths({dir});
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  ASSERT_EQ(rep->ranks.size(), 2u);
+  EXPECT_EQ(rep->ranks[0].rank, 0);
+  EXPECT_EQ(rep->ranks[0].path, dir + "/a.pt.trace.json");
+  EXPECT_EQ(rep->ranks[0].steps[0].step, 5000);
+  EXPECT_EQ(rep->ranks[1].rank, 1);
+  ASSERT_EQ(rep->skipped.size(), 1u);
+  EXPECT_EQ(rep->skipped[0].path, dir + "/b.pt.trace.json");
+  EXPECT_NE(rep->skipped[0].reason.find("earlier profiler window of rank 0"), std::string::npos);
+}
+
 TEST(Readers, AscendOutputDirectory) {
   std::string dir = TempDir() + "/host_123_ascend_pt";
   ASSERT_EQ(system(("mkdir -p " + dir + "/ASCEND_PROFILER_OUTPUT").c_str()), 0);

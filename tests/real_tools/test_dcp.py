@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # noqa: E402
 
-BINARY = os.environ.get("TS_BINARY", "/work/main/build/bin/trainscope")
+from _cli import BINARY, run, run_json  # noqa: E402
 
 # The 2-rank job: each rank writes three saves; "b" differs from "a" in one element of the
 # DTensor "dt" (held by rank 1), "c" is "a" again.
@@ -76,17 +76,6 @@ def single_state_dict():
         "scalar": torch.tensor(2.5),
         "step": 7,  # not a tensor: BytesStorageMetadata
     }
-
-
-def run(*args):
-    p = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=60)
-    assert p.returncode in (0, 1), f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
-
-
-def run_json(*args):
-    p = run(*args, "--json")
-    return p.returncode, json.loads(p.stdout)
 
 
 @pytest.fixture(scope="module")

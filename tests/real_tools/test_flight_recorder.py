@@ -51,7 +51,7 @@ import pytest
 
 import torch  # noqa: F401  (the test is about this torch; a missing torch is an error)
 
-BINARY = os.environ.get("TS_BINARY", "/work/main/build/bin/trainscope")
+from _cli import BINARY  # noqa: E402
 PREFIX = "gloo_trace_rank_"  # TORCH_FR_DUMP_TEMP_FILE's file name part
 BUCKETS = (64, 16)  # elements of the two gradient buckets, all_reduced every step
 GLOO_TIMEOUT_S = 60  # how long the waiting ranks would block: far beyond the dump

@@ -26,7 +26,7 @@ from safetensors import safe_open  # noqa: E402
 import safetensors.numpy  # noqa: E402
 import safetensors.torch  # noqa: E402
 
-BINARY = os.environ.get("TS_BINARY", "/work/main/build/bin/trainscope")
+from _cli import BINARY, run, run_json  # noqa: E402
 
 # Element size in bytes of each safetensors dtype written here.
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1,
@@ -34,17 +34,6 @@ ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I8":
 # Our `data stats` names dtypes numpy-style.
 NUMPY_NAME = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
               "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-
-
-def run(*args):
-    p = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=60)
-    assert p.returncode in (0, 1), f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
-
-
-def run_json(*args):
-    p = run(*args, "--json")
-    return p.returncode, json.loads(p.stdout)
 
 
 def torch_tensors():

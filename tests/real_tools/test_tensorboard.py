@@ -31,7 +31,7 @@ from tensorboard.backend.event_processing import event_accumulator, plugin_event
 from tensorboard.util import tensor_util
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("TS_BINARY", os.path.join(REPO, "build", "bin", "trainscope"))
+from _cli import BINARY  # noqa: E402
 CONFIG = os.path.join(REPO, "tests", "data", "train", "tiny_config.json")
 ENV = dict(os.environ, TRAINSCOPE_NO_PROGRESS="1", OMP_NUM_THREADS="1")
 

@@ -35,7 +35,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
     processors, trainers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("TS_BINARY", os.path.join(REPO, "build", "bin", "trainscope"))
+from _cli import BINARY  # noqa: E402
 ENV = dict(os.environ, TRAINSCOPE_NO_PROGRESS="1")
 LICENSES = "/usr/share/common-licenses"
 TRAIN_FILES = ("GPL-3", "Apache-2.0")

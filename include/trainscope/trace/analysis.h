@@ -93,7 +93,8 @@ struct Straggler {
   double cause_us = 0, others_cause_us = 0;
 };
 
-// A file found in a directory that is not a trace (an execution trace, notes, ...): skipped.
+// A file found in a directory that is not a trace (an execution trace, notes, ...), or an
+// earlier profiler window of a rank that a later file also covers: skipped.
 struct SkippedFile {
   std::string path, reason;
 };
@@ -132,10 +133,12 @@ absl::Status CheckTracePaths(const std::vector<std::string>& paths);
 // (CheckTracePaths), expands directories (ExpandTracePaths), reads and analyses one rank at a
 // time (memory stays at one rank's event table), numbers traces without a rank with the next
 // free numbers and combines the ranks. A file found in a directory that is not a trace is
-// skipped (Report::skipped); bad records go to Report::warnings, or with options.strict are
-// an InvalidArgument naming the file. Errors: NotFound (a missing path), InvalidArgument
-// (a named file that is not a trace or has no usable events, no trace at all), each naming
-// the file. Blocking (reads files); writes nothing.
+// skipped (Report::skipped), and so is each earlier profiler window of a rank that several
+// files name (torch.profiler's schedule(repeat=N) writes one file per window and rank): the
+// window whose events start last is the rank's (the later path on a tie); bad records go to
+// Report::warnings, or with options.strict are an InvalidArgument naming the file. Errors: NotFound
+// (a missing path), InvalidArgument (a named file that is not a trace or has no usable events, no
+// trace at all), each naming the file. Blocking (reads files); writes nothing.
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
                                     const AnalyzePathsOptions& options = {});
 
