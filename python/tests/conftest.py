@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -31,15 +32,22 @@ def launch(script, args, world_size=2, timeout_s=60, extra_env=None):
         procs.append(subprocess.Popen([sys.executable, script] + list(args),
                                       env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
+    # timeout_s bounds the whole launch; ranks still running then (or at any error here) are
+    # killed and reaped.
+    deadline = time.monotonic() + timeout_s
     results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            for q in procs:
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail("%s %s: rank did not end within %d s" % (script, args, timeout_s))
+            results.append((p.returncode, out, err))
+    finally:
+        for q in procs:
+            if q.poll() is None:
                 q.kill()
-            pytest.fail("%s %s: rank did not end within %d s" % (script, args, timeout_s))
-        results.append((p.returncode, out, err))
+                q.communicate()
     return results
 
 

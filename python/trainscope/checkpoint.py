@@ -17,8 +17,17 @@ bfloat16 as dtype BF16), everything else (ints, floats, strings, None, bools) in
 optimizer's integer parameter ids) and tuples stay tuples. The RNG states of torch (CPU and
 every CUDA device), numpy and Python's random are saved with it and restored by load().
 
-Distributed: the state is taken as replicated (data parallel): only rank 0 writes; every rank
-waits at a barrier until it has, so a load right after a save sees it.
+Distributed: only rank 0 writes; every rank waits at a barrier until it has, so a load right
+after a save sees it. Plain tensors are taken as replicated (DDP). DTensor values (FSDP2's
+`fully_shard`, tensor parallel: `model.state_dict()`, `opt.state_dict()`) are gathered to
+full tensors first, so every rank passes its own shards of the same state: the ranks first
+compare where their DTensors are (one all_gather_object; a difference is a trainscope.Error
+on every rank naming the first such key, not a hang), then each DTensor is gathered in turn
+(`full_tensor()`, a collective over its mesh) and rank 0 keeps a CPU copy. The checkpoint
+holds full tensors; load() returns them as plain tensors (into an FSDP2 model:
+torch.distributed.checkpoint.state_dict.set_model_state_dict with full_state_dict=True). A
+state already full (get_model_state_dict(full_state_dict=True, cpu_offload=True), which
+leaves the other ranks an empty dict) is written as it is.
 """
 import collections
 import os
@@ -27,7 +36,7 @@ import random
 import numpy as np
 import torch
 
-from . import _api, _core, _util
+from . import _api, _core, _dtensor as _dt, _util
 from ._errors import Error
 
 FORMAT = "trainscope.python_state"
@@ -48,9 +57,13 @@ def _checkpoints_dir(path):
     return os.path.join(str(path), _util.CHECKPOINTS_DIR)
 
 
-def _buffer(t):
-    """(dtype name, shape, C-contiguous CPU buffer) of tensor t."""
+def _buffer(t, name):
+    """(dtype name, shape, C-contiguous CPU buffer) of tensor t, saved under name."""
     t = t.detach()
+    if _dt.is_dtensor(t):  # not gathered: save() without torch.distributed initialised
+        raise Error("trainscope.checkpoint.save: '%s' is a DTensor (a shard of a sharded "
+                    "tensor) and torch.distributed is not initialised to gather it; save "
+                    "full tensors (t.full_tensor())." % name)
     if t.dtype not in _TO_ST:
         raise Error("trainscope.checkpoint.save: tensor dtype %s is not supported (float64/32/16, "
                     "bfloat16, int64/32/16/8, uint8, bool are)." % t.dtype)
@@ -60,25 +73,31 @@ def _buffer(t):
     return _TO_ST[t.dtype], list(t.shape), t.numpy()
 
 
-def _flatten(value, path, tensors):
-    """The JSON skeleton of value; tensors appended as (name, dtype, shape, buffer)."""
+def _flatten(value, path, tensors, gathered=None):
+    """The JSON skeleton of value; tensors appended as (name, dtype, shape, buffer). gathered:
+    id(DTensor) -> its full CPU tensor, saved in its place."""
     if isinstance(value, torch.Tensor):
         name = ".".join(path) or "tensor"
-        tensors.append((name,) + _buffer(value))
+        if gathered:
+            value = gathered.get(id(value), value)
+        tensors.append((name,) + _buffer(value, name))
         return {"__tensor__": name}
     if isinstance(value, np.ndarray):
         return {"__ndarray__": _flatten(torch.from_numpy(np.ascontiguousarray(value)), path,
                                         tensors)}
     if isinstance(value, dict):
-        items = [[_flatten(k, path + ["key"], tensors) if not isinstance(k, (str, int, float))
-                  else k, _flatten(v, path + [str(k)], tensors)] for k, v in value.items()]
+        items = [[_flatten(k, path + ["key"], tensors, gathered)
+                  if not isinstance(k, (str, int, float))
+                  else k, _flatten(v, path + [str(k)], tensors, gathered)]
+                 for k, v in value.items()]
         if all(isinstance(k, str) and not k.startswith("__") for k in value):
             return {k: v for k, v in items}
         return {"__dict__": items}
     if isinstance(value, tuple):
-        return {"__tuple__": [_flatten(v, path + [str(i)], tensors) for i, v in enumerate(value)]}
+        return {"__tuple__": [_flatten(v, path + [str(i)], tensors, gathered)
+                              for i, v in enumerate(value)]}
     if isinstance(value, list):
-        return [_flatten(v, path + [str(i)], tensors) for i, v in enumerate(value)]
+        return [_flatten(v, path + [str(i)], tensors, gathered) for i, v in enumerate(value)]
     if isinstance(value, (np.generic,)):
         return value.item()
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -144,20 +163,69 @@ def _dist():
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def _dtensors(value, path, found):
+    """Appends (dotted path, DTensor) for every DTensor in value, in _flatten's order."""
+    if isinstance(value, torch.Tensor):
+        if _dt.is_dtensor(value):
+            found.append((".".join(path) or "tensor", value))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _dtensors(v, path + [str(k)], found)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _dtensors(v, path + [str(i)], found)
+    return found
+
+
+def _gather_dtensors(dist, state):
+    """id(DTensor) -> full CPU tensor on rank 0 ({} elsewhere), gathering every DTensor of
+    state on every rank. Collective: each rank must pass its shards of the same state; the
+    ranks compare their DTensors' paths first and all raise if they differ."""
+    if _dt.dtensor_type(load=True) is None:  # a torch without DTensor: no rank has one
+        return {}
+    found = _dtensors(state, [], [])
+    paths = [p for p, _ in found]
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, paths)
+    for rank, theirs in enumerate(every):
+        if theirs != paths:
+            i = next(i for i, (p, q) in enumerate(zip(paths + [None], theirs + [None]))
+                     if p != q)
+            key = paths[i] if i < len(paths) else theirs[i]
+            raise Error("trainscope.checkpoint.save: the ranks' states differ in their DTensors "
+                        "(at '%s', rank %d and rank %d differ): DTensors (FSDP2, tensor "
+                        "parallel) are gathered to full tensors, so every rank passes its own "
+                        "shards of the same state, e.g. {\"model\": model.state_dict()}; or "
+                        "pass full tensors (torch.distributed.checkpoint.state_dict."
+                        "get_model_state_dict(model, options=StateDictOptions("
+                        "full_state_dict=True, cpu_offload=True)))."
+                        % (key, dist.get_rank(), rank))
+    keep = dist.get_rank() == 0
+    gathered = {}
+    for _, t in found:
+        value = t.full_tensor()  # a collective over t's mesh
+        if keep:
+            gathered[id(t)] = value.cpu()
+    return gathered
+
+
 def save(path, state, step, keep=0, rng=True):
     """Writes `state` as <path>/checkpoints/step-<step>/ and returns that folder (None on the
     ranks other than 0, which do not write). path: the run directory. keep: then removes all
     but the newest `keep` complete checkpoints (0 keeps all). rng: save the RNG states.
-    Raises trainscope.Error: the checkpoint exists, a value that cannot be saved, I/O."""
+    Distributed: call on every rank; DTensor values are gathered (see the module's doc).
+    Raises trainscope.Error: the checkpoint exists, a value that cannot be saved, the ranks'
+    DTensors differ, I/O."""
     if not isinstance(step, int) or step < 0:
         raise Error("trainscope.checkpoint.save: step must be a non-negative int, not %r."
                     % (step,))
     dist = _dist()
     written = None
+    gathered = _gather_dtensors(dist, state) if dist is not None else {}
     if dist is None or dist.get_rank() == 0:
         tensors = []
         meta = {"format": FORMAT, "version": VERSION, "step": step,
-                "state": _flatten(state, [], tensors), "torch": torch.__version__}
+                "state": _flatten(state, [], tensors, gathered), "torch": torch.__version__}
         if rng:
             meta["rng"] = _rng_state(tensors)
         written = _core.ckpt_write(_checkpoints_dir(path), step, tensors, meta,

@@ -7,7 +7,12 @@ flight recorder (`trainscope._core.FlightRecorder`, the dump format of docs/form
 "Flight recorder dump") with its call site: the file:line of the first caller frame outside
 torch and trainscope. Torch 1.13 has no Flight Recorder of its own; this one works on any
 torch. DDP's bucket all-reduces are recorded when the model is passed (`model=`) or watched
-by `trainscope.watch`: both register one comm hook that calls `dist.all_reduce`.
+by `trainscope.watch`: both register one comm hook that calls `dist.all_reduce`. FSDP2
+(`fully_shard`) calls `dist.all_gather_single` / `dist.reduce_scatter_single` (torch 2.15;
+`all_gather_into_tensor` / `reduce_scatter_tensor` before), recorded as they are. DTensor's
+functional collectives (`torch.distributed._functional_collectives`: `full_tensor()`,
+`redistribute`, the norm of sharded gradients) do not go through these functions and are not
+recorded.
 
 Per group, collectives get sequence numbers 1, 2, ... in call order, and send/recv their own;
 every rank that calls the same collectives in the same order gives them the same numbers,
@@ -27,6 +32,7 @@ not wrapped: call them as `dist.all_reduce`.
 """
 import atexit
 import faulthandler
+import inspect
 import os
 import sys
 import threading
@@ -51,9 +57,11 @@ _OPS = {
     "all_reduce": ("all_reduce", 0, 2, False),
     "broadcast": ("broadcast", 0, 2, False),
     "all_gather": ("all_gather", 1, 2, False),
+    "all_gather_single": ("all_gather", 1, 2, False),  # torch 2.15's name; FSDP2 calls it
     "all_gather_into_tensor": ("all_gather", 1, 2, False),
     "_all_gather_base": ("all_gather", 1, 2, False),
     "reduce_scatter": ("reduce_scatter", 0, 3, False),
+    "reduce_scatter_single": ("reduce_scatter", 0, 3, False),  # torch 2.15; FSDP2 calls it
     "reduce_scatter_tensor": ("reduce_scatter", 0, 3, False),
     "_reduce_scatter_base": ("reduce_scatter", 0, 3, False),
     "all_to_all": ("all_to_all", 1, 2, False),
@@ -207,7 +215,14 @@ class Recorder:
         dtype_codes = {d: _core.FlightRecorder.dtype_code(str(d)) for d in _DTYPES}
         default_dtype = _core.FlightRecorder.dtype_code("float32")
         always_async = name in ("isend", "irecv")
-        async_pos = _ASYNC_POSITION.get(name, 1 << 30)
+        # Keyword names from the signature (FSDP2 passes output=, input=): the counted tensor
+        # is the parameter at tensor_index; async_op's position. The table where there is
+        # no signature to read.
+        params = _parameter_names(fn)
+        tensor_key = params[tensor_index] if tensor_index is not None and \
+            params and len(params) > tensor_index else None
+        async_pos = params.index("async_op") if params and "async_op" in params else \
+            _ASYNC_POSITION.get(name, 1 << 30)
         if name in ("barrier", "monitored_barrier"):
             group_index = 0
         gather, scatter = op == "all_gather", op == "reduce_scatter"
@@ -228,7 +243,8 @@ class Recorder:
                 if n > tensor_index:
                     t = args[tensor_index]
                 elif kwargs:
-                    t = kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
+                    t = kwargs.get(tensor_key) if tensor_key else \
+                        kwargs.get("tensor", kwargs.get("input_tensor", kwargs.get("input")))
             # A tensor first: isinstance(tensor, (list, tuple)) costs 3x isinstance(tensor,
             # Tensor).
             is_tensor = isinstance(t, tensor_type)
@@ -347,6 +363,14 @@ class Recorder:
         return self.dump_path
 
 
+def _parameter_names(fn):
+    """The names of fn's parameters in order, or None where its signature cannot be read."""
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
 def _group_ranks(pg):
     get = getattr(dist, "get_process_group_ranks", None)
     if get is not None:
@@ -368,9 +392,11 @@ def _peer(key, args, kwargs, pg):
         return int(peer)
 
 
-# async_op's position among the positional parameters of the calls that take it.
-_ASYNC_POSITION = {"all_reduce": 3, "broadcast": 3, "all_gather": 3, "all_gather_into_tensor": 3,
-                   "_all_gather_base": 3, "reduce_scatter": 4, "reduce_scatter_tensor": 4,
+# async_op's position among the positional parameters of the calls that take it, where
+# their signatures cannot be read.
+_ASYNC_POSITION = {"all_reduce": 3, "broadcast": 3, "all_gather": 3, "all_gather_single": 3,
+                   "all_gather_into_tensor": 3, "_all_gather_base": 3, "reduce_scatter": 4,
+                   "reduce_scatter_single": 4, "reduce_scatter_tensor": 4,
                    "_reduce_scatter_base": 4, "all_to_all": 3, "all_to_all_single": 5,
                    "barrier": 1}
 # Dtypes given their native code once per wrapper (others are recorded as float32, as the

@@ -17,7 +17,7 @@ import types
 
 import torch
 
-from . import _ddp, _util
+from . import _ddp, _dtensor as _dt, _util
 from ._errors import Error, NonFiniteError
 from . import nonfinite as _nf
 
@@ -88,7 +88,7 @@ class Monitor:
         self._named = [(n, p) for n, p in inner.named_parameters() if p.requires_grad]
         if not self._named:
             raise Error("trainscope.watch: the model (%s) has no trainable parameters, so there "
-                        "are no gradients to watch." % type(inner).__name__)
+                        "are no gradients to watch." % _nf.class_name(inner))
         if int(every) < 1:
             raise Error("trainscope.watch: every must be a positive number of steps, not %r."
                         % (every,))
@@ -99,6 +99,7 @@ class Monitor:
         self.run_dir = _util.resolve_run_dir(run_dir)
         self.metrics_path = _util.metrics_path(self.run_dir, self.rank)
         self._params = [p for _, p in self._named]
+        self._sharded = _dt.mesh_of(self._params) is not None  # DTensor parameters: FSDP2
         self._device = self._params[0].device
         self._start_s = time.time()
         self._closed = False
@@ -314,15 +315,18 @@ class Monitor:
         pairs = [(n, p) for n, p in self._named if p.grad is not None]
         if not pairs:
             return
+        # With sharded (DTensor) gradients, as FSDP2's, the norms are of the full gradients:
+        # one all-reduce over the mesh, the same value on every rank, so every rank enters
+        # the detailed mode below together (its replays communicate).
         grads = [p.grad.detach() for _, p in pairs]
-        norms = torch._foreach_norm(grads)
+        norms = _dt.norms(grads)
         dev = norms[0].device
         stacked = torch.stack([n if n.device == dev else n.to(dev) for n in norms]).float()
         total = float(torch.linalg.vector_norm(stacked))
         self._grad_norm = total
         due = self._layer_norms_every > 0 and (step == 1 or step % self._layer_norms_every == 0)
         if due:
-            wn = torch._foreach_norm([p.detach() for _, p in pairs])
+            wn = _dt.norms([p.detach() for _, p in pairs])
             wl = torch.stack([n.to(dev) for n in wn]).float().tolist()
             gl = stacked.tolist()
             fin = lambda v: v if math.isfinite(v) else None  # noqa: E731
@@ -340,15 +344,21 @@ class Monitor:
         step = self._step + 1
         tr = self._tracer
         weights_bad = tr.nonfinite_weights()
-        runs = [tr.replay(), tr.replay()]
+        # With sharded parameters (FSDP2) a replay all-gathers them, which needs every rank
+        # of the mesh: a gradient check brings them all here at once, a loss logged by this
+        # rank alone does not, so that is reported without a replay.
+        replay = event == "grads" or not self._sharded
+        runs = [tr.replay(), tr.replay()] if replay else [_nf.not_replayed()] * 2
         first = runs[0]
         ev = {"step": step, "rank": self.rank, "parameter": "", "module": "",
-              "replayed": True, "reproducible": None,
+              "replayed": replay, "reproducible": None,
               "fp16": _precision(self._params) == "fp16",
               "max_abs_activation": first["max_abs"], "lr": self._optimizer_lr(),
               "grad_norms": list(self._grad_norms), "lr_history": list(self._lrs),
               "weights_nonfinite": bool(weights_bad), "embedding": first["embedding"]}
         from_other_rank = False
+        sources = self._ranks_with_culprit(first["culprit"] is not None) \
+            if event == "grads" else []
         if first["culprit"] is not None:
             ev.update(phase="forward", module=first["culprit"])
             ev["reproducible"] = runs[1]["culprit"] == first["culprit"]
@@ -357,7 +367,7 @@ class Monitor:
         else:
             ev.update(phase="backward", replayed=False)
             local = self._hook_state.take()[1] if self._hook_state is not None else []
-            if local and all(bool(f) for f in local):
+            if (local and all(bool(f) for f in local)) or sources:
                 from_other_rank = True
             else:
                 ev["module"], ev["parameter"] = tr.first_nonfinite_grad(first["order"])
@@ -372,6 +382,8 @@ class Monitor:
                "grad_norms": ev["grad_norms"]}
         if from_other_rank:
             rec["from_other_rank"] = True
+        if sources and first["culprit"] is None:
+            rec["source_ranks"] = sources
         if first["error"]:
             rec["replay_error"] = first["error"]
         message = _nf.sentence(rec)
@@ -383,12 +395,25 @@ class Monitor:
         raise NonFiniteError(message, step, self.rank, rec["phase"], rec["module"],
                              rec["parameter"], rec)
 
+    def _ranks_with_culprit(self, found):
+        """With sharded (DTensor) gradients: the ranks whose forward replay found a culprit
+        module, exchanged over the gradients' mesh; [] without DTensor gradients. Every rank
+        of the mesh comes here at the same step, as the gradient norm that sent it here is
+        the same on all of them. With sharded gradients a rank's own gradients are gone
+        once reduced; whether its forward was finite is what tells that they came from
+        another rank (DDP's comm hook checks the gradients themselves, before the
+        all-reduce)."""
+        mesh = _dt.mesh_of(p.grad for _, p in self._named if p.grad is not None)
+        if mesh is None:
+            return []
+        return _dt.ranks_flagged(found, mesh)
+
     # ---- file and teardown ----
     def _header(self, config):
         cfg = {"source": "trainscope.watch", "torch": torch.__version__,
                "every": self._every, "layer_norms_every": self._layer_norms_every,
                "nonfinite_checks": self._tracer is not None,
-               "model": type(_nf.unwrap(self._model)).__name__,
+               "model": _nf.class_name(_nf.unwrap(self._model)),
                "optimizer": type(self._optimizer).__name__ if self._optimizer else ""}
         if config:
             cfg["user"] = config

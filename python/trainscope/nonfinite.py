@@ -21,15 +21,16 @@ trainer's own rules (src/diagnose/nonfinite.cc ClassifyNonfinite, through
 """
 import torch
 
-from . import _core
+from . import _core, _dtensor as _dt
 
 _MAX_SAMPLES = 64
 
 
 def _tensors(value):
-    """Every tensor inside value (tensors, tuples, lists, dicts, dataclass-like outputs)."""
+    """Every tensor inside value (tensors, tuples, lists, dicts, dataclass-like outputs); of a
+    DTensor, this rank's part (testing a DTensor itself would communicate)."""
     if isinstance(value, torch.Tensor):
-        yield value
+        yield _dt.local(value)
     elif isinstance(value, (tuple, list)):
         for v in value:
             yield from _tensors(v)
@@ -54,6 +55,18 @@ def _max_abs(value):
     return m
 
 
+def class_name(module):
+    """The name of module's own class: FSDP2's fully_shard (and replicate) give a module a
+    class made on the fly, FSDP<Name> with bases (FSDPModule, <Name>); that is looked through.
+    """
+    cls = type(module)
+    while len(cls.__bases__) == 2 and cls.__bases__[0].__module__.startswith(
+            "torch.distributed") and cls.__name__.endswith(cls.__bases__[1].__name__) and \
+            cls.__name__ != cls.__bases__[1].__name__:
+        cls = cls.__bases__[1]
+    return cls.__name__
+
+
 def unwrap(model):
     """The module a DistributedDataParallel (or DataParallel) wrapper holds, else model."""
     inner = getattr(model, "module", None)
@@ -68,7 +81,7 @@ class Tracer:
 
     def __init__(self, model):
         self.root = unwrap(model)
-        self.root_name = type(self.root).__name__
+        self.root_name = class_name(self.root)
         self.args = None
         self.kwargs = {}
         self.cpu_rng = None
@@ -106,7 +119,7 @@ class Tracer:
                  "embedding": False}
 
         def probe(module, inputs, output):
-            name = names.get(module, type(module).__name__)
+            name = names.get(module, class_name(module))
             found["order"].append(name)
             if found["culprit"] is not None:
                 return
@@ -146,6 +159,7 @@ class Tracer:
     def nonfinite_weights(self):
         """Name of the first parameter (registration order) whose value is non-finite, or ""."""
         for name, p in self.root.named_parameters():
+            p = _dt.local(p)  # FSDP2: this rank's shard
             if p.is_floating_point() and not bool(torch.isfinite(p).all()):
                 return name
         return ""
@@ -166,10 +180,15 @@ class Tracer:
         ranked += [(n, p) for n, p in reversed(list(self.root.named_parameters()))
                    if id(p) not in listed]
         for pname, p in ranked:
-            g = p.grad
+            g = _dt.local(p.grad) if p.grad is not None else None  # FSDP2: this rank's shard
             if g is not None and g.is_floating_point() and not bool(torch.isfinite(g).all()):
                 return (pname.rsplit(".", 1)[0] if "." in pname else self.root_name), pname
         return "", ""
+
+
+def not_replayed():
+    """What Tracer.replay returns, for a step that is not replayed."""
+    return {"culprit": None, "order": [], "max_abs": 0.0, "error": None, "embedding": False}
 
 
 def classify(ev):
@@ -197,7 +216,11 @@ def sentence(rec):
     if phase == "forward":
         what = "the forward output of %s turned non-finite from finite input" % module
     elif phase == "backward":
-        if rec.get("from_other_rank"):
+        if rec.get("source_ranks"):
+            what = ("the forward was finite on this rank and the gradients non-finite after "
+                    "their reduction: they came from rank %s, whose forward turned non-finite"
+                    % ", ".join(str(r) for r in rec["source_ranks"]))
+        elif rec.get("from_other_rank"):
             what = ("the gradients were finite on this rank before the all-reduce and "
                     "non-finite after it (another rank's gradients)")
         else:
