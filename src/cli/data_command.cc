@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/comm/comm.h"
+#include "trainscope/comm/join.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/progress.h"
@@ -137,8 +138,8 @@ absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFile(const st
   return tokenizer::LoadTokenizer(spec);
 }
 
-// --distributed: this process is one rank of a job started by `trainscope launch` (torchrun
-// variables) or mpirun. Only rank 0 shows progress and prints the report.
+// --distributed: this process is one rank of a job started by `trainscope launch`, torchrun,
+// srun or mpirun (comm/join.h). Only rank 0 shows progress and prints the report.
 struct DistFlags {
   bool on = false;
   std::string backend = "gloo";
@@ -162,7 +163,7 @@ struct DistFlags {
   // An input error of one rank names the rank and its host (an input missing on one node).
   absl::Status Where(const absl::Status& st) const {
     if (!on || st.ok()) return st;
-    auto o = comm::OptionsFromEnvironment();
+    auto o = comm::OptionsFromEnvironment();  // the rank, whichever launcher started us
     char host[256] = "?";
     ::gethostname(host, sizeof(host) - 1);
     return absl::Status(
@@ -172,14 +173,14 @@ struct DistFlags {
     comm::CommOptions defaults;
     defaults.backend = backend;
     defaults.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    auto o = comm::OptionsFromEnvironment(defaults);
-    if (!o.ok()) return o.status();
+    auto jo = comm::JoinOptionsFromEnvironment(defaults);  // launch, torchrun, srun, mpirun
+    if (!jo.ok()) return jo.status();
     ::signal(SIGPIPE, SIG_IGN);  // a rank that died is an op error naming it, not SIGPIPE
-    auto c = comm::Communicator::Create(*o);
+    auto c = comm::JoinWorld(*jo);
     if (!c.ok()) {
-      return absl::Status(c.status().code(),
-                          absl::StrCat("rank ", o->rank, ": joining the ", o->world_size,
-                                       "-rank job failed: ", c.status().message()));
+      return absl::Status(c.status().code(), absl::StrCat("rank ", jo->comm.rank, ": joining the ",
+                                                          jo->comm.world_size, "-rank job failed: ",
+                                                          c.status().message()));
     }
     if ((*c)->rank() != 0) SetProgressSink(nullptr);
     return c;

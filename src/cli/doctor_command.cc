@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
+#include "trainscope/comm/join.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/doctor/doctor.h"
@@ -48,6 +49,10 @@ void RegisterDoctorCommand(CLI::App& parent, CommandContext& ctx) {
     opt.quick = args->quick;
     opt.skip = args->skip;
     opt.total_budget_s = args->budget_s;
+    // Started by torchrun, srun, mpirun or trainscope launch: comm joins that job.
+    if (auto jo = comm::JoinOptionsFromEnvironment(); jo.ok()) {
+      opt.comm_world_size = jo->comm.world_size;
+    }
     for (const std::string& pa : args->part_args) {
       std::pair<std::string, std::string> kv = absl::StrSplit(pa, absl::MaxSplits('=', 1));
       if (kv.first.empty()) {

@@ -2,7 +2,7 @@
 //   --min-bytes 8 --max-bytes 256M --factor 2] [--iters 20 --warmup 5] [--min-busbw GBPS]
 //   [--sweep-env VAR=v1,v2,...]...`
 //
-// Inside a launch or mpirun (RANK/WORLD_SIZE or OMPI_COMM_WORLD_* set) it runs as one rank;
+// Inside a launch, torchrun, srun or mpirun (comm/join.h) it runs as one rank;
 // otherwise it starts itself over N ranks: through `launch` for gloo/nccl, through mpirun
 // for mpi. Rank 0 prints the nccl-tests style table (or --json); exit 0 passed, 1 failed.
 // With --sweep-env it runs that whole measurement once per value of each variable
@@ -28,6 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/comm/comm.h"
 #include "trainscope/comm/env_sweep.h"
+#include "trainscope/comm/join.h"
 #include "trainscope/comm/selftest.h"
 #include "trainscope/comm/watchdog.h"
 #include "trainscope/core/env_vars.h"
@@ -75,12 +76,11 @@ int Usage(const std::string& message) {
   return kExitUsage;
 }
 
+// Started by a launcher (trainscope launch, torchrun, srun, mpirun; comm/join.h), or with
+// variables too malformed to tell (RunRank then says what is wrong).
 bool InWorld() {
-  for (const char* v : {envvar::kWorldSize, envvar::kOmpiSize}) {
-    const char* s = std::getenv(v);
-    if (s != nullptr && *s != '\0') return true;
-  }
-  return false;
+  auto jo = comm::JoinOptionsFromEnvironment();
+  return !jo.ok() || jo->launcher != comm::Launcher::kNone;
 }
 
 // Inside a launch (TRAINSCOPE_RUN_DIR set): the comm watchdog, as in `trainscope train` — a
@@ -121,16 +121,17 @@ void IgnoreSigpipeForComm() {
 int RunRank(const CommFlags& f, const comm::SelftestOptions& so) {
   comm::CommOptions defaults;
   defaults.backend = f.backend;
-  auto opts = comm::OptionsFromEnvironment(defaults);
-  if (!opts.ok()) return ReportAndExitCode(kVerb, opts.status());
+  auto jo = comm::JoinOptionsFromEnvironment(defaults);
+  if (!jo.ok()) return ReportAndExitCode(kVerb, jo.status());
+  comm::CommOptions* opts = &jo->comm;
   if (f.timeout_s > 0)
     opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
   if (f.nranks > 0 && f.nranks != opts->world_size && f.backend != "mpi") {
     return Usage(absl::StrCat("world sizes disagree: -n ", f.nranks, " but this process is rank ",
-                              opts->rank, " of WORLD_SIZE=", opts->world_size));
+                              opts->rank, " of ", jo->world_size_var, "=", opts->world_size));
   }
   IgnoreSigpipeForComm();
-  auto c = comm::Communicator::Create(*opts);
+  auto c = comm::JoinWorld(*jo);
   if (!c.ok()) return ReportAndExitCode(kVerb, c.status());
   if (f.nranks > 0 && f.nranks != (*c)->world_size()) {
     return Usage(absl::StrCat("world sizes disagree: -n ", f.nranks, " but the ", f.backend,

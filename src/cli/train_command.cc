@@ -20,6 +20,7 @@
 #include "cli/command.h"
 #include "cli/stop_signals.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/comm/join.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/finding.h"
@@ -287,8 +288,9 @@ int RunTrain(const TrainFlags& f) {
   if (!r.ok()) {
     // A failed run ends with diagnose's reading of the metrics it left (rank 0; not for a
     // run stopped by a signal or one that never got to write metrics).
-    const char* rank_env = std::getenv("RANK");
-    const bool rank0 = rank_env == nullptr || std::string(rank_env) == "0";
+    // Rank 0 of whichever launcher started us (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...).
+    auto world = comm::JoinOptionsFromEnvironment();
+    const bool rank0 = !world.ok() || world->comm.rank == 0;
     std::vector<Finding> findings;
     if (rank0 && r.status().code() != absl::StatusCode::kCancelled) {
       const std::string train_dir = run_dir::Join(o.run_dir, run_dir::kTrain);

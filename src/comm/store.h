@@ -44,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainscope/comm/comm.h"
 
 namespace trainscope::comm {
 
@@ -217,6 +218,11 @@ struct StoreSession {
 absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const std::string& master_addr,
                                                         int master_port, int rank, int world_size,
                                                         std::chrono::milliseconds timeout);
+// The same from a communicator's options (master_addr, master_port, rank, world_size,
+// timeout), with their job token (CommOptions::job_token; unset: the environment's) and, on
+// rank 0, their on_store_listening hook, called with the bound address before rank 0
+// connects (its error is returned as is). What the backends call.
+absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const CommOptions& options);
 
 }  // namespace trainscope::comm
 

@@ -1,13 +1,10 @@
-// DType / OpType names and the environment conventions (torchrun, mpirun).
+// DType / OpType names.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/comm/comm.h"
-#include "trainscope/core/env_vars.h"
 
 namespace trainscope::comm {
 
@@ -91,80 +88,6 @@ absl::StatusOr<OpType> ParseOp(const std::string& name) {
                    "barrier, send or recv)"));
 }
 
-namespace {
-
-// Reads an integer variable; absent leaves *out alone.
-absl::Status ReadInt(const char* name, int* out, bool* present = nullptr) {
-  const char* v = std::getenv(name);
-  if (present != nullptr) *present = v != nullptr && *v != '\0';
-  if (v == nullptr || *v == '\0') return absl::OkStatus();
-  int parsed;
-  if (!absl::SimpleAtoi(v, &parsed)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", name, "='", v, "' is not an integer"));
-  }
-  *out = parsed;
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::StatusOr<CommOptions> OptionsFromEnvironment(CommOptions defaults) {
-  CommOptions o = std::move(defaults);
-  bool have_rank = false;
-  absl::Status st = ReadInt(envvar::kRank, &o.rank, &have_rank);
-  if (!st.ok()) return st;
-  if (have_rank) {
-    for (auto [name, field] : {std::pair{envvar::kWorldSize, &o.world_size},
-                               std::pair{envvar::kLocalRank, &o.local_rank},
-                               std::pair{envvar::kLocalWorldSize, &o.local_world_size}}) {
-      st = ReadInt(name, field);
-      if (!st.ok()) return st;
-    }
-  } else {
-    bool have_ompi = false;
-    st = ReadInt(envvar::kOmpiRank, &o.rank, &have_ompi);
-    if (!st.ok()) return st;
-    if (have_ompi) {
-      for (auto [name, field] : {std::pair{envvar::kOmpiSize, &o.world_size},
-                                 std::pair{envvar::kOmpiLocalRank, &o.local_rank},
-                                 std::pair{envvar::kOmpiLocalSize, &o.local_world_size}}) {
-        st = ReadInt(name, field);
-        if (!st.ok()) return st;
-      }
-    }
-  }
-  if (const char* a = std::getenv(envvar::kMasterAddr); a != nullptr && *a != '\0') {
-    o.master_addr = a;
-  }
-  st = ReadInt(envvar::kMasterPort, &o.master_port);
-  if (!st.ok()) return st;
-  // PyTorch opens one gloo device per listed interface; trainscope uses the first.
-  if (const char* i = std::getenv(envvar::kGlooSocketIfname);
-      i != nullptr && *i != '\0' && o.iface.empty()) {
-    std::string first(i);
-    o.iface = first.substr(0, first.find(','));
-  }
-  if (const char* t = std::getenv(envvar::kCommTimeoutS); t != nullptr && *t != '\0') {
-    double s;
-    if (!absl::SimpleAtod(t, &s) || !(s > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable ", envvar::kCommTimeoutS,
-                                                     "='", t, "' is not a positive number"));
-    }
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-  }
-  if (o.world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("WORLD_SIZE=", o.world_size, " must be >= 1"));
-  }
-  if (o.rank < 0 || o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RANK=", o.rank, " is out of range for WORLD_SIZE=", o.world_size));
-  }
-  if (o.master_port < 0 || o.master_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MASTER_PORT=", o.master_port, " is not a TCP port"));
-  }
-  return o;
-}
+// OptionsFromEnvironment lives with the launcher detection in join_env.cc.
 
 }  // namespace trainscope::comm

@@ -140,6 +140,11 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
           }
         }
       }
+      // Inside a launched job the comm part is one rank of it (`selftest comm` sees the
+      // launcher's variables): its -n must be the job's world size.
+      for (size_t k = 0; options.comm_world_size > 1 && k + 1 < part.argv.size(); ++k) {
+        if (part.argv[k] == "-n") part.argv[k + 1] = std::to_string(options.comm_world_size);
+      }
     }
     const double left = deadline - NowS();
     if (defaults && part.name == "env" && FingerprintTaken(report)) {

@@ -85,7 +85,9 @@ absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& o
 #ifdef TS_TRAIN_WITH_COMM
   comm::CommOptions defaults;
   defaults.backend = options.comm_backend;
-  TS_ASSIGN_OR_RETURN(comm::CommOptions co, comm::OptionsFromEnvironment(defaults));
+  // trainscope launch, torchrun, srun or mpirun (comm/join.h).
+  TS_ASSIGN_OR_RETURN(comm::JoinOptions jo, comm::JoinOptionsFromEnvironment(defaults));
+  comm::CommOptions& co = jo.comm;
   // comm.timeout_s (or --comm-timeout) bounds every op, as the watchdog's timeout.
   co.timeout = std::chrono::milliseconds(
       std::max<int64_t>(1, static_cast<int64_t>(config.comm.timeout_s * 1000)));
@@ -93,7 +95,7 @@ absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& o
   w.world_size = co.world_size;
   w.local_world_size = std::max(1, co.local_world_size);
   if (co.world_size > 1) {
-    auto c = comm::Communicator::Create(co);
+    auto c = comm::JoinWorld(jo);
     if (!c.ok()) {
       return absl::Status(c.status().code(),
                           absl::StrCat("rank ", co.rank, ": joining the ", co.world_size,

@@ -41,6 +41,7 @@
 #include "train/comm_seam.h"
 #include "train/ddp.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/comm/join.h"
 #include "trainscope/comm/watchdog.h"
 #endif
 

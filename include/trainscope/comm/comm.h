@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,16 @@ struct CommOptions {
   // network interface for gloo (empty: resolve master_addr's route); OptionsFromEnvironment
   // takes it from GLOO_SOCKET_IFNAME when empty
   std::string iface;
+  // The job token presented to the rendezvous store (and, on rank 0, the one it demands);
+  // unset: TRAINSCOPE_JOB_TOKEN (comm/store.h). JoinWorld (join.h) sets a fresh one under
+  // torchrun.
+  std::optional<std::string> job_token;
+  // Rank 0 only, for backends that rendezvous through the store (gloo, nccl): called once
+  // with the address its store actually listens on (master_port 0 = any free port), before
+  // rank 0 connects to it; an error ends the join with that error. How JoinWorld tells the
+  // other ranks where the store is when a launcher's own store holds MASTER_PORT (torchrun).
+  // Called on the thread that calls Communicator::Create; must not block past `timeout`.
+  std::function<absl::Status(const std::string& host, int port)> on_store_listening;
 
   // Flight recorder (flight_recorder.h): a ring of this communicator's last ops, dumped to
   // diagnose hangs. Measured at ~0.1 us per op (docs/PERFORMANCE.md), hence on by default.
@@ -84,10 +95,14 @@ struct CommOptions {
   std::string group_desc = "default_pg";
 };
 
-// Reads the torchrun conventions (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE), or OMPI_COMM_WORLD_* under mpirun, TRAINSCOPE_COMM_TIMEOUT_S and
-// GLOO_SOCKET_IFNAME (the first entry, into `iface` when empty).
-// Missing variables mean a single-process world. InvalidArgument on malformed values.
+// Reads the launcher's variables: the torchrun conventions (MASTER_ADDR, MASTER_PORT, RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; trainscope launch, torchrun), OMPI_COMM_WORLD_*
+// under mpirun, PMI_* (MPICH, Intel MPI), SLURM_* inside an srun step; and
+// TRAINSCOPE_COMM_TIMEOUT_S and GLOO_SOCKET_IFNAME (the first entry, into `iface` when empty).
+// = JoinOptionsFromEnvironment(defaults)->comm (join.h, which says how each launcher is
+// recognised and how its ranks meet; join through JoinWorld, which also handles torchrun's
+// agent store). Missing variables mean a single-process world. InvalidArgument on malformed
+// values.
 absl::StatusOr<CommOptions> OptionsFromEnvironment(CommOptions defaults = {});
 
 // One op as Dispatch() sees it; what observers receive.

@@ -13,11 +13,39 @@ inline constexpr char kWorldSize[] = "WORLD_SIZE";             // number of rank
 inline constexpr char kLocalRank[] = "LOCAL_RANK";             // rank within this node
 inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";  // ranks on this node
 inline constexpr char kGroupRank[] = "GROUP_RANK";             // node rank (torchrun)
+// --- torchrun (torch.distributed.run's elastic agent), read by comm/join.h ---
+inline constexpr char kTorchelasticRunId[] = "TORCHELASTIC_RUN_ID";  // the job's rdzv run id
+// "True" when the agent's own c10d TCPStore listens on MASTER_ADDR:MASTER_PORT
+inline constexpr char kTorchelasticUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr char kTorchelasticRestartCount[] = "TORCHELASTIC_RESTART_COUNT";  // attempt
 // --- mpirun conventions (OpenMPI), used when the RANK family is absent ---
 inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";
 inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";
 inline constexpr char kOmpiLocalRank[] = "OMPI_COMM_WORLD_LOCAL_RANK";
 inline constexpr char kOmpiLocalSize[] = "OMPI_COMM_WORLD_LOCAL_SIZE";
+inline constexpr char kPmixNamespace[] = "PMIX_NAMESPACE";       // Open MPI 4/5 job id
+inline constexpr char kOmpiJobId[] = "OMPI_MCA_ess_base_jobid";  // Open MPI job id (older)
+// --- PMI (MPICH / Intel MPI's hydra, srun --mpi=pmi2), after OMPI_* ---
+inline constexpr char kPmiRank[] = "PMI_RANK";
+inline constexpr char kPmiSize[] = "PMI_SIZE";
+inline constexpr char kPmiJobId[] = "PMI_JOBID";              // when the PMI server sets one
+inline constexpr char kMpiLocalRankId[] = "MPI_LOCALRANKID";  // hydra: rank on this node
+inline constexpr char kMpiLocalNranks[] = "MPI_LOCALNRANKS";  // hydra: ranks on this node
+// --- Slurm (srun), after the MPI families; a world only inside a job step ---
+inline constexpr char kSlurmProcId[] = "SLURM_PROCID";                  // global rank
+inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";                  // ranks of the job
+inline constexpr char kSlurmStepNumTasks[] = "SLURM_STEP_NUM_TASKS";    // ranks of the step
+inline constexpr char kSlurmLocalId[] = "SLURM_LOCALID";                // rank on this node
+inline constexpr char kSlurmNodeId[] = "SLURM_NODEID";                  // node index in the step
+inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";  // --ntasks-per-node
+inline constexpr char kSlurmStepTasksPerNode[] = "SLURM_STEP_TASKS_PER_NODE";  // "2(x3),1"
+inline constexpr char kSlurmTasksPerNode[] = "SLURM_TASKS_PER_NODE";           // the job's
+inline constexpr char kSlurmStepNodelist[] = "SLURM_STEP_NODELIST";  // "node[01-04]": step
+inline constexpr char kSlurmJobNodelist[] = "SLURM_JOB_NODELIST";    // the job's nodes
+inline constexpr char kSlurmNodelist[] = "SLURM_NODELIST";           // the same, older name
+inline constexpr char kSlurmJobId[] = "SLURM_JOB_ID";      // with the step id, seeds the port
+inline constexpr char kSlurmStepId[] = "SLURM_STEP_ID";    // set inside an srun step
+inline constexpr char kSlurmStepIdOld[] = "SLURM_STEPID";  // the same, older name
 // --- Device pinning (set per rank by launch) ---
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kAscendVisibleDevices[] = "ASCEND_RT_VISIBLE_DEVICES";

@@ -46,6 +46,11 @@ struct Options {
   double total_budget_s = 0;
   // Called before and after each part (progress lines); may be empty.
   std::function<void(const std::string& line)> on_progress;
+  // > 1: doctor itself is one rank of a launched job (torchrun, srun, mpirun, trainscope
+  // launch: comm::JoinOptionsFromEnvironment's world size). The default comm part, which
+  // inherits the launcher's variables, then joins that job as one of this many ranks
+  // instead of starting its own 2 (or one per GPU).
+  int comm_world_size = 0;
 };
 
 // The default parts and budgets (seconds):

@@ -35,8 +35,9 @@ inline constexpr int kStopNoSignal = -1;
 
 struct TrainOptions {
   std::string run_dir;  // required; created
-  // Read RANK/WORLD_SIZE/MASTER_* (comm::OptionsFromEnvironment) and, when world_size > 1,
-  // train data-parallel over a Communicator. false: always one rank.
+  // Join the job of the launcher that started this process (trainscope launch, torchrun,
+  // srun, mpirun: comm::JoinOptionsFromEnvironment / comm::JoinWorld) and, when world_size
+  // > 1, train data-parallel over its Communicator. false: always one rank.
   bool distributed_from_env = true;
   std::string comm_backend = "gloo";
   // Called on rank 0 after each step (progress lines); may be empty.

@@ -270,8 +270,7 @@ class GlooBackend : public Backend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(const CommOptions& options) {
-  auto store = JoinStore(options.master_addr, options.master_port, options.rank, options.world_size,
-                         options.timeout);
+  auto store = JoinStore(options);
   if (!store.ok()) return store.status();
   try {
     gloo::transport::tcp::attr attr;

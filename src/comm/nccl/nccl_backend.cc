@@ -348,8 +348,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateNcclBackend(const CommOptions& op
     return absl::UnavailableError(
         absl::StrCat("cudaSetDevice(", options.local_rank % devices, ") failed"));
   }
-  auto store = JoinStore(options.master_addr, options.master_port, options.rank, options.world_size,
-                         options.timeout);
+  auto store = JoinStore(options);
   if (!store.ok()) return store.status();
   ncclUniqueId id;
   if (options.rank == 0) {

@@ -1,0 +1,169 @@
+// JoinWorld: the rendezvous of every launcher (join.h), then Communicator::Create.
+#include "trainscope/comm/join.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "comm/torch_store.h"
+#include "trainscope/comm/comm.h"
+
+namespace trainscope::comm {
+namespace {
+
+// What rank 0 writes under the agent store key: "<magic> <host> <port> <token>".
+constexpr char kAnnouncementMagic[] = "trainscope.store/1";
+
+absl::StatusOr<std::string> FreshJobToken() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot generate a job token: getrandom: ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  std::string out;
+  for (unsigned char b : bytes) absl::StrAppendFormat(&out, "%02x", b);
+  return out;
+}
+
+// The address of this host that routes to host:port (a UDP connect sends nothing): where
+// rank 0's store listens, reachable by the ranks that reach the agent's store.
+std::string LocalAddressToward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) {
+    return "127.0.0.1";
+  }
+  std::string out = "127.0.0.1";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+struct Announcement {
+  std::string host;
+  int port = 0;
+  std::string token;
+};
+
+absl::StatusOr<Announcement> ParseAnnouncement(const std::string& text, const std::string& key) {
+  std::vector<std::string> f = absl::StrSplit(text, ' ');
+  Announcement a;
+  if (f.size() != 4 || f[0] != kAnnouncementMagic || f[1].empty() ||
+      !absl::SimpleAtoi(f[2], &a.port) || a.port <= 0 || a.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the agent store's key '", key, "' does not hold a trainscope store address (", text.size(),
+        " bytes): another program uses this key, or the ranks run different "
+        "trainscope versions"));
+  }
+  a.host = f[1];
+  a.token = f[3];
+  return a;
+}
+
+// torchrun with the agent's store on MASTER_PORT: rank 0 starts ours on a free port and
+// announces it there; the others wait for the announcement. Then as under trainscope launch.
+absl::StatusOr<std::unique_ptr<Communicator>> JoinThroughAgentStore(const JoinOptions& jo) {
+  CommOptions co = jo.comm;
+  const std::string& key = jo.agent_store_key;
+  auto agent = TorchStoreClient::Connect(co.master_addr, co.master_port, co.timeout);
+  if (!agent.ok()) {
+    return absl::Status(agent.status().code(),
+                        absl::StrCat("torchrun's agent store (MASTER_ADDR:MASTER_PORT, "
+                                     "TORCHELASTIC_USE_AGENT_STORE=True): ",
+                                     agent.status().message()));
+  }
+  std::shared_ptr<TorchStoreClient> client = std::move(*agent);
+  if (co.rank == 0) {
+    auto token = FreshJobToken();
+    if (!token.ok()) return token.status();
+    co.job_token = *token;
+    co.master_addr = LocalAddressToward(co.master_addr, co.master_port);
+    co.master_port = 0;  // any free port: the agent's store holds MASTER_PORT
+    // Called inside Create below, while `client` is held here; the communicator's copy of
+    // the options must not keep the agent connection open for the whole job.
+    std::weak_ptr<TorchStoreClient> weak = client;
+    co.on_store_listening = [weak, key, token = *token](const std::string& host,
+                                                        int port) -> absl::Status {
+      std::shared_ptr<TorchStoreClient> c = weak.lock();
+      if (c == nullptr) return absl::FailedPreconditionError("torchrun's agent store is closed");
+      absl::Status st =
+          c->Set(key, absl::StrCat(kAnnouncementMagic, " ", host, " ", port, " ", token));
+      if (st.ok()) {
+        // A round trip: the server has stored the key before this rank goes on.
+        auto there = c->Check({key});
+        st = !there.ok() ? there.status()
+             : *there    ? absl::OkStatus()
+                         : absl::InternalError("the key is not there after setting it");
+      }
+      if (st.ok()) return st;
+      return absl::Status(st.code(), absl::StrCat("announcing the rendezvous store in "
+                                                  "torchrun's agent store failed: ",
+                                                  st.message()));
+    };
+    return Communicator::Create(co);
+  }
+  auto text = client->Get(key, co.timeout);
+  if (!text.ok()) {
+    if (absl::IsDeadlineExceeded(text.status())) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank 0 did not announce its rendezvous store within ", co.timeout.count() / 1000.0,
+          " s (key '", key, "' in torchrun's agent store at ", client->endpoint(),
+          "): is rank 0 running trainscope too, with the same backend?"));
+    }
+    return text.status();
+  }
+  auto a = ParseAnnouncement(*text, key);
+  if (!a.ok()) return a.status();
+  client.reset();  // the announcement is all this rank needs from the agent
+  co.master_addr = a->host;
+  co.master_port = a->port;
+  co.job_token = a->token;
+  return Communicator::Create(co);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> JoinWorld(const JoinOptions& options) {
+  if (options.rendezvous == Rendezvous::kAgentStore) return JoinThroughAgentStore(options);
+  if (options.comm.world_size == 1) {
+    // Nobody else connects: any free loopback port, not MASTER_PORT (which torchrun's agent
+    // store, or another job, may hold).
+    CommOptions co = options.comm;
+    co.master_addr = "127.0.0.1";
+    co.master_port = 0;
+    return Communicator::Create(co);
+  }
+  return Communicator::Create(options.comm);
+}
+
+}  // namespace trainscope::comm
