@@ -101,6 +101,11 @@ def seeds(target):
         out += [b"\x04" + read(f, 1 << 14) for f in files(d + "*.tb/*tfevents*")]
         out += [b"\x05" + read(f, 1 << 14) for f in files(d + "*.megatron.log")]
         return out
+    if target == "dcp_chunk_fuzzer":  # torch.save archives, as DCP stores each entry
+        return [read(f) for f in files("fuzz/seeds/dcp_chunk/*.pt")]
+    if target == "slurm_env_fuzzer":  # selector byte: 0 host list, 1 tasks per node
+        return [b"\x00" + h for h in (b"node[01-04,07],login1", b"rack[1-2]-gpu[1-2]", b"localhost")] + \
+               [b"\x01" + t for t in (b"2(x3),1", b"8", b"4(x2)")]
     if target == "store_message_fuzzer":
         return [read(f) for f in files("fuzz/seeds/store/*")]
     return []
