@@ -81,7 +81,7 @@ def run_ours(a, tmp, mode, port):
 def run_peer(a, tmp, hook, port):
     cfg_path = os.path.join(tmp, "resolved.json")  # written by the first run_ours
     out = os.path.join(tmp, f"peer_{hook}_{port}.json")
-    cmd = ["timeout", str(a.timeout_s), "/usr/bin/python3", os.path.join(HERE, "peer_ddp.py"),
+    cmd = ["timeout", str(a.timeout_s), sys.executable, os.path.join(HERE, "peer_ddp.py"),
            "--config", cfg_path, "--hook", hook, "--rank-r", str(a.powersgd_rank),
            "--start-iter", str(max(a.warmup, 2)), "--port", str(port), "--out", out]
     p = subprocess.run([BED, "run", "--name", a.name, "--"] + cmd, capture_output=True, text=True)
@@ -176,7 +176,7 @@ def main():
         targets["powersgd_step_time_le_peer"] = ratio <= 1.0
     git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    torch_version = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
     doc = {"format": "trainscope.bench_compression", "version": 1, "argv": sys.argv,
            "git": git, "torch_peer": torch_version, "host": platform.node(),

@@ -15,7 +15,7 @@ Usage: bench/comm/run_bench.py --build build [--rounds 2] [--max-bytes 256M] [-o
 import argparse, json, os, platform, statistics, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3"
+PY = sys.executable  # the venv's Python (README): torch 2.x
 
 
 def sweep(lo, hi):

@@ -51,7 +51,7 @@ def main():
     corpus = os.path.join(a.workdir, "corpus_%gmb.jsonl" % a.mb)
     half = os.path.join(a.workdir, "corpus_%gmb_half.jsonl" % a.mb)
     if not os.path.exists(corpus):
-        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_corpus.py"), "--out", corpus,
+        subprocess.run([sys.executable, os.path.join(HERE, "make_corpus.py"), "--out", corpus,
                         "--mb", str(a.mb)], check=True, stdout=subprocess.DEVNULL)
     if not os.path.exists(half):
         with open(corpus, "rb") as f:

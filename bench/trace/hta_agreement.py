@@ -5,7 +5,7 @@ does (docs/metrics.md "HTA agreement").
 
 Usage:
   bench/trace/hta_agreement.py HTA_CHECKOUT [--trainscope build/bin/trainscope]
-      [--hta-python /usr/bin/python3] [--json out.json] [--markdown out.md]
+      [--hta-python .venv/bin/python] [--json out.json] [--markdown out.md]
       [--only SUBSTRING ...] [--repeat N]   (N interleaved runs of both tools, best wall each)
       [--hta-installed]   (the HTA that --hta-python imports, e.g. .venv/bin/python's pip
                            HolisticTraceAnalysis, instead of the checkout's code)
@@ -142,7 +142,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("hta", help="HolisticTraceAnalysis checkout")
     ap.add_argument("--trainscope", default="build/bin/trainscope")
-    ap.add_argument("--hta-python", default="/usr/bin/python3")
+    ap.add_argument("--hta-python", default=sys.executable)
     ap.add_argument("--json", help="write the rows as JSON here")
     ap.add_argument("--markdown", help="write the table as Markdown here")
     ap.add_argument("--only", action="append", default=[],

@@ -2,7 +2,7 @@
 # Trace-analysis benchmark, side by side in one run on the same file:
 #   1. trainscope's trace path (streaming read + full analysis + JSON report): trace_bench, and
 #      the CLI `trainscope trace analyze --json` when it is built;
-#   2. Python's json.load of the same file alone (Debian /usr/bin/python3), the peer;
+#   2. Python's json.load of the same file alone (the venv's Python, $PY), the peer;
 #   3. simdjson's raw parse speed of the same file (ondemand, every field visited): the limit.
 # Peak RSS of each from /usr/bin/time. Writes JSON (argv, versions, figures) to stdout.
 #   bench/trace/run_bench.sh BUILD_DIR [BYTES=1000000000] [TMPDIR=/tmp]
@@ -11,6 +11,7 @@ set -euo pipefail
 build=${1:?usage: run_bench.sh BUILD_DIR [BYTES] [TMPDIR]}
 bytes=${2:-1000000000}
 tmp=${3:-/tmp}
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}
 file="$tmp/ts_trace_bench_rank0.pt.trace.json"
 trap 'rm -f "$file" "$tmp"/ts_trace_bench_*.time "$tmp"/ts_trace_bench_*.out' EXIT
 bin="$build/bench"
@@ -27,8 +28,8 @@ if [ -x "$build/bin/trainscope" ]; then
   TRAINSCOPE_NO_PROGRESS=1 t cli "$build/bin/trainscope" trace analyze --json "$file"
 fi
 t simdjson "$bin/trace_simdjson_raw" "$file"
-t python /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(len(d['traceEvents']))" "$file"
-/usr/bin/python3 - "$tmp" "$size" "$build" "$@" <<'PY'
+t python "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(len(d['traceEvents']))" "$file"
+"$PY" - "$tmp" "$size" "$build" "$@" <<'PY'
 import json, sys, platform, subprocess
 tmp, size, build = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def load(name):

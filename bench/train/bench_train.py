@@ -18,7 +18,7 @@ Usage: bench/train/bench_train.py --binary build/bin/trainscope [--steps 60] [--
 import argparse, copy, json, os, platform, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3"
+PY = sys.executable  # the venv's Python (README): torch 2.x
 
 
 def run(argv, env=None, timeout=900):
