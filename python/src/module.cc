@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "trainscope/ckpt/inspect.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/paths.h"
+#include "trainscope/core/run_dir_lock.h"
 #include "trainscope/data/reader.h"
 #include "trainscope/data/scan.h"
 #include "trainscope/diagnose/diagnose.h"
@@ -300,6 +302,43 @@ PYBIND11_MODULE(_core, m) {
       "{'ok': False when any hash, size, header or value is wrong, 'checkpoints': [...]}.");
   m.def("ckpt_diff", &CkptDiff, py::arg("a"), py::arg("b"),
         "Two checkpoints -> the dict of `trainscope ckpt diff --json`.");
+  // One writer per run directory (core/run_dir_lock.h), for watch / record / checkpoint.save.
+  py::class_<run_dir::RunDirLock>(m, "RunDirLock",
+                                  "A held (or joined) run-directory lock; release() or "
+                                  "garbage collection releases it.")
+      .def_property_readonly("holds", &run_dir::RunDirLock::holds,
+                             "True: this process holds the flock; False: it joined its "
+                             "job's holder, or was released.")
+      .def_property_readonly("dir", &run_dir::RunDirLock::dir)
+      .def_property_readonly("holder_pid",
+                             [](const run_dir::RunDirLock& l) { return l.holder().pid; })
+      .def_property_readonly("job_id",
+                             [](const run_dir::RunDirLock& l) { return l.holder().job_id; })
+      .def("release", &run_dir::RunDirLock::Release);
+  m.def(
+      "lock_run_dir",
+      [](const std::string& dir, const std::optional<std::string>& job_id,
+         const std::string& command) {
+        run_dir::LockOptions o;
+        o.job_id = job_id ? *job_id : run_dir::CurrentJobId();
+        o.command = command;
+        absl::StatusOr<run_dir::RunDirLock> l;
+        {
+          py::gil_scoped_release nogil;
+          l = run_dir::LockRunDir(dir, o);
+        }
+        return ValueOrThrow(std::move(l));
+      },
+      py::arg("dir"), py::kw_only(), py::arg("job_id") = py::none(), py::arg("command") = "",
+      "Creates run directory `dir` and takes its lock (<dir>/LOCK, flock), as `trainscope "
+      "train` does -> RunDirLock. job_id: this process's job (default: job_id()); a holder "
+      "of the same non-empty job is joined. command: recorded for a refused writer to quote "
+      "(default: this process's command line). Raises Error \"DIR is in use by pid P "
+      "(COMMAND); ...\" when another writer holds it.");
+  m.def("job_id", &run_dir::CurrentJobId,
+        "This process's job identity for the run-directory lock (TRAINSCOPE_JOB_ID, else the "
+        "rendezvous endpoint of a world of more than one process, ...; docs/formats.md); '' "
+        "for a process of its own.");
   RegisterCheckpoint(m);
   RegisterFlightRecorder(m);
   RegisterNonfinite(m);

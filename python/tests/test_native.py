@@ -304,3 +304,38 @@ assert before == after, (before, after)
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stderr == "" and p.stdout == ""
+
+
+def test_lock_run_dir_one_writer_per_run_directory(tmp_path):
+    # The C++ lock (core/run_dir_lock.h) that watch / record / checkpoint.save take: a second
+    # descriptor is refused naming the holder, the same job joins, release() frees it.
+    run = str(tmp_path / "run")
+    held = _core.lock_run_dir(run, job_id="", command="writer one")
+    assert held.holds and held.holder_pid == os.getpid()
+    with open(os.path.join(run, "LOCK")) as f:
+        assert f.read() == "pid %d\ncommand writer one\njob -\n" % os.getpid()
+    with pytest.raises(trainscope.Error, match=r"is in use by pid %d \(writer one\); wait"
+                       % os.getpid()):
+        _core.lock_run_dir(run, job_id="")
+    held.release()
+    job = _core.lock_run_dir(run, job_id="launch/h/1")
+    joined = _core.lock_run_dir(run, job_id="launch/h/1")
+    assert job.holds and not joined.holds and joined.job_id == "launch/h/1"
+    with pytest.raises(trainscope.Error, match="is in use by pid"):
+        _core.lock_run_dir(run, job_id="launch/h/2")
+    job.release()
+    assert _core.lock_run_dir(run, job_id="").holds
+
+
+def test_util_lock_run_dir_once_per_process(tmp_path, monkeypatch):
+    from trainscope import _util
+    for var in ("TRAINSCOPE_JOB_ID", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    run = str(tmp_path / "run")
+    first = _util.lock_run_dir(run)
+    assert first.holds and _util.lock_run_dir(run + "/") is first  # watch, then save: one lock
+    # A rank other than 0 of a world without a job id takes nothing (its rank 0 holds it).
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _util.lock_run_dir(str(tmp_path / "other")) is None
+    assert not os.path.exists(str(tmp_path / "other" / "LOCK"))

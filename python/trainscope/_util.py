@@ -1,5 +1,6 @@
 """Helpers shared by watch, distributed.record and checkpoint: rank, run directory, clock."""
 import os
+import threading
 import time
 
 from ._errors import Error
@@ -75,3 +76,36 @@ def resolve_run_dir(run_dir):
         store.set(key, name)
         return name
     return store.get(key).decode()
+
+
+# Run directories this process writes, each held (or joined) until the process exits.
+_run_dir_locks = {}
+_run_dir_locks_mu = threading.Lock()
+
+
+def lock_run_dir(run_dir):
+    """Takes run_dir's writer lock (<run_dir>/LOCK, the C++ one: include/trainscope/core/
+    run_dir_lock.h, docs/formats.md "Run directory") once per process and keeps it until the
+    process exits; watch, distributed.record and checkpoint.save all call it. The ranks of one
+    job share a job id (trainscope._core.job_id(): TRAINSCOPE_JOB_ID, else the rendezvous
+    endpoint MASTER_ADDR:MASTER_PORT of a WORLD_SIZE > 1, ...): the first to arrive holds
+    the lock, the others join it. With torch.distributed initialised but no job id in the
+    environment, rank 0 holds it for the job and the other ranks take nothing.
+    Raises trainscope.Error "<run_dir> is in use by pid P (COMMAND); ..." when another writer
+    (another job, another `trainscope train`) holds it."""
+    from . import _core
+
+    key = os.path.realpath(run_dir)
+    with _run_dir_locks_mu:
+        if key in _run_dir_locks:
+            return _run_dir_locks[key]
+        job = _core.job_id()
+        rank, world = rank_and_world()
+        if not job and world > 1 and rank != 0:
+            lock = None
+        elif os.path.exists(run_dir) and not os.path.isdir(run_dir):
+            return None  # not a directory: the writer's own error says so
+        else:
+            lock = _core.lock_run_dir(str(run_dir), job_id=job)
+        _run_dir_locks[key] = lock
+        return lock

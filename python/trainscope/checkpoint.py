@@ -214,7 +214,8 @@ def save(path, state, step, keep=0, rng=True):
     ranks other than 0, which do not write). path: the run directory. keep: then removes all
     but the newest `keep` complete checkpoints (0 keeps all). rng: save the RNG states.
     Distributed: call on every rank; DTensor values are gathered (see the module's doc).
-    Raises trainscope.Error: the checkpoint exists, a value that cannot be saved, the ranks'
+    Raises trainscope.Error: the run directory is in use by another writer (_util.lock_run_dir),
+    the checkpoint exists, a value that cannot be saved, the ranks'
     DTensors differ, I/O."""
     if not isinstance(step, int) or step < 0:
         raise Error("trainscope.checkpoint.save: step must be a non-negative int, not %r."
@@ -223,6 +224,7 @@ def save(path, state, step, keep=0, rng=True):
     written = None
     gathered = _gather_dtensors(dist, state) if dist is not None else {}
     if dist is None or dist.get_rank() == 0:
+        _util.lock_run_dir(str(path))  # one writer per run directory (rank 0 writes)
         tensors = []
         meta = {"format": FORMAT, "version": VERSION, "step": step,
                 "state": _flatten(state, [], tensors, gathered), "torch": torch.__version__}

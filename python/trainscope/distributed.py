@@ -414,7 +414,8 @@ def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, 
     long makes every rank dump and exit. capacity: ops kept (a ring). model: a
     DistributedDataParallel model whose bucket all-reduces are to be recorded (through a
     comm hook). A second call returns the recorder already installed.
-    Raises trainscope.Error when torch.distributed is not initialised, or timeout_s <= 0.
+    Raises trainscope.Error when torch.distributed is not initialised, timeout_s <= 0, or the run
+    directory is in use by another writer (_util.lock_run_dir).
     """
     global _recorder
     if not (dist.is_available() and dist.is_initialized()):
@@ -426,8 +427,9 @@ def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, 
     with _recorder_lock:
         if _recorder is None:
             poll = poll_s if poll_s is not None else min(1.0, max(0.05, float(timeout_s) / 20))
-            _recorder = Recorder(_util.resolve_run_dir(run_dir), timeout_s, int(capacity), poll,
-                                 float(grace_s))
+            resolved = _util.resolve_run_dir(run_dir)
+            _util.lock_run_dir(resolved)  # one writer per run directory
+            _recorder = Recorder(resolved, timeout_s, int(capacity), poll, float(grace_s))
             _recorder.install()
     if model is not None:
         _ddp.install(model)

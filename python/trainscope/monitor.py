@@ -97,6 +97,7 @@ class Monitor:
         self._optimizer = optimizer
         self.rank, self.world_size = _util.rank_and_world()
         self.run_dir = _util.resolve_run_dir(run_dir)
+        _util.lock_run_dir(self.run_dir)  # one writer per run directory
         self.metrics_path = _util.metrics_path(self.run_dir, self.rank)
         self._params = [p for _, p in self._named]
         self._sharded = _dt.mesh_of(self._params) is not None  # DTensor parameters: FSDP2
@@ -484,7 +485,8 @@ def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, no
       the header. start_step: the step a resumed run starts after (its checkpoint's): steps
       are numbered from start_step + 1 and the metrics file is appended to, with a header
       carrying resumed_from_step, as `trainscope train --resume` does.
-    Raises trainscope.Error: not a module, no trainable parameters, an unwritable run_dir.
+    Raises trainscope.Error: not a module, no trainable parameters, an unwritable run_dir, a
+    run_dir another writer holds ("... is in use by pid P (COMMAND); ...", _util.lock_run_dir).
     """
     try:
         return Monitor(model, optimizer, run_dir, every, layer_norms_every, nonfinite, config,

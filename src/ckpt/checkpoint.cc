@@ -125,6 +125,40 @@ int64_t StepFromName(const std::string& name, bool* tmp) {
   return step;
 }
 
+// rank<R>.json: a rank's state (RNG, data position), which resume reads as a JSON object.
+bool IsRankStateName(const std::string& name) {
+  if (!absl::StartsWith(name, "rank") || !absl::EndsWith(name, ".json")) return false;
+  const std::string digits = name.substr(4, name.size() - 9);
+  return !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// What is wrong with a JSON file of a checkpoint whose size and hash match the manifest, or
+// "": resume parses each, so one that is not JSON (a rank state: not a JSON object) would
+// be refused there. meta.json is checked on its own, for its keys.
+std::string JsonFileProblem(const std::string& file, const std::string& name) {
+  auto j = ReadJsonFile(file);
+  if (!j.ok()) {
+    std::string why(j.status().message());
+    if (absl::StartsWith(why, file + ": ")) why = why.substr(file.size() + 2);
+    return absl::StrCat("corrupt: ", why);
+  }
+  if (IsRankStateName(name) && !j->is_object()) return "corrupt: not a JSON object";
+  return "";
+}
+
+// meta.json's problem, or "": a JSON object of format trainscope.checkpoint with an integer
+// step and world_size.
+std::string MetaProblem(const absl::StatusOr<json>& meta) {
+  if (!meta.ok() || !meta->is_object() || meta->value("format", "") != kCheckpointFormat)
+    return "corrupt: missing or not of format trainscope.checkpoint";
+  for (const char* k : {"step", "world_size"}) {
+    if (meta->contains(k) && !(*meta)[k].is_number_integer())
+      return absl::StrCat("corrupt: \"", k, "\" is not an integer");
+  }
+  if (!meta->contains("step")) return "corrupt: no \"step\"";
+  return "";
+}
+
 }  // namespace
 
 bool IsExtraTensorFileName(const std::string& n) {
@@ -268,18 +302,24 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
       r.complete = false;
       continue;
     }
-    if (!hash) continue;
-    auto h = HashFile(file, on_bytes);
-    if (!h.ok()) {
-      problem(file, std::string(h.status().message()));
-    } else if (*h != f["xxh3"].get<std::string>()) {
-      problem(file, absl::StrCat("hash mismatch: xxh3 ", *h, ", the manifest says ",
-                                 f["xxh3"].get<std::string>()));
+    if (hash) {
+      auto h = HashFile(file, on_bytes);
+      if (!h.ok()) {
+        problem(file, std::string(h.status().message()));
+        continue;
+      }
+      if (*h != f["xxh3"].get<std::string>()) {
+        problem(file, absl::StrCat("hash mismatch: xxh3 ", *h, ", the manifest says ",
+                                   f["xxh3"].get<std::string>()));
+        continue;
+      }
+    }
+    // A hash matches the bytes the writer wrote, not that they are what resume can read.
+    if (absl::EndsWith(name, ".json") && name != "meta.json" && name != "manifest.json") {
+      if (std::string why = JsonFileProblem(file, name); !why.empty()) problem(file, why);
     }
   }
-  if (!meta.ok() || !meta->is_object() || meta->value("format", "") != kCheckpointFormat) {
-    problem(path + "/meta.json", "corrupt: missing or not of format trainscope.checkpoint");
-  }
+  if (std::string why = MetaProblem(meta); !why.empty()) problem(path + "/meta.json", why);
   return r;
 }
 

@@ -321,6 +321,47 @@ TEST(DcpTest, DamagedMetadataIsNamed) {
                 "missing: tensor \"half\" has 1 chunks, 0 of them in storage_data"}));
 }
 
+// verify: a .metadata whose dtype is not one of torch's (torch.float16 -> torch.flaot16, the
+// same length, so the pickle stays well formed) is named, not passed.
+TEST_F(CkptTest, DcpUnknownDtypeIsNamed) {
+  fs::copy(CkptSourcePath("tests/data/pickle/dcp"), dir_);
+  std::string bytes;
+  {
+    std::ifstream in(dir_ + "/.metadata", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = bytes.find("float16");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 7, "flaot16");
+  std::ofstream(dir_ + "/.metadata", std::ios::binary | std::ios::trunc) << bytes;
+  auto r = Inspect(dir_, InspectOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok());
+  ASSERT_EQ(r->problems.size(), 1u);
+  EXPECT_EQ(r->problems[0].file, dir_ + "/.metadata");
+  EXPECT_EQ(r->problems[0].problem,
+            "corrupt: tensor \"half\" has dtype \"flaot16\", which is not a torch dtype");
+  EXPECT_TRUE(IsTorchDtypeName("bfloat16"));
+  EXPECT_TRUE(IsTorchDtypeName("float8_e4m3fn"));
+  EXPECT_FALSE(IsTorchDtypeName("unknown"));
+}
+
+// A trainscope checkpoint whose rank<R>.json matches the manifest but is not a JSON object
+// (resume would refuse it) is reported, hash or no hash.
+TEST_F(CkptTest, RankJsonNotJsonIsReported) {
+  const std::string dir = CkptSourcePath("tests/data/ckpt/bad_json/step-20");
+  for (bool hash : {true, false}) {
+    CheckResult c = CheckCheckpoint(dir, hash);
+    EXPECT_TRUE(c.complete);
+    ASSERT_EQ(c.problems.size(), 2u);
+    EXPECT_EQ(c.problems[0].file, dir + "/rank0.json");
+    EXPECT_EQ(c.problems[0].problem.rfind("corrupt: not valid JSON at byte 1: ", 0), 0u)
+        << c.problems[0].problem;
+    EXPECT_EQ(c.problems[1].file, dir + "/rank1.json");
+    EXPECT_EQ(c.problems[1].problem, "corrupt: not a JSON object");
+  }
+}
+
 // verify: a chunk's file missing or cut short, a .metadata that is no pickle.
 TEST_F(CkptTest, DcpMissingAndTruncatedChunks) {
   fs::copy(CkptSourcePath("tests/data/pickle/dcp"), dir_);

@@ -23,6 +23,7 @@
 #include "trainscope/ckpt/safetensors.h"
 #include "trainscope/core/pickle.h"
 #include "trainscope/core/status.h"
+#include "trainscope/core/utf8.h"
 
 namespace trainscope::ckpt {
 namespace {
@@ -67,7 +68,7 @@ const Value* DcpDtype(const Value* properties) {
 absl::Status DcpTensorEntry(const Value& v, const std::string& path, DcpEntry* e) {
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": state_dict_metadata \"", e->name, "\": ", what));
+        absl::StrCat(path, ": state_dict_metadata \"", Excerpt(e->name), "\": ", what));
   };
   if (!DcpShape(v.Find("size"), &e->shape)) return bad("no size (a torch.Size of ints)");
   e->dtype = DcpDtypeName(DcpDtype(v.Find("properties")));
@@ -136,6 +137,22 @@ const char* StorageDtype(const std::string& cls) {
 }
 
 }  // namespace
+
+bool IsTorchDtypeName(const std::string& dtype) {
+  // clang-format off
+  static const char* const kNames[] = {
+      "float32", "float64", "float16", "bfloat16", "complex32", "complex64", "complex128",
+      "bcomplex32", "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
+      "int64", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "int1", "int2",
+      "int3", "int4", "int5", "int6", "int7", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+      "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32",
+      "quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"};
+  // clang-format on
+  for (const char* n : kNames) {
+    if (dtype == n) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<DcpMetadata> ParseDcpMetadata(const std::string& bytes, const std::string& path) {
   auto root = pickle::Parse(bytes);

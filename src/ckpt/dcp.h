@@ -48,6 +48,10 @@ absl::StatusOr<DcpMetadata> ReadDcpMetadata(const std::string& path);
 // The same from the file's bytes (`path` only names it in errors).
 absl::StatusOr<DcpMetadata> ParseDcpMetadata(const std::string& bytes, const std::string& path);
 
+// Whether `dtype` ("float32", as DcpEntry::dtype spells it) is one of torch's dtypes (2.15's
+// list: str(x) for every torch.dtype): anything else in a .metadata is corruption.
+bool IsTorchDtypeName(const std::string& dtype);
+
 // FileSystemWriter stores each entry as the torch.save archive of the tensor (or of the
 // Python object): an uncompressed zip inside [offset, offset + length) of the .distcp file.
 struct DcpArchiveMember {

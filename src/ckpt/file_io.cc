@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainscope/core/json_text.h"
 
 namespace trainscope::ckpt {
 
@@ -98,9 +99,8 @@ absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream ss;
   ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return j;
+  // Our JSON files nest a few levels deep (meta.json's config: 4).
+  return ParseJsonText(ss.str(), /*max_depth=*/256, path);
 }
 
 }  // namespace trainscope::ckpt

@@ -43,7 +43,7 @@ std::string HashHex(uint64_t h);
 absl::Status FsyncDir(const std::string& dir);
 
 // The whole file parsed as JSON. NotFound ("<path>: cannot open"), InvalidArgument
-// ("<path>: not valid JSON").
+// ("<path>: not valid JSON at byte <B>: ..." or "<path>: JSON nested deeper than ...").
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
 
 }  // namespace trainscope::ckpt

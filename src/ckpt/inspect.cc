@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/dcp.h"
 #include "ckpt/file_io.h"
+#include "trainscope/core/utf8.h"
 
 namespace trainscope::ckpt {
 namespace {
@@ -280,6 +281,11 @@ absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir) {
     t.chunks = d.chunks;
     uint64_t numel = 1;
     for (uint64_t x : d.shape) numel = __builtin_mul_overflow(numel, x, &numel) ? 0 : numel;
+    if (d.is_tensor && !IsTorchDtypeName(d.dtype)) {
+      r.problems.push_back({Join(dir, ".metadata"),
+                            absl::StrCat("corrupt: tensor \"", Excerpt(d.name), "\" has dtype \"",
+                                         Excerpt(d.dtype), "\", which is not a torch dtype")});
+    }
     if (d.is_tensor) {
       uint64_t n = TorchDTypeBytes(d.dtype);
       t.bytes = __builtin_mul_overflow(n, numel, &n) ? 0 : n;

@@ -26,6 +26,7 @@
 #include "trainscope/core/finding.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
+#include "trainscope/core/run_dir_lock.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/core/table.h"
 #include "trainscope/diagnose/diagnose.h"
@@ -130,7 +131,8 @@ void PrintResult(const train::TrainResult& r, const std::string& run_dir) {
 
 // `--probe-batch`: each candidate micro-batch is a child `trainscope train` of a few steps
 // (train/probe.h); the table or --json, exit 0 with a recommendation, 1 without.
-int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const std::string& path) {
+int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const std::string& path,
+                  const std::string& run_dir) {
   if (f.sweep || !f.resume.empty() || !f.inject.empty()) {
     return ReportAndExitCode("train",
                              absl::InvalidArgumentError("--probe-batch cannot be combined with "
@@ -145,7 +147,6 @@ int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const s
     o.memory_limit_bytes = static_cast<int64_t>(f.probe_memory_limit_gb * 1e9);
   }
   o.binary = SelfExecutablePath();
-  const std::string run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
   o.work_dir = run_dir::Join(run_dir::Join(run_dir, run_dir::kTrain), "probe");
   o.on_progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto report = train::ProbeBatch(config, o, Os::Default());
@@ -212,9 +213,18 @@ int RunTrain(const TrainFlags& f) {
   }
   if (f.steps > 0) config->train.steps = f.steps;
   if (f.max_seconds >= 0) config->train.max_seconds = f.max_seconds;
-  if (f.probe) return RunProbeBatch(f, *config, path);
+  // One writer per run directory (core/run_dir_lock.h), held until we exit: a second
+  // trainer on a directory in use exits 2 naming the holder, before it writes anything. The
+  // ranks of one job share a job id (TRAINSCOPE_JOB_ID from `trainscope launch`, else the
+  // rendezvous endpoint): the first to arrive holds the lock, the others join it.
+  const std::string run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
+  run_dir::LockOptions lock_options;
+  lock_options.job_id = run_dir::CurrentJobId();
+  absl::StatusOr<run_dir::RunDirLock> lock = run_dir::LockRunDir(run_dir, lock_options);
+  if (!lock.ok()) return ReportAndExitCode("train", lock.status());
+  if (f.probe) return RunProbeBatch(f, *config, path, run_dir);
   train::TrainOptions o;
-  o.run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
+  o.run_dir = run_dir;
   o.comm_backend = f.backend;
   o.stop = signals.stop();
   o.dump_request = DumpOnSignal::requests();

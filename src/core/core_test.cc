@@ -4,10 +4,12 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/core/check.h"
 #include "trainscope/core/fake_os.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/stats.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/core/table.h"
+#include "trainscope/core/utf8.h"
 
 namespace trainscope {
 namespace {
@@ -158,6 +160,44 @@ TEST(WrapText, BreaksAtSpacesWithLeadIndentAndNewlines) {
   EXPECT_EQ(WrapText("aaa bbb ccc", 9, "- ", "  "), "- aaa bbb\n  ccc\n");
   EXPECT_EQ(WrapText("averyverylongword x", 5), "averyverylongword\nx\n");  // stands alone
   EXPECT_EQ(WrapText("one\n\ntwo", 80), "one\n\ntwo\n");                    // blank line kept
+}
+
+// Error messages quote input values through Excerpt: a 1M-character field is one short line.
+TEST(Excerpt, ShortWholeLongCutAtACharacter) {
+  EXPECT_EQ(Excerpt("abc"), "abc");
+  EXPECT_EQ(Excerpt(std::string(60, 'a')), std::string(60, 'a'));
+  EXPECT_EQ(Excerpt(std::string(1 << 20, 'x')), std::string(60, 'x') + "... (1048576 bytes)");
+  // "é" is 2 bytes: 4 bytes allow two of them, 5 bytes still two (no half character).
+  EXPECT_EQ(Excerpt("\xC3\xA9\xC3\xA9\xC3\xA9", 5), "\xC3\xA9\xC3\xA9... (6 bytes)");
+  EXPECT_EQ(Excerpt("\xFF\xFF", 1), "\xEF\xBF\xBD... (2 bytes)");
+}
+
+// ParseJsonText never throws: syntax errors, a number beyond a double (nlohmann's
+// out_of_range, which once escaped the hang reader as an internal error) and deep nesting
+// all come back with the byte where parsing stopped.
+TEST(ParseJsonText, ErrorsWithByteOffsets) {
+  nlohmann::json j;
+  JsonTextError e;
+  ASSERT_TRUE(ParseJsonText(R"({"a": [1, 2.5]})", 8, &j, &e));
+  EXPECT_EQ(j["a"][1], 2.5);
+  EXPECT_FALSE(ParseJsonText(R"({"a": 1e309})", 8, &j, &e));
+  EXPECT_FALSE(e.too_deep);
+  EXPECT_EQ(e.byte, 6u);  // where the number starts
+  EXPECT_NE(e.what.find("number overflow parsing '1e309'"), std::string::npos) << e.what;
+  EXPECT_FALSE(ParseJsonText(R"({"a": 1} x)", 8, &j, &e));
+  EXPECT_EQ(e.byte, 10u);
+  EXPECT_FALSE(ParseJsonText(std::string(100000, '[') + std::string(100000, ']'), 300, &j, &e));
+  EXPECT_TRUE(e.too_deep);
+  EXPECT_EQ(e.byte, 300u);
+  // An unterminated string of 1M characters: nlohmann quotes the token, we quote 160 bytes.
+  EXPECT_FALSE(ParseJsonText("\"" + std::string(1 << 20, 'x'), 8, &j, &e));
+  EXPECT_LT(e.what.size(), 200u);
+  auto s = ParseJsonText(std::string(R"({"a": 1e309})"), 8, std::string("f.json"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "f.json: not valid JSON at byte 6: [json.exception.out_of_range.406] number overflow "
+            "parsing '1e309'");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include "trainscope/core/run_dir_lock.h"
+
 namespace trainscope {
 
 int ReportAndExitCode(std::string_view verb, const absl::Status& status) {
@@ -10,6 +12,8 @@ int ReportAndExitCode(std::string_view verb, const absl::Status& status) {
   std::string msg(status.message());
   std::fprintf(stderr, "trainscope %.*s: error: %s\n", static_cast<int>(verb.size()), verb.data(),
                msg.c_str());
+  // Another writer holds the run directory: the line above names it, which is the hint.
+  if (run_dir::IsRunDirInUse(status)) return kExitUsage;
   switch (status.code()) {
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAborted:

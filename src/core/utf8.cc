@@ -46,6 +46,17 @@ std::string ValidUtf8(std::string_view s) {
   return out;
 }
 
+std::string Excerpt(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return ValidUtf8(s);
+  size_t cut = 0;
+  while (cut < max_bytes) {
+    const size_t len = Utf8SequenceLength(s.substr(cut));
+    if (cut + (len == 0 ? 1 : len) > max_bytes) break;
+    cut += len == 0 ? 1 : len;
+  }
+  return ValidUtf8(s.substr(0, cut)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
 void SanitizeUtf8(nlohmann::json* doc) {
   if (doc->is_string()) {
     std::string& s = doc->get_ref<std::string&>();

@@ -234,7 +234,7 @@ absl::Status ParsePgConfig(const json& cfg, Dump* d) {
       if (r.is_string()) {
         auto ranks = ParseRankList(r.get_ref<const std::string&>());
         if (!ranks.ok())
-          return absl::InvalidArgumentError(absl::StrCat("pg_config \"", ValidUtf8(it.key()),
+          return absl::InvalidArgumentError(absl::StrCat("pg_config \"", Excerpt(it.key()),
                                                          "\": ranks: ", ranks.status().message()));
         g.ranks = *std::move(ranks);
       } else if (r.is_array()) {
@@ -355,17 +355,19 @@ ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name) {
     std::string_view text = bytes.substr(i);
     bool looks_like_dump = text.substr(0, 4096).find("\"entries\"") != std::string_view::npos ||
                            text.substr(0, 4096).find("\"pg_config\"") != std::string_view::npos;
-    if (size_t deep = JsonNestingTooDeep(text, kMaxJsonDepth); deep != std::string_view::npos) {
+    // Too deep, bad syntax or a number beyond a double (1e309): a corrupt dump, counted.
+    JsonTextError err;
+    if (!ParseJsonText(text, kMaxJsonDepth, &doc, &err)) {
       r.outcome = looks_like_dump ? ReadOutcome::kCorrupt : ReadOutcome::kNotADump;
-      r.reason = absl::StrCat("JSON nested deeper than ", kMaxJsonDepth, " at byte ", i + deep);
-      return r;
-    }
-    try {
-      doc = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-      r.outcome = looks_like_dump ? ReadOutcome::kCorrupt : ReadOutcome::kNotADump;
-      r.reason = absl::StrCat(looks_like_dump ? "truncated or corrupt JSON" : "not JSON",
-                              " at byte ", i + e.byte);
+      if (err.too_deep) {
+        r.reason =
+            absl::StrCat("JSON nested deeper than ", kMaxJsonDepth, " at byte ", i + err.byte);
+      } else {
+        r.reason = absl::StrCat(looks_like_dump ? "truncated or corrupt JSON" : "not JSON",
+                                " at byte ", i + err.byte);
+        if (err.what.find("out_of_range") != std::string::npos)
+          r.reason += " (number out of range)";
+      }
       return r;
     }
     r.dump.format = "json";

@@ -37,12 +37,19 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/run_dir.h"
+#include "trainscope/core/run_dir_lock.h"
 #include "trainscope/launch/launch.h"
 
 extern char** environ;
 
 namespace trainscope::launch {
 namespace {
+
+std::string HostName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "localhost";
+  return host;
+}
 
 int64_t NowNs() {
   timespec ts;
@@ -357,6 +364,17 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
         absl::StrCat("cannot create run directory ", result.run_dir, ": ", ec.message()));
   }
   const std::string abs_run_dir = std::filesystem::absolute(result.run_dir).string();
+  // One job, one writer (core/run_dir_lock.h): the launcher holds the run directory's lock
+  // until it returns, and its ranks carry its job id, so that a rank writing the same
+  // directory joins it while any other job is refused. With several nodes the id is the
+  // rendezvous endpoint, the same on every node (one shared run directory is one job).
+  const std::string job_id =
+      o.nnodes > 1 ? absl::StrCat("launch/", result.master_addr, ":", result.master_port)
+                   : absl::StrCat("launch/", HostName(), "/", static_cast<int>(::getpid()));
+  run_dir::LockOptions lock_options;
+  lock_options.job_id = job_id;
+  absl::StatusOr<run_dir::RunDirLock> lock = run_dir::LockRunDir(result.run_dir, lock_options);
+  if (!lock.ok()) return lock.status();
 
   // Everything the children need is built before fork(): the child only calls
   // async-signal-safe functions.
@@ -370,6 +388,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   }
   for (const auto& [k, v] : o.env) base[k] = v;
   base[envvar::kJobToken] = *token;
+  base[envvar::kJobId] = job_id;
   for (int lr = 0; lr < nproc; ++lr) {
     Child& c = children[lr];
     c.status.local_rank = lr;

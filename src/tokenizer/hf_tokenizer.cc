@@ -25,12 +25,16 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/hf_pretokenize.h"
+#include "trainscope/core/json_text.h"
+#include "trainscope/core/utf8.h"
 #include "trainscope/tokenizer/tokenizer.h"
 
 namespace trainscope::tokenizer {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr int kMaxJsonDepth = 256;  // tokenizer.json nests under 10 deep
 
 constexpr char kSupported[] =
     "supported: models BPE (byte-level) and WordPiece; normalizers none, NFC, NFKC, NFD, NFKD, "
@@ -91,7 +95,7 @@ absl::Status ParseNormalizer(const std::string& file, const json& j, Config* c) 
   } else if (t == "NFC" || t == "NFKC" || t == "NFD" || t == "NFKD" || t == "Lowercase") {
     n.form = t;
   } else {
-    return Unsupported(file, absl::StrCat("normalizer '", t, "'"));
+    return Unsupported(file, absl::StrCat("normalizer '", Excerpt(t), "'"));
   }
   c->normalizers.push_back(n);
   return absl::OkStatus();
@@ -125,7 +129,7 @@ absl::Status ParsePreTokenizer(const std::string& file, const json& j, Config* c
     }
     return Unsupported(file, "this Sequence pre-tokenizer (its Split pattern)");
   }
-  return Unsupported(file, absl::StrCat("pre-tokenizer '", t, "'"));
+  return Unsupported(file, absl::StrCat("pre-tokenizer '", Excerpt(t), "'"));
 }
 
 absl::Status ParseMerges(const std::string& file, const json& merges, Config* c) {
@@ -148,8 +152,8 @@ absl::Status ParseMerges(const std::string& file, const json& merges, Config* c)
     }
     auto ia = c->vocab.find(a), ib = c->vocab.find(b), iab = c->vocab.find(a + b);
     if (ia == c->vocab.end() || ib == c->vocab.end() || iab == c->vocab.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file, ": merge ", rank, " (", a, " ", b, ") is not in the vocabulary"));
+      return absl::InvalidArgumentError(absl::StrCat(file, ": merge ", rank, " (", Excerpt(a), " ",
+                                                     Excerpt(b), ") is not in the vocabulary"));
     }
     const uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
     c->merges.try_emplace(key, rank, iab->second);
@@ -160,14 +164,16 @@ absl::Status ParseMerges(const std::string& file, const json& merges, Config* c)
 
 absl::Status ParseModel(const std::string& file, const json& m, Config* c) {
   const std::string t = TypeOf(m);
-  if (t != "BPE" && t != "WordPiece") return Unsupported(file, absl::StrCat("model '", t, "'"));
+  if (t != "BPE" && t != "WordPiece")
+    return Unsupported(file, absl::StrCat("model '", Excerpt(t), "'"));
   c->bpe = t == "BPE";
   if (!m.contains("vocab") || !m["vocab"].is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": model.vocab is not an object"));
   }
   for (const auto& [tok, id] : m["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": vocab id of '", tok, "' is bad"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": vocab id of '", Excerpt(tok), "' is bad"));
     }
     c->vocab[tok] = id.get<int32_t>();
   }
@@ -213,7 +219,7 @@ absl::Status ParseConfig(const std::string& file, const json& j, Config* c) {
     const int64_t id = a["id"].get<int64_t>();
     if (id < 0 || id > (1 << 30)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(file, ": added token '", content, "' has a bad id"));
+          absl::StrCat(file, ": added token '", Excerpt(content), "' has a bad id"));
     }
     if (content.empty()) continue;
     c->added.emplace_back(content, static_cast<int32_t>(id));
@@ -444,16 +450,18 @@ std::string HfTokenizer::Decode(const std::vector<int32_t>& ids) const {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  }
+  std::stringstream text;
+  text << in.rdbuf();
+  // Real tokenizer.json files nest under 10 deep; ParseConfig copies and recurses into the
+  // document, so a hostile one nested 60,000 deep would overflow the stack there.
+  auto j = ParseJsonText(text.str(), kMaxJsonDepth, path);
+  if (!j.ok()) return j.status();
   Config c;
   try {
-    if (auto s = ParseConfig(path, j, &c); !s.ok()) return s;
+    if (auto s = ParseConfig(path, *j, &c); !s.ok()) return s;
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": malformed tokenizer.json (", e.what(), ")"));
+        absl::StrCat(path, ": malformed tokenizer.json (", Excerpt(e.what(), 160), ")"));
   }
   return std::unique_ptr<Tokenizer>(new HfTokenizer(path, std::move(c)));
 }

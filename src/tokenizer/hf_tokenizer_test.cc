@@ -145,5 +145,33 @@ TEST(HfTokenizer, UnsupportedAndBadFiles) {
   EXPECT_EQ(not_json.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A tokenizer.json nested 70,000 deep (once a SIGSEGV: ParseConfig copies and recurses
+// into the document) is refused before it is parsed, in one line naming the file.
+TEST(HfTokenizer, DeepNestingRefused) {
+  const int depth = 70000;
+  std::string text = R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": )";
+  text += std::string(depth, '[') + std::string(depth, ']') + "}";
+  const std::string path = ::testing::TempDir() + "/deep_tokenizer.json";
+  std::ofstream(path) << text;
+  auto t = LoadTokenizer(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string want = path + ": JSON nested deeper than 256 at byte ";
+  EXPECT_EQ(t.status().message().substr(0, want.size()), want) << t.status();
+  EXPECT_EQ(t.status().message().find('\n'), std::string::npos);
+}
+
+// An error quotes a field of 1M characters as a short excerpt, not whole.
+TEST(HfTokenizer, LongFieldQuotedAsExcerpt) {
+  const std::string big(1 << 20, 'x');
+  const std::string path = ::testing::TempDir() + "/long_model_type.json";
+  std::ofstream(path) << R"({"model": {"type": ")" << big << R"(", "vocab": {}}})";
+  auto t = LoadTokenizer(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_LT(t.status().message().size(), 600u) << t.status().message().substr(0, 600);
+  EXPECT_NE(t.status().message().find("... (1048576 bytes)"), std::string::npos)
+      << t.status().message().substr(0, 600);
+}
+
 }  // namespace
 }  // namespace trainscope::tokenizer

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trace/chrome_reader.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 #include "trainscope/trace/analysis.h"
@@ -78,6 +79,12 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   const std::set<std::string> named(paths.begin(), paths.end());
   std::vector<SkippedFile> skipped;
   for (const std::string& p : files) {
+    // Named or found, an execution trace is HTA's companion file, not a mistake: listed.
+    if (std::string schema = internal::ExecutionTraceSchema(p); !schema.empty()) {
+      skipped.push_back({p, absl::StrCat(p, ": a PyTorch execution trace (schema ", schema,
+                                         "), not a profiler trace")});
+      continue;
+    }
     auto t = ReadRankTrace(p);
     const bool from_dir = !named.count(p);
     if (!t.ok() && from_dir && absl::IsInvalidArgument(t.status())) {
@@ -126,8 +133,10 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   }
   KeepLatestWindowPerRank(start_ns, &results, &skipped);
   if (results.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no traces among the files given (",
-                                                   skipped.size(), " skipped: not a trace)"));
+    // The first reason names a file: an execution trace given alone says what it is.
+    return absl::InvalidArgumentError(
+        absl::StrCat("no traces among the files given (", skipped.size(), " skipped: not a trace",
+                     skipped.empty() ? "" : absl::StrCat("; first: ", skipped[0].reason), ")"));
   }
   Report rep = CombineRanks(std::move(results), options.analyze);
   rep.skipped = std::move(skipped);

@@ -32,6 +32,12 @@ std::unique_ptr<ByteSource> MemoryByteSource(std::string_view data);
 absl::Status ReadChromeTrace(ByteSource* src, const std::string& name, const ReadOptions& options,
                              RankTrace* out);
 
+// The "schema" of a PyTorch execution trace (ExecutionTraceObserver's JSON, the *_et.json HTA
+// reads beside a Kineto trace: an object with "schema" and "nodes" and no "traceEvents"),
+// sniffed from the first 64 KB of `path` (plain or gzip); "" when it is not one or cannot be
+// read. An execution trace holds operators without times, so it is skipped, not analysed.
+std::string ExecutionTraceSchema(const std::string& path);
+
 // Marks device events that have no category by their process (torch_npu trace_view.json:
 // "Ascend Hardware", "HCCL", "Communication" processes) and classifies device kinds.
 void ClassifyDeviceEvents(RankTrace* trace);

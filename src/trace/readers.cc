@@ -20,6 +20,7 @@
 #include "trace/chrome_reader.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
+#include "trainscope/core/utf8.h"
 #include "trainscope/trace/trace.h"
 
 namespace trainscope::trace {
@@ -431,6 +432,34 @@ absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
 }
 
 }  // namespace
+
+std::string internal::ExecutionTraceSchema(const std::string& path) {
+  if (!IsFile(path)) return "";  // a FIFO must not be read twice
+  auto src = internal::OpenByteSource(path);
+  if (!src.ok()) return "";
+  std::string head(64 << 10, '\0');
+  size_t n = 0;
+  while (n < head.size()) {
+    const int64_t got = (*src)->Read(head.data() + n, head.size() - n);
+    if (got <= 0) break;
+    n += static_cast<size_t>(got);
+  }
+  head.resize(n);
+  const size_t open = head.find_first_not_of(" \t\r\n");
+  if (open == std::string::npos || head[open] != '{') return "";
+  if (head.find("\"traceEvents\"") != std::string::npos) return "";
+  if (head.find("\"nodes\"") == std::string::npos) return "";
+  // "schema": "1.1.1-chakra.0.0.4" (a string of at most a few dozen characters).
+  size_t at = head.find("\"schema\"");
+  if (at == std::string::npos) return "";
+  at = head.find_first_not_of(" \t\r\n", at + 8);
+  if (at == std::string::npos || head[at] != ':') return "";
+  at = head.find_first_not_of(" \t\r\n", at + 1);
+  if (at == std::string::npos || head[at] != '"') return "";
+  const size_t end = head.find('"', at + 1);
+  if (end == std::string::npos || end == at + 1 || end - at > 64) return "";
+  return ValidUtf8(std::string_view(head).substr(at + 1, end - at - 1));
+}
 
 int RankFromFileName(std::string_view path) {
   std::string b = absl::AsciiStrToLower(Base(path));

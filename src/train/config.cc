@@ -16,10 +16,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/core/table.h"
+#include "trainscope/core/utf8.h"
 #include "trainscope/train/trainer.h"
 
 namespace trainscope::train {
@@ -58,7 +60,8 @@ class Section {
       }
       if (v.is_number_float()) {
         double x = v.get<double>();
-        if (x != std::floor(x)) return Error(key, absl::StrCat("expected integer, got ", v.dump()));
+        if (x != std::floor(x))
+          return Error(key, absl::StrCat("expected integer, got ", Excerpt(v.dump())));
         if (x < INT32_MIN || x > INT32_MAX) return OutOfRange(key, v);
         *out = static_cast<int>(x);
         return absl::OkStatus();
@@ -136,14 +139,16 @@ class Section {
     return key.empty() ? prefix_ : absl::StrCat(prefix_, ".", key);
   }
   absl::Status Error(const std::string& key, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": key \"", Path(key), "\": ", what));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ": key \"", Excerpt(Path(key)), "\": ", what));
   }
   absl::Status OutOfRange(const std::string& key, const json& got) const {
-    return Error(key,
-                 absl::StrCat(got.dump(), " does not fit an integer (-2147483648..2147483647)"));
+    return Error(key, absl::StrCat(Excerpt(got.dump()),
+                                   " does not fit an integer (-2147483648..2147483647)"));
   }
   absl::Status TypeError(const std::string& key, const char* want, const json& got) const {
-    return Error(key, absl::StrCat("expected ", want, ", got ", TypeName(got), " ", got.dump()));
+    return Error(
+        key, absl::StrCat("expected ", want, ", got ", TypeName(got), " ", Excerpt(got.dump())));
   }
 
   std::string source_;
@@ -186,7 +191,8 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   const DataConfig& d = c.data;
   if (d.corpus.empty()) return KeyError(c, "data.corpus", "no corpus given");
   if (d.format != "auto" && d.format != "text" && d.format != "jsonl")
-    return KeyError(c, "data.format", absl::StrCat("\"", d.format, "\" is not auto|text|jsonl"));
+    return KeyError(c, "data.format",
+                    absl::StrCat("\"", Excerpt(d.format), "\" is not auto|text|jsonl"));
   TS_RETURN_IF_ERROR(InRange(c, "data.num_workers", d.num_workers, 0, kMaxWorkers));
   TS_RETURN_IF_ERROR(InRange(c, "data.prefetch", d.prefetch, 1, kMaxPrefetch));
   TS_RETURN_IF_ERROR(InRange(c, "data.worker_delay_ms", d.worker_delay_ms, 0.0, kMaxWorkerDelayMs));
@@ -212,7 +218,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
                      " hardware threads, and 1024)"));
   if (r.precision != "fp32" && r.precision != "bf16" && r.precision != "fp16")
     return KeyError(c, "train.precision",
-                    absl::StrCat("\"", r.precision, "\" is not fp32|bf16|fp16"));
+                    absl::StrCat("\"", Excerpt(r.precision), "\" is not fp32|bf16|fp16"));
   for (absl::Status st :
        {ValidateSpikeOptions(c.anomaly.spike), ValidateLossScalerOptions(c.fp16)}) {
     if (!st.ok()) {
@@ -244,7 +250,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   const std::string& z = c.comm.compression;
   if (z != "none" && z != "fp16" && z != "bf16" && z != "powersgd" && z != "topk")
     return KeyError(c, "comm.compression",
-                    absl::StrCat("\"", z, "\" is not none|fp16|bf16|powersgd|topk"));
+                    absl::StrCat("\"", Excerpt(z), "\" is not none|fp16|bf16|powersgd|topk"));
   TS_RETURN_IF_ERROR(InRange(c, "comm.powersgd_rank", c.comm.powersgd_rank, 1, kMaxPowerSgdRank));
   if (!(c.comm.topk_ratio > 0 && c.comm.topk_ratio <= 1))
     return KeyError(c, "comm.topk_ratio",
@@ -270,7 +276,7 @@ absl::StatusOr<DeviceSpec> ParseDevice(const std::string& text) {
     return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("\"", text, "\" is not cpu|cuda|cuda:N (N in 0..", kMaxCudaIndex, ")"));
+      absl::StrCat("\"", Excerpt(text), "\" is not cpu|cuda|cuda:N (N in 0..", kMaxCudaIndex, ")"));
 }
 
 double DevicePeakTflops(const std::string& device_name, const std::string& precision) {
@@ -300,23 +306,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   TrainConfig c;
   c.source = source;
   const std::string src = source.empty() ? "config" : source;
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(src, ": not valid JSON at byte ", e.byte, ": ", e.what()));
-  } catch (const json::exception& e) {
-    // A number too large for a double (1e309) is out_of_range.406, not a parse_error, and
-    // carries no position: find the literal the message quotes.
-    std::string what = e.what(), where;
-    size_t q1 = what.find('\''), q2 = what.rfind('\'');
-    if (q1 != std::string::npos && q2 > q1 + 1) {
-      size_t at = text.find(what.substr(q1 + 1, q2 - q1 - 1));
-      if (at != std::string::npos) where = absl::StrCat(" at byte ", at);
-    }
-    return absl::InvalidArgumentError(absl::StrCat(src, ": not valid JSON", where, ": ", what));
-  }
+  // A config nests 3 deep; the limit only keeps a hostile file from the parser's worst case.
+  auto parsed = ParseJsonText(text, /*max_depth=*/64, src);
+  if (!parsed.ok()) return parsed.status();
+  const json root = *std::move(parsed);
   if (!root.is_object())
     return absl::InvalidArgumentError(absl::StrCat(src, ": expected a JSON object at the top"));
 
@@ -406,16 +399,16 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
       if (!it.value().is_string() || it.value().get<std::string>() != "trainscope.train_config")
         return absl::InvalidArgumentError(
             absl::StrCat(src, ": key \"format\": expected \"trainscope.train_config\", got ",
-                         it.value().dump()));
+                         Excerpt(it.value().dump())));
     } else if (k == "version") {
       if (!it.value().is_number_integer() || it.value().get<int64_t>() != 1)
         return absl::InvalidArgumentError(
-            absl::StrCat(src, ": key \"version\": expected 1, got ", it.value().dump()));
+            absl::StrCat(src, ": key \"version\": expected 1, got ", Excerpt(it.value().dump())));
     } else if (k == "comment") {
       // free text, ignored
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat(src, ": key \"", k,
+          absl::StrCat(src, ": key \"", Excerpt(k),
                        "\": unknown key (known: format, version, comment, model, data, optim, "
                        "train, comm, checkpoint, anomaly, fp16)"));
     }

@@ -100,6 +100,19 @@ TEST(ConfigTest, SyntaxErrorGivesByteOffset) {
   EXPECT_NE(c.status().message().find("not valid JSON at byte"), std::string::npos) << c.status();
 }
 
+// Errors quote a 1M-character value or key as a short excerpt (once 1 MB on stderr).
+TEST(ConfigTest, LongValuesAndKeysAreQuotedAsExcerpts) {
+  const std::string big(1 << 20, 'x');
+  auto value = ParseTrainConfig(R"({"model": {"layers": ")" + big + R"("}})", "x.json");
+  ASSERT_FALSE(value.ok());
+  EXPECT_LT(value.status().message().size(), 300u) << value.status().message().substr(0, 300);
+  EXPECT_NE(value.status().message().find("... (1048578 bytes)"), std::string::npos);
+  auto key = ParseTrainConfig(R"({")" + big + R"(": 1})", "x.json");
+  ASSERT_FALSE(key.ok());
+  EXPECT_LT(key.status().message().size(), 400u) << key.status().message().substr(0, 400);
+  EXPECT_NE(key.status().message().find("... (1048576 bytes)"), std::string::npos);
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   auto c = LoadTrainConfig(DataDir() + "/nope.json");
   ASSERT_FALSE(c.ok());

@@ -68,6 +68,11 @@ inline constexpr char kRunDir[] = "TRAINSCOPE_RUN_DIR";  // run directory of a l
 // job (unless set) and passes it to its ranks; with --nnodes > 1 the user sets the same
 // value on every node. Never printed or written to launch.json.
 inline constexpr char kJobToken[] = "TRAINSCOPE_JOB_TOKEN";
+// The job a process belongs to, for the run-directory lock (core/run_dir_lock.h): a rank
+// whose job id equals the one recorded in <run dir>/LOCK joins that holder instead of being
+// refused. `trainscope launch` sets a fresh one for its ranks ("launch/<host>/<pid>", or
+// "launch/<master addr>:<port>" with --nnodes > 1, the same on every node).
+inline constexpr char kJobId[] = "TRAINSCOPE_JOB_ID";
 inline constexpr char kCommTimeoutS[] = "TRAINSCOPE_COMM_TIMEOUT_S";  // op timeout override
 inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";       // "1": no progress lines
 inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions

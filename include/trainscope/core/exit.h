@@ -23,7 +23,8 @@ inline constexpr int kExitInternal = 3;
 // one is known for the status code, and returns the exit code for `status`:
 // ok -> 0, FailedPrecondition/Aborted/DeadlineExceeded/Unavailable/Internal -> 1
 // (the check could not pass), everything else (InvalidArgument, NotFound, DataLoss,
-// OutOfRange, ...) -> 2.
+// OutOfRange, ...) -> 2; a run directory another writer holds (run_dir::IsRunDirInUse) -> 2
+// with no hint line (the message names the holder).
 int ReportAndExitCode(std::string_view verb, const absl::Status& status);
 
 }  // namespace trainscope

@@ -2,6 +2,7 @@
 // create, and the one place that knows where each part writes inside one.
 //
 //   runs/<kind>-<UTC YYYYmmdd-HHMMSS>-<pid>/   DefaultRunDir(kind)
+//     LOCK                                        the writer lock (run_dir_lock.h)
 //     report.json, report.md, fingerprint.json   doctor
 //     parts/<part>.stdout|.stderr                 doctor's child processes
 //     launch.json, rank<R>/                       launch (per-rank logs)
@@ -12,7 +13,8 @@
 //     data/                                       data scan reports
 //     trace/                                      profiler traces
 //
-// Every writer (doctor, launch, train, hang) takes its paths from here.
+// Every writer (doctor, launch, train, hang) takes its paths from here; launch, train and the
+// Python writers also take the directory's lock first (run_dir_lock.h).
 // Thread-safety: pure functions (DefaultRunDir reads the clock and the pid only).
 #ifndef TRAINSCOPE_CORE_RUN_DIR_H_
 #define TRAINSCOPE_CORE_RUN_DIR_H_

@@ -19,6 +19,12 @@ size_t Utf8SequenceLength(std::string_view s);
 // `s` with each byte that is not part of a valid sequence replaced by U+FFFD.
 std::string ValidUtf8(std::string_view s);
 
+// `s` as it may be quoted in an error message: whole (as valid UTF-8) when it has at most
+// `max_bytes` bytes, else its first `max_bytes` bytes (cut at a character boundary) followed
+// by "... (N bytes)". Input values echoed in errors go through here, so a 1 MB field costs
+// one short line on stderr, not 1 MB.
+std::string Excerpt(std::string_view s, size_t max_bytes = 60);
+
 // Makes every string and key of `doc` valid UTF-8, in place.
 void SanitizeUtf8(nlohmann::json* doc);
 

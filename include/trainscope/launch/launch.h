@@ -40,6 +40,11 @@
 //    After the job, if <run_dir>/hang/ holds dumps, it runs the hang analysis
 //    (hang/analyze.h), writes <run_dir>/hang/analysis.json and fills LaunchResult::hang.
 //  - <run_dir>/launch.json records the job (format "trainscope.launch", version 1).
+//  - One writer per run directory (core/run_dir_lock.h): Launch() takes <run_dir>/LOCK before
+//    starting any rank and holds it until it returns; every rank gets TRAINSCOPE_JOB_ID
+//    ("launch/<host>/<pid>"; "launch/<master_addr>:<master_port>" with nnodes > 1), so a rank
+//    writing the same directory joins the lock. A directory another writer holds:
+//    FailedPrecondition (run_dir::IsRunDirInUse), nothing started.
 // Launch() is not thread-safe (it installs signal handlers for its duration) and must be
 // called from a single-threaded process state (it forks).
 #ifndef TRAINSCOPE_LAUNCH_LAUNCH_H_

@@ -10,6 +10,9 @@ space-padded to a multiple of 8, then the data section.
   small_b.safetensors  small.safetensors with one F32 value changed (for diff)
   sharded/             model.safetensors.index.json + model-0000{1,2}-of-00002.safetensors
   dcp/                 a torch.distributed.checkpoint folder: .metadata + __0_0.distcp
+  bad_json/step-20/    run/checkpoints/step-20 with rank0.json not JSON and rank1.json a JSON
+                       list, the manifest's sizes and xxh3 hashes rewritten to match them
+                       (the system's libxxhash through ctypes)
 
 Debian's python3 here has no torch, so dcp/.metadata is pickled (protocol 2) from stand-in
 classes registered under the real module paths (torch.distributed.checkpoint.metadata,
@@ -185,6 +188,34 @@ def write_dcp(folder):
         f.write(b"\0" * at)
 
 
+def xxh3_hex(data):
+    import ctypes
+    lib = ctypes.CDLL("libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return "%016x" % lib.XXH3_64bits(data, len(data))
+
+
+def write_bad_json(folder):
+    import shutil
+    src = os.path.join(HERE, "run", "checkpoints", "step-20")
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(src, folder)
+    bad = {"rank0.json": b"rank 0 state: not JSON\n", "rank1.json": b"[0, 160, 1234]\n"}
+    for name, data in bad.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    mpath = os.path.join(folder, "manifest.json")
+    with open(mpath) as f:
+        manifest = json.load(f)
+    for e in manifest["files"]:
+        if e["path"] in bad:
+            e["bytes"], e["xxh3"] = len(bad[e["path"]]), xxh3_hex(bad[e["path"]])
+    with open(mpath, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def main():
     write_safetensors(os.path.join(HERE, "small.safetensors"), small(), {"format": "pt"})
     write_safetensors(os.path.join(HERE, "small_b.safetensors"), small(True), {"format": "pt"})
@@ -207,6 +238,7 @@ def main():
                   sort_keys=True)
         f.write("\n")
     write_dcp(os.path.join(HERE, "dcp"))
+    write_bad_json(os.path.join(HERE, "bad_json", "step-20"))
 
 
 if __name__ == "__main__":

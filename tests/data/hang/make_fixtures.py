@@ -225,6 +225,17 @@ def main():
     with open(os.path.join(d, "empty"), "w") as f:
         pass
 
+    # number_overflow: the healthy pair, rank 1's first time_created_ns the number 1e309 (beyond
+    # a double): a corrupt dump, counted, not an internal error.
+    for r in range(2):
+        p = write("number_overflow", f"nccl_trace_rank_{r}", Rank(r, world(2)).steps(1, 5, [1024, 512]),
+                  drop_rank_key=True)
+    with open(p) as f:
+        text = f.read()
+    at = text.index('"time_created_ns": ') + len('"time_created_ns": ')
+    with open(p, "w") as f:
+        f.write(text[:at] + "1e309" + text[text.index(",", at):])
+
     # run_dir: a trainscope run directory (hang/ folder with thread stacks beside the dumps,
     # other files above it), versions 2.8 and 2.10 mixed.
     for r in range(2):
