@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "comm/store.h"
 #include "comm/torch_store.h"
 #include "trainscope/comm/comm.h"
 
@@ -41,31 +42,6 @@ absl::StatusOr<std::string> FreshJobToken() {
   }
   std::string out;
   for (unsigned char b : bytes) absl::StrAppendFormat(&out, "%02x", b);
-  return out;
-}
-
-// The address of this host that routes to host:port (a UDP connect sends nothing): where
-// rank 0's store listens, reachable by the ranks that reach the agent's store.
-std::string LocalAddressToward(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) {
-    return "127.0.0.1";
-  }
-  std::string out = "127.0.0.1";
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET_ADDRSTRLEN];
-      if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) out = buf;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
   return out;
 }
 

@@ -92,6 +92,11 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // The job token handed to this process (TRAINSCOPE_JOB_TOKEN), "" when unset.
 std::string JobTokenFromEnvironment();
 
+// The address of this host that routes to host:port (IPv4; a UDP connect sends nothing):
+// where a listener must bind to be reached by the ranks that reach host:port. "127.0.0.1"
+// when host does not resolve or has no route.
+std::string LocalAddressToward(const std::string& host, int port);
+
 struct StoreServerOptions {
   std::string bind_host = "127.0.0.1";  // numeric address or host name; one address is bound
   int port = 0;                         // 0: any free port

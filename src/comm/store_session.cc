@@ -1,4 +1,10 @@
 // StoreSession and JoinStore: a rank's membership in the job's rendezvous store (store.h).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -107,6 +113,29 @@ std::string StoreSession::DescribeMissingRanks(int64_t seq, int rank, int world_
                       absent.size() == 1 ? " is" : " are",
                       " alive but unresponsive: it did not fail this op like us (stopped, hung, or "
                       "stuck in other work)");
+}
+
+std::string LocalAddressToward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) {
+    return "127.0.0.1";
+  }
+  std::string out = "127.0.0.1";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
 }
 
 }  // namespace trainscope::comm

@@ -62,30 +62,6 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-// The local address that routes to `master_addr` (a UDP connect sends nothing).
-std::string LocalAddressFor(const std::string& master_addr, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(master_addr.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) {
-    return "127.0.0.1";
-  }
-  std::string out = "127.0.0.1";
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET_ADDRSTRLEN];
-      if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) out = buf;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  return out;
-}
-
 absl::Status FromException(const std::exception& e) {
   std::string msg = e.what();
   if (absl::StrContains(msg, "Timed out") || absl::StrContains(msg, "timed out")) {
@@ -277,7 +253,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(const CommOptions& op
     if (!options.iface.empty()) {
       attr.iface = options.iface;
     } else {
-      attr.hostname = LocalAddressFor(options.master_addr, options.master_port);
+      attr.hostname = LocalAddressToward(options.master_addr, options.master_port);
     }
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
