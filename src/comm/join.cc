@@ -21,29 +21,13 @@
 #include "comm/store.h"
 #include "comm/torch_store.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::comm {
 namespace {
 
 // What rank 0 writes under the agent store key: "<magic> <host> <port> <token>".
 constexpr char kAnnouncementMagic[] = "trainscope.store/1";
-
-absl::StatusOr<std::string> FreshJobToken() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot generate a job token: getrandom: ", std::strerror(errno)));
-    }
-    got += static_cast<size_t>(n);
-  }
-  std::string out;
-  for (unsigned char b : bytes) absl::StrAppendFormat(&out, "%02x", b);
-  return out;
-}
 
 struct Announcement {
   std::string host;
@@ -80,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinThroughAgentStore(const JoinOp
   }
   std::shared_ptr<TorchStoreClient> client = std::move(*agent);
   if (co.rank == 0) {
-    auto token = FreshJobToken();
+    auto token = RandomHexToken();
     if (!token.ok()) return token.status();
     co.job_token = *token;
     co.master_addr = LocalAddressToward(co.master_addr, co.master_port);

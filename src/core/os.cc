@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 extern char** environ;
 
@@ -144,6 +146,23 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
     return ErrnoStatus(path, e);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RandomHexToken(size_t bytes) {
+  std::string raw(bytes, '\0');
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot generate a job token: getrandom: ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  std::string out;
+  for (unsigned char b : raw) absl::StrAppendFormat(&out, "%02x", b);
+  return out;
 }
 
 }  // namespace trainscope

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::launch {
 namespace {
@@ -287,7 +288,7 @@ TEST(LaunchTest, RanksGetAJobTokenThatIsNotLogged) {
   o.job_token = "given-token";
   ASSERT_TRUE(Launch(o).ok());
   EXPECT_EQ(ReadAll(o.run_dir + "/tok0"), "given-token\n");
-  EXPECT_NE(NewJobToken().value(), NewJobToken().value());
+  EXPECT_NE(RandomHexToken().value(), RandomHexToken().value());
 }
 
 TEST(LaunchTest, MultiNodeNeedsATokenAndALocalMasterAddress) {

@@ -36,6 +36,7 @@
 #include "launch/reaper.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
 #include "trainscope/launch/launch.h"
@@ -195,7 +196,7 @@ absl::StatusOr<std::string> ResolveJobToken(const LaunchOptions& o) {
                      "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
                      "and pass that value to every node's launcher"));
   }
-  return NewJobToken();
+  return RandomHexToken();
 }
 
 // Node 0 hosts rank 0's store on exactly the master address: it must be one of ours.
@@ -250,23 +251,6 @@ absl::Status BecomeChildSubreaper() {
         absl::StrCat("cannot become a child subreaper: ", std::strerror(errno)));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> NewJobToken() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot generate a job token: getrandom: ", std::strerror(errno)));
-    }
-    got += static_cast<size_t>(n);
-  }
-  std::string out;
-  for (unsigned char b : bytes) absl::StrAppendFormat(&out, "%02x", b);
-  return out;
 }
 
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {

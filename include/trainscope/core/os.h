@@ -45,6 +45,10 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& data);
 // mkdir -p.
 absl::Status MakeDirs(const std::string& path);
 
+// `bytes` random bytes from the kernel (getrandom), as lowercase hex: a job token. Internal
+// when the kernel has no entropy to give.
+absl::StatusOr<std::string> RandomHexToken(size_t bytes = 16);
+
 }  // namespace trainscope
 
 #endif  // TRAINSCOPE_CORE_OS_H_

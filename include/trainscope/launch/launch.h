@@ -152,9 +152,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
 // Internal when the kernel refuses.
 absl::Status BecomeChildSubreaper();
 
-// A fresh job token: 32 hex digits (128 bits) from getrandom(2). Internal when the kernel
-// gives no randomness.
-absl::StatusOr<std::string> NewJobToken();
+// A fresh job token is trainscope::RandomHexToken() (core/os.h): 32 hex digits (128 bits).
 
 // The launch summary as JSON (what launch.json holds).
 std::string LaunchResultJson(const LaunchResult& result, const LaunchOptions& options);
