@@ -22,6 +22,26 @@
 #include "trainscope/core/env_vars.h"
 
 namespace trainscope::comm {
+
+bool WriteAll(int fd, const char* data, size_t n, int timeout_ms) {
+  while (n > 0) {
+    ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (w > 0) {
+      data += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, timeout_ms) <= 0) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 enum Reply : uint8_t { kOk = 0, kMissing = 1, kError = 2 };
@@ -77,26 +97,6 @@ struct Reader {
     return out;
   }
 };
-
-// Writes all of `data`, waiting for the socket to drain (bounded).
-bool WriteAll(int fd, const char* data, size_t n, int timeout_ms) {
-  while (n > 0) {
-    ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
-    if (w > 0) {
-      data += w;
-      n -= static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, timeout_ms) <= 0) return false;
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
 
 bool SendReply(int fd, uint8_t status, const std::string& payload) {
   std::string frame;

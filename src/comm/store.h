@@ -92,6 +92,11 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // The job token handed to this process (TRAINSCOPE_JOB_TOKEN), "" when unset.
 std::string JobTokenFromEnvironment();
 
+// Writes all of `data` to the socket `fd`, waiting up to `timeout_ms` at a time for it to
+// drain. False on an error or a wait that timed out (errno then says which: EAGAIN for the
+// wait).
+bool WriteAll(int fd, const char* data, size_t n, int timeout_ms);
+
 // The address of this host that routes to host:port (IPv4; a UDP connect sends nothing):
 // where a listener must bind to be reached by the ranks that reach host:port. "127.0.0.1"
 // when host does not resolve or has no route.

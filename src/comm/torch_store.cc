@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/store.h"
 
 namespace trainscope::comm {
 namespace {
@@ -207,21 +208,10 @@ absl::Status TorchStoreClient::SendLocked(const std::string& bytes) {
     return absl::UnavailableError(
         absl::StrCat("TCPStore at ", endpoint_, ": unusable after an earlier error"));
   const auto deadline = std::chrono::steady_clock::now() + io_timeout_;
-  const char* p = bytes.data();
-  size_t n = bytes.size();
-  while (n > 0) {
-    ssize_t w = ::send(fd_, p, n, MSG_NOSIGNAL);
-    if (w > 0) {
-      p += w;
-      n -= static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd pfd{fd_, POLLOUT, 0};
-      if (::poll(&pfd, 1, torch_wire::Remaining(deadline)) > 0) continue;
+  errno = 0;
+  if (!WriteAll(fd_, bytes.data(), bytes.size(), torch_wire::Remaining(deadline))) {
+    if (errno == 0 || errno == EAGAIN || errno == EWOULDBLOCK)
       return Broken("timed out sending a request");
-    }
     return Broken(absl::StrCat("connection lost (", std::strerror(errno), ")"));
   }
   return absl::OkStatus();
