@@ -74,7 +74,7 @@ int64_t AlignedStart(const std::map<int, std::map<int64_t, Slot>>& slots,
   return start;
 }
 
-void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
+void WalkGroup(const std::vector<Dump>& dumps, const Group& g, const std::vector<int>& absent,
                const std::vector<std::string>& corrupt_names, std::vector<Candidate>* out) {
   std::map<int, const Dump*> by_rank;
   for (const Dump& d : dumps)
@@ -89,6 +89,9 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
   GroupWalk walk(g, slots);
   bool desynced = false;
   bool missing_reported = false;
+  const size_t found_before = out->size();
+  int64_t all_wait_seq = -1;  // the last id every member with a dump holds and waits in
+  std::vector<int> all_waiting;
   for (int64_t seq : ids) {
     std::vector<int> have, lack, waiting;
     bool any_completed = false;
@@ -116,6 +119,10 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
       out->push_back(walk.MissingDump(seq, waiting, corrupt_names));
       missing_reported = true;
     }
+    if (waiting.size() == have.size()) {
+      all_wait_seq = seq;
+      all_waiting = waiting;
+    }
     std::optional<Candidate> c = walk.Compare(seq);
     if (!c) {
       desynced = false;
@@ -129,6 +136,60 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g,
     std::vector<int> none;
     out->push_back(walk.MissingDump(-1, none, corrupt_names));
   }
+  // Every member with a dump waits in the same collective and nothing else explains it: when
+  // the membership only comes from the entries (torch's gloo dumps name no group in
+  // pg_config), the member they wait for is one that left no dump: a rank of the world absent
+  // from the dumps.
+  if (g.from_config || out->size() != found_before || absent.empty()) return;
+  Group hidden = g;
+  hidden.missing = absent;
+  GroupWalk hidden_walk(hidden, slots);
+  if (all_wait_seq >= 0) {
+    Candidate c = hidden_walk.MissingDump(all_wait_seq, all_waiting, corrupt_names);
+    c.finding.evidence +=
+        "; every member with a dump waits in it, so the member they wait for is among the "
+        "ranks without a dump (this dump format names no group's members)";
+    out->push_back(std::move(c));
+    return;
+  }
+  // A group only one dumped rank knows, holding that rank's last collective: its other
+  // members left no dump. gloo ends a collective whose peer is gone with an error (and counts
+  // it as completed), so the rank stopped there because of them, not on its own.
+  if (g.with_dump.size() != 1) return;
+  const Dump& d = *by_rank.at(g.with_dump[0]);
+  const Entry* last = d.entries.empty() ? nullptr : &d.entries.back();
+  if (last == nullptr || last->is_p2p || last->pg_name != g.name || last->collective_seq_id < 0)
+    return;
+  Candidate c = hidden_walk.MissingDump(last->collective_seq_id, {d.rank}, corrupt_names);
+  const std::string who = RanksLabel(absent);
+  c.finding.waiting_ranks = {d.rank};
+  c.finding.sentence = who + " left no dump; rank " + std::to_string(d.rank) +
+                       "'s last collective, " + last->op + " #" +
+                       std::to_string(last->collective_seq_id) + " of " + GroupLabel(g) +
+                       ", has no other member with a dump, so rank " + std::to_string(d.rank) +
+                       " stopped there because of " + who + " (a peer that is gone ends it).";
+  c.finding.evidence +=
+      "; no other dump holds the group, so its other members are among the ranks without a "
+      "dump (this dump format names no group's members)";
+  out->push_back(std::move(c));
+}
+
+// The ranks of the world (every rank below the largest rank, world size or group member
+// seen) without a usable dump.
+std::vector<int> AbsentRanks(const std::vector<Dump>& dumps, const std::vector<Group>& groups) {
+  int world = 0;
+  std::set<int> have;
+  for (const Dump& d : dumps) {
+    have.insert(d.rank);
+    world = std::max({world, d.world_size, d.rank + 1});
+  }
+  for (const Group& g : groups)
+    if (!g.members.empty()) world = std::max(world, g.members.back() + 1);
+  std::vector<int> absent;
+  if (world > (1 << 16)) return absent;  // a corrupt rank number
+  for (int r = 0; r < world; ++r)
+    if (!have.count(r)) absent.push_back(r);
+  return absent;
 }
 
 // Point-to-point: each pending send must meet a pending receive on its peer (and the
@@ -174,11 +235,20 @@ void WalkP2p(const std::vector<Dump>& dumps, const Group& g, std::vector<Candida
 
 std::vector<HangFinding> FindProblems(const std::vector<Dump>& dumps,
                                       const std::vector<Group>& groups,
-                                      const std::vector<std::string>& corrupt_names) {
+                                      const std::vector<std::string>& corrupt_names,
+                                      std::vector<WaitFor>* waits) {
   std::vector<Candidate> all;
+  const std::vector<int> absent = AbsentRanks(dumps, groups);
   for (const Group& g : groups) {
-    WalkGroup(dumps, g, corrupt_names, &all);
+    WalkGroup(dumps, g, absent, corrupt_names, &all);
     WalkP2p(dumps, g, &all);
+  }
+  // The waits before duplicates are merged: each waiting rank waits for each culprit.
+  for (const Candidate& c : all) {
+    if (waits == nullptr) break;
+    for (int w : c.finding.waiting_ranks)
+      for (int b : c.finding.culprit_ranks)
+        if (w != b) waits->push_back({w, b});
   }
   // One missing_dump finding per set of missing ranks: the one where others wait, in the
   // largest group.

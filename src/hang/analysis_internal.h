@@ -51,7 +51,8 @@ struct Group {
   std::string name, desc;
   std::vector<int> members;  // global ranks, sorted
   std::vector<int> with_dump, missing;
-  int order = 0;  // position in the report (sorted by name, numeric names first)
+  bool from_config = false;  // members from pg_config (else from the entries that use it)
+  int order = 0;             // position in the report (sorted by name, numeric names first)
 };
 
 struct MembershipDisagreement {
@@ -65,10 +66,21 @@ struct MembershipDisagreement {
 std::vector<Group> BuildGroups(const std::vector<Dump>& dumps,
                                std::vector<MembershipDisagreement>* disagreements);
 
-// The findings of all groups, most likely root cause first (not yet capped).
+// "rank `waiter` waits for rank `blocker`", from one finding (before duplicates are merged).
+struct WaitFor {
+  int waiter = -1, blocker = -1;
+};
+
+// The findings of all groups, earliest first (not yet capped); `waits` (may be null) gets
+// every wait the findings show.
 std::vector<HangFinding> FindProblems(const std::vector<Dump>& dumps,
                                       const std::vector<Group>& groups,
-                                      const std::vector<std::string>& corrupt_names);
+                                      const std::vector<std::string>& corrupt_names,
+                                      std::vector<WaitFor>* waits = nullptr);
+
+// Follows `waits` to the root ranks (root_cause.cc): sets root_ranks and root_cause, puts the
+// finding naming the roots first (marked root) and fills the others' consequence fields.
+void OrderByRootCause(const std::vector<WaitFor>& waits, Report* report);
 
 // Report::details (see docs/formats.md "Hang analysis").
 nlohmann::json BuildDetails(const std::vector<Dump>& dumps, const std::vector<Group>& groups,

@@ -152,7 +152,9 @@ Report AnalyzeDumps(std::vector<Dump> dumps, InputCounts counts, const AnalyzeOp
   for (const auto& [file, reason] : counts.corrupt)
     unusable.push_back(base(file) + " (" + reason + ")");
   Report report;
-  report.findings = internal::FindProblems(unique, groups, unusable);
+  std::vector<internal::WaitFor> waits;
+  report.findings = internal::FindProblems(unique, groups, unusable, &waits);
+  internal::OrderByRootCause(waits, &report);
   if (options.mismatch_cap >= 0 &&
       report.findings.size() > static_cast<size_t>(options.mismatch_cap))
     report.findings.resize(options.mismatch_cap);

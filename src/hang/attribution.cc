@@ -10,10 +10,13 @@
 namespace trainscope::hang::internal {
 namespace {
 
+// What must agree across ranks. Not the sizes of an all_to_all (any variant): each rank
+// splits its own input, so they differ legitimately.
 std::string OpsKey(const Slot& s) {
   std::string k;
   for (const Entry* e : s.ops) {
-    k += e->op + ShapesText(e->input_sizes) + ShapesText(e->output_sizes) +
+    const bool sized = OpFamily(e->op) != "all_to_all";
+    k += e->op + (sized ? ShapesText(e->input_sizes) + ShapesText(e->output_sizes) : "") +
          DtypesText(e->input_dtypes) + DtypesText(e->output_dtypes) + ";";
   }
   return k;
@@ -295,44 +298,10 @@ std::optional<Candidate> GroupWalk::StateMismatch(int64_t seq, const std::vector
   return c;
 }
 
-std::optional<Candidate> GroupWalk::AllToAllTotals(int64_t seq, const std::vector<int>& ranks) {
-  __int128 in_wide = 0, out_wide = 0;  // sums of up to 2^62 per tensor
-  for (int r : ranks) {
-    const Slot& s = SlotAt(r, seq);
-    if (s.ops.size() != 1 || s.ops[0]->op != "all_to_all") return std::nullopt;
-    for (const auto& sh : s.ops[0]->input_sizes) in_wide += Numel(sh);
-    for (const auto& sh : s.ops[0]->output_sizes) out_wide += Numel(sh);
-  }
-  const __int128 kMax = std::numeric_limits<int64_t>::max();
-  const int64_t in = static_cast<int64_t>(std::min(in_wide, kMax));
-  const int64_t out = static_cast<int64_t>(std::min(out_wide, kMax));
-  if (in_wide != out_wide && in == out) return std::nullopt;  // both beyond int64: nonsense
-  Candidate c;
-  if (in == out) return c;  // empty finding: matched
-  Verdict v;
-  v.culprits = ranks;
-  c = Build(seq, v);
-  c.finding.kind = FindingKind::kSizeMismatch;
-  c.finding.fix = KindFix(FindingKind::kSizeMismatch);
-  c.finding.sentence = "all_to_all #" + std::to_string(seq) + " of " + GroupLabel(g_) + " sends " +
-                       std::to_string(in) + " elements in all but receives " + std::to_string(out) +
-                       ": the split sizes do not fit together.";
-  c.finding.evidence = "total input numel " + std::to_string(in) + " != total output numel " +
-                       std::to_string(out) + " over " + RanksLabel(ranks);
-  c.finding.fix =
-      "make the input and output split sizes of every rank agree (rank i's input "
-      "split j must equal rank j's output split i)";
-  return c;
-}
-
 std::optional<Candidate> GroupWalk::Compare(int64_t seq) {
   std::vector<int> ranks;
   for (const auto& [rank, s] : slots_)
     if (s.count(seq)) ranks.push_back(rank);
-  if (auto a2a = AllToAllTotals(seq, ranks)) {
-    if (a2a->finding.sentence.empty()) return StateMismatch(seq, ranks);
-    return a2a;
-  }
   std::vector<std::pair<std::string, std::vector<int>>> parts;
   for (int r : ranks) {
     std::string k = FullKey(SlotAt(r, seq));
@@ -482,7 +451,9 @@ Candidate GroupWalk::MissingDump(int64_t seq, const std::vector<int>& waiting,
                  " left no dump, so what it did is unknown (the analysis is incomplete).";
   }
   f.evidence = "members of " + GroupLabel(g_) +
-               " per pg_config: " + RanksLabel(g_.members).substr(6) + "; dumps found for " +
+               (g_.from_config ? " per pg_config: " : " known from the dumps: ") +
+               RanksLabel(g_.members).substr(g_.members.size() == 1 ? 5 : 6) +
+               "; dumps found for " +
                (g_.with_dump.empty() ? std::string("none") : RanksLabel(g_.with_dump)) +
                (unusable.empty() ? "" : "; unusable dump files: " + unusable);
   return c;

@@ -69,7 +69,6 @@ class GroupWalk {
   int CallerDistance(const std::string& from, const std::string& to) const;
   Candidate Build(int64_t seq, const Verdict& v);
   std::optional<Candidate> StateMismatch(int64_t seq, const std::vector<int>& ranks);
-  std::optional<Candidate> AllToAllTotals(int64_t seq, const std::vector<int>& ranks);
 
   const Group& g_;
   const std::map<int, std::map<int64_t, Slot>>& slots_;

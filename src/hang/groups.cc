@@ -94,6 +94,7 @@ std::vector<Group> BuildGroups(const std::vector<Dump>& dumps,
       g.name = name;
       g.desc = desc.count(name) ? desc[name] : "";
       g.members = set;
+      g.from_config = true;
       groups.push_back(std::move(g));
     }
   }

@@ -1,8 +1,8 @@
 // Comparing two ranks' entries for the same collective, after fr_trace's Op.match rules
 // (reference: ../shared/reference/pytorch_nvidia.md §2.3): the op type must agree; input
-// sizes must agree except for all_to_all and scatter, output sizes except for all_to_all and
-// gather; all_reduce writes what it reads; all_gather's output is its input times the group
-// size, reduce_scatter the reverse; dtypes must agree (empty lists, as a non-root rank's
+// sizes must agree except for all_to_all (any variant) and scatter, output sizes except for
+// all_to_all and gather; all_reduce writes what it reads; all_gather's output is its input times
+// the group size, reduce_scatter the reverse; dtypes must agree (empty lists, as a non-root rank's
 // gather output, say nothing); then the state.
 #include <cctype>
 #include <string>
@@ -211,7 +211,9 @@ MatchState MatchOps(const Entry& a, const Entry& b, int group_size, std::string*
   if (TypeOnly(a.op) || (IsCoalescedMarker(a) && IsCoalescedMarker(b)))
     return MatchState::kFullyMatched;
   const std::string family = OpFamily(a.op);
-  const bool all_to_all = a.op == "all_to_all";  // fr_trace: the exact name only
+  // fr_trace leaves the exact name "all_to_all" undecided; every variant (all_to_all_single,
+  // alltoall_base, all_to_all_v) splits per rank as it likes, so sizes prove nothing for any.
+  const bool all_to_all = family == "all_to_all";
   if (!all_to_all) {
     if (family != "scatter" && a.input_sizes != b.input_sizes) {
       *why = "input sizes " + ShapesText(a.input_sizes) + " vs " + ShapesText(b.input_sizes);
@@ -233,7 +235,7 @@ MatchState MatchOps(const Entry& a, const Entry& b, int group_size, std::string*
     *why = "state " + a.state + " vs " + b.state;
     return MatchState::kStateMismatch;
   }
-  return all_to_all ? MatchState::kUndecided : MatchState::kFullyMatched;
+  return a.op == "all_to_all" ? MatchState::kUndecided : MatchState::kFullyMatched;
 }
 
 }  // namespace trainscope::hang::internal

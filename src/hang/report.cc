@@ -156,9 +156,14 @@ nlohmann::json ReportToJson(const Report& report) {
     j["sentence"] = f.sentence;
     j["evidence"] = f.evidence;
     j["fix"] = f.fix;
+    j["root"] = f.root;
+    j["consequence_of"] = f.consequence_of;
+    j["consequence"] = f.consequence;
     findings.push_back(std::move(j));
   }
   json out = {{"problem", report.problem}, {"findings", findings}};
+  out["root_ranks"] = report.root_ranks;
+  out["root_cause"] = report.root_cause;
   out["details"] = report.details.is_null() ? json::object() : report.details;
   return out;
 }
@@ -172,9 +177,13 @@ std::string FormatReportText(const Report& report) {
   if (report.findings.empty()) {
     out += "No hang cause found: every process group's collectives match across its ranks.\n";
   }
+  if (!report.root_cause.empty()) out += Wrap("", report.root_cause, "  ") + "\n";
   for (size_t i = 0; i < report.findings.size(); ++i) {
     const HangFinding& f = report.findings[i];
+    if (!f.root && !report.root_ranks.empty() && (i == 0 || report.findings[i - 1].root))
+      out += "Consequences:\n";
     out += Wrap(std::to_string(i + 1) + ". [" + FindingKindName(f.kind) + "]", f.sentence, "   ");
+    if (!f.consequence.empty()) out += Wrap("   consequence:", f.consequence, "     ");
     if (!f.evidence.empty()) out += Wrap("   evidence:", f.evidence, "     ");
     if (!f.fix.empty()) out += Wrap("   fix:", f.fix, "     ");
   }

@@ -16,8 +16,10 @@
 //    with the byte offset and opcode.
 //  - Matching follows PyTorch's fr_trace: buffers that wrapped by different amounts are
 //    aligned, each process group's collectives are matched by collective_seq_id across its
-//    member ranks (p2p by p2p_seq_id), and the earliest mismatches are reported, most
-//    likely root cause first.
+//    member ranks (p2p by p2p_seq_id), and the earliest mismatches are reported. Then the
+//    waits are followed across groups to the root ranks (Report::root_ranks): their finding
+//    comes first, the others are listed as its consequences. all_to_all sizes (all variants)
+//    differ legitimately between ranks and are never a size mismatch by themselves.
 //  - Pure computation on the inputs; thread-compatible; no process-wide state touched.
 #ifndef TRAINSCOPE_HANG_ANALYZE_H_
 #define TRAINSCOPE_HANG_ANALYZE_H_
@@ -62,6 +64,12 @@ struct HangFinding {
   std::string sentence;  // the one-sentence verdict printed first
   std::string evidence;
   std::string fix;
+  // Across process groups (see Report::root_ranks): true for the finding that names the root;
+  // the others are its consequences: the root ranks their waiting ranks wait for, in the end,
+  // and a sentence ("ranks 0, 5 wait in all_reduce #3 of group 1 because of rank 4").
+  bool root = false;
+  std::vector<int> consequence_of;
+  std::string consequence;
 };
 
 struct AnalyzeOptions {
@@ -73,7 +81,14 @@ struct Report {
   // membership disagreements) are listed in details["inputs"] and do not set it; a member
   // rank whose dump is unusable is a missing_dump finding, which does.
   bool problem = false;
-  std::vector<HangFinding> findings;  // most likely root cause first
+  std::vector<HangFinding> findings;  // the root's finding first, then its consequences
+  // Who waits for whom across every process group: a rank pending in a group waits for the
+  // members that never arrived (or left no dump); those may wait in another group in turn.
+  // The roots are the ranks that others wait for and that wait for no one (or for one another
+  // only: a cycle), or that left no dump while others wait for them. Sorted; empty when
+  // nobody waits. `root_cause` is one sentence naming them ("" when none).
+  std::vector<int> root_ranks;
+  std::string root_cause;
   // Everything else the text and JSON outputs show (the per-rank table of the last
   // collectives, the input counts); see docs/formats.md "Hang analysis".
   nlohmann::json details;
