@@ -89,10 +89,12 @@ struct Trend {
   std::vector<double> x;
   std::vector<int64_t> steps;  // the step of each trend point (a bin's middle value)
   size_t bin = 1;              // raw values per trend point
+  size_t raw_points = 0;       // the values binned
 };
 
 Trend MakeTrend(const std::vector<double>& x, const std::vector<int64_t>& steps) {
   Trend t;
+  t.raw_points = x.size();
   if (x.size() <= 2 * kTrendPoints) {
     t.x = x;
     t.steps = steps;
@@ -147,6 +149,11 @@ constexpr char kFixPlateau[] =
     "the loss stopped falling while it was still dropping fast: check the learning-rate schedule "
     "(a decay or drop far too early), parameters frozen part-way, or a data stream that ran out "
     "and repeats; resume from a checkpoint before the stall with the intended schedule";
+constexpr char kFixPlateauSchedule[] =
+    "the learning-rate schedule ended while the loss was still falling: make the decay span the "
+    "whole run (the scheduler's total steps = the run's steps; check warm-up and decay lengths "
+    "and the floor, min_lr about 10% of the peak); resume from a checkpoint before the LR fell "
+    "with the intended schedule";
 constexpr char kFixDiverging[] =
     "lower the learning rate (2-10x), add or lengthen the warm-up and clip gradients (max_norm "
     "near the 90th percentile of unclipped norms); restart from a checkpoint before the first "
@@ -170,11 +177,299 @@ constexpr char kFixNan[] =
 
 std::string Num(double v) { return absl::StrFormat("%.4g", v); }
 
+// Theil-Sen slope of x[begin..end) against `steps` (loss per step): the median of the pairwise
+// slopes, robust to the spikes a least-squares fit would follow. Long segments are strided to
+// at most kSlopePoints points (O(kSlopePoints^2)).
+constexpr size_t kSlopePoints = 256;
+
+double RobustSlope(const std::vector<double>& x, const std::vector<int64_t>& steps, size_t begin,
+                   size_t end) {
+  size_t stride = std::max<size_t>(1, (end - begin + kSlopePoints - 1) / kSlopePoints);
+  std::vector<size_t> idx;
+  for (size_t i = begin; i < end; i += stride) idx.push_back(i);
+  std::vector<double> slopes;
+  for (size_t a = 0; a < idx.size(); ++a)
+    for (size_t b = a + 1; b < idx.size(); ++b) {
+      double dt = static_cast<double>(steps[idx[b]] - steps[idx[a]]);
+      if (dt > 0) slopes.push_back((x[idx[b]] - x[idx[a]]) / dt);
+    }
+  return MedianOrNan(std::move(slopes));
+}
+
+// The standard error of a least-squares slope over the steps of [begin, end) for values with
+// independent noise `sigma`: sigma / sqrt(sum (t - mean t)^2).
+double SlopeError(const std::vector<int64_t>& steps, size_t begin, size_t end, double sigma) {
+  double mean = 0, ss = 0;
+  for (size_t i = begin; i < end; ++i) mean += static_cast<double>(steps[i]);
+  mean /= static_cast<double>(end - begin);
+  for (size_t i = begin; i < end; ++i) ss += std::pow(static_cast<double>(steps[i]) - mean, 2);
+  return ss > 0 ? sigma / std::sqrt(ss) : INFINITY;
+}
+
+// A plateau the learning-rate schedule causes (docs/metrics.md "Loss-curve classes"): the LR
+// falls below lr_fall_share of its peak and stays there for at least lr_tail_share of the run,
+// while the loss, which was still falling just before the LR fell under half its peak
+// (significantly: >= 3 standard errors; and a lot: >= plateau_pre_share of the total drop over
+// that segment), then falls at less than plateau_post_share of that rate.
+// A converged run (no significant fall before the decay), a schedule that ends with the run
+// and a cosine to the usual floor of 10% never qualify. On a verdict fills r and returns true.
+bool SchedulePlateau(const Series& series, const Trend& trend, const Stats& st, double sigma,
+                     const CurveOptions& o, CurveResult* r) {
+  std::vector<Point> lr;
+  for (const Point& p : series.lr)
+    if (std::isfinite(p.value)) lr.push_back(p);
+  if (lr.size() < static_cast<size_t>(o.min_points)) return false;
+  size_t ipeak = 0;
+  for (size_t i = 1; i < lr.size(); ++i)
+    if (lr[i].value > lr[ipeak].value) ipeak = i;
+  double peak = lr[ipeak].value;
+  if (!(peak > 0)) return false;
+  // The fall: the first step after which the LR stays under lr_fall_share x peak.
+  size_t ifall = lr.size();
+  while (ifall > ipeak + 1 && lr[ifall - 1].value < o.lr_fall_share * peak) --ifall;
+  if (ifall == lr.size()) return false;
+  size_t ihalf = ipeak;
+  while (ihalf < ifall && lr[ihalf].value > 0.5 * peak) ++ihalf;
+  // Trend indices of those steps.
+  auto at = [&](int64_t s) {
+    return static_cast<size_t>(std::lower_bound(trend.steps.begin(), trend.steps.end(), s) -
+                               trend.steps.begin());
+  };
+  const size_t n = st.n, tfall = at(lr[ifall].step), thalf = at(lr[ihalf].step);
+  size_t tail_min = std::max<size_t>(2 * st.w, static_cast<size_t>(o.lr_tail_share * n));
+  if (tfall >= n || n - tfall < tail_min) return false;
+  // The rate it had: over the fifth of the run before the LR fell under half its peak (after
+  // the warm-up, whose fast early fall would exaggerate it).
+  size_t pre_len = std::max<size_t>(2 * st.w, n / 5);
+  size_t pre_begin = std::max(thalf > pre_len ? thalf - pre_len : 0, at(lr[ipeak].step));
+  if (thalf < pre_begin + st.w) return false;
+  double pre = RobustSlope(trend.x, trend.steps, pre_begin, thalf);
+  double post = RobustSlope(trend.x, trend.steps, tfall, n);
+  // A trend point is the median of `bin` values: its noise is about sqrt(pi / 2) x sigma /
+  // sqrt(bin) (a median's efficiency); a raw value's is sigma.
+  double point_sigma =
+      trend.bin > 1 ? 1.2533 * sigma / std::sqrt(static_cast<double>(trend.bin)) : sigma;
+  double se = SlopeError(trend.steps, pre_begin, thalf, point_sigma);
+  // Falling, significantly (3 standard errors) and a lot (the generic rule's share of the
+  // total drop over the segment), then at less than plateau_post_share of that rate.
+  double total = st.start - std::min(st.end, st.min);
+  double pre_fall = -pre * static_cast<double>(trend.steps[thalf - 1] - trend.steps[pre_begin]);
+  if (!(pre < -3 * se) || !(pre_fall >= o.plateau_pre_share * total) ||
+      !(post > o.plateau_post_share * pre))
+    return false;
+  double final_lr = lr.back().value;
+  Ev(r, "lr_peak", peak);
+  Ev(r, "lr_peak_step", static_cast<double>(lr[ipeak].step));
+  Ev(r, "lr_fall_step", static_cast<double>(lr[ifall].step));
+  Ev(r, "lr_final", final_lr);
+  Ev(r, "lr_final_share", final_lr / peak);
+  Ev(r, "loss_slope_before", pre);
+  Ev(r, "loss_slope_before_se", se);
+  Ev(r, "fall_before_share", pre_fall / total);
+  Ev(r, "loss_slope_after", post);
+  Ev(r, "slope_after_share", post / pre);
+  r->cls = "plateau";
+  r->first_bad_step = lr[ifall].step;
+  r->severity = Severity::kWarning;
+  std::string by = final_lr > 0 ? absl::StrCat(", ", Num(peak / final_lr), "x lower") : "";
+  r->sentence = absl::StrCat("the loss stalls from step ", r->first_bad_step,
+                             ", where the learning rate fell below ", Num(100 * o.lr_fall_share),
+                             "% of its peak (", Num(peak), " at step ", lr[ipeak].step, " -> ",
+                             Num(final_lr), " at the end", by, "): the loss fell ", Num(-pre),
+                             " per step before the LR halved and ", Num(-post), " per step after");
+  r->fix = kFixPlateauSchedule;
+  return true;
+}
+
+// Loss spikes: a step that jumps far above the previous value and the local median (width
+// kSpikeWindow) starts a spike; the steps right after it that stay as far above their own
+// local median, at least half the first step's excess (a second bad batch, not the first
+// one's fading after-effect), up to kMaxSpikeRun steps, belong to it (still that high after
+// them: a shelf, no spike). The spike counts when at least 2 of the 3 values after its last
+// step are back within 3 sigma of their median (it recovers). Every step of every spike is
+// returned. Candidates are O(n) over the run.
+std::vector<int64_t> FindSpikes(const std::vector<double>& x, const std::vector<int64_t>& xs,
+                                double sigma, const CurveOptions& o) {
+  constexpr size_t kSpikeWindow = 21, kMaxSpikeRun = 5;
+  std::vector<int64_t> out;
+  auto excess = [&](size_t i) {
+    double local = LocalMedian(x, i, kSpikeWindow);
+    double e = x[i] - local;
+    return e > o.spike_sigmas * sigma && e > o.spike_min_rel * std::fabs(local) ? e : 0.0;
+  };
+  for (size_t i = kSpikeWindow / 2; i < x.size(); ++i) {
+    if (x[i] - x[i - 1] <= o.spike_jump_sigmas * sigma) continue;
+    double first = excess(i);
+    if (first <= 0) continue;
+    size_t last = i;
+    while (last + 1 < x.size() && last + 1 - i < kMaxSpikeRun && excess(last + 1) >= 0.5 * first)
+      ++last;
+    // Still as high after kMaxSpikeRun steps: a shelf, not bad batches.
+    bool shelf = last + 1 < x.size() && excess(last + 1) >= 0.5 * first;
+    size_t back = 0, seen = 0;
+    for (size_t j = last + 1; j < x.size() && j <= last + 3; ++j, ++seen)
+      back += x[j] - LocalMedian(x, j, kSpikeWindow) < 3 * sigma;
+    if (!shelf && back >= std::min<size_t>(2, seen)) {
+      for (size_t j = i; j <= last; ++j) out.push_back(xs[j]);
+    }
+    i = last;
+  }
+  return out;
+}
+
+// A non-finite loss at nan_step (trend: the finite values before it): diverging with
+// nan_after_divergence when a warning sign came first (a sustained rise, the level far above
+// the first values, or grad norm blown up 10x), else nan_fixed_step.
+void ClassifyNonFinite(const Series& series, const Trend& trend, int64_t nan_step,
+                       const CurveOptions& o, CurveResult* r) {
+  auto ts = [&](size_t i) { return trend.steps[std::min(i, trend.steps.size() - 1)]; };
+  const size_t finite = trend.raw_points;
+  r->nan_step = nan_step;
+  Ev(r, "nan_step", static_cast<double>(r->nan_step));
+  Ev(r, "finite_points_before", static_cast<double>(finite));
+  double gn_ratio = 0;
+  {
+    // Grad norm before the NaN vs the run's median grad norm: a blow-up is a warning sign.
+    std::vector<double> g, last;
+    for (const Point& p : series.grad_norm) {
+      if (p.step >= r->nan_step || !std::isfinite(p.value)) continue;
+      g.push_back(p.value);
+    }
+    if (g.size() >= 10) {
+      size_t t = std::max<size_t>(3, g.size() / 20);
+      double base = MedianOf(g, 0, g.size() - t), tail = MedianOf(g, g.size() - t, g.size());
+      if (base > 0) gn_ratio = tail / base;
+      Ev(r, "grad_norm_tail_over_median", gn_ratio);
+    }
+  }
+  double rho = 0;
+  bool rising = false;
+  if (finite >= 10) {
+    Stats st = Describe(trend.x);
+    rising = Rising(st, o, &rho) || st.end > st.first + (o.explode_ratio - 1) * st.scale;
+    Ev(r, "window", static_cast<double>(st.w));
+    Ev(r, "start", st.start);
+    Ev(r, "min", st.min);
+    Ev(r, "end_before_nan", st.end);
+    Ev(r, "rise_rho", rho);
+    if (rising) r->first_bad_step = ts(st.imin);
+  }
+  if (rising || gn_ratio > 10) {
+    r->cls = "diverging";
+    r->nan_after_divergence = true;
+    if (r->first_bad_step < 0) r->first_bad_step = r->nan_step;
+    r->severity = Severity::kError;
+    r->sentence = absl::StrCat("the loss grew from step ", r->first_bad_step,
+                               " and turned non-finite at step ", r->nan_step);
+    r->fix = kFixDiverging;
+  } else {
+    r->cls = "nan_fixed_step";
+    r->first_bad_step = r->nan_step;
+    r->severity = Severity::kError;
+    r->sentence = absl::StrCat("the loss turned non-finite at step ", r->nan_step,
+                               " with no warning sign before it");
+    r->fix = kFixNan;
+  }
+}
+
+// Validation loss rising from its minimum while the training loss keeps falling.
+bool Overfitting(const Series& series, const Trend& trend, const Stats& st, const CurveOptions& o,
+                 CurveResult* r) {
+  auto ts = [&](size_t i) { return trend.steps[std::min(i, trend.steps.size() - 1)]; };
+  const size_t n = st.n;
+  std::vector<Point> val;
+  for (const Point& p : series.val_loss)
+    if (std::isfinite(p.value)) val.push_back(p);
+  if (!series.loss.empty() && val.size() >= 5) {
+    // The minimum of a 3-point running median: one lucky evaluation is not the minimum.
+    std::vector<double> vv;
+    for (const Point& p : val) vv.push_back(p.value);
+    std::vector<double> vs = RunningMedian(vv, 3);
+    size_t j = 0;
+    for (size_t i = 1; i < val.size(); ++i)
+      if (vs[i] < vs[j]) j = i;
+    size_t after = val.size() - 1 - j;
+    if (after >= 2) {
+      std::vector<double> tail;
+      for (size_t i = val.size() - std::min<size_t>(3, after); i < val.size(); ++i)
+        tail.push_back(val[i].value);
+      double vend = MedianOrNan(tail), vmin = vs[j];
+      double vscale = std::max(std::fabs(vmin), 1e-12);
+      // Training level at the validation minimum vs at the end.
+      size_t ti = 0;
+      while (ti + 1 < n && ts(ti) < val[j].step) ++ti;
+      double train_fall = (st.s[ti] - st.end) / st.scale;
+      Ev(r, "val_min", vmin);
+      Ev(r, "val_min_step", static_cast<double>(val[j].step));
+      Ev(r, "val_end", vend);
+      Ev(r, "val_rise_share", (vend - vmin) / vscale);
+      Ev(r, "train_fall_share_since", train_fall);
+      if ((vend - vmin) / vscale > o.overfit_rise && train_fall > o.overfit_train_fall) {
+        r->cls = "overfitting";
+        r->first_bad_step = val[j].step;
+        r->severity = Severity::kWarning;
+        r->sentence =
+            absl::StrCat("validation loss rises from ", Num(vmin), " at step ", val[j].step, " to ",
+                         Num(vend), " while the training loss keeps falling");
+        r->fix = kFixOverfitting;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A fast drop that stops dead well above where it was heading, whatever the cause.
+bool StallPlateau(const Trend& trend, const Stats& st, const CurveOptions& o, CurveResult* r) {
+  auto ts = [&](size_t i) { return trend.steps[std::min(i, trend.steps.size() - 1)]; };
+  const size_t n = st.n;
+  double total = st.start - std::min(st.end, st.min);
+  for (size_t k = st.w; total > 0 && k * 10 <= n * 6 && n - k >= 2 * st.w; ++k) {
+    double pre = st.s[k - st.w] - st.s[k];
+    double post = st.s[k] - st.end;
+    if (pre >= o.plateau_pre_share * total && post < o.plateau_post_share * pre) {
+      Ev(r, "stall_step", static_cast<double>(ts(k)));
+      Ev(r, "drop_before_share", pre / total);
+      Ev(r, "drop_after_share", post / total);
+      r->cls = "plateau";
+      r->first_bad_step = ts(k);
+      r->severity = Severity::kWarning;
+      r->sentence = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", ts(k),
+                                 " after falling ", Num(pre), " in the ", ts(k) - ts(k - st.w),
+                                 " steps before; it then moves only ", Num(post));
+      r->fix = kFixPlateau;
+      return true;
+    }
+  }
+  return false;
+}
+
+// The loss_spikes verdict when FindSpikes finds any.
+bool SpikeVerdict(const std::vector<double>& x, const std::vector<int64_t>& xs, double sigma,
+                  const CurveOptions& o, CurveResult* r) {
+  r->spike_steps = FindSpikes(x, xs, sigma, o);
+  if (r->spike_steps.empty()) return false;
+  Ev(r, "spikes", static_cast<double>(r->spike_steps.size()));
+  r->cls = "loss_spikes";
+  r->first_bad_step = r->spike_steps[0];
+  r->severity = Severity::kWarning;
+  std::vector<std::string> s;
+  for (size_t i = 0; i < r->spike_steps.size() && i < 8; ++i)
+    s.push_back(absl::StrCat(r->spike_steps[i]));
+  if (r->spike_steps.size() > 8) s.push_back("...");
+  r->sentence = absl::StrCat(r->spike_steps.size(), " loss spike(s) that recover, at step(s) ",
+                             absl::StrJoin(s, ", "));
+  r->fix = kFixSpikes;
+  return true;
+}
+
 }  // namespace
 
 std::string EvidenceText(const CurveResult& r) {
   std::vector<std::string> parts;
   for (const auto& [k, v] : r.evidence) parts.push_back(absl::StrCat(k, " ", Num(v)));
+  if (!r.spike_steps.empty())
+    parts.push_back(absl::StrCat("spike_steps [", absl::StrJoin(r.spike_steps, ", "), "]"));
   return absl::StrJoin(parts, ", ");
 }
 
@@ -203,52 +498,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
 
   // --- a non-finite loss: after a rise (diverging), or out of the blue (fixed step) ---
   if (i_nan < pts.size()) {
-    r.nan_step = pts[i_nan].step;
-    Ev(&r, "nan_step", static_cast<double>(r.nan_step));
-    Ev(&r, "finite_points_before", static_cast<double>(x.size()));
-    double gn_ratio = 0;
-    {
-      // Grad norm before the NaN vs the run's median grad norm: a blow-up is a warning sign.
-      std::vector<double> g, last;
-      for (const Point& p : series.grad_norm) {
-        if (p.step >= r.nan_step || !std::isfinite(p.value)) continue;
-        g.push_back(p.value);
-      }
-      if (g.size() >= 10) {
-        size_t t = std::max<size_t>(3, g.size() / 20);
-        double base = MedianOf(g, 0, g.size() - t), tail = MedianOf(g, g.size() - t, g.size());
-        if (base > 0) gn_ratio = tail / base;
-        Ev(&r, "grad_norm_tail_over_median", gn_ratio);
-      }
-    }
-    double rho = 0;
-    bool rising = false;
-    if (x.size() >= 10) {
-      Stats st = Describe(trend.x);
-      rising = Rising(st, o, &rho) || st.end > st.first + (o.explode_ratio - 1) * st.scale;
-      Ev(&r, "window", static_cast<double>(st.w));
-      Ev(&r, "start", st.start);
-      Ev(&r, "min", st.min);
-      Ev(&r, "end_before_nan", st.end);
-      Ev(&r, "rise_rho", rho);
-      if (rising) r.first_bad_step = ts(st.imin);
-    }
-    if (rising || gn_ratio > 10) {
-      r.cls = "diverging";
-      r.nan_after_divergence = true;
-      if (r.first_bad_step < 0) r.first_bad_step = r.nan_step;
-      r.severity = Severity::kError;
-      r.sentence = absl::StrCat("the loss grew from step ", r.first_bad_step,
-                                " and turned non-finite at step ", r.nan_step);
-      r.fix = kFixDiverging;
-    } else {
-      r.cls = "nan_fixed_step";
-      r.first_bad_step = r.nan_step;
-      r.severity = Severity::kError;
-      r.sentence = absl::StrCat("the loss turned non-finite at step ", r.nan_step,
-                                " with no warning sign before it");
-      r.fix = kFixNan;
-    }
+    ClassifyNonFinite(series, trend, pts[i_nan].step, o, &r);
     return r;
   }
 
@@ -260,7 +510,6 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
   }
 
   Stats st = Describe(trend.x);
-  const size_t n = st.n;  // trend points
   const double sigma = std::max(DiffSigma(x), 1e-3 * st.scale);
   Ev(&r, "points", static_cast<double>(x.size()));
   if (trend.bin > 1) Ev(&r, "bin", static_cast<double>(trend.bin));
@@ -316,94 +565,16 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
   }
 
   // --- overfitting: validation rises from its minimum while training loss keeps falling ---
-  std::vector<Point> val;
-  for (const Point& p : series.val_loss)
-    if (std::isfinite(p.value)) val.push_back(p);
-  if (!series.loss.empty() && val.size() >= 5) {
-    // The minimum of a 3-point running median: one lucky evaluation is not the minimum.
-    std::vector<double> vv;
-    for (const Point& p : val) vv.push_back(p.value);
-    std::vector<double> vs = RunningMedian(vv, 3);
-    size_t j = 0;
-    for (size_t i = 1; i < val.size(); ++i)
-      if (vs[i] < vs[j]) j = i;
-    size_t after = val.size() - 1 - j;
-    if (after >= 2) {
-      std::vector<double> tail;
-      for (size_t i = val.size() - std::min<size_t>(3, after); i < val.size(); ++i)
-        tail.push_back(val[i].value);
-      double vend = MedianOrNan(tail), vmin = vs[j];
-      double vscale = std::max(std::fabs(vmin), 1e-12);
-      // Training level at the validation minimum vs at the end.
-      size_t ti = 0;
-      while (ti + 1 < n && ts(ti) < val[j].step) ++ti;
-      double train_fall = (st.s[ti] - st.end) / st.scale;
-      Ev(&r, "val_min", vmin);
-      Ev(&r, "val_min_step", static_cast<double>(val[j].step));
-      Ev(&r, "val_end", vend);
-      Ev(&r, "val_rise_share", (vend - vmin) / vscale);
-      Ev(&r, "train_fall_share_since", train_fall);
-      if ((vend - vmin) / vscale > o.overfit_rise && train_fall > o.overfit_train_fall) {
-        r.cls = "overfitting";
-        r.first_bad_step = val[j].step;
-        r.severity = Severity::kWarning;
-        r.sentence =
-            absl::StrCat("validation loss rises from ", Num(vmin), " at step ", val[j].step, " to ",
-                         Num(vend), " while the training loss keeps falling");
-        r.fix = kFixOverfitting;
-        return r;
-      }
-    }
-  }
+  if (Overfitting(series, trend, st, o, &r)) return r;
+
+  // --- plateau: the LR schedule fell to ~0 while the loss was still falling ---
+  if (SchedulePlateau(series, trend, st, sigma, o, &r)) return r;
 
   // --- plateau: a fast drop that stops dead well above where it was heading ---
-  double total = st.start - std::min(st.end, st.min);
-  for (size_t k = st.w; total > 0 && k * 10 <= n * 6 && n - k >= 2 * st.w; ++k) {
-    double pre = st.s[k - st.w] - st.s[k];
-    double post = st.s[k] - st.end;
-    if (pre >= o.plateau_pre_share * total && post < o.plateau_post_share * pre) {
-      Ev(&r, "stall_step", static_cast<double>(ts(k)));
-      Ev(&r, "drop_before_share", pre / total);
-      Ev(&r, "drop_after_share", post / total);
-      r.cls = "plateau";
-      r.first_bad_step = ts(k);
-      r.severity = Severity::kWarning;
-      r.sentence = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", ts(k),
-                                " after falling ", Num(pre), " in the ", ts(k) - ts(k - st.w),
-                                " steps before; it then moves only ", Num(post));
-      r.fix = kFixPlateau;
-      return r;
-    }
-  }
+  if (StallPlateau(trend, st, o, &r)) return r;
 
-  // --- loss spikes: isolated jumps far above the local median that recover ---
-  // Candidates jump from the previous value; the local median (width kSpikeWindow) is taken
-  // only at those (O(n) over the run).
-  constexpr size_t kSpikeWindow = 21;
-  for (size_t i = kSpikeWindow / 2; i < x.size(); ++i) {
-    if (x[i] - x[i - 1] <= o.spike_jump_sigmas * sigma) continue;
-    double local = LocalMedian(x, i, kSpikeWindow);
-    if (x[i] - local <= o.spike_sigmas * sigma) continue;
-    if (x[i] - local <= o.spike_min_rel * std::fabs(local)) continue;
-    size_t back = 0, seen = 0;
-    for (size_t j = i + 1; j < x.size() && j <= i + 3; ++j, ++seen)
-      back += x[j] - LocalMedian(x, j, kSpikeWindow) < 3 * sigma;
-    if (back >= std::min<size_t>(2, seen)) r.spike_steps.push_back(step(i));
-  }
-  if (!r.spike_steps.empty()) {
-    Ev(&r, "spikes", static_cast<double>(r.spike_steps.size()));
-    r.cls = "loss_spikes";
-    r.first_bad_step = r.spike_steps[0];
-    r.severity = Severity::kWarning;
-    std::vector<std::string> s;
-    for (size_t i = 0; i < r.spike_steps.size() && i < 8; ++i)
-      s.push_back(absl::StrCat(r.spike_steps[i]));
-    if (r.spike_steps.size() > 8) s.push_back("...");
-    r.sentence = absl::StrCat(r.spike_steps.size(), " loss spike(s) that recover, at step(s) ",
-                              absl::StrJoin(s, ", "));
-    r.fix = kFixSpikes;
-    return r;
-  }
+  // --- loss spikes: jumps far above the local median that recover (every step listed) ---
+  if (SpikeVerdict(x, xs, sigma, o, &r)) return r;
 
   r.cls = "healthy";
   r.severity = Severity::kInfo;

@@ -231,5 +231,97 @@ TEST(Curve, EachClass) {
   EXPECT_EQ(r.cls, "plateau") << EvidenceText(r);
 }
 
+// An LR series: peak 1e-3 after a 10-step warm-up, then `decay(step)` x peak.
+template <typename F>
+void SetLr(Series* s, F decay) {
+  s->lr.clear();
+  for (const Point& p : s->loss)
+    s->lr.push_back({p.step, 1e-3 * (p.step <= 10 ? p.step / 10.0 : decay(p.step))});
+}
+
+TEST(Curve, ScheduleThatEndsEarlyIsAPlateauAtTheLrFall) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    Series s = Healthy(seed);
+    // The LR decays linearly to 0 at step 150 of 300; the loss follows the healthy curve
+    // while the LR is high, then stops where the LR reached ~0.
+    SetLr(&s, [](int64_t t) { return std::max(0.0, (150.0 - t) / 140); });
+    std::mt19937 rng(100 + seed);
+    std::normal_distribution<double> noise(0, 0.05);
+    double frozen = 2.0 + 3.5 / std::sqrt(1.0 + 140 / 5.0);
+    for (Point& p : s.loss)
+      if (p.step > 140) p.value = frozen * (1 + noise(rng));
+    CurveResult r = ClassifyCurve(s);
+    ASSERT_EQ(r.cls, "plateau") << "seed " << seed << ": " << EvidenceText(r);
+    EXPECT_EQ(r.first_bad_step, 144);  // 1e-3 x 6/140 < 5% of the peak from step 144 on
+    EXPECT_NE(EvidenceText(r).find("lr_fall_step 144, lr_final 0"), std::string::npos);
+    EXPECT_NE(r.sentence.find("fell below 5% of its peak (0.001 at step 10 -> 0 at the end)"),
+              std::string::npos)
+        << r.sentence;
+  }
+}
+
+TEST(Curve, ScheduleThatEndsEarlyInALongRunUsesBins) {
+  // 50,000 steps (25 values a trend point): the loss falls linearly while the LR decays to 0
+  // at step 25,000, then stays where it was.
+  Series s;
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(0, 0.05);
+  for (int i = 1; i <= 50000; ++i)
+    s.loss.push_back({i, (5 - 3 * std::min(i, 24000) / 24000.0) * (1 + noise(rng))});
+  SetLr(&s, [](int64_t t) { return std::max(0.0, (25000.0 - t) / 24990); });
+  CurveResult r = ClassifyCurve(s);
+  ASSERT_EQ(r.cls, "plateau") << EvidenceText(r);
+  EXPECT_EQ(r.first_bad_step, 23751);  // (25000 - t) / 24990 < 5% from step 23751 on
+  EXPECT_NE(EvidenceText(r).find("bin 25"), std::string::npos) << EvidenceText(r);
+}
+
+TEST(Curve, ConvergedBeforeTheDecayOrFullLengthSchedulesAreNoPlateau) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    // Converged by step ~100 (exp decay), then the LR drops 100x at step 150.
+    Series converged = Healthy(seed);
+    std::mt19937 rng(200 + seed);
+    std::normal_distribution<double> noise(0, 0.02);
+    for (Point& p : converged.loss)
+      p.value = (2.0 + 3.5 * std::exp(-p.step / 20.0)) * (1 + noise(rng));
+    SetLr(&converged, [](int64_t t) { return t < 150 ? 1.0 : 0.01; });
+    CurveResult r = ClassifyCurve(converged);
+    EXPECT_EQ(r.cls, "healthy") << "seed " << seed << ": " << EvidenceText(r);
+    // A cosine to 10% of the peak, and a cosine to 0, each over the whole run.
+    Series cosine = Healthy(seed);
+    for (double floor : {0.1, 0.0}) {
+      SetLr(&cosine, [floor](int64_t t) {
+        return floor + (1 - floor) * 0.5 * (1 + std::cos(M_PI * (t - 10) / 290.0));
+      });
+      r = ClassifyCurve(cosine);
+      EXPECT_EQ(r.cls, "healthy") << "seed " << seed << " floor " << floor << ": "
+                                  << EvidenceText(r);
+    }
+  }
+}
+
+TEST(Curve, ConsecutiveSpikesListEveryStep) {
+  Series s = Healthy(2);
+  s.loss[99].value *= 2;  // steps 100 and 101: two bad batches in a row
+  s.loss[100].value *= 2;
+  s.loss[199].value *= 2;
+  CurveResult r = ClassifyCurve(s);
+  EXPECT_EQ(r.cls, "loss_spikes") << EvidenceText(r);
+  EXPECT_EQ(r.spike_steps, (std::vector<int64_t>{100, 101, 200}));
+  EXPECT_NE(EvidenceText(r).find("spikes 3, spike_steps [100, 101, 200]"), std::string::npos)
+      << EvidenceText(r);
+  EXPECT_NE(r.sentence.find("at step(s) 100, 101, 200"), std::string::npos) << r.sentence;
+
+  // One bad batch whose after-effect fades (the next step under half its excess): one step.
+  Series fade = Healthy(2);
+  fade.loss[99].value *= 2;
+  fade.loss[100].value *= 1.4;
+  EXPECT_EQ(ClassifyCurve(fade).spike_steps, (std::vector<int64_t>{100}));
+
+  // Six high steps in a row are no isolated spike (more than 5 consecutive steps).
+  Series shelf = Healthy(2);
+  for (int i = 99; i < 105; ++i) shelf.loss[i].value *= 2;
+  EXPECT_TRUE(ClassifyCurve(shelf).spike_steps.empty());
+}
+
 }  // namespace
 }  // namespace trainscope::diagnose

@@ -31,6 +31,10 @@ struct CurveOptions {
   double diverge_rise = 0.25;        // rise above the minimum, as a share of the start level
   double plateau_post_share = 0.25;  // drop after the stall < this x drop in the window before
   double plateau_pre_share = 0.08;   // the window before the stall dropped >= this x total drop
+  // A schedule plateau: the LR stays below this share of its peak (a cosine or linear decay to
+  // the usual floor of 10% never gets there) ...
+  double lr_fall_share = 0.05;
+  double lr_tail_share = 0.25;       // ... for at least this share of the run's steps
   double overfit_rise = 0.04;        // validation loss above its minimum by this share
   double overfit_train_fall = 0.02;  // ... while training loss fell this share of its start
 };
@@ -40,7 +44,7 @@ struct CurveResult {
   bool nan_after_divergence = false;
   int64_t first_bad_step = -1;
   int64_t nan_step = -1;
-  std::vector<int64_t> spike_steps;
+  std::vector<int64_t> spike_steps;  // every step of every spike (consecutive ones each)
   // The numbers behind the verdict, name -> value, in a fixed order (window, slopes, ratios).
   std::vector<std::pair<std::string, double>> evidence;
   std::string sentence;  // what is wrong (or that it looks healthy)
@@ -50,7 +54,8 @@ struct CurveResult {
 
 CurveResult ClassifyCurve(const Series& series, const CurveOptions& options = {});
 
-// The evidence numbers as one line: "window 15 steps, start 5.5, end 2.1, ...".
+// The evidence numbers as one line: "window 15, start 5.5, end 2.1, ...", then every spike
+// step of a loss_spikes verdict: "spike_steps [120, 121]".
 std::string EvidenceText(const CurveResult& r);
 
 }  // namespace trainscope::diagnose
