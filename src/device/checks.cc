@@ -95,6 +95,50 @@ std::string MatmulAdvice(const json& cpu, const std::string& dtype) {
          "machine, and check that libtorch uses all allowed cores (OMP_NUM_THREADS)";
 }
 
+// The figures the CPU peak is made of (peak.cc), shown so that a reader can check them: the
+// clock and where it came from, and the FLOP/cycle of the ISA libtorch runs. Values stay
+// within doctor's 80-column cell.
+std::vector<Check> CpuPeakChecks(const json& cpu, const json& benchmarks) {
+  std::vector<Check> out;
+  if (!cpu.contains("clock") || !cpu["clock"].is_object()) return out;  // an older report
+  const json& clock = cpu["clock"];
+  const double ghz = Num(clock, "ghz");
+  const double measured = Num(clock, "measured_ghz");
+  std::string value = ghz > 0 ? absl::StrCat(FormatGhz(ghz), " GHz from ", Str(clock, "source"),
+                                             " (", Str(clock, "reason"), ")")
+                              : absl::StrCat("unknown (", Str(clock, "reason"), ")");
+  if (Str(clock, "source") != "timing loop" && measured > 0) {
+    absl::StrAppend(&value, "; loop ", FormatGhz(measured), " GHz");
+  }
+  out.push_back(Make("device.cpu.clock", ghz > 0 ? "pass" : "skip", value,
+                     "the OS's figure, or a timing loop within 30% of it on bare metal",
+                     ghz > 0 ? "" : "no clock: the CPU peak is unknown, matmul not judged"));
+  const json isa = cpu.value("isa", json::object());
+  double peaks[2] = {-1, -1};  // fp32, bf16
+  std::string formula;
+  for (const json& b : benchmarks) {
+    if (Str(b, "device") != "cpu") continue;
+    if (Str(b, "name") == "matmul_fp32") {
+      peaks[0] = Num(b, "peak");
+      formula = Str(b, "peak_formula");
+    }
+    if (Str(b, "name") == "matmul_bf16") peaks[1] = Num(b, "peak");
+  }
+  if (formula.empty()) return out;
+  std::string name = Str(isa, "name").empty() ? "ISA unknown" : Str(isa, "name");
+  std::string pv = absl::StrCat(formula, " (", name, ")");
+  if (peaks[0] > 0) absl::StrAppend(&pv, " = ", FormatDouble(peaks[0], 0), " GFLOP/s fp32");
+  if (peaks[1] > 0) absl::StrAppend(&pv, ", bf16 ", FormatDouble(peaks[1], 0));
+  std::string expected = "cores x clock x FLOP/cycle of the ISA libtorch runs";
+  if (!Str(isa, "torch_capability").empty() || !Str(isa, "detail").empty()) {
+    absl::StrAppend(&expected, " (libtorch ", Str(isa, "torch_capability"), "; ",
+                    Str(isa, "detail"), ")");
+  }
+  out.push_back(Make("device.cpu.peak", peaks[0] > 0 ? "pass" : "skip", pv, expected,
+                     peaks[0] > 0 ? "" : "peak unknown: the matmul checks are not judged"));
+  return out;
+}
+
 }  // namespace
 
 std::string FormatGhz(double ghz) { return FormatDouble(ghz, 2); }
@@ -218,10 +262,13 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
     }
     double ghz = Num(cpu, "effective_ghz");
     double nominal = Num(cpu, "nominal_mhz") / 1000;
+    if (cpu.contains("clock") && Num(cpu["clock"], "os_ghz") > 0) {
+      nominal = Num(cpu["clock"], "os_ghz");
+    }
     std::vector<std::string> reasons = d.value("throttle_reasons", std::vector<std::string>{});
     std::string value =
-        ghz > 0 ? absl::StrCat("clock ", FormatGhz(ghz), " GHz measured") : "clock not measured";
-    if (nominal > 0) absl::StrAppend(&value, ", ", FormatGhz(nominal), " GHz nominal");
+        ghz > 0 ? absl::StrCat("timing loop ", FormatGhz(ghz), " GHz") : "timing loop not run";
+    if (nominal > 0) absl::StrAppend(&value, ", OS figure ", FormatGhz(nominal), " GHz");
     if (!reasons.empty()) absl::StrAppend(&value, "; throttled: ", absl::StrJoin(reasons, ", "));
     // A measured clock far below the nominal one is a throttled (or power-capped) core.
     bool slow_clock = ghz > 0 && nominal > 0 && ghz < 0.8 * nominal;
@@ -242,7 +289,10 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
           "(cpupower frequency-set -g performance) and cooling";
     }
     out.push_back(Make("device.cpu.throttling", (!reasons.empty() || slow_clock) ? "warn" : "pass",
-                       value, ">= 0.8 x nominal clock, no throttle events", advice));
+                       value, "timing loop >= 0.8 x the OS's clock, no throttle events", advice));
+  }
+  for (Check& c : CpuPeakChecks(cpu, report.value("benchmarks", json::array()))) {
+    out.push_back(std::move(c));
   }
   for (const json& b : report.value("benchmarks", json::array())) {
     std::string bname = Str(b, "name");
@@ -262,6 +312,8 @@ std::vector<Check> EvaluateDeviceReport(const json& report, const SelftestOption
       std::string value = absl::StrCat(FormatDouble(v, 1), " ", Str(b, "unit"));
       if (peak > 0) {
         absl::StrAppend(&value, " = ", Pct(frac), " of ", est, "peak ", FormatDouble(peak, 0));
+        // Above an estimate: the cores run faster than the clock it used (turbo in a guest).
+        if (estimated && frac > 1) absl::StrAppend(&value, " (cores above the clock used)");
       }
       bool low = frac >= 0 && frac < opt.low_matmul_fraction;
       out.push_back(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "device/checks.h"
 #include "device/cpu_bench.h"
 #include "device/cuda_probe.h"
@@ -163,21 +164,150 @@ TEST(Peak, FlopsPerCycleFromFlags) {
   CpuInfo c;
   c.vendor = "GenuineIntel";
   c.family = 6;
+  c.model = "Intel(R) Xeon(R) Platinum 8480+ @ 2.10GHz";
   c.avx2 = c.fma = c.avx512f = true;
-  double fpc = 0;
-  EXPECT_DOUBLE_EQ(EstimateCpuPeakGflops(c, "fp32", 4, 2.0, &fpc), 4 * 2.0 * 64);
-  EXPECT_EQ(fpc, 64);
+  CpuClock two_ghz;
+  two_ghz.ghz = 2.0;
+  CpuIsa isa = CpuIsaFor(c, "AVX512");
+  EXPECT_EQ(isa.name, "avx512");
+  EXPECT_EQ(isa.fp32_flops_per_cycle, 64);
+  EXPECT_DOUBLE_EQ(EstimateCpuPeak(isa, "fp32", 4, two_ghz).gflops, 4 * 2.0 * 64);
+  EXPECT_EQ(EstimateCpuPeak(isa, "fp32", 4, two_ghz).formula, "4 cores x 2.00 GHz x 64 FLOP/cycle");
+  // AMX is for bf16 only: the fp32 figure does not move.
   c.amx_bf16 = true;
-  EXPECT_DOUBLE_EQ(EstimateCpuPeakGflops(c, "bf16", 1, 1.0), 1024);
+  isa = CpuIsaFor(c, "avx512");
+  EXPECT_EQ(isa.fp32_flops_per_cycle, 64);
+  EXPECT_EQ(isa.bf16_flops_per_cycle, 1024);
+  // A Xeon Silver has one 512-bit FMA unit.
+  CpuInfo silver = c;
+  silver.model = "Intel(R) Xeon(R) Silver 4214 CPU @ 2.20GHz";
+  EXPECT_EQ(CpuIsaFor(silver, "avx512").fp32_flops_per_cycle, 32);
   CpuInfo zen4 = c;
   zen4.vendor = "AuthenticAMD";
   zen4.family = 25;
+  zen4.model = "AMD EPYC";
   zen4.amx_bf16 = false;
   zen4.avx512_bf16 = true;
-  EXPECT_DOUBLE_EQ(EstimateCpuPeakGflops(zen4, "fp32", 2, 1.0), 64);
-  EXPECT_DOUBLE_EQ(EstimateCpuPeakGflops(zen4, "bf16", 2, 1.0), 128);
+  isa = CpuIsaFor(zen4, "avx512");
+  EXPECT_EQ(isa.fp32_flops_per_cycle, 32);
+  EXPECT_EQ(isa.bf16_flops_per_cycle, 64);
+  CpuInfo zen5 = zen4;
+  zen5.family = 26;
+  EXPECT_EQ(CpuIsaFor(zen5, "avx512").fp32_flops_per_cycle, 64);
   CpuInfo plain;
-  EXPECT_DOUBLE_EQ(EstimateCpuPeakGflops(plain, "fp32", 2, 1.0), 0);  // unknown CPU
+  EXPECT_DOUBLE_EQ(EstimateCpuPeak(CpuIsaFor(plain, ""), "fp32", 2, two_ghz).gflops, 0);
+  CpuClock none;
+  EXPECT_DOUBLE_EQ(EstimateCpuPeak(CpuIsaFor(c, ""), "fp32", 2, none).gflops, 0);
+}
+
+TEST(Peak, TorchCapabilityCapsTheIsa) {
+  // ATEN_CPU_CAPABILITY=avx2 on an AVX-512 Xeon: libtorch's kernels run AVX2.
+  CpuInfo c;
+  c.vendor = "GenuineIntel";
+  c.family = 6;
+  c.model = "Intel(R) Xeon(R) Platinum 8480+ @ 2.10GHz";
+  c.avx = c.avx2 = c.fma = c.avx512f = c.amx_bf16 = true;
+  CpuIsa isa = CpuIsaFor(c, "avx2");
+  EXPECT_EQ(isa.name, "avx2");
+  EXPECT_EQ(isa.torch_capability, "avx2");
+  EXPECT_EQ(isa.fp32_flops_per_cycle, 32);
+  EXPECT_EQ(isa.bf16_flops_per_cycle, 32);  // no AMX below avx512
+  EXPECT_EQ(CpuIsaFor(c, "default").name, "sse");
+  EXPECT_EQ(CpuIsaFor(c, "NO AVX").fp32_flops_per_cycle, 8);
+  // A capability above the CPU's best caps nothing.
+  CpuInfo haswell;
+  haswell.vendor = "GenuineIntel";
+  haswell.avx = haswell.avx2 = haswell.fma = true;
+  EXPECT_EQ(CpuIsaFor(haswell, "avx512").name, "avx2");
+  EXPECT_EQ(CpuIsaFor(haswell, "").fp32_flops_per_cycle, 32);
+}
+
+// This machine's kind: a 2-vCPU AMD EPYC (Zen 4) KVM guest, no cpufreq.
+void AddKvmEpycGuest(FakeOs* os) {
+  std::string text;
+  for (int i = 0; i < 2; ++i) {
+    text += absl::StrCat(
+        "processor\t: ", i,
+        "\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "model name\t: AMD EPYC\ncpu MHz\t\t: 2596.146\nsiblings\t: 2\ncpu cores\t: 2\n"
+        "flags\t\t: fpu sse sse2 ht fma avx hypervisor avx2 avx512f avx512_bf16\n\n");
+  }
+  os->AddFile("/proc/cpuinfo", text);
+  os->AddFile("/sys/devices/system/cpu/online", "0-1\n");
+}
+
+TEST(Clock, KvmGuestUsesTheOsFigure) {
+  FakeOs os;
+  AddKvmEpycGuest(&os);
+  CpuInfo cpu = ReadCpuInfo(os);
+  EXPECT_TRUE(cpu.hypervisor);
+  EXPECT_FALSE(cpu.smt);  // the "ht" flag alone is not SMT
+  EXPECT_DOUBLE_EQ(cpu.cpuinfo_mhz, 2596.146);
+  EXPECT_LT(cpu.cpufreq_max_mhz, 0);
+  EXPECT_LT(cpu.model_mhz, 0);
+  // The imul chain reads the host's boost, 3.69 GHz: within 30%? No (1.42 x), and a guest.
+  CpuClock clock = ChooseCpuClock(cpu, 3.69);
+  EXPECT_DOUBLE_EQ(clock.ghz, 2.596146);
+  EXPECT_EQ(clock.source, "/proc/cpuinfo cpu MHz");
+  EXPECT_NE(clock.reason.find("VM guest"), std::string::npos) << clock.reason;
+  EXPECT_DOUBLE_EQ(clock.measured_ghz, 3.69);
+  // A guest's loop is not trusted even when it agrees.
+  EXPECT_EQ(ChooseCpuClock(cpu, 2.6).source, "/proc/cpuinfo cpu MHz");
+  CpuIsa isa = CpuIsaFor(cpu, "avx512");
+  EXPECT_EQ(isa.fp32_flops_per_cycle, 32);
+  EXPECT_NEAR(EstimateCpuPeak(isa, "fp32", 2, clock).gflops, 2 * 2.596146 * 32, 1e-9);
+}
+
+TEST(Clock, IntelBareMetalWithCpufreq) {
+  FakeOs os;
+  os.AddFile("/proc/cpuinfo",
+             "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n"
+             "model name\t: Intel(R) Xeon(R) Gold 6348 CPU @ 2.60GHz\ncpu MHz\t\t: 800.000\n"
+             "siblings\t: 2\ncpu cores\t: 1\nflags\t\t: fpu avx avx2 fma avx512f\n\n"
+             "processor\t: 1\ncpu MHz\t\t: 3400.000\n");
+  os.AddFile("/sys/devices/system/cpu/online", "0-1\n");
+  for (int i = 0; i < 2; ++i) {
+    std::string base = absl::StrCat("/sys/devices/system/cpu/cpu", i, "/");
+    os.AddFile(base + "cpufreq/cpuinfo_max_freq", "3500000\n");
+    os.AddFile(base + "cpufreq/scaling_max_freq", "3500000\n");
+    os.AddFile(base + "cpufreq/base_frequency", "2600000\n");
+    os.AddFile(base + "topology/thread_siblings_list", "0-1\n");
+  }
+  CpuInfo cpu = ReadCpuInfo(os);
+  EXPECT_FALSE(cpu.hypervisor);
+  EXPECT_TRUE(cpu.smt);
+  EXPECT_DOUBLE_EQ(cpu.cpufreq_max_mhz, 3500);
+  EXPECT_DOUBLE_EQ(cpu.base_mhz, 2600);
+  EXPECT_DOUBLE_EQ(cpu.model_mhz, 2600);
+  // The loop agrees with cpufreq max within 30%: it is used (it sees turbo).
+  CpuClock clock = ChooseCpuClock(cpu, 3.3);
+  EXPECT_EQ(clock.source, "timing loop");
+  EXPECT_DOUBLE_EQ(clock.ghz, 3.3);
+  EXPECT_DOUBLE_EQ(clock.os_ghz, 3.5);
+  EXPECT_EQ(clock.os_source, "cpufreq cpuinfo_max_freq");
+  // A policy cap below the hardware's max is the OS's figure.
+  os.AddFile("/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq", "2000000\n");
+  os.AddFile("/sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq", "2000000\n");
+  clock = ChooseCpuClock(ReadCpuInfo(os), 0);
+  EXPECT_EQ(clock.source, "cpufreq scaling_max_freq");
+  EXPECT_DOUBLE_EQ(clock.ghz, 2.0);
+}
+
+TEST(Clock, LoopFarFromTheOsIsNotTrusted) {
+  CpuInfo cpu;
+  cpu.vendor = "GenuineIntel";
+  cpu.model = "Intel(R) Xeon(R) Platinum 8480+ @ 2.10GHz";
+  cpu.model_mhz = 2100;
+  // An add chain folded by the core: 3 x the OS's figure (the 10.97 GHz is 5.2 x).
+  CpuClock clock = ChooseCpuClock(cpu, 6.3);
+  EXPECT_DOUBLE_EQ(clock.ghz, 2.1);
+  EXPECT_EQ(clock.source, "model name");
+  EXPECT_NE(clock.reason.find("3.00 x"), std::string::npos) << clock.reason;
+  EXPECT_EQ(ChooseCpuClock(cpu, 10.97).source, "model name");
+  // No OS figure at all: the loop, whatever it says.
+  CpuInfo bare;
+  EXPECT_EQ(ChooseCpuClock(bare, 2.9).source, "timing loop");
+  EXPECT_DOUBLE_EQ(ChooseCpuClock(bare, 0).ghz, 0);
 }
 
 json BaseReport() {
@@ -220,6 +350,55 @@ TEST(Checks, CpuOnlyMachine) {
   EXPECT_EQ(Find(checks, "device.cpu.cores_clock")->verdict, "pass");
   EXPECT_EQ(Find(checks, "device.cpu.throttling")->verdict, "pass");
   for (const Check& c : checks) EXPECT_NE(c.verdict, "fail") << c.name;
+}
+
+TEST(Checks, ClockAndPeakFiguresAreShown) {
+  // A KVM guest as selftest.cc reports it: the OS's clock used, the loop shown beside it.
+  json r = BaseReport();
+  r["cpu"]["effective_ghz"] = 3.69;
+  r["cpu"]["clock"] = {{"ghz", 2.596},
+                       {"source", "/proc/cpuinfo cpu MHz"},
+                       {"reason", "VM guest: loop not trusted"},
+                       {"os_ghz", 2.596},
+                       {"os_source", "/proc/cpuinfo cpu MHz"},
+                       {"measured_ghz", 3.69}};
+  r["cpu"]["isa"] = {
+      {"name", "avx512"}, {"torch_capability", "avx512"}, {"detail", "Zen 4, 2 x 256-bit FMA"}};
+  r["cpu"]["math_libraries"] = "libmkl";
+  r["benchmarks"][0] = {
+      {"name", "matmul_fp32"},  {"device", "cpu"},
+      {"unit", "GFLOP/s"},      {"value", 170.0},
+      {"peak", 166.15},         {"fraction", 170.0 / 166.15},
+      {"peak_estimated", true}, {"peak_formula", "2 cores x 2.60 GHz x 32 FLOP/cycle"}};
+  std::vector<Check> checks = EvaluateDeviceReport(r, SelftestOptions{});
+  const Check* clock = Find(checks, "device.cpu.clock");
+  ASSERT_NE(clock, nullptr);
+  EXPECT_EQ(clock->verdict, "pass");
+  EXPECT_NE(clock->value.find("2.60 GHz from /proc/cpuinfo cpu MHz"), std::string::npos)
+      << clock->value;
+  EXPECT_NE(clock->value.find("; loop 3.69 GHz"), std::string::npos) << clock->value;
+  EXPECT_LE(clock->value.size(), 80u) << clock->value;  // doctor's cell
+  const Check* peak = Find(checks, "device.cpu.peak");
+  ASSERT_NE(peak, nullptr);
+  EXPECT_EQ(peak->value,
+            "2 cores x 2.60 GHz x 32 FLOP/cycle (avx512) = 166 GFLOP/s fp32, bf16 461");
+  EXPECT_NE(peak->expected.find("(libtorch avx512; Zen 4, 2 x 256-bit FMA)"), std::string::npos)
+      << peak->expected;
+  const Check* fp32 = Find(checks, "device.cpu.matmul_fp32");
+  EXPECT_EQ(fp32->verdict, "pass");
+  EXPECT_NE(fp32->value.find("102% of est. peak 166 (cores above the clock used)"),
+            std::string::npos)
+      << fp32->value;
+  // The throttling check compares the loop with the OS's figure: 3.69 >= 0.8 x 2.60.
+  EXPECT_EQ(Find(checks, "device.cpu.throttling")->verdict, "pass");
+  EXPECT_NE(Find(checks, "device.cpu.throttling")->value.find("OS figure 2.60 GHz"),
+            std::string::npos);
+  // No clock: shown as unknown, the peak skipped.
+  r["cpu"]["clock"]["ghz"] = nullptr;
+  r["benchmarks"][0]["peak"] = nullptr;
+  checks = EvaluateDeviceReport(r, SelftestOptions{});
+  EXPECT_EQ(Find(checks, "device.cpu.clock")->verdict, "skip");
+  EXPECT_EQ(Find(checks, "device.cpu.peak")->verdict, "skip");
 }
 
 TEST(Checks, SlowCoreHotAndBrokenAcceleratorsAreFlagged) {

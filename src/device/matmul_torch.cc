@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -77,6 +79,11 @@ absl::StatusOr<MatmulResult> TorchMatmul(const std::string& dtype, int n, int th
 }
 
 std::string TorchVersion() { return TORCH_VERSION; }
+
+std::string TorchCpuCapability() {
+  std::string c = absl::AsciiStrToLower(at::get_cpu_capability());
+  return c == "no avx" ? "default" : c;
+}
 
 std::string LoadedMathLibraries() {
   std::ifstream maps("/proc/self/maps");

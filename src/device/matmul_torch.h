@@ -26,6 +26,9 @@ absl::StatusOr<MatmulResult> TorchMatmul(const std::string& dtype, int n, int th
 // libtorch's version ("1.13.1") and the BLAS / oneDNN libraries mapped into this process
 // after a matmul (from /proc/self/maps), e.g. "libblas.so.3, libdnnl.so.2"; "" unknown.
 std::string TorchVersion();
+// libtorch's CPU capability as it dispatches its kernels ("avx512", "avx2", "default" on
+// x86-64; "sve256", ... elsewhere), lower case; it honours ATEN_CPU_CAPABILITY.
+std::string TorchCpuCapability();
 std::string LoadedMathLibraries();
 
 }  // namespace trainscope::device

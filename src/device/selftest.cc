@@ -25,6 +25,13 @@ using nlohmann::json;
 json NumOrNull(double v) { return v < 0 ? json(nullptr) : json(v); }
 json IntOrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 
+json ClockToJson(const CpuClock& c) {
+  auto ghz = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+  return json{{"ghz", ghz(c.ghz)},        {"source", c.source},
+              {"reason", c.reason},       {"os_ghz", ghz(c.os_ghz)},
+              {"os_source", c.os_source}, {"measured_ghz", ghz(c.measured_ghz)}};
+}
+
 json DeviceToJson(const DeviceStatus& d) {
   return json{{"kind", d.kind},
               {"index", d.index},
@@ -84,6 +91,37 @@ void ProbeTool(Os& os, const std::string& kind, const std::vector<std::string>& 
   }
   (*tool)["status"] = "ok";
   for (auto& d : *parsed) devices->push_back(std::move(d));
+}
+
+// Whole-CPU matmul in fp32 and bf16, all allowed CPUs as threads, each against the
+// estimated peak of `isa` at `clock` (EstimateCpuPeak: the one peak doctor's MFU uses too).
+json CpuMatmulBenchmarks(const CpuInfo& cpu, const CpuClock& clock, const CpuIsa& isa, int n,
+                         double window) {
+  json out = json::array();
+  const int threads = static_cast<int>(cpu.allowed_cpus.size());
+  const int cores_for_peak = cpu.physical_cores > 0 ? cpu.physical_cores : threads;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    json b{{"name", absl::StrCat("matmul_", dtype)}, {"device", "cpu"}, {"unit", "GFLOP/s"}};
+    const CpuPeak p = EstimateCpuPeak(isa, dtype, cores_for_peak, clock);
+    b["peak"] = p.gflops > 0 ? json(p.gflops) : json(nullptr);
+    b["peak_estimated"] = true;
+    b["peak_formula"] = p.formula;
+    b["peak_clock_source"] = clock.source;
+    b["peak_isa"] = isa.name;
+    b["size"] = absl::StrCat(n, "x", n, "x", n);
+    b["threads"] = threads;
+    absl::StatusOr<MatmulResult> mm = TorchMatmul(dtype, n, threads, window);
+    if (mm.ok()) {
+      b["value"] = mm->gflops;
+      b["fraction"] = p.gflops > 0 ? json(mm->gflops / p.gflops) : json(nullptr);
+    } else {
+      b["value"] = nullptr;
+      b["fraction"] = nullptr;
+      b["error"] = std::string(mm.status().message());
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 // Physical cores among `cpus`: distinct (package, core_id) pairs from sysfs topology.
@@ -164,6 +202,8 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
                   {"avx512_bf16", cpu.avx512_bf16},
                   {"amx_bf16", cpu.amx_bf16},
                   {"neon", cpu.neon}}},
+                {"hypervisor", cpu.hypervisor},
+                {"smt", cpu.smt},
                 {"nominal_mhz", NumOrNull(cpu.nominal_mhz)},
                 {"busy_pct_before", NumOrNull(busy_pct)},
                 {"loadavg_1m", NumOrNull(cpu.loadavg_1m)},
@@ -206,37 +246,24 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
         if (mm.ok()) core_mm.push_back(mm->gflops);
       }
     }
-    double clock_ghz = trainscope::Median(core_clock);
-    cpu_json["effective_ghz"] = clock_ghz > 0 ? json(clock_ghz) : json(nullptr);
-    cpu_dev.clock_mhz = clock_ghz > 0 ? clock_ghz * 1000 : -1;
-    devices.front().clock_mhz = cpu_dev.clock_mhz;
+    const double measured_ghz = trainscope::Median(core_clock);
+    cpu_json["effective_ghz"] = measured_ghz > 0 ? json(measured_ghz) : json(nullptr);
 
-    // Whole-CPU matmul in fp32 and bf16 against the estimated peak. The clock used is the
-    // measured one when known (turbo included), else the nominal one.
-    const int threads = static_cast<int>(cpu.allowed_cpus.size());
-    const int cores_for_peak = cpu.physical_cores > 0 ? cpu.physical_cores : threads;
-    const double peak_ghz = clock_ghz > 0 ? clock_ghz : cpu.nominal_mhz / 1000;
-    const int n = opt.quick ? 512 : 1024;
-    for (const char* dtype : {"fp32", "bf16"}) {
-      json b{{"name", absl::StrCat("matmul_", dtype)}, {"device", "cpu"}, {"unit", "GFLOP/s"}};
-      double fpc = 0;
-      double peak = EstimateCpuPeakGflops(cpu, dtype, cores_for_peak, peak_ghz, &fpc);
-      b["peak"] = peak > 0 ? json(peak) : json(nullptr);
-      b["peak_estimated"] = true;
-      b["peak_formula"] = absl::StrCat(cores_for_peak, " cores x ", FormatGhz(peak_ghz), " GHz x ",
-                                       fpc, " FLOP/cycle");
-      b["size"] = absl::StrCat(n, "x", n, "x", n);
-      b["threads"] = threads;
-      absl::StatusOr<MatmulResult> mm = TorchMatmul(dtype, n, threads, window);
-      if (mm.ok()) {
-        b["value"] = mm->gflops;
-        b["fraction"] = peak > 0 ? json(mm->gflops / peak) : json(nullptr);
-      } else {
-        b["value"] = nullptr;
-        b["fraction"] = nullptr;
-        b["error"] = std::string(mm.status().message());
-      }
-      bench.push_back(b);
+    // Whole-CPU matmul in fp32 and bf16 against the estimated peak (peak.cc): the clock is
+    // the OS's figure or the timing loop (ChooseCpuClock), the FLOP/cycle those of the ISA
+    // libtorch runs. Both are in the report with their sources.
+    const CpuClock clock = ChooseCpuClock(cpu, measured_ghz);
+    const CpuIsa isa = CpuIsaFor(cpu, TorchCpuCapability());
+    cpu_json["clock"] = ClockToJson(clock);
+    cpu_json["isa"] = {{"name", isa.name},
+                       {"detail", isa.detail},
+                       {"torch_capability", isa.torch_capability},
+                       {"fp32_flops_per_cycle", isa.fp32_flops_per_cycle},
+                       {"bf16_flops_per_cycle", isa.bf16_flops_per_cycle}};
+    cpu_dev.clock_mhz = clock.ghz > 0 ? clock.ghz * 1000 : -1;
+    devices.front().clock_mhz = cpu_dev.clock_mhz;
+    for (json& b : CpuMatmulBenchmarks(cpu, clock, isa, opt.quick ? 512 : 1024, window)) {
+      bench.push_back(std::move(b));
     }
     cpu_json["math_libraries"] = LoadedMathLibraries();
     cpu_json["torch_version"] = TorchVersion();

@@ -213,6 +213,22 @@ double ReadNumber(Os& os, const std::string& path, double fallback = -1) {
   return s.ok() ? NumOr(*s, fallback) : fallback;
 }
 
+// "Intel(R) Xeon(R) Platinum 8480+ @ 2.10GHz" -> 2100; -1 without one. Intel states its
+// rated base clock this way; AMD's model names carry none.
+double ModelNameMhz(absl::string_view model) {
+  size_t at = model.rfind('@');
+  if (at == absl::string_view::npos) return -1;
+  absl::string_view rest = absl::StripAsciiWhitespace(model.substr(at + 1));
+  double scale = 0;
+  if (absl::ConsumeSuffix(&rest, "GHz")) {
+    scale = 1000;
+  } else if (absl::ConsumeSuffix(&rest, "MHz")) {
+    scale = 1;
+  }
+  double v = NumOr(rest);
+  return scale > 0 && v > 0 ? v * scale : -1;
+}
+
 int64_t ParseSizeWithUnit(absl::string_view s) {  // "32768K", "32M"
   s = absl::StripAsciiWhitespace(s);
   int64_t mult = 1;
@@ -224,11 +240,73 @@ int64_t ParseSizeWithUnit(absl::string_view s) {  // "32768K", "32M"
   return absl::SimpleAtoi(s, &v) ? v * mult : -1;
 }
 
+// Temperatures: thermal zones (millidegrees) and hwmon sensors (k10temp, coretemp).
+void ReadTemperatures(Os& os, CpuInfo* cpu) {
+  if (auto zones = os.ListDir("/sys/class/thermal"); zones.ok()) {
+    for (const std::string& z : *zones) {
+      if (!absl::StartsWith(z, "thermal_zone")) continue;
+      std::string base = "/sys/class/thermal/" + z;
+      double t = ReadNumber(os, base + "/temp");
+      if (t > 0) cpu->temperature_c = std::max(cpu->temperature_c, t / 1000);
+      for (int trip = 0; trip < 16; ++trip) {
+        auto type = os.ReadFile(absl::StrCat(base, "/trip_point_", trip, "_type"));
+        if (!type.ok()) break;
+        if (absl::StripAsciiWhitespace(*type) != "critical") continue;
+        double crit = ReadNumber(os, absl::StrCat(base, "/trip_point_", trip, "_temp"));
+        if (crit > 0 && (cpu->temperature_crit_c < 0 || crit / 1000 < cpu->temperature_crit_c)) {
+          cpu->temperature_crit_c = crit / 1000;
+        }
+      }
+    }
+  }
+  if (auto mons = os.ListDir("/sys/class/hwmon"); mons.ok()) {
+    for (const std::string& m : *mons) {
+      std::string base = "/sys/class/hwmon/" + m;
+      for (int i = 1; i <= 16; ++i) {
+        double t = ReadNumber(os, absl::StrCat(base, "/temp", i, "_input"));
+        if (t < 0) continue;
+        if (t > 0) cpu->temperature_c = std::max(cpu->temperature_c, t / 1000);
+        double crit = ReadNumber(os, absl::StrCat(base, "/temp", i, "_crit"));
+        if (crit > 0 && (cpu->temperature_crit_c < 0 || crit / 1000 < cpu->temperature_crit_c)) {
+          cpu->temperature_crit_c = crit / 1000;
+        }
+      }
+    }
+  }
+}
+
+// cgroup v2 (/sys/fs/cgroup/cpu.stat, cpu.max) or v1 (/sys/fs/cgroup/cpu/...): throttled
+// periods and the quota in CPUs.
+void ReadCgroupCpu(Os& os, CpuInfo* cpu) {
+  for (const char* stat : {"/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat",
+                           "/sys/fs/cgroup/cpu,cpuacct/cpu.stat"}) {
+    auto s = os.ReadFile(stat);
+    if (!s.ok()) continue;
+    for (absl::string_view line : absl::StrSplit(*s, '\n')) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (f.size() == 2 && f[0] == "nr_throttled") cpu->cgroup_nr_throttled = IntOr(f[1]);
+    }
+    break;
+  }
+  if (auto s = os.ReadFile("/sys/fs/cgroup/cpu.max"); s.ok()) {
+    std::vector<absl::string_view> f = absl::StrSplit(*s, ' ', absl::SkipWhitespace());
+    if (f.size() == 2 && f[0] != "max") {
+      double quota = NumOr(f[0]), period = NumOr(f[1]);
+      if (quota > 0 && period > 0) cpu->cgroup_cpu_limit = quota / period;
+    }
+  } else {
+    double quota = ReadNumber(os, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+    double period = ReadNumber(os, "/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    if (quota > 0 && period > 0) cpu->cgroup_cpu_limit = quota / period;
+  }
+}
+
 }  // namespace
 
 CpuInfo ReadCpuInfo(Os& os) {
   CpuInfo cpu;
   double max_cpuinfo_mhz = -1;
+  int64_t siblings = 0, cores_per_package = 0;  // per package, /proc/cpuinfo (x86)
   std::vector<double> cpuinfo_mhz;
   if (auto text = os.ReadFile("/proc/cpuinfo"); text.ok()) {
     for (absl::string_view line : absl::StrSplit(*text, '\n')) {
@@ -238,6 +316,9 @@ CpuInfo ReadCpuInfo(Os& os) {
       if (key == "model name" && cpu.model.empty()) cpu.model = std::string(val);
       if (key == "vendor_id" && cpu.vendor.empty()) cpu.vendor = std::string(val);
       if (key == "cpu family" && cpu.family == 0) cpu.family = static_cast<int>(IntOr(val, 0));
+      if (key == "siblings") siblings = std::max<int64_t>(siblings, IntOr(val, 0));
+      if (key == "cpu cores")
+        cores_per_package = std::max<int64_t>(cores_per_package, IntOr(val, 0));
       if (key == "cpu MHz") {
         double mhz = NumOr(val);
         cpuinfo_mhz.push_back(mhz);
@@ -252,10 +333,14 @@ CpuInfo ReadCpuInfo(Os& os) {
         cpu.avx512_bf16 = flags.count("avx512_bf16");
         cpu.amx_bf16 = flags.count("amx_bf16");
         cpu.neon = flags.count("asimd");
+        cpu.hypervisor = flags.count("hypervisor");
       }
       if (key == "CPU implementer" && cpu.vendor.empty()) cpu.vendor = "ARM";
     }
   }
+  cpu.cpuinfo_mhz = max_cpuinfo_mhz;
+  cpu.model_mhz = ModelNameMhz(cpu.model);
+  cpu.smt = siblings > 0 && cores_per_package > 0 && siblings > cores_per_package;
   const std::string sys = "/sys/devices/system/cpu";
   std::vector<int> online;
   if (auto s = os.ReadFile(sys + "/online"); s.ok()) online = ParseCpuList(*s);
@@ -276,45 +361,25 @@ CpuInfo ReadCpuInfo(Os& os) {
         cur > 0 ? cur / 1000 : (id < static_cast<int>(cpuinfo_mhz.size()) ? cpuinfo_mhz[id] : -1);
     cpu.max_mhz[id] = mx > 0 ? mx / 1000 : -1;
     max_freq = std::max(max_freq, cpu.max_mhz[id]);
+    double scaling_max = ReadNumber(os, base + "/cpufreq/scaling_max_freq");
+    if (scaling_max > 0) cpu.scaling_max_mhz = std::max(cpu.scaling_max_mhz, scaling_max / 1000);
+    double base_freq = ReadNumber(os, base + "/cpufreq/base_frequency");
+    if (base_freq > 0) cpu.base_mhz = std::max(cpu.base_mhz, base_freq / 1000);
+    // SMT from the topology when /proc/cpuinfo has no siblings (AArch64).
+    if (!cpu.smt) {
+      if (auto ts = os.ReadFile(base + "/topology/thread_siblings_list"); ts.ok()) {
+        cpu.smt = ParseCpuList(*ts).size() > 1;
+      }
+    }
     double tc = ReadNumber(os, base + "/thermal_throttle/core_throttle_count");
     cpu.throttle_count[id] = tc >= 0 ? static_cast<int64_t>(tc) : -1;
   }
+  cpu.cpufreq_max_mhz = max_freq;
   cpu.nominal_mhz = max_freq > 0 ? max_freq : max_cpuinfo_mhz;
   if (auto s = os.ReadFile(sys + "/cpu0/cache/index3/size"); s.ok()) {
     cpu.l3_bytes = ParseSizeWithUnit(*s);
   }
-  // Temperatures: thermal zones (millidegrees) and hwmon sensors (k10temp, coretemp).
-  if (auto zones = os.ListDir("/sys/class/thermal"); zones.ok()) {
-    for (const std::string& z : *zones) {
-      if (!absl::StartsWith(z, "thermal_zone")) continue;
-      std::string base = "/sys/class/thermal/" + z;
-      double t = ReadNumber(os, base + "/temp");
-      if (t > 0) cpu.temperature_c = std::max(cpu.temperature_c, t / 1000);
-      for (int trip = 0; trip < 16; ++trip) {
-        auto type = os.ReadFile(absl::StrCat(base, "/trip_point_", trip, "_type"));
-        if (!type.ok()) break;
-        if (absl::StripAsciiWhitespace(*type) != "critical") continue;
-        double crit = ReadNumber(os, absl::StrCat(base, "/trip_point_", trip, "_temp"));
-        if (crit > 0 && (cpu.temperature_crit_c < 0 || crit / 1000 < cpu.temperature_crit_c)) {
-          cpu.temperature_crit_c = crit / 1000;
-        }
-      }
-    }
-  }
-  if (auto mons = os.ListDir("/sys/class/hwmon"); mons.ok()) {
-    for (const std::string& m : *mons) {
-      std::string base = "/sys/class/hwmon/" + m;
-      for (int i = 1; i <= 16; ++i) {
-        double t = ReadNumber(os, absl::StrCat(base, "/temp", i, "_input"));
-        if (t < 0) continue;
-        if (t > 0) cpu.temperature_c = std::max(cpu.temperature_c, t / 1000);
-        double crit = ReadNumber(os, absl::StrCat(base, "/temp", i, "_crit"));
-        if (crit > 0 && (cpu.temperature_crit_c < 0 || crit / 1000 < cpu.temperature_crit_c)) {
-          cpu.temperature_crit_c = crit / 1000;
-        }
-      }
-    }
-  }
+  ReadTemperatures(os, &cpu);
   if (auto mem = os.ReadFile("/proc/meminfo"); mem.ok()) {
     for (absl::string_view line : absl::StrSplit(*mem, '\n')) {
       std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
@@ -327,65 +392,8 @@ CpuInfo ReadCpuInfo(Os& os) {
     std::vector<absl::string_view> f = absl::StrSplit(*la, ' ', absl::SkipWhitespace());
     if (!f.empty()) cpu.loadavg_1m = NumOr(f[0]);
   }
-  // cgroup v2 (/sys/fs/cgroup/cpu.stat, cpu.max) or v1 (/sys/fs/cgroup/cpu/...).
-  for (const char* stat : {"/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat",
-                           "/sys/fs/cgroup/cpu,cpuacct/cpu.stat"}) {
-    auto s = os.ReadFile(stat);
-    if (!s.ok()) continue;
-    for (absl::string_view line : absl::StrSplit(*s, '\n')) {
-      std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
-      if (f.size() == 2 && f[0] == "nr_throttled") cpu.cgroup_nr_throttled = IntOr(f[1]);
-    }
-    break;
-  }
-  if (auto s = os.ReadFile("/sys/fs/cgroup/cpu.max"); s.ok()) {
-    std::vector<absl::string_view> f = absl::StrSplit(*s, ' ', absl::SkipWhitespace());
-    if (f.size() == 2 && f[0] != "max") {
-      double quota = NumOr(f[0]), period = NumOr(f[1]);
-      if (quota > 0 && period > 0) cpu.cgroup_cpu_limit = quota / period;
-    }
-  } else {
-    double quota = ReadNumber(os, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
-    double period = ReadNumber(os, "/sys/fs/cgroup/cpu/cpu.cfs_period_us");
-    if (quota > 0 && period > 0) cpu.cgroup_cpu_limit = quota / period;
-  }
+  ReadCgroupCpu(os, &cpu);
   return cpu;
-}
-
-// Nominal peak = physical cores x clock (GHz) x FLOPs per cycle per core, where FLOPs per
-// cycle come from the vector width and the number of FMA pipes (2 FLOPs per FMA lane):
-//   AVX-512, Intel server cores (2 x 512-bit FMA)                    fp32 64
-//   AVX-512 on AMD Zen 4 (family 25: 512-bit ops on 2 x 256-bit pipes) fp32 32
-//   AVX2 + FMA (2 x 256-bit FMA)                                    fp32 32
-//   AVX without FMA (256-bit mul + add)                             fp32 16
-//   SSE only                                                        fp32 8
-//   AArch64 NEON (2 x 128-bit FMA)                                  fp32 16
-// bf16: AMX-BF16 1024/cycle; AVX512_BF16 (VDPBF16PS, two products per fp32 lane) 2 x fp32;
-// otherwise bf16 is computed through fp32 and the fp32 peak applies.
-double EstimateCpuPeakGflops(const CpuInfo& cpu, absl::string_view dtype, int cores, double ghz,
-                             double* flops_per_cycle) {
-  double fp32 = 0;
-  if (cpu.avx512f) {
-    fp32 = (cpu.vendor == "AuthenticAMD" && cpu.family <= 25) ? 32 : 64;
-  } else if (cpu.avx2 && cpu.fma) {
-    fp32 = 32;
-  } else if (cpu.avx) {
-    fp32 = 16;
-  } else if (cpu.neon) {
-    fp32 = 16;
-  } else if (!cpu.vendor.empty()) {
-    fp32 = 8;
-  }
-  double per_cycle = fp32;
-  if (dtype == "bf16") {
-    if (cpu.amx_bf16)
-      per_cycle = 1024;
-    else if (cpu.avx512_bf16)
-      per_cycle = 2 * fp32;
-  }
-  if (flops_per_cycle) *flops_per_cycle = per_cycle;
-  if (cores <= 0 || ghz <= 0) return 0;
-  return per_cycle * cores * ghz;
 }
 
 }  // namespace trainscope::device

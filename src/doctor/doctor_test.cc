@@ -168,6 +168,94 @@ TEST(Evaluate, TrainEnvAndDevice) {
   EXPECT_EQ(c[0].part, "device");
 }
 
+// A device report as `selftest device --json` writes it on a 2-core Zen 4 guest: the fp32
+// matmul judged against 2 x 2.60 GHz x 32 FLOP/cycle.
+json DeviceReportWithCpuPeak() {
+  return {{"passed", true},
+          {"benchmarks",
+           {{{"name", "matmul_fp32"},
+             {"device", "cpu"},
+             {"unit", "GFLOP/s"},
+             {"value", 170.0},
+             {"peak", 166.0},
+             {"peak_formula", "2 cores x 2.60 GHz x 32 FLOP/cycle"}},
+            {{"name", "matmul_bf16"},
+             {"device", "cpu"},
+             {"unit", "GFLOP/s"},
+             {"value", 380.0},
+             {"peak", 332.0}},
+            {{"name", "matmul_bf16"},
+             {"device", "nvidia1"},
+             {"unit", "TFLOP/s"},
+             {"value", 700.0},
+             {"peak", 989.0}}}},
+          {"checks",
+           {{{"name", "device.cpu.matmul_fp32"},
+             {"verdict", "pass"},
+             {"value", "170.0 GFLOP/s = 102% of est. peak 166"},
+             {"expected", ">= 30% of est. peak"},
+             {"advice", ""}}}}};
+}
+
+TEST(Evaluate, MfuAndTheMatmulCheckShareOnePeak) {
+  const json dev = DeviceReportWithCpuPeak();
+  MfuPeak p = MfuPeakFromDeviceReport(dev, "cpu", "fp32");
+  EXPECT_DOUBLE_EQ(p.flops, 166e9);
+  EXPECT_EQ(p.check, "device.cpu.matmul_fp32");
+  EXPECT_EQ(p.formula, "2 cores x 2.60 GHz x 32 FLOP/cycle");
+  EXPECT_DOUBLE_EQ(MfuPeakFromDeviceReport(dev, "cpu", "bf16").flops, 332e9);
+  EXPECT_DOUBLE_EQ(MfuPeakFromDeviceReport(dev, "cuda:1", "bf16").flops, 989e12);
+  EXPECT_EQ(MfuPeakFromDeviceReport(dev, "cuda:1", "bf16").check, "device.nvidia1.matmul_bf16");
+  EXPECT_DOUBLE_EQ(MfuPeakFromDeviceReport(dev, "cuda:0", "bf16").flops, 0);  // no such card
+  EXPECT_DOUBLE_EQ(MfuPeakFromDeviceReport(dev, "cuda:1", "fp32").flops, 0);  // no fp32 peak
+  EXPECT_DOUBLE_EQ(MfuPeakFromDeviceReport(json::object(), "cpu", "fp32").flops, 0);
+
+  // The train part measured its own peak (mfu 0.05 against 332 GFLOP/s); doctor shows MFU
+  // against the device part's 166 GFLOP/s, the peak its matmul check used.
+  json train = {{"passed", true},
+                {"loss_start", 5.5},
+                {"loss_end", 2.0},
+                {"target_loss", 2.1},
+                {"steps", 100},
+                {"tokens_per_s", 5000.0},
+                {"mfu", 0.05},
+                {"peak_flops", 332e9},
+                {"peak_source", "measured"},
+                {"model_flops_per_s", 16.6e9},
+                {"device", "cpu"},
+                {"precision", "fp32"}};
+  PartOutcome device = Outcome("device", 0, dev.dump());
+  std::vector<Check> c = EvaluatePart(Outcome("train", 0, train.dump()), &device);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0].value.find("MFU 10.0% of 166 GFLOP/s"), std::string::npos) << c[0].value;
+  EXPECT_EQ(c[0].expected,
+            "loss < 2.10, run completes; MFU against device.cpu.matmul_fp32's peak (2 cores x "
+            "2.60 GHz x 32 FLOP/cycle)");
+  // Without a device part (skipped, or it timed out), the train part's own figure.
+  c = EvaluatePart(Outcome("train", 0, train.dump()));
+  EXPECT_NE(c[0].value.find("MFU 5.0%"), std::string::npos) << c[0].value;
+  device.timed_out = true;
+  c = EvaluatePart(Outcome("train", 0, train.dump()), &device);
+  EXPECT_NE(c[0].value.find("MFU 5.0%"), std::string::npos) << c[0].value;
+}
+
+TEST(RunDoctor, TrainMfuUsesTheDevicePartsPeak) {
+  Options opt;
+  opt.run_dir = TempDir("mfu");
+  json train = {{"passed", true},     {"loss_start", 5.5},         {"loss_end", 2.0},
+                {"mfu", 0.05},        {"model_flops_per_s", 83e9}, {"device", "cpu"},
+                {"precision", "fp32"}};
+  opt.parts = {ShellPart("device", DeviceReportWithCpuPeak().dump(), 0),
+               ShellPart("train", train.dump(), 0)};
+  absl::StatusOr<Report> r = RunDoctor(opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Check* t = Find(r->checks, "train");
+  ASSERT_NE(t, nullptr);
+  EXPECT_NE(t->value.find("MFU 50.0% of 166 GFLOP/s"), std::string::npos) << t->value;
+  ASSERT_NE(Find(r->checks, "device.cpu.matmul_fp32"), nullptr);
+  EXPECT_NE(Find(r->checks, "device.cpu.matmul_fp32")->value.find("peak 166"), std::string::npos);
+}
+
 TEST(RunDoctor, FailingPartGivesFailAdviceExitOneAndReportFiles) {
   Options opt;
   opt.run_dir = TempDir("fail");

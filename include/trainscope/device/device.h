@@ -59,7 +59,15 @@ struct CpuInfo {
   int physical_cores = 0;         // distinct (package, core) among allowed CPUs; 0 unknown
   bool fma = false, avx = false, avx2 = false, avx512f = false, avx512_bf16 = false,
        amx_bf16 = false, neon = false;
-  double nominal_mhz = -1;              // cpufreq max, else the largest "cpu MHz" in /proc/cpuinfo
+  bool hypervisor = false;  // the "hypervisor" flag: a virtual machine's guest
+  bool smt = false;         // more hardware threads than cores (siblings > cpu cores)
+  double nominal_mhz = -1;  // cpufreq max, else the largest "cpu MHz" in /proc/cpuinfo
+  // The OS's frequency figures, each -1 when absent (clock sources of ChooseCpuClock).
+  double cpufreq_max_mhz = -1;          // largest cpufreq/cpuinfo_max_freq
+  double scaling_max_mhz = -1;          // largest cpufreq/scaling_max_freq (the policy's cap)
+  double base_mhz = -1;                 // cpufreq/base_frequency (intel_pstate, amd-pstate)
+  double cpuinfo_mhz = -1;              // largest "cpu MHz" of /proc/cpuinfo
+  double model_mhz = -1;                // the model name's "@ 2.10GHz" (Intel's rated base clock)
   std::vector<double> cur_mhz;          // per logical CPU (index = cpu id), -1 unknown
   std::vector<double> max_mhz;          // per logical CPU, -1 unknown
   std::vector<int64_t> throttle_count;  // thermal_throttle/core_throttle_count, -1 unknown
@@ -93,11 +101,50 @@ struct CpuTimes {
 };
 CpuTimes ParseProcStat(absl::string_view text);
 
-// Estimated nominal peak in GFLOP/s of `cores` physical cores at `ghz`, for "fp32" or
-// "bf16", from the instruction-set flags (formula in docs/metrics.md). 0 when unknown.
-// `flops_per_cycle` receives the per-core figure used.
-double EstimateCpuPeakGflops(const CpuInfo& cpu, absl::string_view dtype, int cores, double ghz,
-                             double* flops_per_cycle = nullptr);
+// The clock a CPU peak is computed with, where it came from and why (docs/metrics.md,
+// "Estimated CPU peak").
+struct CpuClock {
+  double ghz = 0;         // the figure used; 0 unknown
+  std::string source;     // "timing loop", "cpufreq cpuinfo_max_freq", "/proc/cpuinfo cpu MHz", ...
+  std::string reason;     // why that source, one phrase
+  double os_ghz = 0;      // the OS's figure; 0 when the OS gives none
+  std::string os_source;  // where os_ghz came from
+  double measured_ghz = 0;  // the timing loop (MeasureClockGhz, median over cores); 0 not run
+};
+
+// Picks the clock: the OS's figure (cpufreq max, capped by scaling_max_freq; else
+// base_frequency; else the model name's "@ x.xxGHz"; else /proc/cpuinfo "cpu MHz") whenever
+// the timing loop is not trustworthy: in a virtual machine (the hypervisor flag), or when the
+// loop and the OS's figure disagree by more than 30%. Otherwise the loop (it sees turbo). With
+// no OS figure, the loop; with neither, ghz 0. Pure.
+CpuClock ChooseCpuClock(const CpuInfo& cpu, double measured_ghz);
+
+// The vector instruction set the FLOP/cycle figure is taken for, and the figures.
+struct CpuIsa {
+  std::string name;                 // "avx512", "avx2", "avx", "sse", "neon"; "" unknown CPU
+  std::string detail;               // why this many FLOP/cycle, e.g. "Zen 4, 2 x 256-bit FMA"
+  std::string torch_capability;     // as given ("avx512", "avx2", "default", "" unknown)
+  double fp32_flops_per_cycle = 0;  // per physical core
+  double bf16_flops_per_cycle = 0;  // per physical core (AMX, AVX512_BF16, else = fp32)
+};
+
+// The ISA libtorch runs on this CPU: the CPU's best (from its flags) capped by
+// `torch_capability` (libtorch's detected capability, which honours ATEN_CPU_CAPABILITY:
+// "default", "avx2", "avx512", any case; "" = no cap). Table and sources in peak.cc. Pure.
+CpuIsa CpuIsaFor(const CpuInfo& cpu, absl::string_view torch_capability);
+
+// A CPU peak and the figures it is made of.
+struct CpuPeak {
+  double gflops = 0;  // cores x clock.ghz x flops_per_cycle; 0 when any is unknown
+  int cores = 0;
+  double flops_per_cycle = 0;  // per core, for the dtype
+  std::string formula;         // "2 cores x 2.60 GHz x 32 FLOP/cycle"
+};
+
+// THE CPU peak: the one function behind the matmul checks of `selftest device` and, through
+// their "peak" field, doctor's MFU. `dtype` "fp32" or "bf16" (anything else: fp32). Pure.
+CpuPeak EstimateCpuPeak(const CpuIsa& isa, absl::string_view dtype, int cores,
+                        const CpuClock& clock);
 
 struct SelftestOptions {
   bool quick = false;        // smaller sizes, shorter timings (about 5 s on 2 cores)

@@ -83,7 +83,21 @@ struct PartOutcome {
 // Rules: not started -> skip; time-out -> skip "timed out after N s"; exit 2 or "not
 // built yet" -> skip with the part's own message; killed by a signal -> fail; stdout not
 // JSON -> fail (exit != 0) or skip; otherwise the part's JSON is read (see doctor.cc).
-std::vector<Check> EvaluatePart(const PartOutcome& outcome);
+// `device`: the device part's outcome when it ran before (may be null): the train part's
+// MFU is then computed against the device part's matmul peak (MfuPeakFromDeviceReport).
+std::vector<Check> EvaluatePart(const PartOutcome& outcome, const PartOutcome* device = nullptr);
+
+// The peak doctor's MFU is computed against: the one the device part judged its matmul
+// with, its benchmark "matmul_<precision>" on `train_device` ("cpu": device "cpu"; "cuda:N":
+// "nvidiaN" or "cudaN"), so that MFU and the matmul check share one peak (on CPUs,
+// device::EstimateCpuPeak). flops 0 when the report has no such peak.
+struct MfuPeak {
+  double flops = 0;     // FLOP/s
+  std::string check;    // "device.cpu.matmul_fp32"
+  std::string formula;  // the benchmark's peak_formula, "" for a data-sheet peak
+};
+MfuPeak MfuPeakFromDeviceReport(const nlohmann::json& device_report,
+                                const std::string& train_device, const std::string& precision);
 
 struct Report {
   std::vector<Check> checks;
