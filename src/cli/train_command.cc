@@ -24,6 +24,7 @@
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
 #include "trainscope/core/finding.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
@@ -103,6 +104,12 @@ void PrintResult(const train::TrainResult& r, const std::string& run_dir) {
               FormatDouble(r.loss_end, 3).c_str(),
               FormatCount(static_cast<long long>(r.tokens_per_s)).c_str(),
               FormatDouble(r.mean_step_ms, 1).c_str());
+  if (r.eval && r.evaluations > 0) {
+    std::printf("val_loss %s (lowest %s at step %d; %d evaluations on %s held-out tokens)\n",
+                FormatDouble(r.val_loss_last, 3).c_str(), FormatDouble(r.val_loss_min, 3).c_str(),
+                r.val_loss_min_step, r.evaluations,
+                FormatCount(static_cast<long long>(r.val_corpus.tokens)).c_str());
+  }
   Table t({"phase", "ms/step", "share"});
   const train::PhaseTimes& p = r.mean_phases;
   const double total = r.mean_step_ms;
@@ -244,13 +251,19 @@ int RunTrain(const TrainFlags& f) {
   const int log_every = config->train.log_every;
   const int total = config->train.steps;
   o.on_step = [log_every, total](const train::StepRecord& s) {
-    if (log_every <= 0 || (s.step % log_every != 0 && s.step != 1 && s.step != total)) return;
-    std::fprintf(stderr,
-                 "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  tokens/s %s  data %s  comm %s\n",
-                 s.step, total, s.loss, s.lr, s.grad_norm,
-                 FormatCount(static_cast<long long>(s.tokens_per_s)).c_str(),
-                 Pct(s.phases.data_wait_ms, s.step_ms).c_str(),
-                 Pct(s.phases.comm_wait_ms, s.step_ms).c_str());
+    // Every log_every-th step, and every step an evaluation followed (its val_loss).
+    if (!s.has_val &&
+        (log_every <= 0 || (s.step % log_every != 0 && s.step != 1 && s.step != total))) {
+      return;
+    }
+    const std::string val =
+        s.has_val ? absl::StrCat("  val_loss ", FormatDouble(s.val_loss, 4)) : "";
+    std::fprintf(
+        stderr, "step %d/%d  loss %.4f%s  lr %.2e  grad_norm %.3f  tokens/s %s  data %s  comm %s\n",
+        s.step, total, s.loss, val.c_str(), s.lr, s.grad_norm,
+        FormatCount(static_cast<long long>(s.tokens_per_s)).c_str(),
+        Pct(s.phases.data_wait_ms, s.step_ms).c_str(),
+        Pct(s.phases.comm_wait_ms, s.step_ms).c_str());
   };
   if (f.sweep) {
     std::vector<int> values;
@@ -312,10 +325,13 @@ int RunTrain(const TrainFlags& f) {
     // A non-finite step: --json carries the localisation record under "nonfinite"; the
     // error line (stderr) is its one-sentence verdict.
     if (auto payload = r.status().GetPayload(train::kNonfinitePayload); payload && f.json) {
+      nlohmann::json nonfinite;  // our own record; null if it ever failed the shared policy
+      if (!ParseJsonText(std::string(*payload), kJsonMaxDepth, &nonfinite, nullptr)) {
+        nonfinite = nullptr;
+      }
       nlohmann::json j = {{"error", std::string(r.status().message())},
                           {"run_dir", o.run_dir},
-                          {"nonfinite", nlohmann::json::parse(std::string(*payload), nullptr,
-                                                              /*allow_exceptions=*/false)}};
+                          {"nonfinite", std::move(nonfinite)}};
       j["findings"] = nlohmann::json::array();
       for (const Finding& fd : findings) j["findings"].push_back(FindingToJson(fd));
       std::printf("%s\n", j.dump(2).c_str());

@@ -196,6 +196,17 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   TS_RETURN_IF_ERROR(InRange(c, "data.num_workers", d.num_workers, 0, kMaxWorkers));
   TS_RETURN_IF_ERROR(InRange(c, "data.prefetch", d.prefetch, 1, kMaxPrefetch));
   TS_RETURN_IF_ERROR(InRange(c, "data.worker_delay_ms", d.worker_delay_ms, 0.0, kMaxWorkerDelayMs));
+  const EvalConfig& e = c.eval;
+  if (!(e.fraction >= 0 && e.fraction <= kMaxEvalFraction))
+    return KeyError(c, "eval.fraction",
+                    absl::StrCat(e.fraction, " is out of range: must be in 0..", kMaxEvalFraction,
+                                 " (0 = no held-out slice)"));
+  if (e.fraction > 0 && !e.corpus.empty())
+    return KeyError(c, "eval.corpus",
+                    "set eval.fraction or eval.corpus, not both (eval.fraction holds out part "
+                    "of data.corpus; eval.corpus is separate text)");
+  TS_RETURN_IF_ERROR(InRange(c, "eval.every_steps", e.every_steps, 0, kMaxSteps));
+  TS_RETURN_IF_ERROR(InRange(c, "eval.batches", e.batches, 1, kMaxEvalBatches));
   const OptimConfig& o = c.optim;
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) return KeyError(c, "optim.lr", "must be >= 0");
   if (!(o.min_lr >= 0) || (o.min_lr > o.lr && o.lr > 0))
@@ -307,14 +318,15 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   c.source = source;
   const std::string src = source.empty() ? "config" : source;
   // A config nests 3 deep; the limit only keeps a hostile file from the parser's worst case.
-  auto parsed = ParseJsonText(text, /*max_depth=*/64, src);
+  auto parsed = ParseJsonText(text, kJsonMaxDepth, src);
   if (!parsed.ok()) return parsed.status();
   const json root = *std::move(parsed);
   if (!root.is_object())
     return absl::InvalidArgumentError(absl::StrCat(src, ": expected a JSON object at the top"));
 
   Section model(src, "model"), data(src, "data"), optim(src, "optim"), train(src, "train"),
-      comm(src, "comm"), ckpt(src, "checkpoint"), anomaly(src, "anomaly"), fp16(src, "fp16");
+      comm(src, "comm"), ckpt(src, "checkpoint"), anomaly(src, "anomaly"), fp16(src, "fp16"),
+      eval(src, "eval");
   model.Int("layers", &c.model.layers);
   model.Int("heads", &c.model.heads);
   model.Int("width", &c.model.width);
@@ -329,6 +341,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   data.Int("num_workers", &c.data.num_workers);
   data.Int("prefetch", &c.data.prefetch);
   data.Double("worker_delay_ms", &c.data.worker_delay_ms);
+  eval.Double("fraction", &c.eval.fraction);
+  eval.Strings("corpus", &c.eval.corpus);
+  eval.Int("every_steps", &c.eval.every_steps);
+  eval.Int("batches", &c.eval.batches);
   optim.Double("lr", &c.optim.lr);
   optim.Double("min_lr", &c.optim.min_lr);
   optim.Int("warmup_steps", &c.optim.warmup_steps);
@@ -395,6 +411,8 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
       TS_RETURN_IF_ERROR(anomaly.Apply(it.value()));
     } else if (k == "fp16") {
       TS_RETURN_IF_ERROR(fp16.Apply(it.value()));
+    } else if (k == "eval") {
+      TS_RETURN_IF_ERROR(eval.Apply(it.value()));
     } else if (k == "format") {
       if (!it.value().is_string() || it.value().get<std::string>() != "trainscope.train_config")
         return absl::InvalidArgumentError(
@@ -410,14 +428,16 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
       return absl::InvalidArgumentError(
           absl::StrCat(src, ": key \"", Excerpt(k),
                        "\": unknown key (known: format, version, comment, model, data, optim, "
-                       "train, comm, checkpoint, anomaly, fp16)"));
+                       "train, comm, checkpoint, anomaly, fp16, eval)"));
     }
   }
   // Corpus paths relative to the config file's directory.
   if (!source.empty()) {
     std::filesystem::path dir = std::filesystem::path(source).parent_path();
-    for (std::string& p : c.data.corpus) {
-      if (!p.empty() && p[0] != '/') p = (dir / p).lexically_normal().string();
+    for (std::vector<std::string>* paths : {&c.data.corpus, &c.eval.corpus}) {
+      for (std::string& p : *paths) {
+        if (!p.empty() && p[0] != '/') p = (dir / p).lexically_normal().string();
+      }
     }
     if (c.data.tokenizer != "byte" && !c.data.tokenizer.empty() && c.data.tokenizer[0] != '/')
       c.data.tokenizer = (dir / c.data.tokenizer).lexically_normal().string();
@@ -450,6 +470,10 @@ nlohmann::json TrainConfigToJson(const TrainConfig& c) {
                {"num_workers", c.data.num_workers},
                {"prefetch", c.data.prefetch},
                {"worker_delay_ms", c.data.worker_delay_ms}};
+  j["eval"] = {{"fraction", c.eval.fraction},
+               {"corpus", c.eval.corpus},
+               {"every_steps", c.eval.every_steps},
+               {"batches", c.eval.batches}};
   j["optim"] = {{"lr", c.optim.lr},
                 {"min_lr", c.optim.min_lr},
                 {"warmup_steps", c.optim.warmup_steps},

@@ -87,8 +87,8 @@ absl::StatusOr<std::vector<data::InputFile>> CorpusExpand(const DataConfig& conf
 class CorpusBuilder {
  public:
   CorpusBuilder(const DataConfig& config, const tokenizer::Tokenizer& tok, PackedCorpus* out,
-                Progress* progress)
-      : config_(config), tok_(tok), out_(out), progress_(progress) {}
+                Progress* progress, bool keep_ends)
+      : config_(config), tok_(tok), out_(out), progress_(progress), keep_ends_(keep_ends) {}
 
   absl::Status Read(const data::InputFile& in) {
     ++out_->stats.files;
@@ -127,6 +127,11 @@ class CorpusBuilder {
     ++st.documents;
     st.bytes += static_cast<int64_t>(text.size());
     st.tokens += static_cast<int64_t>(out_->tokens.size() - before);
+    EndDocument();
+  }
+
+  void EndDocument() {
+    if (keep_ends_) out_->document_ends.push_back(static_cast<int64_t>(out_->tokens.size()));
   }
 
   // A text file is one document. A damaged compressed file is a bad record: its readable
@@ -195,6 +200,7 @@ class CorpusBuilder {
       }
       ++st.documents;
       st.tokens += static_cast<int64_t>(n);
+      EndDocument();
     }
     return absl::OkStatus();
   }
@@ -203,6 +209,7 @@ class CorpusBuilder {
   const tokenizer::Tokenizer& tok_;
   PackedCorpus* const out_;
   Progress* const progress_;
+  const bool keep_ends_;  // record PackedCorpus::document_ends
   data::BadRecords bad_;
   std::string text_;  // a text file being read
 };
@@ -222,7 +229,7 @@ nlohmann::json CorpusStatsToJson(const CorpusStats& s) {
 }
 
 absl::StatusOr<PackedCorpus> LoadCorpus(const DataConfig& config, const tokenizer::Tokenizer& tok,
-                                        int seq_len) {
+                                        int seq_len, bool keep_document_ends) {
   PackedCorpus out;
   out.seq_len = seq_len;
   CorpusStats& st = out.stats;
@@ -230,7 +237,7 @@ absl::StatusOr<PackedCorpus> LoadCorpus(const DataConfig& config, const tokenize
   uint64_t total_bytes = 0;
   for (const data::InputFile& in : inputs) total_bytes += in.size_bytes;
   Progress progress("train: reading corpus", total_bytes, /*unit_bytes=*/true);
-  CorpusBuilder builder(config, tok, &out, &progress);
+  CorpusBuilder builder(config, tok, &out, &progress, keep_document_ends);
   for (const data::InputFile& in : inputs) TS_RETURN_IF_ERROR(builder.Read(in));
   builder.Finish();
   const std::string names =

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/table.h"
 #include "trainscope/tb/event_writer.h"
@@ -36,21 +37,26 @@ static json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 static json Finite(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json StepRecordToJson(const StepRecord& r) {
-  return {{"type", "step"},
-          {"step", r.step},
-          {"loss", Finite(r.loss)},
-          {"lr", r.lr},
-          {"grad_norm", Finite(r.grad_norm)},
-          {"tokens", r.tokens},
-          {"step_ms", r.step_ms},
-          {"tokens_per_s", r.tokens_per_s},
-          {"phases_ms", PhaseTimesToJson(r.phases)},
-          {"comm_ms", r.comm_ms},
-          {"comm_bytes", r.comm_bytes},
-          {"compress_ms", r.compress_ms},
-          {"host_rss_bytes", r.host_rss_bytes},
-          {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
-          {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
+  json j = {{"type", "step"},
+            {"step", r.step},
+            {"loss", Finite(r.loss)},
+            {"lr", r.lr},
+            {"grad_norm", Finite(r.grad_norm)},
+            {"tokens", r.tokens},
+            {"step_ms", r.step_ms},
+            {"tokens_per_s", r.tokens_per_s},
+            {"phases_ms", PhaseTimesToJson(r.phases)},
+            {"comm_ms", r.comm_ms},
+            {"comm_bytes", r.comm_bytes},
+            {"compress_ms", r.compress_ms},
+            {"host_rss_bytes", r.host_rss_bytes},
+            {"device_mem_allocated_bytes", OrNull(r.device_mem_allocated_bytes)},
+            {"device_mem_peak_bytes", OrNull(r.device_mem_peak_bytes)}};
+  if (r.has_val) {
+    j["val_loss"] = Finite(r.val_loss);
+    j["eval_ms"] = r.eval_ms;
+  }
+  return j;
 }
 
 std::vector<std::pair<std::string, double>> StepScalars(const StepRecord& r) {
@@ -72,6 +78,7 @@ std::vector<std::pair<std::string, double>> StepScalars(const StepRecord& r) {
     s.push_back({"memory/device_bytes", static_cast<double>(r.device_mem_allocated_bytes)});
   if (r.device_mem_peak_bytes >= 0)
     s.push_back({"memory/device_peak_bytes", static_cast<double>(r.device_mem_peak_bytes)});
+  if (r.has_val) s.push_back({"val/loss", r.val_loss});
   return s;
 }
 
@@ -281,13 +288,14 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
   };
   while (std::getline(in, line)) {
     ++line_no;
-    json j = json::parse(line, nullptr, false);
-    if ((j.is_discarded() || !j.is_object()) && in.eof() && !info.ended && line_no > 1) {
+    json j;
+    const bool parsed = ParseJsonRecord(line, &j);
+    if ((!parsed || !j.is_object()) && in.eof() && !info.ended && line_no > 1) {
       // A last line without its newline: the writer was killed in the middle of it.
       info.truncated_last_line = true;
       break;
     }
-    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    if (!parsed || !j.is_object()) return bad("not a JSON object");
     if (!j.contains("type") || !j["type"].is_string()) return bad("missing string key \"type\"");
     const std::string type = j["type"];
     std::string why;
@@ -339,6 +347,11 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
                                            {"optimizer", IsNum, "a number"}});
         if (!why.empty()) why = "phases_ms: " + why;
       }
+      // Optional: steps an evaluation followed (config "eval").
+      if (why.empty() && j.contains("val_loss") && !IsNumOrNull(j["val_loss"]))
+        why = "key \"val_loss\" is not a number";
+      if (why.empty() && j.contains("eval_ms") && !IsNum(j["eval_ms"]))
+        why = "key \"eval_ms\" is not a number";
       if (why.empty()) {
         int64_t s = j["step"].get<int64_t>();
         if (s <= last_step) why = absl::StrCat("step ", s, " does not increase");

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/stats.h"
 #include "trainscope/core/table.h"
@@ -70,9 +71,9 @@ std::string ProbeChildError(const std::string& err) {
 
 // The figures of one finished child: its --json result and its metrics file.
 void ReadProbeChild(Os* os, const std::string& stdout_text, int warmup_steps, ProbeMeasurement* m) {
-  nlohmann::json result = nlohmann::json::parse(stdout_text, nullptr, /*allow_exceptions=*/false);
-  if (!result.is_object() || !result.contains("metrics_path") ||
-      !result["metrics_path"].is_string()) {
+  nlohmann::json result;
+  if (!ParseJsonText(stdout_text, kJsonMaxDepth, &result, nullptr) || !result.is_object() ||
+      !result.contains("metrics_path") || !result["metrics_path"].is_string()) {
     m->ok = false;
     m->failure = "the trainer printed no JSON result";
     return;
@@ -88,8 +89,11 @@ void ReadProbeChild(Os* os, const std::string& stdout_text, int warmup_steps, Pr
   double rss_sampled = 0, device_peak = -1;
   int steps = 0;
   for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || j.value("type", "") != "step") continue;
+    nlohmann::json j;
+    if (!ParseJsonRecord(std::string_view(line.data(), line.size()), &j) || !j.is_object() ||
+        j.value("type", "") != "step") {
+      continue;
+    }
     ++steps;
     if (j.contains("host_rss_bytes") && j["host_rss_bytes"].is_number()) {
       rss_sampled = std::max(rss_sampled, j["host_rss_bytes"].get<double>());

@@ -258,8 +258,20 @@ def kill(a):
         heads = [l for l in metrics(run, 0) if l["type"] == "header"]
         assert heads[-1]["resumed_from_step"] == (newest or 0), (i, heads[-1]["resumed_from_step"], newest)
         newest, incomplete = verify(a, folder)
-        in_save += bool(glob.glob(os.path.join(folder, f"step-*.tmp-{p.pid}")))
+        # A kill that landed mid-save left this process's temporary directory, which verify
+        # must list as an incomplete checkpoint (not a corrupt one, not a complete one).
+        left = glob.glob(os.path.join(folder, f"step-*.tmp-{p.pid}"))
+        listed = {os.path.basename(x.rstrip("/")) for x in incomplete}
+        unlisted = [t for t in left if os.path.basename(t) not in listed]
+        if unlisted:
+            raise AssertionError(f"kill {i}: {unlisted} left by the kill, verify did not call it incomplete: {incomplete}")
+        in_save += bool(left)
         # newest None: the kill hit the first save of a fresh start; the next start is fresh.
+    # The test is about interrupted saves: some kills must have landed in one. (With a save
+    # after every step and the kill 0-4 ms after a save's directory appears, most do.)
+    if in_save == 0:
+        raise AssertionError(f"none of the {a.kills} SIGKILLs landed mid-save (no step-*.tmp-<pid> "
+                             "was left): the kills did not test interrupted saves")
     # The last restart finishes normally from the newest complete checkpoint.
     last = (newest or 0) + 2
     p = subprocess.run([a.binary, "train", "--config", a.config, "--run-dir", run, "--resume",

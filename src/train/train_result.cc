@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <thread>
 
@@ -47,48 +48,57 @@ double KnownPeakFlops(const RunConfig& run, const std::string& device_name, std:
 }
 
 json TrainResultToJson(const TrainResult& r) {
-  return {{"rank", r.rank},
-          {"world_size", r.world_size},
-          {"steps", r.steps},
-          {"stopped_by_time", r.stopped_by_time},
-          {"loss_start", r.loss_start},
-          {"loss_end", r.loss_end},
-          {"seconds", r.seconds},
-          {"tokens_per_s", r.tokens_per_s},
-          {"params", r.params},
-          {"tokens_per_step", r.tokens_per_step},
-          {"mean_step_ms", r.mean_step_ms},
-          {"median_step_ms", r.median_step_ms},
-          {"mean_phases_ms", PhaseTimesToJson(r.mean_phases)},
-          {"mean_comm_ms", r.mean_comm_ms},
-          {"overlap_fraction", r.overlap_fraction},
-          {"observability_fraction", r.observability_fraction},
-          {"loader",
-           {{"data_bound", r.loader.data_bound},
-            {"data_wait_fraction", r.loader.data_wait_fraction},
-            {"num_workers", r.loader.num_workers},
-            {"suggested_workers", r.loader.suggested_workers},
-            {"message", r.loader.message}}},
-          {"corpus", CorpusStatsToJson(r.corpus)},
-          {"precision", r.precision},
-          {"threads", r.threads},
-          {"device",
-           {{"type", r.device},
-            {"name", r.device_name},
-            {"memory_source", r.memory_source},
-            {"memory_peak_bytes", r.memory_peak_bytes},
-            {"memory_reserved_bytes", r.memory_reserved_bytes},
-            {"peak_flops", r.peak_flops},
-            {"peak_flops_source", r.peak_flops_source},
-            {"mfu", r.mfu}}},
-          {"metrics_path", r.metrics_path},
-          {"weights_checksum", r.weights_checksum},
-          {"checkpoint",
-           {{"resumed_from_step", r.resumed_from_step},
-            {"resumed_from", r.resumed_from},
-            {"saved", r.checkpoints_saved},
-            {"blocked_ms", r.checkpoint_blocked_ms},
-            {"snapshot_ms", r.checkpoint_snapshot_ms}}}};
+  json j = {{"rank", r.rank},
+            {"world_size", r.world_size},
+            {"steps", r.steps},
+            {"stopped_by_time", r.stopped_by_time},
+            {"loss_start", r.loss_start},
+            {"loss_end", r.loss_end},
+            {"seconds", r.seconds},
+            {"tokens_per_s", r.tokens_per_s},
+            {"params", r.params},
+            {"tokens_per_step", r.tokens_per_step},
+            {"mean_step_ms", r.mean_step_ms},
+            {"median_step_ms", r.median_step_ms},
+            {"mean_phases_ms", PhaseTimesToJson(r.mean_phases)},
+            {"mean_comm_ms", r.mean_comm_ms},
+            {"overlap_fraction", r.overlap_fraction},
+            {"observability_fraction", r.observability_fraction},
+            {"loader",
+             {{"data_bound", r.loader.data_bound},
+              {"data_wait_fraction", r.loader.data_wait_fraction},
+              {"num_workers", r.loader.num_workers},
+              {"suggested_workers", r.loader.suggested_workers},
+              {"message", r.loader.message}}},
+            {"corpus", CorpusStatsToJson(r.corpus)},
+            {"precision", r.precision},
+            {"threads", r.threads},
+            {"device",
+             {{"type", r.device},
+              {"name", r.device_name},
+              {"memory_source", r.memory_source},
+              {"memory_peak_bytes", r.memory_peak_bytes},
+              {"memory_reserved_bytes", r.memory_reserved_bytes},
+              {"peak_flops", r.peak_flops},
+              {"peak_flops_source", r.peak_flops_source},
+              {"mfu", r.mfu}}},
+            {"metrics_path", r.metrics_path},
+            {"weights_checksum", r.weights_checksum},
+            {"checkpoint",
+             {{"resumed_from_step", r.resumed_from_step},
+              {"resumed_from", r.resumed_from},
+              {"saved", r.checkpoints_saved},
+              {"blocked_ms", r.checkpoint_blocked_ms},
+              {"snapshot_ms", r.checkpoint_snapshot_ms}}}};
+  if (r.eval) {
+    auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+    j["eval"] = {
+        {"documents", r.val_corpus.documents},      {"tokens", r.val_corpus.tokens},
+        {"sequences", r.val_corpus.sequences},      {"evaluations", r.evaluations},
+        {"val_loss_last", finite(r.val_loss_last)}, {"val_loss_min", finite(r.val_loss_min)},
+        {"val_loss_min_step", r.val_loss_min_step}};
+  }
+  return j;
 }
 
 absl::StatusOr<std::vector<WorkerSweepRow>> SweepWorkers(const TrainConfig& config,

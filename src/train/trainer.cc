@@ -32,8 +32,10 @@
 #include "train/checkpointer.h"
 #include "train/model.h"
 #include "train/trainer_impl.h"
+#include "train/validation.h"
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
@@ -233,9 +235,7 @@ absl::Status LoadTensor(const ckpt::TensorData& t, const std::string& file, torc
 absl::StatusOr<json> ReadJson(const std::string& path) {
   auto text = Os::Default()->ReadFile(path);
   if (!text.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return j;
+  return ParseJsonText(*text, kJsonMaxDepth, path);
 }
 
 }  // namespace
@@ -330,7 +330,13 @@ absl::Status Trainer::Init() {
   TS_RETURN_IF_ERROR(
       CheckTrainMemory(config_, vocab_, world_.local_world_size, available,
                        options.available_memory_bytes ? "given" : "MemAvailable, /proc/meminfo"));
-  TS_ASSIGN_OR_RETURN(corpus_, LoadCorpus(config_.data, *tok_, config_.model.seq_len));
+  TS_ASSIGN_OR_RETURN(corpus_, LoadCorpus(config_.data, *tok_, config_.model.seq_len,
+                                          /*keep_document_ends=*/config_.eval.fraction > 0));
+  if (config_.eval.enabled()) {
+    TS_ASSIGN_OR_RETURN(val_, LoadValidationCorpus(config_, *tok_, &corpus_));
+    result_.eval = true;
+    result_.val_corpus = val_.stats;
+  }
   threads_ = ResolveThreads(config_.train.threads, world_.local_world_size);
   st_->estimate_bytes = EstimateTrainMemory(config_, vocab_).total_bytes;
   TS_RETURN_IF_STOPPED(options, *st_);
@@ -517,6 +523,7 @@ absl::Status Trainer::RunStep(int step, bool* stop) {
                         config_.train.max_seconds;
   TS_RETURN_IF_ERROR(ReduceGradients(&s));
   TS_RETURN_IF_ERROR(OptimizerStep(&s));
+  TS_RETURN_IF_ERROR(MaybeEvaluate(&s));
   TS_RETURN_IF_ERROR(RecordStep(&s));
   TS_RETURN_IF_ERROR(CheckSpike(s));
   *stop = s.stop_for_time;
@@ -670,7 +677,10 @@ absl::Status Trainer::RecordStep(StepContext* s) {
   rec.lr = s->lr;
   rec.grad_norm = s->grad_norm;
   rec.tokens = result_.tokens_per_step;
-  rec.step_ms = MsSince(s->start);
+  rec.step_ms = MsSince(s->start) - s->eval_ms;  // the evaluation is not the step's
+  rec.has_val = s->has_val;
+  rec.val_loss = s->val_loss;
+  rec.eval_ms = s->eval_ms;
   rec.tokens_per_s = rec.step_ms > 0 ? rec.tokens * 1000.0 / rec.step_ms : 0;
   rec.phases = s->phases;
 #ifdef TS_TRAIN_WITH_COMM
@@ -841,6 +851,13 @@ std::string Trainer::ConfigHash() const {
     j["train"].erase(k);
   }
   for (const char* k : {"num_workers", "prefetch", "worker_delay_ms"}) j["data"].erase(k);
+  // The held-out split changes the training corpus; when to evaluate does not (and a config
+  // without eval hashes as before the section existed).
+  if (config_.eval.enabled()) {
+    for (const char* k : {"every_steps", "batches"}) j["eval"].erase(k);
+  } else {
+    j.erase("eval");
+  }
   const std::string text = j.dump();
   return Hex64(XXH3_64bits(text.data(), text.size()));
 }
@@ -942,8 +959,10 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, cons
     adam_steps[name] = a->step();
   }
   for (size_t r = 0; r < rank_states.size(); ++r) {
-    json j = json::parse(rank_states[r], nullptr, false);
-    if (j.is_discarded()) return absl::InternalError("a rank's state did not arrive intact");
+    json j;
+    if (!ParseJsonText(rank_states[r], kJsonMaxDepth, &j, nullptr)) {
+      return absl::InternalError("a rank's state did not arrive intact");
+    }
     d.json_files[absl::StrCat("rank", r, ".json")] = std::move(j);
   }
   d.meta_extra = {{"optimizer", {{"kind", "adamw"}, {"param_steps", std::move(adam_steps)}}},

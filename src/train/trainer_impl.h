@@ -1,9 +1,11 @@
 // The Trainer class behind Train() (private to the train module; includes libtorch, so only
-// trainer.cc includes it). One object per Train() call, used from the training thread only.
+// trainer.cc and trainer_eval.cc include it). One object per Train() call, used from the
+// training thread only.
 //
 //   Run()  = Init() -> [Restore()] -> for each step: RunStep() -> MaybeCheckpoint()
 //            -> Summarize()
-//   RunStep(step) = ForwardBackward -> ReduceGradients -> OptimizerStep -> RecordStep
+//   RunStep(step) = ForwardBackward -> ReduceGradients -> OptimizerStep -> [Evaluate]
+//                   -> RecordStep
 //
 // The seams other features hook into:
 //   - step:       StepContext carries what one step produced (losses, grad norm, phases, the
@@ -109,6 +111,9 @@ struct StepContext {
   std::vector<LayerNorms> layer_norms;
   double obs_ms = 0;     // time in observability code
   bool skipped = false;  // fp16: a gradient overflow skipped the optimizer step
+  bool has_val = false;  // an evaluation followed this step (config "eval")
+  double val_loss = 0;
+  double eval_ms = 0;
 };
 
 class Trainer {
@@ -141,6 +146,15 @@ class Trainer {
   absl::Status OptimizerStep(StepContext* s);
   // Step record into the metrics file, sums for the summary, on_step.
   absl::Status RecordStep(StepContext* s);
+  // ---- validation (trainer_eval.cc) ----
+  // When an evaluation is due after s->step (EvalDue; config "eval"): Evaluate, then
+  // s->has_val, val_loss, eval_ms and the summary's eval figures.
+  absl::Status MaybeEvaluate(StepContext* s);
+  // Validation loss of the current weights on the held-out corpus val_: eval mode, no
+  // gradients, the same EvalBatchesForRank sequences every time; in a data-parallel run each
+  // rank computes its share of the batches and one all-reduce gives every rank the mean.
+  // Collective: every rank calls it after the same steps.
+  absl::StatusOr<double> Evaluate();
 
   // ---- checkpoint ----
   // Periodic save after `step` when checkpoint.every_steps divides it.
@@ -187,6 +201,7 @@ class Trainer {
   TrainConfig config_;  // validated copy
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   PackedCorpus corpus_;
+  PackedCorpus val_;  // the validation corpus (config "eval"); no sequences without it
   int vocab_ = 0;
   int threads_ = 1;
   bool bf16_ = false;

@@ -142,9 +142,30 @@ struct AnomalyConfig {
   bool spike_checkpoint = true;  // an anomaly checkpoint at each loss spike
 };
 
+// Validation loss on held-out text (docs/formats.md "Trainer config", docs/metrics.md
+// "Validation loss"). Off unless `fraction` > 0 or `corpus` is given (not both).
+struct EvalConfig {
+  // Hold out this share of the corpus's documents (whole documents, never a split one),
+  // chosen by a fixed seeded permutation that does not depend on train.seed: the same
+  // documents for every run of one corpus. 0 = none. Range 0..0.5.
+  double fraction = 0;
+  // Or a separate corpus read like data.corpus (files, directories, globs, Megatron
+  // prefixes; data.format, data.text_field, data.tokenizer); relative paths are relative
+  // to the config file. Empty = none.
+  std::vector<std::string> corpus;
+  // Evaluate after every N optimizer steps, and after the last; 0 = after the last only.
+  int every_steps = 50;
+  // Global batches (train.micro_batch x ranks sequences) per evaluation, 1..kMaxEvalBatches.
+  int batches = 8;
+  bool enabled() const { return fraction > 0 || !corpus.empty(); }
+};
+inline constexpr double kMaxEvalFraction = 0.5;
+inline constexpr int kMaxEvalBatches = 1 << 20;
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
+  EvalConfig eval;
   OptimConfig optim;
   RunConfig train;
   CommConfig comm;

@@ -47,6 +47,9 @@ struct PackedCorpus {
   int seq_len = 0;
   int64_t num_sequences = 0;
   CorpusStats stats;
+  // With LoadCorpus(..., keep_document_ends): where each document's tokens end in `tokens`
+  // (exclusive, ascending; document d is [ends[d-1], ends[d])). Empty otherwise.
+  std::vector<int64_t> document_ends;
 };
 
 // Expands the corpus paths as `trainscope data scan` does (data::ExpandInputs: files,
@@ -64,8 +67,11 @@ struct PackedCorpus {
 // InvalidArgument naming the file and document when a Megatron token id is outside the
 // tokenizer's vocabulary (or negative), naming the file(s) when the corpus is empty or
 // yields fewer than seq_len + 1 tokens; a damaged Megatron dataset as ReadMegatronIndex.
+// `keep_document_ends`: also fill PackedCorpus::document_ends (for the held-out split,
+// train/validation.h).
 absl::StatusOr<PackedCorpus> LoadCorpus(const DataConfig& config,
-                                        const tokenizer::Tokenizer& tokenizer, int seq_len);
+                                        const tokenizer::Tokenizer& tokenizer, int seq_len,
+                                        bool keep_document_ends = false);
 
 // What must be identical on every rank for data parallelism to be right, as 16 hex digits
 // of xxh3-64: the packed token stream (its length and every id), seq_len, the number of

@@ -62,12 +62,18 @@ struct StepRecord {
   int64_t host_rss_bytes = 0;
   int64_t device_mem_allocated_bytes = -1;  // -1: the device does not report it (CPU)
   int64_t device_mem_peak_bytes = -1;
+  // Validation (config "eval"): set on the steps an evaluation followed. val_loss is the mean
+  // loss over the evaluation's sequences (over all ranks); eval_ms its time, not in step_ms.
+  bool has_val = false;
+  double val_loss = 0;
+  double eval_ms = 0;
 };
+// The step record; "val_loss" and "eval_ms" only when has_val.
 nlohmann::json StepRecordToJson(const StepRecord& r);
 // The TensorBoard scalars of a step (docs/formats.md "TensorBoard scalars"): train/loss,
 // train/lr, train/grad_norm, train/tokens_per_s, train/step_ms, phase/<name>_ms, comm/ms,
 // memory/rss_bytes and, when the device reports them, memory/device_bytes and
-// memory/device_peak_bytes.
+// memory/device_peak_bytes; val/loss on the steps with a validation loss.
 std::vector<std::pair<std::string, double>> StepScalars(const StepRecord& r);
 
 struct LayerNorms {

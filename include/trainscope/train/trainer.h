@@ -140,6 +140,15 @@ struct TrainResult {
   int checkpoints_saved = 0;
   double checkpoint_blocked_ms = 0;
   double checkpoint_snapshot_ms = 0;  // copying the state to host memory, all saves
+  // Validation (config "eval"; the JSON's "eval" object, absent without it): the held-out
+  // corpus (documents, tokens, sequences), the evaluations run, the last validation loss and
+  // the lowest with its step.
+  bool eval = false;
+  CorpusStats val_corpus;
+  int evaluations = 0;
+  double val_loss_last = 0;
+  double val_loss_min = 0;
+  int val_loss_min_step = 0;
 };
 nlohmann::json TrainResultToJson(const TrainResult& r);
 

@@ -157,7 +157,9 @@
     });
     var colors = series.map(function (s, i) { return s.color || COLORS[i % COLORS.length]; });
     var perSeries = {};
-    series.forEach(function (s, i) { perSeries[labels[i]] = {drawPoints: s.x.length < 200}; });
+    series.forEach(function (s, i) {
+      perSeries[labels[i]] = {drawPoints: s.x.length < 200, strokePattern: s.dashed ? [7, 3] : null};
+    });
     var key = (opts.id || "") + "|" + title;
     var g = new Dygraph(graph, joined.rows, {
       labels: ["step"].concat(labels), colors: colors, series: perSeries,
@@ -325,15 +327,26 @@
     var anomalyKinds = ["spike", "nonfinite", "first_nonfinite", "anomaly_checkpoint", "error",
                         "first_bad", "nan", "curve_spike", "loss_scale"];
     var marks = markersOf(data, anomalyKinds);
-    var specs = [["loss", "Loss", ""], ["val_loss", "Validation loss", ""],
-                 ["lr", "Learning rate", ""], ["grad_norm", "Gradient norm (before clipping)", ""]];
+    var specs = [["loss", "Loss", ""], ["lr", "Learning rate", ""],
+                 ["grad_norm", "Gradient norm (before clipping)", ""]];
     var s = null;
     specs.forEach(function (sp) {
-      var ser = seriesOf(data, sp[0]);
+      var ser = seriesOf(data, sp[0]), title = sp[1];
+      if (sp[0] === "loss") {
+        // The validation loss on the training loss's chart, dashed, in its rank's colour:
+        // overfitting is the two curves parting.
+        var val = seriesOf(data, "val_loss").map(function (v) {
+          v.label += " validation";
+          v.dashed = true;
+          return v;
+        });
+        if (val.length) title = "Loss (solid: training, dashed: validation)";
+        ser = ser.concat(val);
+      }
       if (!ser.length) return;
       if (!s) s = section(app, "curves", "Training curves",
                           "Dashed lines: loss spikes, first non-finite value, anomaly checkpoints and diagnose's verdicts at their steps (hover for details).");
-      lineChart(s, sp[1], ser, {id: sp[0], markers: marks, unit: sp[2]});
+      lineChart(s, title, ser, {id: sp[0], markers: marks, unit: sp[2]});
     });
   }
 
