@@ -106,8 +106,8 @@ def seeds(target):
     if target == "slurm_env_fuzzer":  # selector byte: 0 host list, 1 tasks per node
         return [b"\x00" + h for h in (b"node[01-04,07],login1", b"rack[1-2]-gpu[1-2]", b"localhost")] + \
                [b"\x01" + t for t in (b"2(x3),1", b"8", b"4(x2)")]
-    if target == "store_message_fuzzer":
-        return [read(f) for f in files("fuzz/seeds/store/*")]
+    if target == "store_message_fuzzer":  # request frames, written by comm_test's StoreFuzzSeedsTest
+        return [read(f) for f in files("fuzz/seeds/store_message/*")]
     return []
 
 

@@ -15,6 +15,7 @@
 #include "convert.h"
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/ckpt/safetensors.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 
 namespace py = pybind11;
@@ -157,8 +158,9 @@ py::tuple CkptRead(const std::string& path, const std::string& part, bool verify
   }
   ThrowIfError(check);
   std::vector<ckpt::TensorData> list = ValueOrThrow(std::move(tensors));
-  nlohmann::json meta = nlohmann::json::parse(ValueOrThrow(std::move(meta_text)), nullptr, false);
-  if (meta.is_discarded() || !meta.is_object()) {
+  nlohmann::json meta;
+  if (!ParseJsonText(ValueOrThrow(std::move(meta_text)), kJsonMaxDepth, &meta, nullptr) ||
+      !meta.is_object()) {
     throw StatusError(absl::DataLossError(absl::StrCat(path, "/meta.json: not a JSON object")));
   }
   py::list out;
@@ -177,11 +179,11 @@ py::object CkptReadJson(const std::string& path, const std::string& name) {
     py::gil_scoped_release nogil;
     text = Os::Default()->ReadFile(absl::StrCat(path, "/", name));
   }
-  nlohmann::json j = nlohmann::json::parse(ValueOrThrow(std::move(text)), nullptr, false);
-  if (j.is_discarded()) {
-    throw StatusError(absl::DataLossError(absl::StrCat(path, "/", name, ": not JSON")));
-  }
-  return ToPython(j);
+  // The shared policy (core/json_text.h): "PATH/NAME: not valid JSON at byte B: why".
+  absl::StatusOr<nlohmann::json> j =
+      ParseJsonText(ValueOrThrow(std::move(text)), kJsonMaxDepth, absl::StrCat(path, "/", name));
+  if (!j.ok()) throw StatusError(absl::DataLossError(j.status().message()));
+  return ToPython(*j);
 }
 
 std::vector<std::string> CkptPrune(const std::string& dir, int keep) {

@@ -118,6 +118,22 @@ def test_errors_raise_core_error_naming_the_file(tmp_path):
         _api.ckpt_verify(str(tmp_path / "nope"))
 
 
+def test_json_policy_out_of_range_and_deep_are_one_error(tmp_path):
+    # The shared JSON policy (core/json_text.h) through the binding's checkpoint reader: a
+    # number out of range or 100,000-deep nesting is one trainscope error with the byte.
+    for name, text, want in [
+            ("a.json", '{"x": 1e309}', r"a.json: not valid JSON at byte 6: .*number overflow"),
+            ("b.json", '{"x": 18446744073709551616}',
+             r"b.json: not valid JSON at byte 6: number out of range: integer"),
+            ("c.json", "[" * 100000 + "]" * 100000, r"c.json: JSON nested deeper than 64 at byte 64")]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(_core.Error, match=want) as e:
+            _core.ckpt_read_json(str(tmp_path), name)
+        assert "\n" not in str(e.value)
+    (tmp_path / "ok.json").write_text('{"x": 18446744073709551615, "y": 1e-400}')
+    assert _core.ckpt_read_json(str(tmp_path), "ok.json") == {"x": 18446744073709551615, "y": 0.0}
+
+
 # --- checkpoint primitives -------------------------------------------------------------
 
 def test_ckpt_write_read_verify_prune_latest(tmp_path):

@@ -28,6 +28,13 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// The string member `key` of the object j, or "" when it is absent or not a string: these
+// files come from disk, and nlohmann's value() throws on a member of another type.
+std::string StringMember(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // Writes and hashes one file; fsyncs it when asked.
 class OutFile {
  public:
@@ -149,12 +156,14 @@ std::string JsonFileProblem(const std::string& file, const std::string& name) {
 // meta.json's problem, or "": a JSON object of format trainscope.checkpoint with an integer
 // step and world_size.
 std::string MetaProblem(const absl::StatusOr<json>& meta) {
-  if (!meta.ok() || !meta->is_object() || meta->value("format", "") != kCheckpointFormat)
+  if (!meta.ok() || !meta->is_object() || StringMember(*meta, "format") != kCheckpointFormat)
     return "corrupt: missing or not of format trainscope.checkpoint";
   for (const char* k : {"step", "world_size"}) {
     if (meta->contains(k) && !(*meta)[k].is_number_integer())
       return absl::StrCat("corrupt: \"", k, "\" is not an integer");
   }
+  if (meta->contains("anomaly") && !(*meta)["anomaly"].is_boolean())
+    return "corrupt: \"anomaly\" is not a boolean";
   if (!meta->contains("step")) return "corrupt: no \"step\"";
   return "";
 }
@@ -233,7 +242,7 @@ bool LooksLikeCheckpoint(const std::string& path) {
   for (const char* f : {"/meta.json", "/manifest.json"}) {
     auto j = ReadJsonFile(path + f);
     if (j.ok() && j->is_object()) {
-      const std::string fmt = j->value("format", "");
+      const std::string fmt = StringMember(*j, "format");
       if (fmt == kCheckpointFormat || fmt == kManifestFormat) return true;
     }
   }
@@ -252,7 +261,8 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
   auto meta = ReadJsonFile(path + "/meta.json");
   if (meta.ok() && meta->is_object()) {
     if (meta->contains("step") && (*meta)["step"].is_number_integer()) r.step = (*meta)["step"];
-    r.anomaly = meta->value("anomaly", false);
+    auto anomaly = meta->find("anomaly");
+    r.anomaly = anomaly != meta->end() && anomaly->is_boolean() && anomaly->get<bool>();
   }
   const std::string mpath = path + "/manifest.json";
   std::error_code ec;
@@ -269,7 +279,7 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
     return r;
   }
   const json& m = *manifest;
-  if (!m.is_object() || m.value("format", "") != kManifestFormat || !m.contains("files") ||
+  if (!m.is_object() || StringMember(m, "format") != kManifestFormat || !m.contains("files") ||
       !m["files"].is_array()) {
     problem(mpath, absl::StrCat("corrupt: not a manifest of format ", kManifestFormat));
     return r;

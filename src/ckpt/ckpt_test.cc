@@ -489,5 +489,26 @@ TEST(SafetensorsTest, HalfAndBFloat16) {
   EXPECT_DOUBLE_EQ(c.Finish().max, 3);
 }
 
+// The shared JSON policy in the safetensors header reader: a number out of range or deep
+// nesting is one line naming the file and the byte (8 + the offset in the header).
+TEST(Safetensors, HeaderNumbersOutOfRangeAndDeepNestingAreOneLine) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"w":{"dtype":"F32","shape":[1e309],"data_offsets":[0,4]}})",
+       "m.safetensors: byte 37: the safetensors header is not valid JSON: "
+       "[json.exception.out_of_range.406] number overflow parsing '1e309'"},
+      {R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551616]}})",
+       "m.safetensors: byte 58: the safetensors header is not valid JSON: number out of range: "
+       "integer '18446744073709551616' does not fit in 64 bits"},
+      {"{\"w\":" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "m.safetensors: byte 76: the safetensors header is nested deeper than 64 levels"},
+  };
+  for (const auto& [header, want] : cases) {
+    auto h = ParseHeader("m.safetensors", header, 8 + header.size() + 4);
+    ASSERT_FALSE(h.ok()) << header.substr(0, 60);
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(h.status().message(), want);
+  }
+}
+
 }  // namespace
 }  // namespace trainscope::ckpt

@@ -100,7 +100,7 @@ absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   // Our JSON files nest a few levels deep (meta.json's config: 4).
-  return ParseJsonText(ss.str(), /*max_depth=*/256, path);
+  return ParseJsonText(ss.str(), kJsonMaxDepth, path);
 }
 
 }  // namespace trainscope::ckpt

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/file_io.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 
 namespace trainscope::ckpt {
 namespace {
@@ -132,8 +133,14 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, std::string_view jso
                                             " bytes)"));
   }
   const uint64_t data_len = file_size - h.data_start;
-  json j = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  json j;
+  if (JsonTextError e; !ParseJsonText(json_text, kJsonMaxDepth, &j, &e)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": byte ", 8 + e.byte, ": the safetensors header is ",
+                     e.too_deep ? absl::StrCat("nested deeper than ", kJsonMaxDepth, " levels")
+                                : absl::StrCat("not valid JSON: ", e.what)));
+  }
+  if (!j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the safetensors header is not a JSON object"));
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::comm {
@@ -86,8 +87,9 @@ absl::StatusOr<EnvSweepSpec> ParseEnvSweepSpec(const std::string& text) {
 }
 
 absl::Status ScoreSelftestJson(const std::string& json_text, EnvSweepRun* run) {
-  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.value("format", json()) != formats::kSelftestComm ||
+  json doc;
+  if (!ParseJsonText(json_text, kJsonMaxDepth, &doc, nullptr) || !doc.is_object() ||
+      doc.value("format", json()) != formats::kSelftestComm ||
       !doc.value("results", json()).is_array()) {
     return absl::InvalidArgumentError("not a selftest comm --json document");
   }

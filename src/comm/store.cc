@@ -639,6 +639,12 @@ absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(
         " closed the connection on authentication (is TRAINSCOPE_JOB_TOKEN the same on every "
         "node?)"));
   }
+  if (reply->first != kOk && token.empty()) {  // a rank started by hand, not by `launch`
+    return absl::PermissionDeniedError(
+        absl::StrCat("the rendezvous store at ", endpoint,
+                     " requires a job token and this process has none (", envvar::kJobToken,
+                     " unset: start the ranks with `trainscope launch`, or export the token)"));
+  }
   if (reply->first != kOk) {
     return absl::PermissionDeniedError(absl::StrCat(
         std::string(reply->second.begin(), reply->second.end()), " (store at ", endpoint, ")"));

@@ -167,7 +167,8 @@ class TcpStoreServer {
 class TcpStoreClient {
  public:
   // Connects to host:port, retrying until `timeout` (the server may start later), and
-  // authenticates with `token`. PermissionDenied when the server refuses the token.
+  // authenticates with `token`. PermissionDenied when the server refuses the token; with an
+  // empty `token` the message says this process has none (a rank not started by `launch`).
   static absl::StatusOr<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, int port,
                                                                  std::chrono::milliseconds timeout,
                                                                  const std::string& token = "");

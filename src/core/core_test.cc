@@ -200,5 +200,59 @@ TEST(ParseJsonText, ErrorsWithByteOffsets) {
             "parsing '1e309'");
 }
 
+// The number policy: an integer literal must fit int64 or uint64 (nlohmann would round one
+// beyond to a double); the bounds themselves, and numbers with a fraction or an exponent, or
+// digits inside strings, are accepted. Deep nesting is reported before a number.
+TEST(JsonValueOr, MembersOfAnotherTypeReadAsAbsent) {
+  const auto j = nlohmann::json::parse(R"({"rank": {"a": 1}, "seq": [], "id": 5, "ok": true,
+      "big": 4294967296, "neg": -1, "x": 1.5, "s": "t"})");
+  EXPECT_EQ(JsonValueOr(j, "rank", -1), -1);
+  EXPECT_EQ(JsonValueOr(j, "seq", int64_t{7}), 7);
+  EXPECT_EQ(JsonValueOr(j, "id", ""), "");
+  EXPECT_EQ(JsonValueOr(j, "s", ""), "t");
+  EXPECT_TRUE(JsonValueOr(j, "ok", false));
+  EXPECT_FALSE(JsonValueOr(j, "id", false));
+  EXPECT_EQ(JsonValueOr(j, "big", 0), 0);  // beyond int
+  EXPECT_EQ(JsonValueOr(j, "big", int64_t{0}), 4294967296);
+  EXPECT_EQ(JsonValueOr(j, "neg", uint32_t{9}), 9u);  // negative for an unsigned type
+  EXPECT_EQ(JsonValueOr(j, "x", 0), 0);               // a fraction is no integer
+  EXPECT_DOUBLE_EQ(JsonValueOr(j, "id", 0.0), 5.0);   // any number is a double
+  EXPECT_EQ(JsonValueOr(j, "missing", 3), 3);
+  EXPECT_EQ(JsonValueOr(nlohmann::json::array(), "rank", 3), 3);  // not an object
+  EXPECT_TRUE(JsonValueOr(j, "seq", nlohmann::json()).is_array());
+}
+
+TEST(ParseJsonText, IntegersBeyond64BitsAreRefused) {
+  nlohmann::json j;
+  JsonTextError e;
+  ASSERT_TRUE(ParseJsonText(R"([18446744073709551615, -9223372036854775808, 1.5e300,
+                               "123456789012345678901234567890", 99999999999999999999.5])",
+                            kJsonMaxDepth, &j, &e));
+  EXPECT_EQ(j[0].get<uint64_t>(), 18446744073709551615u);
+  EXPECT_EQ(j[1].get<int64_t>(), INT64_MIN);
+  EXPECT_FALSE(ParseJsonText(R"({"n": 18446744073709551616})", kJsonMaxDepth, &j, &e));
+  EXPECT_TRUE(e.out_of_range);
+  EXPECT_EQ(e.byte, 6u);
+  EXPECT_EQ(e.what, "number out of range: integer '18446744073709551616' does not fit in 64 bits");
+  EXPECT_FALSE(ParseJsonText("[-9223372036854775809]", kJsonMaxDepth, &j, &e));
+  EXPECT_EQ(e.byte, 1u);
+  EXPECT_FALSE(ParseJsonText("[1," + std::string(400, '7') + "]", kJsonMaxDepth, &j, &e));
+  EXPECT_TRUE(e.out_of_range);
+  EXPECT_LT(e.what.size(), 120u);  // the literal is quoted short
+  EXPECT_FALSE(ParseJsonText(R"([{"a": 1e309}])", kJsonMaxDepth, &j, &e));
+  EXPECT_TRUE(e.out_of_range);
+  EXPECT_EQ(e.byte, 7u);
+  EXPECT_FALSE(ParseJsonText("[1e400, " + std::string(100000, '[') + std::string(100000, ']') + "]",
+                             kJsonMaxDepth, &j, &e));
+  EXPECT_TRUE(e.too_deep);
+  EXPECT_FALSE(e.out_of_range);
+  EXPECT_EQ(e.byte, 8u + kJsonMaxDepth - 1);
+  // Record streams: a malformed line is a false, never an exception.
+  EXPECT_FALSE(ParseJsonRecord(R"({"step": 1, "loss": 1e309})", &j));
+  EXPECT_FALSE(ParseJsonRecord(std::string(100000, '{'), &j));
+  EXPECT_TRUE(ParseJsonRecord(R"({"step": 1, "loss": 1e-400})", &j));
+  EXPECT_EQ(j["loss"].get<double>(), 0.0);
+}
+
 }  // namespace
 }  // namespace trainscope

@@ -22,21 +22,42 @@ class RecordingDomParser : public nlohmann::detail::json_sax_dom_parser<nlohmann
   bool parse_error(size_t position, const std::string& token, const Exception& ex) {
     constexpr bool kOutOfRange = std::is_same_v<Exception, nlohmann::detail::out_of_range>;
     byte_ = kOutOfRange && token.size() <= position ? position - token.size() : position;
+    out_of_range_ = kOutOfRange;
     what_ = ex.what();
     return json_sax_dom_parser::parse_error(position, token, ex);
   }
 
   size_t byte() const { return byte_; }
+  bool out_of_range() const { return out_of_range_; }
   const std::string& what() const { return what_; }
 
  private:
   size_t byte_ = 0;
+  bool out_of_range_ = false;
   std::string what_;
 };
 
-}  // namespace
+// One pass over the text, before nlohmann builds anything: the nesting depth (brackets
+// inside strings do not count), and every integer literal outside a string checked against
+// the 64-bit range. nlohmann would store an integer beyond uint64 as a double, rounded; the
+// policy refuses it instead. An integer of up to 18 digits always fits; one of 19 or 20
+// digits is compared, as a string, with the bound of its sign (JSON forbids leading zeros,
+// and nlohmann rejects those itself).
+struct ScanResult {
+  size_t byte = std::string_view::npos;  // npos: nothing found
+  bool too_deep = false;
+  std::string_view integer;  // the integer literal out of range, when not too_deep
+};
 
-size_t JsonNestingTooDeep(std::string_view text, int max_depth) {
+bool IntegerFits(std::string_view digits, bool negative) {
+  if (digits.size() < 19) return true;
+  const std::string_view bound = negative ? "9223372036854775808" : "18446744073709551615";
+  if (digits.size() != bound.size()) return digits.size() < bound.size();
+  return digits <= bound;
+}
+
+ScanResult ScanJsonText(std::string_view text, int max_depth) {
+  ScanResult r;
   int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -50,12 +71,43 @@ size_t JsonNestingTooDeep(std::string_view text, int max_depth) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return i;
+      if (++depth > max_depth) {
+        r.byte = i;
+        r.too_deep = true;
+        return r;
+      }
     } else if (c == ']' || c == '}') {
       --depth;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      const size_t start = i;
+      const bool negative = c == '-';
+      size_t j = negative ? i + 1 : i;
+      const size_t digits_start = j;
+      while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+      const bool fraction_or_exponent =
+          j < text.size() && (text[j] == '.' || text[j] == 'e' || text[j] == 'E');
+      if (!fraction_or_exponent &&
+          !IntegerFits(text.substr(digits_start, j - digits_start), negative)) {
+        if (r.byte == std::string_view::npos) {  // keep looking: depth is reported first
+          r.byte = start;
+          r.integer = text.substr(start, j - start);
+        }
+      }
+      while (j < text.size() && text[j] != ',' && text[j] != ']' && text[j] != '}' &&
+             text[j] != '[' && text[j] != '{' && text[j] != '"' && text[j] != ' ' &&
+             text[j] != '\n') {
+        ++j;  // the rest of the number token (fraction, exponent)
+      }
+      i = j - 1;
     }
   }
-  return std::string_view::npos;
+  return r;
+}
+
+}  // namespace
+
+size_t JsonNestingTooDeep(std::string_view text, int max_depth) {
+  return ScanJsonText(text, max_depth).byte;
 }
 
 bool ParseJsonText(std::string_view text, int max_depth, nlohmann::json* out,
@@ -63,9 +115,14 @@ bool ParseJsonText(std::string_view text, int max_depth, nlohmann::json* out,
   JsonTextError local;
   JsonTextError* e = error != nullptr ? error : &local;
   *e = JsonTextError();
-  if (size_t deep = JsonNestingTooDeep(text, max_depth); deep != std::string_view::npos) {
-    e->byte = deep;
-    e->too_deep = true;
+  if (const ScanResult scan = ScanJsonText(text, max_depth); scan.byte != std::string_view::npos) {
+    e->byte = scan.byte;
+    e->too_deep = scan.too_deep;
+    e->out_of_range = !scan.too_deep;
+    if (!scan.too_deep) {
+      e->what = absl::StrCat("number out of range: integer '", Excerpt(scan.integer, 40),
+                             "' does not fit in 64 bits");
+    }
     return false;
   }
   nlohmann::json doc;
@@ -82,6 +139,7 @@ bool ParseJsonText(std::string_view text, int max_depth, nlohmann::json* out,
   }
   if (!ok || sax.is_errored()) {
     e->byte = sax.byte();
+    e->out_of_range = sax.out_of_range();
     e->what = Excerpt(sax.what(), 160);
     *out = nlohmann::json();
     return false;

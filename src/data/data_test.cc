@@ -123,6 +123,23 @@ TEST(Reader, JsonlCountsBadRecordsWithLines) {
   EXPECT_EQ(c.bad.examples()[0].rfind(p + ":2: invalid_json: ", 0), 0u) << c.bad.examples()[0];
 }
 
+// The ondemand side of the JSON policy (core/json_text.h): the corpus reader checks what it
+// reads (the text), skips what it does not (numbers out of range, 100,000-deep values) in
+// constant stack, and counts a line that is not an object; never a crash.
+TEST(Reader, JsonlOutOfRangeNumbersAndDeepNestingAreSkippedOrCounted) {
+  const std::string p = Tmp("policy.jsonl");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  WriteFile(p, "{\"text\": \"a\", \"n\": 1e309, \"m\": 18446744073709551616, \"d\": " + deep +
+                   "}\n{\"text\": 1e309}\n" + deep + "\n" + std::string(100000, '{') +
+                   "\n{\"text\": \"c\"}\n");
+  Collected c = Read({p});
+  ASSERT_EQ(c.texts.size(), 2u);
+  EXPECT_EQ(c.texts[0], "a");
+  EXPECT_EQ(c.texts[1], "c");
+  EXPECT_EQ(c.bad.counts().at("text_not_string"), 1u);
+  EXPECT_EQ(c.bad.counts().at("invalid_json"), 2u);
+}
+
 // Raw JSONL blocks (the scan's path), mapped or read with pread and decoded one document
 // at a time, give the documents, lines and bad records of the line reader, across block
 // boundaries, a line longer than a block, an oversized line, CRLF endings and a last line

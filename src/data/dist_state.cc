@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/doc_analysis.h"
 #include "data/spill.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/status.h"
 #include "trainscope/tokenizer/tokenizer.h"
 
@@ -201,8 +202,11 @@ absl::StatusOr<std::optional<ScanShare>> LoadShareState(const ScanOptions& opt,
   uint64_t hl = 0;
   std::memcpy(&hl, s.data() + 8, 8);
   if (s.size() - 16 < hl) return cut();
-  const nlohmann::json header = nlohmann::json::parse(s.substr(16, hl), nullptr, false);
-  if (header.is_discarded() || !header.contains("key")) return cut();
+  nlohmann::json header;
+  if (!ParseJsonText(std::string_view(s).substr(16, hl), kJsonMaxDepth, &header, nullptr) ||
+      !header.is_object() || !header.contains("key") || !header["key"].is_string()) {
+    return cut();
+  }
   if (header["key"].get<std::string>() != key) return std::optional<ScanShare>();  // other job
   ScanShare share;
   if (opt.tokenizer) share.res.tokenizer = opt.tokenizer->name();

@@ -21,6 +21,7 @@
 #include "data/spill.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/comm/comm.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::data {
@@ -311,7 +312,11 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   for (auto& s : gathered) {
     uint64_t json_len = 0;
     std::memcpy(&json_len, s.data(), 8);
-    AddShareTotals(nlohmann::json::parse(s.substr(8, json_len)), &res);
+    nlohmann::json totals;
+    if (!ParseJsonText(std::string_view(s).substr(8, json_len), kJsonMaxDepth, &totals, nullptr)) {
+      return absl::DataLossError("a rank's scan totals did not arrive intact");
+    }
+    AddShareTotals(totals, &res);
     size_t p = 8 + json_len;
     TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.exact_of));
     TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.cluster));

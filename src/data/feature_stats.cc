@@ -667,28 +667,26 @@ absl::StatusOr<FeatureReport> Safetensors(const StatsInput& in, const FeatureSta
   }
   std::string text(n, '\0');
   TS_RETURN_IF_ERROR(in.ReadAt(8, n, text.data()));
-  if (size_t deep = JsonNestingTooDeep(text, kMaxHeaderJsonDepth); deep != std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": byte ", 8 + deep, ": header nested deeper than ", kMaxHeaderJsonDepth, " levels"));
-  }
   json h;
-  try {
-    h = json::parse(text);
-  } catch (const json::exception& e) {
-    // parse_error carries the 1-based offset of the bad character; out_of_range.406
-    // (a number like 1e999) does not.
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: why" -> "why".
-    const auto* pe = dynamic_cast<const json::parse_error*>(&e);
-    std::string what = e.what();
+  if (JsonTextError e; !ParseJsonText(text, kMaxHeaderJsonDepth, &h, &e)) {
+    if (e.too_deep) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": byte ", 8 + e.byte,
+                                                     ": header nested deeper than ",
+                                                     kMaxHeaderJsonDepth, " levels"));
+    }
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: why" -> "why";
+    // "[json.exception.out_of_range.406] number overflow parsing '1e999'" -> the rest.
+    std::string what = e.what;
     if (size_t end = what.find("] "); !what.empty() && what[0] == '[' && end != std::string::npos) {
       what = what.substr(end + 2);
     }
-    if (size_t colon = what.find(": "); pe && colon != std::string::npos) {
+    if (size_t colon = what.find(": "); !e.out_of_range && colon != std::string::npos) {
       what = what.substr(colon + 2);
     }
+    // A syntax error's byte is nlohmann's, one past the bad character; a number's is its start.
+    const size_t at = e.out_of_range || e.byte == 0 ? e.byte : e.byte - 1;
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": byte ", 8 + (pe && pe->byte > 0 ? pe->byte - 1 : 0),
-                     ": header is not valid JSON: ", ValidUtf8(what)));
+        absl::StrCat(path, ": byte ", 8 + at, ": header is not valid JSON: ", ValidUtf8(what)));
   }
   if (!h.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": byte 8: header is not a JSON object"));

@@ -245,6 +245,9 @@ TEST(FeatureStatsSafetensors, HostileHeadersAreOneLineErrorsNamingTensorAndField
        "__metadata__: expected an object of strings"},
       {R"({"w":{"dtype":"F32","shape":[6],"data_offsets":[0,24],"x":1e309}})", w24,
        "header is not valid JSON: number overflow parsing '1e309'"},
+      {R"({"w":{"dtype":"F32","shape":[6],"data_offsets":[0,18446744073709551616]}})", w24,
+       "byte 58: header is not valid JSON: number out of range: integer '18446744073709551616' "
+       "does not fit in 64 bits"},
       {"{\"w\":" + std::string(1000, '[') + std::string(1000, ']') + "}", "",
        "header nested deeper than 64 levels"},
       {R"([1,2])", "", "byte 8: header is not a JSON object"},

@@ -18,6 +18,7 @@
 #include "diagnose/rule_engine.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
 
@@ -200,7 +201,8 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   if (kind == FileKind::kUnknown) {
     std::string reason = "not a metrics log or a trainscope report with findings";
     if (absl::EndsWith(path, ".json")) {
-      json doc = json::parse(text.begin(), text.end(), nullptr, false);
+      json doc;
+      if (!ParseJsonText(text, kJsonMaxDepth, &doc, nullptr)) doc = json::value_t::discarded;
       std::vector<Finding> found;
       if (!doc.is_discarded() && DocumentFindings(path, doc, &found)) {
         rep->documents.push_back(path);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "diagnose/flat_json.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 
 namespace trainscope::diagnose {
 namespace {
@@ -259,8 +260,8 @@ void CollectMetricsFacts(std::string_view text, Facts* run) {
       continue;
     }
     if (type.empty()) continue;
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_object()) continue;
+    json j;
+    if (!ParseJsonRecord(line, &j) || !j.is_object()) continue;
     if (type == "header") {
       FactsMetricsHeader(j, run);
     } else if (type == "nonfinite") {

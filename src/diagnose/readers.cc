@@ -26,6 +26,7 @@
 #include "diagnose/series_builder.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/diagnose/series.h"
 
 namespace trainscope::diagnose {
@@ -500,8 +501,11 @@ double JsonNumber(const nlohmann::json& v, bool* ok) {
 absl::StatusOr<Series> ParseTrainerState(std::string_view path, std::string_view text) {
   SeriesBuilder b(path, "trainer_state");
   Series& s = b.series();
-  nlohmann::json doc = nlohmann::json::parse(internal::QuoteNonFiniteTokens(text), nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  absl::StatusOr<nlohmann::json> parsed =
+      ParseJsonText(internal::QuoteNonFiniteTokens(text), kJsonMaxDepth, std::string(path));
+  if (!parsed.ok()) return parsed.status();
+  nlohmann::json doc = *std::move(parsed);
+  if (!doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(path), ": not a JSON object"));
   }
   auto hist = doc.find("log_history");

@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "diagnose/rule_engine.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 #include "trainscope/diagnose/series.h"
 
 namespace trainscope::diagnose {
@@ -176,16 +177,14 @@ bool RulesFire(const Rule& r, const Facts& facts, std::string_view finding_id = 
 }  // namespace
 
 absl::StatusOr<RuleSet> ParseRules(const std::string& source, std::string_view text) {
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": byte ", e.byte, ": not valid JSON"));
-  }
-  if (!doc.is_object() || doc.value("format", "") != kRulesFormat)
+  // Syntax errors, numbers out of range (1e309, 2^64) and deep nesting: one line, no throw.
+  absl::StatusOr<json> parsed = ParseJsonText(text, kJsonMaxDepth, source);
+  if (!parsed.ok()) return parsed.status();
+  json doc = *std::move(parsed);
+  if (!doc.is_object() || JsonValueOr(doc, "format", "") != kRulesFormat)
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": not a rule file (\"format\": \"", kRulesFormat, "\" expected)"));
-  if (doc.value("version", 0) != 1)
+  if (JsonValueOr(doc, "version", 0) != 1)
     return absl::InvalidArgumentError(absl::StrCat(source, ": version 1 expected"));
   auto list = doc.find("rules");
   if (list == doc.end() || !list->is_array() || list->empty())
@@ -198,7 +197,7 @@ absl::StatusOr<RuleSet> ParseRules(const std::string& source, std::string_view t
     std::string field;
     absl::Status s = RulesParseOne((*list)[i], &r, &field);
     std::string id = r.id;
-    if (id.empty() && (*list)[i].is_object()) id = (*list)[i].value("id", "");
+    if (id.empty() && (*list)[i].is_object()) id = JsonValueOr((*list)[i], "id", "");
     std::string who = absl::StrCat(source, ": rule ", id.empty() ? "?" : id, " (#", i + 1, ")");
     if (!s.ok())
       return absl::InvalidArgumentError(

@@ -183,6 +183,22 @@ TEST(RuleFile, ValidatedAtLoadNamingRuleAndField) {
     ASSERT_FALSE(r.ok()) << whole;
     EXPECT_TRUE(absl::StartsWith(r.status().message(), "r.json: ")) << r.status();
   }
+  // The shared JSON policy: 1e309 (nlohmann's out_of_range once escaped here: exit 3), an
+  // integer beyond 64 bits and 100,000-deep nesting are each one line with the byte.
+  const std::pair<std::string, std::string> refused[] = {
+      {R"({"format": "trainscope.diagnose.rules", "version": 1e309})",
+       "r.json: not valid JSON at byte 51: [json.exception.out_of_range.406] number overflow "
+       "parsing '1e309'"},
+      {R"({"version": 18446744073709551616})",
+       "r.json: not valid JSON at byte 12: number out of range: integer "
+       "'18446744073709551616' does not fit in 64 bits"},
+      {std::string(100000, '[') + std::string(100000, ']'),
+       "r.json: JSON nested deeper than 64 at byte 64"}};
+  for (const auto& [text, want] : refused) {
+    absl::StatusOr<RuleSet> r = ParseRules("r.json", text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), want);
+  }
 }
 
 // For each bundled rule: facts on which it fires, and the one change that keeps it silent

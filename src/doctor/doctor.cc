@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
@@ -31,8 +32,8 @@ double NowS() {
 
 // NVIDIA devices listed by the device part: comm then runs one rank per GPU over NCCL.
 int NvidiaDevices(const PartOutcome& device) {
-  nlohmann::json j = nlohmann::json::parse(device.out, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return 0;
+  nlohmann::json j;
+  if (!ParseJsonText(device.out, kJsonMaxDepth, &j, nullptr) || !j.is_object()) return 0;
   int n = 0;
   for (const auto& d : j.value("devices", nlohmann::json::array()))
     if (d.value("kind", "") == "nvidia" && d.value("online", false)) ++n;
@@ -202,7 +203,10 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
     const std::string parts_dir = run_dir::Join(report.run_dir, run_dir::kParts);
     WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stdout"), o.out).IgnoreError();
     WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stderr"), o.err).IgnoreError();
-    std::vector<Check> checks = EvaluatePart(o);
+    const PartOutcome* device = nullptr;
+    for (const PartOutcome& earlier : report.parts)
+      if (earlier.name == "device") device = &earlier;
+    std::vector<Check> checks = EvaluatePart(o, device);
     if (part.name == "fingerprint" && o.started && o.exit_code == 0) {
       WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kFingerprint), o.out).IgnoreError();
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/table.h"
 #include "trainscope/doctor/doctor.h"
 
@@ -35,12 +36,11 @@ std::string LastLine(const std::string& text) {
 
 // Parses stdout as JSON; tolerates text before the document (a stray log line).
 bool ParseJson(const std::string& out, json* j) {
-  *j = json::parse(out, nullptr, false);
-  if (!j->is_discarded() && j->is_object()) return true;
+  if (ParseJsonText(out, kJsonMaxDepth, j, nullptr) && j->is_object()) return true;
   size_t brace = out.find("\n{");
   if (brace == std::string::npos) return false;
-  *j = json::parse(out.substr(brace + 1), nullptr, false);
-  return !j->is_discarded() && j->is_object();
+  return ParseJsonText(std::string_view(out).substr(brace + 1), kJsonMaxDepth, j, nullptr) &&
+         j->is_object();
 }
 
 double Num(const json& j, const char* key, double fallback = NAN) {
@@ -160,7 +160,13 @@ std::vector<Check> Comm(const PartOutcome& o, const json& j) {
   return {Make(o, "comm", verdict, value, "every size correct", advice)};
 }
 
-std::vector<Check> Train(const PartOutcome& o, const json& j) {
+// "166 GFLOP/s", "989.0 TFLOP/s".
+std::string FormatFlops(double flops) {
+  if (flops >= 1e12) return absl::StrCat(FormatDouble(flops / 1e12, 1), " TFLOP/s");
+  return absl::StrCat(FormatDouble(flops / 1e9, 0), " GFLOP/s");
+}
+
+std::vector<Check> Train(const PartOutcome& o, const json& j, const json& device) {
   std::vector<std::string> parts;
   double l0 = Num(j, "loss_start"), l1 = Num(j, "loss_end");
   if (!std::isnan(l0) && !std::isnan(l1)) {
@@ -171,7 +177,17 @@ std::vector<Check> Train(const PartOutcome& o, const json& j) {
     parts.push_back(
         absl::StrCat(FormatCount(static_cast<long long>(Num(j, "tokens_per_s"))), " tokens/s"));
   }
-  if (!std::isnan(Num(j, "mfu"))) {
+  // MFU against the device part's matmul peak when it has one for this device and
+  // precision (one peak for both checks), else the train part's own (table or measured).
+  const MfuPeak peak = MfuPeakFromDeviceReport(device, Str(j, "device"), Str(j, "precision"));
+  const double model_flops = Num(j, "model_flops_per_s");
+  std::string mfu_note;
+  if (peak.flops > 0 && model_flops > 0) {
+    parts.push_back(absl::StrCat("MFU ", FormatDouble(100 * model_flops / peak.flops, 1), "% of ",
+                                 FormatFlops(peak.flops)));
+    mfu_note = absl::StrCat("; MFU against ", peak.check, "'s peak",
+                            peak.formula.empty() ? "" : absl::StrCat(" (", peak.formula, ")"));
+  } else if (!std::isnan(Num(j, "mfu"))) {
     parts.push_back(absl::StrCat("MFU ", FormatDouble(100 * Num(j, "mfu"), 1), "%"));
   }
   bool passed = j.value("passed", o.exit_code == 0);
@@ -188,12 +204,39 @@ std::vector<Check> Train(const PartOutcome& o, const json& j) {
   std::string expected = !std::isnan(target) && target > 0
                              ? absl::StrCat("loss < ", FormatDouble(target, 2), ", run completes")
                              : "loss falls, run completes";
-  return {Make(o, "train", passed ? "pass" : "fail", absl::StrJoin(parts, ", "), expected, advice)};
+  return {Make(o, "train", passed ? "pass" : "fail", absl::StrJoin(parts, ", "),
+               expected + mfu_note, advice)};
 }
 
 }  // namespace
 
-std::vector<Check> EvaluatePart(const PartOutcome& o) {
+MfuPeak MfuPeakFromDeviceReport(const json& report, const std::string& train_device,
+                                const std::string& precision) {
+  MfuPeak out;
+  if (!report.is_object() || precision.empty()) return out;
+  std::vector<std::string> names;
+  if (train_device == "cpu") {
+    names = {"cpu"};
+  } else if (absl::StartsWith(train_device, "cuda")) {
+    std::string index = train_device.size() > 5 ? train_device.substr(5) : "0";
+    names = {absl::StrCat("nvidia", index), absl::StrCat("cuda", index)};
+  }
+  for (const json& b : report.value("benchmarks", json::array())) {
+    if (!b.is_object() || Str(b, "name") != "matmul_" + precision) continue;
+    if (std::find(names.begin(), names.end(), Str(b, "device")) == names.end()) continue;
+    const double peak = Num(b, "peak", 0);
+    const std::string unit = Str(b, "unit");
+    const double scale = unit == "TFLOP/s" ? 1e12 : unit == "GFLOP/s" ? 1e9 : 0;
+    if (!(peak > 0) || scale == 0) continue;
+    out.flops = peak * scale;
+    out.check = absl::StrCat("device.", Str(b, "device"), ".", Str(b, "name"));
+    out.formula = Str(b, "peak_formula");
+    return out;
+  }
+  return out;
+}
+
+std::vector<Check> EvaluatePart(const PartOutcome& o, const PartOutcome* device) {
   const std::string name = o.name == "env"           ? "env.check"
                            : o.name == "fingerprint" ? "env.fingerprint"
                                                      : o.name;
@@ -232,7 +275,13 @@ std::vector<Check> EvaluatePart(const PartOutcome& o) {
   if (o.name == "env") return EnvCheck(o, j);
   if (o.name == "device") return Device(o, j);
   if (o.name == "comm") return Comm(o, j);
-  if (o.name == "train") return Train(o, j);
+  if (o.name == "train") {
+    json device_report = json::object();
+    if (device != nullptr && device->started && !device->timed_out) {
+      if (!ParseJson(device->out, &device_report)) device_report = json::object();
+    }
+    return Train(o, j, device_report);
+  }
   // Unknown part: its "passed" field, or its exit status.
   bool passed = j.value("passed", o.exit_code == 0);
   return {Make(o, name, passed ? "pass" : "fail", Str(j, "reason"), "passed",

@@ -218,6 +218,12 @@ TEST(JsonDoc, NothingThrowsAndEveryErrorHasAPosition) {
   auto r = ParseJsonText("{\n  \"a\": 1e309\n}", "f.json");
   EXPECT_EQ(std::string(r.status().message()),
             "f.json:2:8: number overflow parsing '1e309' (byte 9)");
+  // An integer beyond 64 bits (nlohmann would round it to a double): the shared policy.
+  r = ParseJsonText("{\n  \"memlock\": 18446744073709551616\n}", "f.json");
+  EXPECT_EQ(std::string(r.status().message()),
+            "f.json:2:14: number out of range: integer '18446744073709551616' does not fit in 64 "
+            "bits (byte 15)");
+  EXPECT_TRUE(ParseJsonText("{\"memlock\": 18446744073709551615}", "f.json").ok());
 }
 
 // std::regex recurses per character (a 100 KB string overflowed the stack): a string over

@@ -140,13 +140,20 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<json> ParseJsonText(absl::string_view text, const std::string& name) {
-  if (size_t deep = JsonNestingTooDeep(std::string_view(text.data(), text.size()), kMaxJsonDepth);
-      deep != std::string_view::npos) {
-    return PositionedError(text, name, deep,
+  // The shared policy (core/json_text.h); this reader words its errors NAME:LINE:COL.
+  json doc;
+  JsonTextError e;
+  if (trainscope::ParseJsonText(std::string_view(text.data(), text.size()), kMaxJsonDepth, &doc,
+                                &e)) {
+    return doc;
+  }
+  if (e.too_deep) {
+    return PositionedError(text, name, e.byte,
                            absl::StrCat("nested deeper than ", kMaxJsonDepth, " levels"));
   }
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_discarded()) return doc;
+  if (e.out_of_range && e.what.find("out_of_range") == std::string::npos) {
+    return PositionedError(text, name, e.byte, e.what);  // an integer beyond 64 bits
+  }
   ErrorLocator where;
   json::sax_parse(text.begin(), text.end(), &where);
   return PositionedError(text, name, where.byte_, Reason(where.what_));

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/utf8.h"
 
@@ -21,7 +22,7 @@ namespace trainscope::env {
 // bytes, its nesting depth, and the length of a string a schema "pattern" is matched on
 // (std::regex recurses per character: a 100 KB string overflows the stack).
 inline constexpr size_t kMaxJsonDocumentBytes = size_t{16} << 20;  // 16 MiB
-inline constexpr int kMaxJsonDepth = 64;
+inline constexpr int kMaxJsonDepth = kJsonMaxDepth;                // the shared limit
 inline constexpr size_t kMaxPatternInputBytes = 4096;
 
 // Parses `text`. Never throws: a syntax error, a number out of range (1e309), or nesting

@@ -19,7 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxJsonDepth = 64;  // dumps nest 5 deep; anything deeper is not a dump
+constexpr int kMaxJsonDepth = kJsonMaxDepth;  // dumps nest 5 deep
 
 // An integer that PyTorch may write as a number, a string ("4") or, for times, null.
 bool ToInt(const json& v, int64_t* out) {
@@ -365,8 +365,7 @@ ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name) {
       } else {
         r.reason = absl::StrCat(looks_like_dump ? "truncated or corrupt JSON" : "not JSON",
                                 " at byte ", i + err.byte);
-        if (err.what.find("out_of_range") != std::string::npos)
-          r.reason += " (number out of range)";
+        if (err.out_of_range) r.reason += " (number out of range)";
       }
       return r;
     }

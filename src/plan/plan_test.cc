@@ -162,6 +162,18 @@ TEST(PlanTest, ReadersAndClassifier) {
   ASSERT_FALSE(overflow.ok());
   EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(overflow.status().message().find("/overflow.json: not valid JSON"), std::string::npos);
+  // The shared JSON policy (core/json_text.h): an integer beyond 64 bits and 100,000-deep
+  // nesting are one line each, with the byte.
+  os.AddFile("/bigint.json", R"({"train":{"steps":18446744073709551616}})");
+  absl::StatusOr<ConfigModel> bigint = ReadTrainConfig(&os, "/bigint.json");
+  ASSERT_FALSE(bigint.ok());
+  EXPECT_EQ(bigint.status().message(),
+            "/bigint.json: not valid JSON at byte 18: number out of range: integer "
+            "'18446744073709551616' does not fit in 64 bits");
+  os.AddFile("/deep.json", std::string(100000, '[') + std::string(100000, ']'));
+  absl::StatusOr<ConfigModel> deep = ReadTrainConfig(&os, "/deep.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().message(), "/deep.json: JSON nested deeper than 64 at byte 64");
 
   os.AddFile(
       "/comm.json",

@@ -12,12 +12,14 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "report/metrics.h"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/hang/analyze.h"
@@ -59,9 +61,12 @@ json CollectReadJson(const std::string& path, std::string* why) {
     *why = "cannot open";
     return nullptr;
   }
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) {
-    *why = "not valid JSON";
+  std::stringstream text;
+  text << in.rdbuf();
+  json j;
+  if (JsonTextError e; !ParseJsonText(text.str(), kJsonMaxDepth, &j, &e)) {
+    *why = e.too_deep ? absl::StrCat("JSON nested deeper than ", kJsonMaxDepth, " at byte ", e.byte)
+                      : absl::StrCat("not valid JSON at byte ", e.byte);
     return nullptr;
   }
   return j;
@@ -117,7 +122,7 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
   // training every rank's step takes as long as the slowest; the others wait in comm_wait.
   auto busy = [](const json& r) -> double {
     const json& m = r["means"];
-    return m.contains("busy_ms") ? m["busy_ms"].get<double>() : m.value("step_ms", -1.0);
+    return JsonValueOr(m, "busy_ms", JsonValueOr(m, "step_ms", -1.0));
   };
   std::vector<double> means;
   for (const json& r : (*run)["ranks"]) {
@@ -173,12 +178,12 @@ void CollectHang(const std::string& dir, const std::string& name, json* run, jso
   for (const std::string& f : dumps) {
     std::string why;
     json d = CollectReadJson(f, &why);
-    if (d.is_null() || !d.contains("entries")) {
+    if (!d.is_object() || !d.contains("entries") || !d["entries"].is_array()) {
       AddMissing(data, name, "flight_recorder", f + ": " + (why.empty() ? "no entries" : why));
       continue;
     }
     for (const json& e : d["entries"]) {
-      int64_t t = e.value("time_created_ns", int64_t{0});
+      int64_t t = JsonValueOr(e, "time_created_ns", int64_t{0});
       if (t > 0 && (t0 < 0 || t < t0)) t0 = t;
     }
     docs.push_back(std::move(d));
@@ -189,30 +194,31 @@ void CollectHang(const std::string& dir, const std::string& name, json* run, jso
     size_t from = all.size() > kCollectMaxCollectives ? all.size() - kCollectMaxCollectives : 0;
     for (size_t i = from; i < all.size(); ++i) {
       const json& e = all[i];
-      std::string op = e.value("profiling_name", std::string());
+      std::string op = JsonValueOr(e, "profiling_name", std::string());
       if (size_t p = op.find(':'); p != std::string::npos) op = op.substr(p + 1);
-      int64_t t = e.value("time_created_ns", int64_t{0});
-      entries.push_back({{"seq", e.value("collective_seq_id", int64_t{0})},
-                         {"pg", e.value("pg_id", 0)},
+      int64_t t = JsonValueOr(e, "time_created_ns", int64_t{0});
+      entries.push_back({{"seq", JsonValueOr(e, "collective_seq_id", int64_t{0})},
+                         {"pg", JsonValueOr(e, "pg_id", 0)},
                          {"op", op},
                          {"t_ms", t0 >= 0 && t > 0 ? (t - t0) / 1e6 : 0.0},
-                         {"dur_ms", e.value("duration_ms", 0.0)},
-                         {"state", e.value("state", std::string())},
-                         {"caller", e.value("caller", std::string())}});
+                         {"dur_ms", JsonValueOr(e, "duration_ms", 0.0)},
+                         {"state", JsonValueOr(e, "state", std::string())},
+                         {"caller", JsonValueOr(e, "caller", std::string())}});
     }
-    hang["ranks"].push_back({{"rank", d.value("rank", -1)}, {"entries", std::move(entries)}});
+    hang["ranks"].push_back(
+        {{"rank", JsonValueOr(d, "rank", -1)}, {"entries", std::move(entries)}});
   }
   absl::StatusOr<hang::Report> analysis = hang::AnalyzePaths({hang_dir});
   if (analysis.ok()) {
     json aj = hang::ReportToJson(*analysis);
-    for (const json& f : aj.value("findings", json::array())) {
-      hang["stuck"].push_back({{"kind", f.value("kind", "")},
-                               {"pg", f.value("pg", "")},
-                               {"seq", f.value("collective_seq_id", int64_t{-1})},
-                               {"op", f.value("op", "")},
-                               {"culprit_ranks", f.value("culprit_ranks", json::array())},
-                               {"waiting_ranks", f.value("waiting_ranks", json::array())},
-                               {"sentence", f.value("sentence", "")}});
+    for (const json& f : JsonValueOr(aj, "findings", json::array())) {
+      hang["stuck"].push_back({{"kind", JsonValueOr(f, "kind", "")},
+                               {"pg", JsonValueOr(f, "pg", "")},
+                               {"seq", JsonValueOr(f, "collective_seq_id", int64_t{-1})},
+                               {"op", JsonValueOr(f, "op", "")},
+                               {"culprit_ranks", JsonValueOr(f, "culprit_ranks", json::array())},
+                               {"waiting_ranks", JsonValueOr(f, "waiting_ranks", json::array())},
+                               {"sentence", JsonValueOr(f, "sentence", "")}});
     }
   } else {
     AddMissing(data, name, "hang_analysis", std::string(analysis.status().message()));
@@ -229,7 +235,7 @@ std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
   for (const std::string& f : CollectFiles(dir, IsJsonName)) {
     std::string why;
     json j = CollectReadJson(f, &why);
-    if (j.is_object() && j.value("format", "") == format) out.emplace_back(f, std::move(j));
+    if (j.is_object() && JsonValueOr(j, "format", "") == format) out.emplace_back(f, std::move(j));
   }
   return out;
 }
@@ -241,16 +247,16 @@ void CollectDataScans(const std::string& dir, const std::string& name, json* run
     json lengths = json::object();
     for (const char* k : {"chars", "tokens"}) {
       if (j.contains("length") && j["length"].contains(k)) {
-        lengths[k] = j["length"][k].value("histogram_log2", json::array());
+        lengths[k] = JsonValueOr(j["length"][k], "histogram_log2", json::array());
       }
     }
     (*run)["data_scans"].push_back(
         {{"file", fs::relative(file, dir).string()},
-         {"docs", j.value("docs", int64_t{0})},
-         {"exact_duplicate_ratio", j.value("exact_duplicate_ratio", 0.0)},
-         {"near_duplicate_ratio", j.value("near_duplicate_ratio", 0.0)},
+         {"docs", JsonValueOr(j, "docs", int64_t{0})},
+         {"exact_duplicate_ratio", JsonValueOr(j, "exact_duplicate_ratio", 0.0)},
+         {"near_duplicate_ratio", JsonValueOr(j, "near_duplicate_ratio", 0.0)},
          {"length_histograms", std::move(lengths)},
-         {"batch_duplicates", j.value("batch_duplicates", json::object())}});
+         {"batch_duplicates", JsonValueOr(j, "batch_duplicates", json::object())}});
   }
   if (!run->contains("data_scans")) {
     AddMissing(data, name, "data_scan", "no trainscope.data.scan document under data/");
@@ -261,21 +267,21 @@ void CollectTraces(const std::string& dir, const std::string& name, json* run, j
   for (auto& [file, j] :
        CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis)) {
     json ranks = json::array();
-    for (const json& r : j.value("ranks", json::array())) {
+    for (const json& r : JsonValueOr(j, "ranks", json::array())) {
       json top = json::array();
       if (r.contains("top_operators")) {
-        for (const json& op : r["top_operators"].value("by_total", json::array())) {
+        for (const json& op : JsonValueOr(r["top_operators"], "by_total", json::array())) {
           if (top.size() >= kCollectMaxTopOps) break;
           top.push_back(op);
         }
       }
-      ranks.push_back({{"rank", r.value("rank", -1)},
-                       {"temporal_breakdown", r.value("temporal_breakdown", json::object())},
+      ranks.push_back({{"rank", JsonValueOr(r, "rank", -1)},
+                       {"temporal_breakdown", JsonValueOr(r, "temporal_breakdown", json::object())},
                        {"top_operators", std::move(top)}});
     }
     (*run)["traces"].push_back({{"file", fs::relative(file, dir).string()},
                                 {"ranks", std::move(ranks)},
-                                {"stragglers", j.value("stragglers", json::array())}});
+                                {"stragglers", JsonValueOr(j, "stragglers", json::array())}});
   }
   if (!run->contains("traces")) {
     AddMissing(data, name, "trace", "no trainscope.trace.analysis document under trace/");
@@ -309,10 +315,10 @@ void CollectDoctorAndEnv(const std::string& dir, const std::string& name, json* 
   std::string doctor_path = run_dir::Join(dir, run_dir::kDoctorReportJson);
   if (fs::exists(doctor_path)) {
     json d = CollectReadJson(doctor_path, &why);
-    if (d.is_object() && d.value("format", "") == formats::kDoctor) {
-      (*run)["doctor"] = {{"passed", d.value("passed", false)},
-                          {"summary", d.value("summary", json::object())},
-                          {"checks", d.value("checks", json::array())}};
+    if (d.is_object() && JsonValueOr(d, "format", "") == formats::kDoctor) {
+      (*run)["doctor"] = {{"passed", JsonValueOr(d, "passed", false)},
+                          {"summary", JsonValueOr(d, "summary", json::object())},
+                          {"checks", JsonValueOr(d, "checks", json::array())}};
     } else {
       AddMissing(data, name, "doctor",
                  doctor_path + ": " + (why.empty() ? "not a doctor report" : why));
@@ -342,28 +348,28 @@ json CollectSections(const json& data) {
   };
   auto series = [&](const char* s) {
     return any([&](const json& r) {
-      for (const json& k : r.value("ranks", json::array())) {
+      for (const json& k : JsonValueOr(r, "ranks", json::array())) {
         if (k["series"].contains(s)) return true;
       }
       return false;
     });
   };
   json out = json::array({"summary"});
-  if (any([](const json& r) { return !r.value("findings", json::array()).empty(); })) {
+  if (any([](const json& r) { return !JsonValueOr(r, "findings", json::array()).empty(); })) {
     out.push_back("findings");
   }
   for (const char* s : {"loss", "val_loss", "lr", "grad_norm"}) {
     if (series(s)) out.push_back(s);
   }
   if (any([](const json& r) {
-        for (const json& k : r.value("ranks", json::array())) {
+        for (const json& k : JsonValueOr(r, "ranks", json::array())) {
           if (k["phases"].contains("x")) return true;
         }
         return false;
       })) {
     out.push_back("phases");
   }
-  if (any([](const json& r) { return r.value("ranks", json::array()).size() >= 2; })) {
+  if (any([](const json& r) { return JsonValueOr(r, "ranks", json::array()).size() >= 2; })) {
     out.push_back("ranks");
   }
   if (series("host_rss_bytes") || series("device_mem_bytes")) out.push_back("memory");

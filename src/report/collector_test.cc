@@ -203,6 +203,27 @@ TEST_F(CollectorTest, ReaderAfterEveryPieceEqualsAOneShotRead) {
   EXPECT_LT(reader.bytes_parsed(), static_cast<int64_t>(text.size()) * 2);
 }
 
+// The shared JSON policy (core/json_text.h) in the metrics reader: a number out of range
+// (1e309, 2^64) and nesting past 64 levels (65, and 100,000) are malformed lines, counted,
+// never a crash; the good lines around them are read.
+TEST_F(CollectorTest, OutOfRangeNumbersAndDeepNestingAreMalformedLines) {
+  std::string text = CollectorHeader(0) + CollectorStepLine(1, 5.0);
+  text += "{\"type\": \"step\", \"step\": 2, \"loss\": 1e309}\n";
+  text += "{\"type\": \"step\", \"step\": 18446744073709551616, \"loss\": 4.0}\n";
+  text += "{\"type\": \"spike\", \"step\": 3, \"loss\": 1e309}\n";
+  text += R"({"type": "summary", "x": )" + std::string(65, '[') + std::string(65, ']') + "}\n";
+  text += std::string(100000, '{') + "\n";
+  text += CollectorStepLine(4, 4.5);
+  Append(0, text);
+  RankMetricsReader reader(Metrics(0));
+  ASSERT_TRUE(reader.Update());
+  EXPECT_EQ(reader.metrics().malformed, 5);
+  EXPECT_TRUE(reader.metrics().events.empty());  // the spike with 1e309 is not an event
+  const json j = RankMetricsToJson(reader.metrics(), 40);
+  EXPECT_EQ(j.dump().find("1e309"), std::string::npos);
+  EXPECT_NE(j.dump().find("\"last_step\":4"), std::string::npos) << j.dump().substr(0, 400);
+}
+
 // The cost of a refresh is what was appended: 100 lines parsed, not the file again.
 TEST_F(CollectorTest, RefreshParsesOnlyTheAppendedBytes) {
   Append(0, CollectorHeader(0));

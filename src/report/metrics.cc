@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "simdjson.h"
+#include "trainscope/core/json_text.h"
 
 namespace trainscope::report {
 namespace {
@@ -83,20 +84,20 @@ int RankFromFileName(const std::string& path) {
 std::string EventText(const nlohmann::json& j, const std::string& type) {
   if (type == "spike") {
     return absl::StrFormat("loss spike %.4g > threshold %.4g (median %.4g, rule %s)",
-                           j.value("loss", 0.0), j.value("threshold", 0.0), j.value("median", 0.0),
-                           j.value("rule", std::string()));
+                           JsonValueOr(j, "loss", 0.0), JsonValueOr(j, "threshold", 0.0),
+                           JsonValueOr(j, "median", 0.0), JsonValueOr(j, "rule", std::string()));
   }
   if (type == "nonfinite") {
-    return absl::StrCat("non-finite values: phase ", j.value("phase", std::string()), ", module ",
-                        j.value("module", std::string()), ", class ",
-                        j.value("class", std::string()));
+    return absl::StrCat("non-finite values: phase ", JsonValueOr(j, "phase", std::string()),
+                        ", module ", JsonValueOr(j, "module", std::string()), ", class ",
+                        JsonValueOr(j, "class", std::string()));
   }
-  if (type == "checkpoint") return "anomaly checkpoint " + j.value("path", std::string());
+  if (type == "checkpoint") return "anomaly checkpoint " + JsonValueOr(j, "path", std::string());
   if (type == "loss_scale") {
-    return absl::StrFormat("loss scale %g -> %g", j.value("scale", 0.0),
-                           j.value("next_scale", 0.0));
+    return absl::StrFormat("loss scale %g -> %g", JsonValueOr(j, "scale", 0.0),
+                           JsonValueOr(j, "next_scale", 0.0));
   }
-  if (type == "error") return j.value("message", std::string());
+  if (type == "error") return JsonValueOr(j, "message", std::string());
   return type;
 }
 
@@ -265,6 +266,9 @@ bool RankMetricsReader::Update() {
   tail_pending_ = false;
   tail_size_ = 0;
   simdjson::dom::parser parser;
+  // The shared nesting limit (core/json_text.h): a line nested deeper is malformed, counted.
+  // The capacity grows with the longest line (parse(..., realloc_if_needed=true)).
+  if (parser.allocate(4096, kJsonMaxDepth) != simdjson::SUCCESS) return false;
   std::vector<Row> rows;
   std::string buf;  // bytes from offset_ not yet parsed
   uint64_t pos = offset_;
@@ -363,20 +367,24 @@ bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_vie
     rows->push_back(r);
     return true;
   }
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  nlohmann::json j;
+  if (!ParseJsonRecord(line, &j)) {  // simdjson passed it; the shared policy decides too
+    bad("not a JSON object");
+    return true;
+  }
   const std::string t(type);
   if (t == "header") {
-    out->rank = j.value("rank", out->rank);
-    out->world_size = j.value("world_size", out->world_size);
+    out->rank = JsonValueOr(j, "rank", out->rank);
+    out->world_size = JsonValueOr(j, "world_size", out->world_size);
   } else if (t == "end") {
-    out->end_reason = j.value("reason", std::string());
+    out->end_reason = JsonValueOr(j, "reason", std::string());
   } else if (t == "summary") {
     out->summary = j;
   } else if (t == "spike" || t == "nonfinite" || t == "error" || t == "loss_scale" ||
-             (t == "checkpoint" && j.value("anomaly", false))) {
+             (t == "checkpoint" && JsonValueOr(j, "anomaly", false))) {
     out->events.push_back({{"kind", t == "checkpoint" ? "anomaly_checkpoint" : t},
-                           {"step", j.value("step", int64_t{0})},
-                           {"rank", j.value("rank", out->rank)},
+                           {"step", JsonValueOr(j, "step", int64_t{0})},
+                           {"rank", JsonValueOr(j, "rank", out->rank)},
                            {"text", EventText(j, t)}});
   }
   return true;
@@ -477,7 +485,7 @@ nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {
   // Indices of the steps with an event: always drawn.
   std::vector<size_t> keep;
   for (const auto& e : m.events) {
-    int64_t s = e.value("step", int64_t{-1});
+    int64_t s = JsonValueOr(e, "step", int64_t{-1});
     auto it = std::lower_bound(m.steps.begin(), m.steps.end(), s);
     if (it != m.steps.end() && *it == s) keep.push_back(it - m.steps.begin());
   }

@@ -34,7 +34,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxJsonDepth = 256;  // tokenizer.json nests under 10 deep
+constexpr int kMaxJsonDepth = kJsonMaxDepth;  // tokenizer.json nests under 10 deep
 
 constexpr char kSupported[] =
     "supported: models BPE (byte-level) and WordPiece; normalizers none, NFC, NFKC, NFD, NFKD, "

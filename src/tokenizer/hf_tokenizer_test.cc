@@ -156,7 +156,7 @@ TEST(HfTokenizer, DeepNestingRefused) {
   auto t = LoadTokenizer(path);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string want = path + ": JSON nested deeper than 256 at byte ";
+  const std::string want = path + ": JSON nested deeper than 64 at byte ";
   EXPECT_EQ(t.status().message().substr(0, want.size()), want) << t.status();
   EXPECT_EQ(t.status().message().find('\n'), std::string::npos);
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "trace/chrome_reader.h"
+#include "trainscope/core/json_text.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/utf8.h"
@@ -299,8 +300,8 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     if (absl::StripAsciiWhitespace(line).empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
+    nlohmann::json j;
+    if (!ParseJsonRecord(std::string_view(line.data(), line.size()), &j) || !j.is_object()) {
       ++t->stats.malformed;
       if (t->stats.warnings.size() < 20)
         t->stats.warnings.push_back(absl::StrCat("line ", line_no, ": not a JSON object"));

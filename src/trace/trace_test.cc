@@ -276,6 +276,18 @@ TEST(ChromeReader, NotATrace) {
   EXPECT_NE(std::string(t.status().message()).find("byte 0"), std::string::npos);
   EXPECT_FALSE(ParseChromeTrace("{\"a\": 1}", "x.json").ok());
   EXPECT_FALSE(ParseChromeTrace("", "x.json").ok());
+  // 100,000 nested arrays as the event list (the JSON Array Format), or in it: the element
+  // is a malformed event, counted, in constant stack; nothing usable is left.
+  for (const std::string& deep :
+       {std::string(100000, '[') + std::string(100000, ']'),
+        "{\"traceEvents\": " + std::string(100000, '[') + std::string(100000, ']') + "}"}) {
+    auto d = ParseChromeTrace(deep, "deep.json");
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->stats.events_kept, 0);
+    EXPECT_EQ(d->stats.malformed, 1);
+    ASSERT_EQ(d->stats.warnings.size(), 1u);
+    EXPECT_NE(d->stats.warnings[0].find(": malformed event skipped"), std::string::npos);
+  }
 }
 
 TEST(ChromeReader, GzipFile) {
@@ -490,6 +502,17 @@ TEST(Readers, PhaseLog) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->rank, 1);
   EXPECT_EQ(t->stats.malformed, 1);
+  // The shared JSON policy: a line with a number out of range or nested 100,000 deep is a
+  // malformed record, counted, and the lines around it are read.
+  WriteFile(dir + "/rank2.metrics.jsonl",
+            "{\"step\": 1, \"forward_ms\": 1e309}\n{\"step\": 2, \"forward_ms\": "
+            "18446744073709551616}\n" +
+                std::string(100000, '[') + std::string(100000, ']') +
+                "\n{\"step\": 3, \"forward_ms\": 10, \"backward_ms\": 20}\n");
+  auto policy = ReadRankTrace(dir + "/rank2.metrics.jsonl");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->stats.malformed, 3);
+  EXPECT_EQ(policy->stats.warnings.size(), 3u);
   RankResult r = AnalyzeRank(&*t);
   EXPECT_EQ(r.basis, "phase-log");
   ASSERT_EQ(r.steps.size(), 2u);
@@ -576,6 +599,11 @@ TEST(ChromeReader, FieldsOfTheWrongTypeOrOutOfRangeAreCounted) {
        nullptr, true},
       {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": {\"stream\": \"7\"}"), nullptr, true},
       {Fields(ok_ts, ok_dur, ok_id, ok_id, ", \"args\": null"), nullptr, true},
+      // A value the reader does not read is skipped at any depth, in constant stack (the
+      // ondemand side of the JSON policy in core/json_text.h).
+      {Fields(ok_ts, ok_dur, ok_id, ok_id,
+              ", \"args\": {\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"),
+       nullptr, true},
       // ts
       {Fields("1e309", ok_dur, ok_id, ok_id), "bad_ts", false},
       {Fields("\"x\"", ok_dur, ok_id, ok_id), "bad_ts", false},

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/json_text.h"
 
 namespace trainscope::data {
 
@@ -71,7 +72,7 @@ struct FeatureStatsOptions {
 // 100 MB) are refused; JSON nested deeper than kMaxHeaderJsonDepth likewise.
 inline constexpr uint64_t kMaxNpyHeaderBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
-inline constexpr int kMaxHeaderJsonDepth = 64;
+inline constexpr int kMaxHeaderJsonDepth = kJsonMaxDepth;  // the shared limit
 
 // Reads `path` (format from the extension: .npy, .safetensors, .csv, .tsv) and computes
 // the statistics. Blocks on file reads only; a CSV FIFO at most `stall_timeout` per read.
