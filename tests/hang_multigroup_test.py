@@ -26,6 +26,9 @@ collectives (no dump API).
 
 import argparse, glob, json, os, shutil, signal, subprocess, sys, tempfile, textwrap, time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "real_tools"))
+from _cli import gloo_fr_job  # noqa: E402  (the FR job set-up shared with real_tools)
+
 WORLD = 8
 PREFIX = "gloo_trace_rank_"
 STEPS = 2            # the hang is in the last one
@@ -162,16 +165,8 @@ def markers(work, kind):
 
 def run_job(tmp, name, actions):
     """Runs one scenario's job until every live rank dumped; returns the dump folder."""
-    work, dumps = os.path.join(tmp, name, "job"), os.path.join(tmp, name, "dumps")
-    os.makedirs(work)
-    os.makedirs(dumps)
-    worker = os.path.join(tmp, "worker.py")
-    with open(worker, "w") as f:
-        f.write(WORKER)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "MASTER_", "RANK", "WORLD_SIZE"))}
-    env.update(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=os.path.join(dumps, PREFIX),
-               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    work, dumps, worker, env = gloo_fr_job(tmp, WORKER, PREFIX, job=os.path.join(name, "job"),
+                                           dumps=os.path.join(name, "dumps"))
     arg = json.dumps({str(r): a for r, a in actions.items()})
     procs = []
     try:

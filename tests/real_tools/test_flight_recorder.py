@@ -51,7 +51,7 @@ import pytest
 
 import torch  # noqa: F401  (the test is about this torch; a missing torch is an error)
 
-from _cli import BINARY  # noqa: E402
+from _cli import BINARY, gloo_fr_job  # noqa: E402
 PREFIX = "gloo_trace_rank_"  # TORCH_FR_DUMP_TEMP_FILE's file name part
 BUCKETS = (64, 16)  # elements of the two gradient buckets, all_reduced every step
 GLOO_TIMEOUT_S = 60  # how long the waiting ranks would block: far beyond the dump
@@ -183,16 +183,7 @@ def stop(procs):
 
 def run_hung_job(tmp, world, culprit, last_step):
     """Runs the job until every rank dumped; returns the dump folder (or skips/fails)."""
-    workdir, dumps = os.path.join(tmp, "job"), os.path.join(tmp, "dumps")
-    os.makedirs(workdir)
-    os.makedirs(dumps)
-    worker = os.path.join(tmp, "worker.py")
-    with open(worker, "w") as f:
-        f.write(WORKER)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "MASTER_", "RANK", "WORLD_SIZE"))}
-    env.update(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=os.path.join(dumps, PREFIX),
-               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    workdir, dumps, worker, env = gloo_fr_job(tmp, WORKER, PREFIX)
     procs, logs = [], []
     try:
         for r in range(world):
