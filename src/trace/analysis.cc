@@ -114,6 +114,11 @@ const char* PhaseName(Phase p) {
   }
 }
 
+bool IsAnnotationName(std::string_view n) {
+  return Starts(n, "ProfilerStep#") || Starts(n, "##") || Starts(n, "Optimizer.step#") ||
+         Starts(n, "Optimizer.zero_grad#");
+}
+
 bool IsSyncName(std::string_view n) {
   return Has(n, "Synchronize") || n == "aten::item" || n == "aten::_local_scalar_dense" ||
          n == "Stream Sync" || n == "Device Sync" || n == "Event Sync" ||
@@ -124,6 +129,43 @@ bool IsLaunchName(std::string_view n) {
   return Has(n, "LaunchKernel") || Has(n, "LaunchCooperativeKernel") || Has(n, "cuLaunch") ||
          Has(n, "MemcpyAsync") || Has(n, "MemsetAsync");
 }
+
+// torch_npu output (its own format, or a Kineto-style trace whose processes or runtime calls
+// name the NPU / AscendCL) is "npu"; device kernels or CUDA runtime calls are "cuda"; a Chrome
+// trace with neither ran on the CPU alone.
+std::string DeviceOf(const RankTrace& t, const HostView& hv) {
+  if (t.format == "phase-log") return "";
+  if (t.format == "ascend" || !t.ascend_steps.empty()) return "npu";
+  for (const auto& [pid, name] : t.process_names)
+    if (Has(name, "NPU") || Has(name, "Ascend")) return "npu";
+  bool cuda_runtime = false;
+  std::vector<bool> seen(t.strings.size(), false);
+  for (const Event& e : t.events) {
+    if (e.cat != Category::kRuntime || seen[e.name]) continue;
+    seen[e.name] = true;
+    const std::string& n = t.strings.Get(e.name);
+    if (Starts(n, "AscendCL@") || Starts(n, "acl")) return "npu";
+    if (Starts(n, "cuda") || Starts(n, "cu")) cuda_runtime = true;
+  }
+  return hv.has_device || cuda_runtime ? "cuda" : "cpu";
+}
+
+namespace {
+// The name rules of one distinct event name.
+NameInfo InfoOfName(const std::string& n) {
+  NameInfo ni;
+  ni.phase = PhaseOfName(n);
+  ni.sync = IsSyncName(n);
+  ni.launch = IsLaunchName(n);
+  ni.gather = IsGatherScatter(n);
+  ni.fusible = IsFusible(n);
+  ni.aten = n.rfind("aten::", 0) == 0;
+  ni.heavy = IsHeavyComputeOp(n);
+  ni.step = n.rfind("ProfilerStep", 0) == 0;
+  ni.annotation = IsAnnotationName(n);
+  return ni;
+}
+}  // namespace
 
 HostView PrepareHost(const RankTrace& t) {
   HostView hv;
@@ -154,15 +196,7 @@ HostView PrepareHost(const RankTrace& t) {
     if (named[e.name]) continue;
     named[e.name] = true;
     const std::string& n = t.strings.Get(e.name);
-    NameInfo& ni = hv.names[e.name];
-    ni.phase = PhaseOfName(n);
-    ni.sync = IsSyncName(n);
-    ni.launch = IsLaunchName(n);
-    ni.gather = IsGatherScatter(n);
-    ni.fusible = IsFusible(n);
-    ni.aten = n.rfind("aten::", 0) == 0;
-    ni.heavy = IsHeavyComputeOp(n);
-    ni.step = n.rfind("ProfilerStep", 0) == 0;
+    hv.names[e.name] = InfoOfName(n);
   }
   // Group by thread keeping file order (a stable counting sort), then sort each thread's run
   // by (ts, -dur) only when it is not already in that order (profilers mostly write in order).
@@ -407,12 +441,12 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   r.format = t.format;
   r.rank_source = t.rank_source;
   r.stats = t.stats;
-  // HTA's definitions first: whole-us times on ns traces, the last step and the device work
-  // launched from it left out.
+  // HTA's definitions first: whole-us times on ns traces, the last step (and its work) out.
   if (t.fractional_ts && !opt.ns_precision) RoundTimesLikeHta(&t);
   HostView hv = PrepareHost(t);
   const auto& ev = t.events;
   ApplyHtaStepFilter(t, opt.include_last_step, &hv);
+  r.device = DeviceOf(t, hv);
   DeviceTimeline dev = CollectDeviceTimeline(t, hv);
   std::vector<Interval>&all = dev.all, &comp = dev.compute, &comm = dev.comm;
 

@@ -34,6 +34,9 @@ struct NameInfo {
   Phase phase = Phase::kUnknown;
   bool sync = false, launch = false, gather = false, fusible = false, aten = false;
   bool heavy = false, step = false;
+  // A record_function annotation rather than an operator: ProfilerStep#N, "## forward ##",
+  // Optimizer.step#AdamW.step, Optimizer.zero_grad#... (any category).
+  bool annotation = false;
 };
 
 // The host side of one rank, prepared once: events in nesting order per thread.
@@ -57,6 +60,9 @@ struct HostView {
 };
 inline uint64_t ThreadKey(const Event& e) { return (uint64_t{e.pid} << 32) | e.tid; }
 HostView PrepareHost(const RankTrace& t);
+
+// RankResult::device of a prepared trace.
+std::string DeviceOf(const RankTrace& t, const HostView& hv);
 
 // Operator- and kernel-level sections of RankResult::details (operators.cc).
 void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
@@ -101,6 +107,7 @@ bool IsLaunchName(std::string_view name);
 bool IsGatherScatter(std::string_view n);
 bool IsFusible(std::string_view n);
 bool IsHeavyComputeOp(std::string_view n);
+bool IsAnnotationName(std::string_view n);
 
 }  // namespace trainscope::trace::internal
 

@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trace/analysis_internal.h"
 #include "trace/chrome_reader.h"
+#include "trace/windows.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 #include "trainscope/trace/analysis.h"
@@ -20,32 +22,72 @@
 namespace trainscope::trace {
 namespace {
 
-// A profiler with a repeating schedule (torch.profiler.schedule(repeat=N) with
-// tensorboard_trace_handler) writes one file per window and rank, but a rank is one process
-// and one timeline: of the files that name the same rank, the latest window (the one whose
-// events start last; the later path on a tie) is analysed and the others are listed as
-// skipped. `start_ns` is each result's first event time (INT64_MAX without events).
-void KeepLatestWindowPerRank(const std::vector<int64_t>& start_ns, std::vector<RankResult>* results,
-                             std::vector<SkippedFile>* skipped) {
-  std::map<int, size_t> latest;  // rank -> index in *results
-  for (size_t i = 0; i < results->size(); ++i) {
-    auto [it, inserted] = latest.try_emplace((*results)[i].rank, i);
-    if (!inserted && start_ns[i] >= start_ns[it->second]) it->second = i;
+// What the first pass keeps of one file: its own analysis, its process and time range.
+struct FileResult {
+  RankResult result;
+  std::string key;  // internal::ProcessKey
+  int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;
+};
+
+// The windows of one rank (the files of one process, sorted by time) as one rank: the files
+// are read again one by one, each window's last step dropped as HTA does, their events analysed
+// together (the figures are over all the windows' steps), the temporal breakdown the sum of
+// the windows' (the time between windows is no one's idle time).
+absl::StatusOr<RankResult> AnalyzeWindows(const std::vector<FileResult*>& files,
+                                          const AnalyzeOptions& opt) {
+  RankTrace merged;
+  std::vector<RankResult> per_window;
+  for (const FileResult* f : files) {
+    TS_ASSIGN_OR_RETURN(RankTrace t, ReadRankTrace(f->result.path));
+    internal::DropLastStepLikeHta(opt, &t);
+    internal::AppendWindow(std::move(t), &merged);
+    per_window.push_back(f->result);
   }
-  if (latest.size() == results->size()) return;
-  std::vector<RankResult> kept;
-  for (size_t i = 0; i < results->size(); ++i) {
-    RankResult& r = (*results)[i];
-    const size_t keep = latest[r.rank];
-    if (keep == i) {
-      kept.push_back(std::move(r));
-      continue;
+  AnalyzeOptions all = opt;
+  all.include_last_step = true;  // each window's last step is already out (or kept)
+  RankResult r = AnalyzeRank(&merged, all);
+  internal::SumWindowBreakdowns(per_window, &r);
+  r.findings.clear();
+  internal::RankFindings(opt, &r);
+  return r;
+}
+
+// Groups the files by process (internal::ProcessKey), in order of first appearance, and makes
+// each group one rank with its windows listed.
+absl::StatusOr<std::vector<RankResult>> GroupWindows(std::vector<FileResult> files,
+                                                     const AnalyzeOptions& opt) {
+  std::vector<std::vector<FileResult*>> groups;
+  std::map<std::string, size_t> group_of;
+  for (FileResult& f : files) {
+    auto [it, inserted] = group_of.try_emplace(f.key, groups.size());
+    if (inserted) groups.emplace_back();
+    groups[it->second].push_back(&f);
+  }
+  std::vector<RankResult> ranks;
+  for (std::vector<FileResult*>& g : groups) {
+    std::stable_sort(g.begin(), g.end(), [](const FileResult* a, const FileResult* b) {
+      return a->first_ns < b->first_ns;
+    });
+    const int64_t t0 = g[0]->first_ns == INT64_MAX ? 0 : g[0]->first_ns;
+    std::vector<WindowResult> windows;
+    for (const FileResult* f : g) {
+      WindowResult w{f->result.path, {}, 0, 0, f->result.MeanStepUs()};
+      for (const StepResult& s : f->result.steps) w.steps.push_back(s.step);
+      if (f->first_ns <= f->last_ns) {
+        w.start_us = (f->first_ns - t0) / 1e3;
+        w.end_us = (f->last_ns - t0) / 1e3;
+      }
+      windows.push_back(std::move(w));
     }
-    skipped->push_back(
-        {r.path, absl::StrCat(r.path, ": an earlier profiler window of rank ", r.rank, " (",
-                              (*results)[keep].path, " is analysed)")});
+    if (g.size() == 1) {
+      ranks.push_back(std::move(g[0]->result));
+    } else {
+      TS_ASSIGN_OR_RETURN(RankResult r, AnalyzeWindows(g, opt));
+      ranks.push_back(std::move(r));
+    }
+    ranks.back().windows = std::move(windows);
   }
-  *results = std::move(kept);
+  return ranks;
 }
 
 }  // namespace
@@ -68,10 +110,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   TS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandTracePaths(paths));
   // One rank at a time: read, analyse, keep the result, free the events (memory stays at one
   // rank's event table however many ranks are given).
-  std::vector<RankResult> results;
-  std::vector<int64_t> start_ns;  // per result: its first event
+  std::vector<FileResult> results;
   std::set<int> used_ranks;
-  std::vector<size_t> unranked;
   std::vector<std::string> warnings;
   // A file that was named must be a trace; one found in a directory that turns out not to be
   // one (HTA's folders hold execution traces and notes too) is skipped and listed, as HTA
@@ -111,18 +151,22 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
       return absl::InvalidArgumentError(p + ": no usable events in the trace");
     }
     if (t->rank >= 0) used_ranks.insert(t->rank);
-    const bool has_rank = t->rank >= 0;
-    int64_t first_ns = INT64_MAX;
-    for (const Event& e : t->events) first_ns = std::min(first_ns, e.ts_ns);
-    start_ns.push_back(first_ns);
-    results.push_back(AnalyzeRank(&*t, options.analyze));
-    if (!has_rank) unranked.push_back(results.size() - 1);
+    FileResult f;
+    f.key = internal::ProcessKey(*t);
+    for (const Event& e : t->events) {
+      f.first_ns = std::min(f.first_ns, e.ts_ns);
+      f.last_ns = std::max(f.last_ns, e.end_ns());
+    }
+    f.result = AnalyzeRank(&*t, options.analyze);
+    results.push_back(std::move(f));
   }
+  TS_ASSIGN_OR_RETURN(std::vector<RankResult> ranks,
+                      GroupWindows(std::move(results), options.analyze));
   // Traces without a rank (no distributedInfo, no number in the name): next free numbers.
   int next = 0;
-  for (size_t i : unranked) {
+  for (RankResult& r : ranks) {
+    if (r.rank >= 0) continue;
     while (used_ranks.count(next)) ++next;
-    RankResult& r = results[i];
     r.rank = next++;
     r.rank_source = "order";
     for (Finding& f : r.findings) {
@@ -131,14 +175,13 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
         f.title = "rank " + std::to_string(r.rank) + f.title.substr(7);
     }
   }
-  KeepLatestWindowPerRank(start_ns, &results, &skipped);
-  if (results.empty()) {
+  if (ranks.empty()) {
     // The first reason names a file: an execution trace given alone says what it is.
     return absl::InvalidArgumentError(
         absl::StrCat("no traces among the files given (", skipped.size(), " skipped: not a trace",
                      skipped.empty() ? "" : absl::StrCat("; first: ", skipped[0].reason), ")"));
   }
-  Report rep = CombineRanks(std::move(results), options.analyze);
+  Report rep = CombineRanks(std::move(ranks), options.analyze);
   rep.skipped = std::move(skipped);
   rep.warnings = std::move(warnings);
   return rep;

@@ -426,6 +426,14 @@ absl::Status Reader::ReadHeaderKeys(bool after_events, bool* found_events) {
       TS_RETURN_IF_ERROR(Fill(true, &progressed));
       continue;
     }
+    if (key == "host_name" && *v == '"') {
+      // The host, which tells two processes with the same pid apart (windows of one process
+      // are grouped by host and pid).
+      simdjson::dom::parser small;
+      std::string_view host;
+      if (small.parse(v, v_end - v).get_string().get(host) == SUCCESS)
+        out_->host_name = std::string(host.substr(0, 256));
+    }
     if (key == "distributedInfo" || key == "distributed_info") {
       // A small object: the DOM parser validates all of it first. (An ondemand document
       // that hit an error must not be read on: a second lookup dereferenced a null parser

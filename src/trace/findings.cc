@@ -34,7 +34,23 @@ GapCause DominantGap(const RankResult& r) {
   return best;
 }
 
-std::string FixFor(const std::string& cause) {
+// Advice that names the trace's own device: CUDA graphs mean nothing to a CPU-only run, and an
+// Ascend run's host overhead is the task queue and aclop compilation, not CUDA launches.
+std::string HostGapFix(const std::string& device) {
+  if (device == "cpu")
+    return "host-side gaps (Python, dispatch, waits) on a CPU-only run: avoid .item()/print in "
+           "the loop, torch.compile to cut Python and dispatch overhead, match "
+           "torch.set_num_threads/OMP_NUM_THREADS to the cores of this process, bind it to its "
+           "NUMA node";
+  if (device == "npu")
+    return "host-side gaps (Python, dispatch, synchronisation): avoid .item()/.cpu() in the loop, "
+           "enable the task queue (TASK_QUEUE_ENABLE=2), avoid aclop online compilation "
+           "(torch_npu.npu.set_compile_mode(jit_compile=False)), bind cores (CPU_AFFINITY_CONF=1)";
+  return "host-side gaps (Python, dispatch, synchronisation): avoid .item()/.cpu() in the loop, "
+         "use CUDA graphs or torch.compile, bind the process to its NUMA node";
+}
+
+std::string FixFor(const std::string& cause, const std::string& device) {
   if (cause == "data_loading")
     return "speed up the input pipeline: DataLoader(num_workers>0, pin_memory=True, "
            "persistent_workers=True, prefetch_factor), pre-tokenise/pack the data (trainscope "
@@ -42,9 +58,7 @@ std::string FixFor(const std::string& cause) {
   if (cause == "comm_wait" || cause == "communication")
     return "the rank waits in collectives: find the late rank (stragglers below); overlap "
            "communication with backward (DDP bucket_cap_mb, gradient_as_bucket_view)";
-  if (cause == "host_idle" || cause == "other" || cause == "preparing")
-    return "host-side gaps (Python, dispatch, synchronisation): avoid .item()/.cpu() in the loop, "
-           "use CUDA graphs or torch.compile, bind the process to its NUMA node";
+  if (cause == "host_idle" || cause == "other" || cause == "preparing") return HostGapFix(device);
   if (cause == "h2d")
     return "use pinned memory and non_blocking=True copies, prefetch the next batch";
   if (cause == "free" || cause == "bubble")
@@ -54,6 +68,44 @@ std::string FixFor(const std::string& cause) {
     return "this rank computes more: check for uneven batch shapes or sequence lengths across "
            "ranks, a throttled or slower device, or other processes on that host";
   return "compare this rank's host timeline with the others";
+}
+
+std::string FusionFix(const std::string& pattern, const std::string& device) {
+  if (pattern == "optimizer") {
+    if (device == "npu")
+      return "use the fused optimizer kernels: torch_npu.optim.NpuFusedAdamW (or foreach=True), "
+             "not one small operator per parameter";
+    if (device == "cpu")
+      return "use the optimizer's fused or multi-tensor path: AdamW(..., fused=True) (CPU "
+             "kernels since torch 2.4) or foreach=True, not one small operator per parameter";
+    return "use the optimizer's fused or multi-tensor path: AdamW(..., fused=True) or "
+           "foreach=True, not one small operator per parameter";
+  }
+  if (device == "npu")
+    return "use a torch_npu fused API (npu_rms_norm, npu_fusion_attention, fused bias-activation)";
+  return "use a fused kernel (fused LayerNorm/bias-activation, torch.compile)";
+}
+
+// Kernel-level advice (tiny kernels, launch-bound steps) for the trace's device.
+std::string DeviceFix(const std::string& code, const std::string& device) {
+  if (code == "tiny_kernels")
+    return device == "npu"
+               ? "fuse small operators (torch_npu fused APIs such as npu_rms_norm, fused "
+                 "optimizers), enable the task queue (TASK_QUEUE_ENABLE=2), raise the batch size"
+               : "fuse small operators (torch.compile, fused optimizers, fused "
+                 "LayerNorm/activation), capture steps with CUDA graphs, raise the batch size";
+  return device == "npu" ? "enable the task queue (TASK_QUEUE_ENABLE=2) and core binding "
+                           "(CPU_AFFINITY_CONF=1); fewer, larger operators"
+                         : "CUDA graphs or torch.compile(mode=\"reduce-overhead\"); fewer, "
+                           "larger kernels";
+}
+
+std::string FusionEvidence(const nlohmann::json& f) {
+  std::string e = absl::StrCat(N(f["total_us"].get<double>()), " us in total");
+  if (f.contains("optimizer"))
+    absl::StrAppend(&e, ", inside ", f["optimizer"].get<std::string>(),
+                    ".step: the optimizer's per-parameter loop");
+  return e;
 }
 
 void Add(RankResult* r, Severity sev, const char* code, std::string what, std::string evidence,
@@ -90,7 +142,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
                      c.key.empty()
                          ? ""
                          : absl::StrCat("; largest part: ", c.key, " ", MsText(c.us), " per step")),
-        FixFor(c.key));
+        FixFor(c.key, r->device));
   }
   // Slow data loader (msprof-analyze: > 10 ms per step), or a large share of the step.
   double data = r->MeanHostUs("data_loading");
@@ -101,7 +153,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
                      Pc(step > 0 ? 100 * data / step : 0), " of the step)"),
         absl::StrCat("DataLoader/data_wait events on the main thread, mean ", MsText(data),
                      " per step; threshold ", opt.dataloader_ms_per_step, " ms or 10%"),
-        FixFor("data_loading"));
+        FixFor("data_loading", r->device));
   }
   // Device idle and overlap (device basis).
   if (r->basis == "device" || r->basis == "ascend") {
@@ -109,7 +161,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
       Add(r, Severity::kWarning, "device_idle",
           absl::StrCat(who, ": the device is idle ", Pc(r->idle_pct), " of the kernel time"),
           absl::StrCat("idle ", MsText(r->idle_us), " of ", MsText(r->kernel_time_us)),
-          FixFor("host_idle"));
+          FixFor("host_idle", r->device));
     }
   }
   if (r->comm_comp_overlap_pct && *r->comm_comp_overlap_pct < 50 && r->non_compute_pct > 10) {
@@ -129,8 +181,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
           absl::StrCat(who, ": ", N(f["short_kernels_pct"].get<double>()),
                        "% of kernels run under ", N(f["short_threshold_us"].get<double>()), " us"),
           absl::StrCat(N(f["kernels_per_step"].get<double>()), " kernels per step"),
-          "fuse small operators (torch.compile, fused optimizers, fused LayerNorm/activation), "
-          "capture steps with CUDA graphs, raise the batch size");
+          DeviceFix("tiny_kernels", r->device));
     }
     if (f.contains("launch") && f["launch"]["kernels_shorter_than_launch_pct"].get<double>() > 30) {
       Add(r, Severity::kWarning, "launch_bound",
@@ -139,7 +190,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
                        "% of kernels are shorter than their CPU launch"),
           absl::StrCat("mean CPU launch ", N(f["launch"]["cpu_launch_mean_us"].get<double>()),
                        " us vs kernel ", N(f["launch"]["kernel_mean_us"].get<double>()), " us"),
-          "CUDA graphs or torch.compile(mode=\"reduce-overhead\"); fewer, larger kernels");
+          DeviceFix("launch_bound", r->device));
     }
   }
   // Shape churn.
@@ -196,8 +247,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
     Add(r, Severity::kInfo, "fusion",
         absl::StrCat(who, ": fusion candidate ", f["sequence"].get<std::string>(), " (",
                      f["count"].get<int64_t>(), " times)"),
-        absl::StrCat(N(f["total_us"].get<double>()), " us in total"),
-        "use a fused kernel (fused LayerNorm/bias-activation, torch.compile)");
+        FusionEvidence(f), FusionFix(f.value("pattern", ""), r->device));
   }
   const ParseStats& p = r->stats;
   if (p.truncated || p.malformed > 0) {
@@ -306,7 +356,7 @@ void CrossRankFindings(const AnalyzeOptions& opt, Report* rep) {
     Finding f{Severity::kError, "straggler",
               absl::StrCat("rank ", st.rank,
                            " is the straggler: the other ranks wait for it; cause: ", cause_text),
-              evidence, FixFor(st.cause)};
+              evidence, FixFor(st.cause, ranks[i].device)};
     f.rank = st.rank;
     rep->findings.push_back(std::move(f));
   }

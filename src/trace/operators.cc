@@ -103,6 +103,15 @@ bool IsFusible(std::string_view n) {
 
 namespace {
 
+// "AdamW" from the annotation Optimizer.step#AdamW.step ("" when the name has no class).
+std::string OptimizerName(const std::string& annotation) {
+  size_t hash = annotation.find('#');
+  if (hash == std::string::npos) return "";
+  std::string cls = annotation.substr(hash + 1);
+  size_t dot = cls.find('.');
+  return dot == std::string::npos ? cls : cls.substr(0, dot);
+}
+
 std::string KnownPattern(const std::vector<std::string>& names) {
   auto any = [&](std::initializer_list<const char*> keys) {
     for (const auto& n : names)
@@ -138,7 +147,7 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   absl::flat_hash_map<uint32_t, int64_t> gather_by_name;
   for (uint32_t i : hv.order) {
     const Event& e = ev[i];
-    if (!IsHostOp(e) || is_step[i]) continue;
+    if (!IsHostOp(e) || is_step[i] || hv.names[e.name].annotation) continue;  // not operators
     Agg& a = ops[e.name];
     ++a.count;
     a.total_ns += e.dur_ns;
@@ -356,9 +365,19 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
 
   // --- Fusion candidates: frequent sequences of 2-3 consecutive first-level operators on one
   // thread, all fusible (elementwise, norm, activation, conv, linear). ---
+  // A sequence inside Optimizer.step (AdamW's div > add_ > addcdiv_ when foreach=False) is
+  // the optimizer's per-parameter loop: its fix is a fused/foreach optimizer, not a fused
+  // LayerNorm, so each sequence remembers the optimizer annotation it ran under.
   struct Seq {
     int64_t count = 0;
     int64_t total_ns = 0;
+    int64_t in_optimizer = 0;
+    uint32_t optimizer = 0;  // name id of the enclosing Optimizer.step annotation
+  };
+  auto optimizer_of = [&](uint32_t i) -> uint32_t {
+    for (int32_t p = hv.parent[i]; p >= 0; p = hv.parent[p])
+      if (hv.names[ev[p].name].phase == Phase::kOptimizer) return ev[p].name;
+    return 0;
   };
   absl::flat_hash_map<std::array<uint32_t, 3>, Seq> seqs;
   for (size_t i = 0; i < first_level.size(); ++i) {
@@ -380,6 +399,10 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       Seq& s = seqs[key];
       ++s.count;
       s.total_ns += total;
+      if (uint32_t o = optimizer_of(first_level[i])) {
+        ++s.in_optimizer;
+        s.optimizer = o;
+      }
     }
   }
   std::vector<std::pair<std::array<uint32_t, 3>, Seq>> sv;
@@ -398,10 +421,14 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       names.push_back(t.strings.Get(n));
       joined += (joined.empty() ? "" : " > ") + t.strings.Get(n);
     }
-    d["fusion_candidates"].push_back({{"sequence", joined},
-                                      {"pattern", KnownPattern(names)},
-                                      {"count", sv[i].second.count},
-                                      {"total_us", Us(sv[i].second.total_ns)}});
+    const Seq& q = sv[i].second;
+    const bool optimizer = 2 * q.in_optimizer > q.count;
+    nlohmann::json& c = d["fusion_candidates"].emplace_back(nlohmann::json::object());
+    if (optimizer) c["optimizer"] = OptimizerName(t.strings.Get(q.optimizer));
+    c.update({{"sequence", joined},
+              {"pattern", optimizer ? "optimizer" : KnownPattern(names)},
+              {"count", sv[i].second.count},
+              {"total_us", Us(sv[i].second.total_ns)}});
   }
   (void)gather_by_name;
 }

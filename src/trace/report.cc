@@ -1,9 +1,11 @@
 // The report of `trainscope trace analyze`: JSON, text, and a Chrome-trace export.
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "trainscope/core/table.h"
 #include "trainscope/core/utf8.h"
 #include "trainscope/trace/analysis.h"
@@ -29,6 +31,16 @@ nlohmann::json RankJson(const RankResult& r) {
   j["format"] = r.format;
   j["rank_source"] = r.rank_source;
   j["basis"] = r.basis;
+  j["device"] = r.device;
+  // The files of the rank (several with a repeating profiler schedule), by file name: the
+  // directory is in "path".
+  j["windows"] = nlohmann::json::array();
+  for (const WindowResult& w : r.windows)
+    j["windows"].push_back({{"file", std::filesystem::path(w.path).filename().string()},
+                            {"steps", w.steps},
+                            {"start_us", R2(w.start_us)},
+                            {"end_us", R2(w.end_us)},
+                            {"mean_step_us", R2(w.mean_step_us)}});
   j["steps"] = nlohmann::json::array();
   nlohmann::json per_step = nlohmann::json::array();
   for (const auto& s : r.steps) {
@@ -129,7 +141,16 @@ std::string ReportToText(const Report& rep) {
       "main thread's steps)\n";
   out += side.Render();
   for (const auto& r : rep.ranks) {
-    out += absl::StrCat("\nrank ", r.rank, " (", r.path, ", ", r.format, ")\n");
+    if (r.windows.size() > 1) {
+      out += absl::StrCat("\nrank ", r.rank, ": ", r.windows.size(), " windows (", r.format,
+                          ", one process)\n");
+      for (const WindowResult& w : r.windows)
+        out += absl::StrCat("  ", w.path, ": steps ", absl::StrJoin(w.steps, ","), ", ",
+                            Ms(w.start_us), "-", Ms(w.end_us), " ms, mean step ",
+                            Ms(w.mean_step_us), " ms\n");
+    } else {
+      out += absl::StrCat("\nrank ", r.rank, " (", r.path, ", ", r.format, ")\n");
+    }
     Table steps({"step", "step ms", "gap ms", "gap %", "", "data", "forward", "backward",
                  "optimizer", "comm", "comm wait", "host idle"});
     for (const auto& s : r.steps) {

@@ -410,8 +410,8 @@ TEST(Analysis, RealDdpRunNamesSlowRankAndDataLoading) {
 }
 
 // torch.profiler's schedule(repeat=2) writes two files per rank, one per window: a rank is
-// one process, so each rank is reported once, from its latest window (by time, not by path),
-// and the earlier window is listed as skipped.
+// one process, so each rank is reported once, with its windows by time (not by path) and its
+// steps over all of them; nothing is skipped.
 TEST(AnalyzePaths, OneRankPerProcessNotPerProfilerWindow) {
   auto window = [](int rank, int64_t t0) {
     return absl::StrCat(R"({"distributedInfo": {"backend": "gloo", "rank": )", rank,
@@ -429,13 +429,22 @@ TEST(AnalyzePaths, OneRankPerProcessNotPerProfilerWindow) {
   auto rep = AnalyzePaths({dir});
   ASSERT_TRUE(rep.ok()) << rep.status();
   ASSERT_EQ(rep->ranks.size(), 2u);
-  EXPECT_EQ(rep->ranks[0].rank, 0);
-  EXPECT_EQ(rep->ranks[0].path, dir + "/a.pt.trace.json");
-  EXPECT_EQ(rep->ranks[0].steps[0].step, 5000);
+  const RankResult& r0 = rep->ranks[0];
+  EXPECT_EQ(r0.rank, 0);
+  EXPECT_EQ(r0.path, dir + "/b.pt.trace.json");
+  ASSERT_EQ(r0.windows.size(), 2u);
+  EXPECT_EQ(r0.windows[0].path, dir + "/b.pt.trace.json");
+  EXPECT_EQ(r0.windows[1].path, dir + "/a.pt.trace.json");
+  EXPECT_EQ(r0.windows[1].steps, std::vector<int64_t>{5000});
+  EXPECT_DOUBLE_EQ(r0.windows[1].start_us, 4000);
+  ASSERT_EQ(r0.steps.size(), 2u);
+  EXPECT_EQ(r0.steps[0].step, 1000);
+  EXPECT_EQ(r0.steps[1].step, 5000);
+  EXPECT_DOUBLE_EQ(r0.kernel_time_us, 200);  // the two steps, not the time between them
   EXPECT_EQ(rep->ranks[1].rank, 1);
-  ASSERT_EQ(rep->skipped.size(), 1u);
-  EXPECT_EQ(rep->skipped[0].path, dir + "/b.pt.trace.json");
-  EXPECT_NE(rep->skipped[0].reason.find("earlier profiler window of rank 0"), std::string::npos);
+  EXPECT_EQ(rep->ranks[1].windows.size(), 1u);
+  EXPECT_TRUE(rep->skipped.empty());
+  EXPECT_NE(ReportToText(*rep).find("rank 0: 2 windows"), std::string::npos);
 }
 
 TEST(Readers, AscendOutputDirectory) {

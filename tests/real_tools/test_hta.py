@@ -4,8 +4,9 @@ Two CPU processes train a small model with a DataLoader under DDP over gloo, pro
 torch.profiler with schedule(wait=1, warmup=1, active=3, repeat=2) and tensorboard_trace_handler:
 two profiler windows, so two files per rank. Both tools then read the same files:
 
-- Reader: the folder is 2 ranks (the latest window of each; the earlier one listed as
-  skipped), rank from distributedInfo, no bad record of any kind, and the steps HTA finds.
+- Reader: the folder is 2 ranks of 2 windows each (both files of a process are one rank, its
+  steps and breakdown over both), rank from distributedInfo, no bad record of any kind, and the
+  steps HTA finds.
 - CPU traces as written: HTA (0.5.0) gives no temporal breakdown, idle time or overlap for a
   trace without device events (IndexError, ValueError, NaN: test_hta_on_cpu_traces records
   which and compares any figure it does give). trainscope's host basis is checked against HTA's
@@ -366,19 +367,25 @@ def test_reader_one_rank_per_process_not_per_window(traces):
     ranks = by_rank(doc)
     assert len(doc["ranks"]) == WORLD and sorted(ranks) == [0, 1], \
         [(r["rank"], r["path"]) for r in doc["ranks"]]
-    latest = {os.path.basename(f) for f in glob.glob(os.path.join(traces["windows"][1], "*"))}
-    earliest = {os.path.basename(f) for f in glob.glob(os.path.join(traces["windows"][0], "*"))}
+    # Each rank is its two windows (files), by time; nothing skipped.
+    assert doc["skipped"] == []
+    files = [{os.path.basename(f) for f in glob.glob(os.path.join(traces["windows"][w], "*"))}
+             for w in (0, 1)]
+    alone = [by_rank(run_trainscope(traces["windows"][w])) for w in (0, 1)]
     for rank, r in ranks.items():
         assert r["rank_source"] == "distributedInfo"
-        assert os.path.basename(r["path"]) in latest and ("rank%d." % rank) in r["path"]
-        assert r["basis"] == "host"
+        assert r["basis"] == "host" and r["device"] == "cpu"
         assert_clean_parse(r)
-    assert {os.path.basename(s["path"]) for s in doc["skipped"]} == earliest, doc["skipped"]
-    # The latest window alone gives the same figures.
-    alone = by_rank(run_trainscope(traces["windows"][1]))
-    for rank in ranks:
-        assert ranks[rank]["temporal_breakdown"] == alone[rank]["temporal_breakdown"]
-        assert ranks[rank]["per_step"] == alone[rank]["per_step"]
+        assert len(r["windows"]) == 2, r["windows"]
+        for w, win in enumerate(r["windows"]):
+            assert win["file"] in files[w] and win["file"].startswith("rank%d." % rank)
+            assert win["steps"] == alone[w][rank]["steps"]
+        # The rank's steps are both windows' steps, each as the window alone gives it, and its
+        # breakdown the sum of the windows' (HTA's figures per file).
+        assert r["per_step"] == alone[0][rank]["per_step"] + alone[1][rank]["per_step"]
+        for k in ("kernel_time_us", "compute_us", "non_compute_us", "idle_us"):
+            total = sum(alone[w][rank]["temporal_breakdown"][k] for w in (0, 1))
+            assert abs(r["temporal_breakdown"][k] - total) <= 0.02, (k, r["temporal_breakdown"])
 
 
 @pytest.mark.parametrize("window", [0, 1])

@@ -65,10 +65,23 @@ struct StepResult {
   std::map<std::string, double> host_us;
 };
 
+// One profiler window: a file of a rank. torch.profiler's schedule(repeat=N) with
+// tensorboard_trace_handler writes one file per window and process.
+struct WindowResult {
+  std::string path;
+  std::vector<int64_t> steps;       // its analysed steps (ProfilerStep numbers)
+  double start_us = 0, end_us = 0;  // its events' time range, from the rank's first event
+  double mean_step_us = 0;          // over its analysed steps
+};
+
 struct RankResult {
   int rank = -1;
   std::string path, format, rank_source;
   std::string basis;  // "device", "host", "ascend" or "phase-log"
+  // What the trace ran on, for advice that fits it: "cuda" (CUDA kernels or runtime calls),
+  // "npu" (torch_npu / Ascend), "cpu" (a profiler trace with no device activity), "" unknown
+  // (phase logs).
+  std::string device;
   std::vector<StepResult> steps;
   // Temporal breakdown, us and % (of kernel_time_us).
   double kernel_time_us = 0, idle_us = 0, compute_us = 0, non_compute_us = 0;
@@ -78,6 +91,9 @@ struct RankResult {
   ParseStats stats;        // the reader's counts, plus negative_launch_delay from the analysis
   nlohmann::json parse;    // `stats` as JSON (docs/formats.md "parse")
   std::vector<Finding> findings;
+  // The files of this rank, by time (AnalyzePaths fills it; one entry per file). With several
+  // windows, steps and figures are over all of them; the temporal breakdown sums the windows'.
+  std::vector<WindowResult> windows;
   double MeanStepUs() const;
   double MeanHostUs(const std::string& phase) const;
   double MeanCommUs() const;
@@ -93,8 +109,7 @@ struct Straggler {
   double cause_us = 0, others_cause_us = 0;
 };
 
-// A file found in a directory that is not a trace (an execution trace, notes, ...), or an
-// earlier profiler window of a rank that a later file also covers: skipped.
+// A file found in a directory that is not a trace (an execution trace, notes, ...): skipped.
 struct SkippedFile {
   std::string path, reason;
 };
@@ -133,12 +148,13 @@ absl::Status CheckTracePaths(const std::vector<std::string>& paths);
 // (CheckTracePaths), expands directories (ExpandTracePaths), reads and analyses one rank at a
 // time (memory stays at one rank's event table), numbers traces without a rank with the next
 // free numbers and combines the ranks. A file found in a directory that is not a trace is
-// skipped (Report::skipped), and so is each earlier profiler window of a rank that several
-// files name (torch.profiler's schedule(repeat=N) writes one file per window and rank): the
-// window whose events start last is the rank's (the later path on a tie); bad records go to
-// Report::warnings, or with options.strict are an InvalidArgument naming the file. Errors: NotFound
-// (a missing path), InvalidArgument (a named file that is not a trace or has no usable events, no
-// trace at all), each naming the file. Blocking (reads files); writes nothing.
+// skipped (Report::skipped). The files of one process are one rank with several windows
+// (RankResult::windows; torch.profiler's schedule(repeat=N) writes one file per window): files
+// that name the same rank, or without a rank the same host and pid; their events are analysed
+// together, HTA's last-step rule applied per window. Bad records go to Report::warnings, or with
+// options.strict are an InvalidArgument naming the file. Errors: NotFound (a missing path),
+// InvalidArgument (a named file that is not a trace or has no usable events, no trace at all), each
+// naming the file. Blocking (reads files); writes nothing.
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
                                     const AnalyzePathsOptions& options = {});
 

@@ -161,6 +161,7 @@ struct RankTrace {
   int rank = -1;
   std::string rank_source;  // "distributedInfo", "file name", "profiler_info", "order"
   int world_size = 0;       // from distributedInfo; 0 unknown
+  std::string host_name;    // Kineto's top-level "host_name"; "" when absent
   StringTable strings;
   std::vector<Event> events;                      // complete events, in file order
   std::map<uint32_t, std::string> process_names;  // pid id -> process_name/labels
