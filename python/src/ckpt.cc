@@ -207,6 +207,36 @@ py::object CkptLatest(const std::string& dir, bool hash) {
   return py::str(l.path);
 }
 
+// FindLatestComplete with what it passed over: {"path": str or None, "step": int or None,
+// "skipped": [{"path", "reason", "tensor"}, ...] newest first}.
+py::dict CkptFindLatest(const std::string& dir, bool hash) {
+  absl::StatusOr<ckpt::Latest> latest;
+  {
+    py::gil_scoped_release nogil;
+    latest = ckpt::FindLatestComplete(dir, hash);
+  }
+  py::dict out;
+  out["path"] = py::none();
+  out["step"] = py::none();
+  out["skipped"] = py::list();
+  if (absl::IsNotFound(latest.status())) return out;  // no such folder yet
+  ckpt::Latest l = ValueOrThrow(std::move(latest));
+  py::list skipped;
+  for (const ckpt::Problem& p : l.skipped) {
+    py::dict s;
+    s["path"] = p.file;
+    s["reason"] = p.problem;
+    s["tensor"] = p.tensor.empty() ? py::object(py::none()) : py::object(py::str(p.tensor));
+    skipped.append(s);
+  }
+  out["skipped"] = skipped;
+  if (!l.path.empty()) {
+    out["path"] = l.path;
+    out["step"] = l.step;
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterCheckpoint(py::module_& m) {
@@ -239,6 +269,10 @@ void RegisterCheckpoint(py::module_& m) {
   m.def("ckpt_latest", &CkptLatest, py::arg("dir"), py::kw_only(), py::arg("hash") = true,
         "The newest complete, intact, non-anomaly checkpoint under dir (its checkpoints/ "
         "folder when present), or None (none yet, or no such folder).");
+  m.def("ckpt_find_latest", &CkptFindLatest, py::arg("dir"), py::kw_only(), py::arg("hash") = true,
+        "As ckpt_latest, with what was passed over: {'path': str or None, 'step': int or None, "
+        "'skipped': [{'path', 'reason', 'tensor' (the damaged tensor or None)}, ...]}, the "
+        "newer checkpoints that are damaged or unfinished, newest first.");
 }
 
 }  // namespace trainscope::python

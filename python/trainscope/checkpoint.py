@@ -2,7 +2,9 @@
 
     trainscope.checkpoint.save(run_dir, {"model": model.state_dict(),
                                          "optimizer": opt.state_dict()}, step=s, keep=3)
-    ck = trainscope.checkpoint.load(run_dir)        # the latest complete one
+    ck = trainscope.checkpoint.load(run_dir)        # the latest complete, intact one; newer
+                                                    # damaged or unfinished ones are warned
+                                                    # about and listed in ck.skipped
     model.load_state_dict(ck.state["model"]); opt.load_state_dict(ck.state["optimizer"])
 
 The folders are the trainer's (`<run_dir>/checkpoints/step-<N>/`, docs/formats.md
@@ -32,6 +34,7 @@ leaves the other ranks an empty dict) is written as it is.
 import collections
 import os
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -50,7 +53,13 @@ _FROM_ST = {"F32": (np.float32, None), "F64": (np.float64, None), "F16": (np.flo
             "I32": (np.int32, None), "I16": (np.int16, None), "I8": (np.int8, None),
             "U8": (np.uint8, None), "BOOL": (np.bool_, None)}
 
-Loaded = collections.namedtuple("Loaded", ["state", "step", "path"])
+Loaded = collections.namedtuple("Loaded", ["state", "step", "path", "skipped"], defaults=((),))
+Loaded.__doc__ = """What load() read: state, step, path, and skipped: the newer checkpoints it
+passed over (a list of Skipped, newest first; empty when it took the newest)."""
+Skipped = collections.namedtuple("Skipped", ["path", "reason", "tensor"])
+Skipped.__doc__ = """A checkpoint load() passed over: its folder, why (the first problem
+`ckpt verify` finds: "model.safetensors: corrupt: tensor ...", "manifest.json: incomplete:
+..."), and the damaged tensor's name (None when not one tensor's)."""
 
 
 def _checkpoints_dir(path):
@@ -239,29 +248,48 @@ def save(path, state, step, keep=0, rng=True):
     return written
 
 
-def latest(path):
-    """The newest complete, intact checkpoint folder under run dir or checkpoints folder
-    `path`, or None."""
+def _find_latest(path):
+    """(newest complete, intact, non-anomaly checkpoint folder or None, [Skipped newer ones])
+    under run dir or checkpoints folder `path`."""
     p = str(path)
     for d in (_checkpoints_dir(p), p):
         if os.path.isdir(d):
-            found = _core.ckpt_latest(d)
-            if found:
-                return found
-    return None
+            found = _core.ckpt_find_latest(d)
+            skipped = [Skipped(s["path"], s["reason"], s["tensor"]) for s in found["skipped"]]
+            if found["path"] or skipped:
+                return found["path"], skipped
+    return None, []
 
 
-def load(path, restore_rng=True, map_location=None):
+def latest(path):
+    """The newest complete, intact checkpoint folder under run dir or checkpoints folder
+    `path`, or None."""
+    return _find_latest(path)[0]
+
+
+def load(path, restore_rng=True, map_location=None, strict=False):
     """Reads a checkpoint: `path` is a step-<N> folder, or a run directory / checkpoints folder
-    (its latest complete checkpoint). Returns Loaded(state, step, path): the state as saved,
-    tensors on the CPU (or map_location). restore_rng: restores the saved RNG states.
-    Raises trainscope.Error: no checkpoint there, a hash mismatch, not ours."""
+    (its latest complete, intact checkpoint). Returns Loaded(state, step, path, skipped): the
+    state as saved, tensors on the CPU (or map_location); skipped lists the newer checkpoints
+    passed over (damaged or unfinished), each also told with a warnings.warn naming its folder
+    and why. strict: raise instead of passing over any. restore_rng: restores the saved RNG
+    states. Raises trainscope.Error: no checkpoint there, a hash mismatch (naming the file and
+    the damaged tensor), not ours, strict and a newer checkpoint is damaged or unfinished."""
     p = str(path)
+    skipped = []
     if not os.path.exists(os.path.join(p, "manifest.json")):
-        found = latest(p)
+        found, skipped = _find_latest(p)
+        why = "; ".join("%s: %s" % (s.path, s.reason) for s in skipped)
+        if skipped and strict:
+            raise Error("%s: the newest checkpoint%s cannot be loaded (strict=True): %s%s"
+                        % (p, "s" if len(skipped) > 1 else "", why,
+                           "; the newest good one is %s" % found if found else ""))
         if found is None:
             raise Error("%s: no complete checkpoint there (a step-<N> folder, or a run directory "
-                        "with checkpoints/)." % p)
+                        "with checkpoints/)%s." % (p, "; passed over: " + why if why else ""))
+        for s in skipped:
+            warnings.warn("trainscope.checkpoint.load: skipped %s: %s; loading %s instead "
+                          "(strict=True raises)" % (s.path, s.reason, found), stacklevel=2)
         p = found
     listed, meta = _core.ckpt_read(p)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -278,7 +306,7 @@ def load(path, restore_rng=True, map_location=None):
         tensors[name] = t
     if restore_rng and "rng" in meta:
         _restore_rng(meta["rng"], tensors)
-    return Loaded(_unflatten(meta["state"], tensors), int(meta["step"]), p)
+    return Loaded(_unflatten(meta["state"], tensors), int(meta["step"]), p, skipped)
 
 
 def verify(path):

@@ -85,15 +85,20 @@ struct Writer {
   const WriteOptions& options;
   json files = json::array();
 
+  // `detail`: more members of the file's manifest entry (a safetensors file's "header" and
+  // "tensors").
   absl::Status Put(const std::string& name,
-                   const std::vector<std::pair<const void*, uint64_t>>& parts) {
+                   const std::vector<std::pair<const void*, uint64_t>>& parts,
+                   json detail = json::object()) {
     OutFile f;
     if (auto s = f.Open(tmp + "/" + name); !s.ok()) return s;
     for (const auto& [p, n] : parts) {
       if (auto s = f.Write(p, n); !s.ok()) return s;
     }
     if (auto s = f.Close(options.fsync); !s.ok()) return s;
-    files.push_back({{"path", name}, {"bytes", f.bytes()}, {"xxh3", f.hash()}});
+    json entry = {{"path", name}, {"bytes", f.bytes()}, {"xxh3", f.hash()}};
+    entry.update(detail);
+    files.push_back(std::move(entry));
     if (options.after_file) return options.after_file(name);
     return absl::OkStatus();
   }
@@ -105,8 +110,23 @@ struct Writer {
     if (!header.ok())
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", header.status().message()));
     std::vector<std::pair<const void*, uint64_t>> parts{{header->data(), header->size()}};
-    for (const TensorView& t : tensors) parts.push_back({t.data, t.bytes});
-    return Put(name, parts);
+    // Per-part hashes let verify name the damaged tensor (or the header) rather than only the
+    // file: each tensor's absolute byte range in the file and its xxh3. EncodeHeader lays the
+    // data out in the order given, right after the header.
+    json detail = {{"header",
+                    {{"bytes", header->size()},
+                     {"xxh3", HashHex(XXH3_64bits(header->data(), header->size()))}}},
+                   {"tensors", json::array()}};
+    uint64_t at = header->size();
+    for (const TensorView& t : tensors) {
+      parts.push_back({t.data, t.bytes});
+      detail["tensors"].push_back({{"name", t.name},
+                                   {"begin", at},
+                                   {"bytes", t.bytes},
+                                   {"xxh3", HashHex(XXH3_64bits(t.data, t.bytes))}});
+      at += t.bytes;
+    }
+    return Put(name, parts, std::move(detail));
   }
 };
 
@@ -166,6 +186,65 @@ std::string MetaProblem(const absl::StatusOr<json>& meta) {
     return "corrupt: \"anomaly\" is not a boolean";
   if (!meta->contains("step")) return "corrupt: no \"step\"";
   return "";
+}
+
+// The xxh3 of bytes [begin, begin + n) of `f` when it differs from `want`, else "" (also
+// when the range cannot be read: the size check already named a short file).
+std::string RangeMismatch(const File& f, uint64_t begin, uint64_t n, const std::string& want) {
+  auto h = HashRange(f, begin, n);
+  return h.ok() && *h != want ? *h : std::string();
+}
+
+// Where a file whose xxh3 differs from its manifest entry was changed. For a safetensors
+// file: the header (it no longer parses: corrupt; or its bytes differ from the entry's
+// "header" hash) and each tensor whose byte range differs from its "tensors" hash, the
+// tensor named. Manifests written before those hashes were recorded have only the header
+// check. Empty when nothing more precise than the whole file can be said.
+std::vector<Problem> LocateDamage(const std::string& file, const json& entry) {
+  std::vector<Problem> out;
+  if (!absl::EndsWith(file, ".safetensors")) return out;
+  auto f = File::Open(file);
+  if (!f.ok()) return out;
+  auto header = ReadHeader(file);
+  // "hash mismatch of bytes [0, H) (...)" when the entry has a header hash and it differs.
+  std::string mismatch;
+  auto hh = entry.find("header");
+  if (hh != entry.end() && hh->is_object() && hh->contains("bytes") &&
+      (*hh)["bytes"].is_number_unsigned() && hh->contains("xxh3") && (*hh)["xxh3"].is_string()) {
+    const uint64_t n = (*hh)["bytes"];
+    const std::string want = (*hh)["xxh3"];
+    if (std::string got = RangeMismatch(*f, 0, n, want); !got.empty()) {
+      mismatch = absl::StrCat("hash mismatch of bytes [0, ", n, ") (xxh3 ", got,
+                              ", the manifest says ", want, ")");
+    }
+  }
+  if (!header.ok()) {
+    std::string why(header.status().message());
+    if (absl::StartsWith(why, file + ": ")) why = why.substr(file.size() + 2);
+    out.push_back({file, absl::StrCat("corrupt: damaged safetensors header: ", mismatch,
+                                      mismatch.empty() ? "" : "; ", why)});
+  } else if (!mismatch.empty()) {
+    out.push_back({file, absl::StrCat("corrupt: damaged safetensors header: ", mismatch)});
+  }
+  if (!entry.contains("tensors") || !entry["tensors"].is_array()) return out;
+  // By the manifest's byte ranges, so a damaged header does not hide damaged data.
+  for (const json& t : entry["tensors"]) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("begin") ||
+        !t["begin"].is_number_unsigned() || !t.contains("bytes") ||
+        !t["bytes"].is_number_unsigned() || !t.contains("xxh3") || !t["xxh3"].is_string()) {
+      continue;  // a malformed entry: the file-level mismatch stands for it
+    }
+    const std::string name = t["name"], want = t["xxh3"];
+    const uint64_t begin = t["begin"], n = t["bytes"];
+    if (std::string got = RangeMismatch(*f, begin, n, want); !got.empty()) {
+      out.push_back(
+          {file,
+           absl::StrCat("corrupt: tensor \"", name, "\": hash mismatch of bytes [", begin, ", ",
+                        begin + n, ") (xxh3 ", got, ", the manifest says ", want, ")"),
+           name});
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -319,8 +398,16 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
         continue;
       }
       if (*h != f["xxh3"].get<std::string>()) {
-        problem(file, absl::StrCat("hash mismatch: xxh3 ", *h, ", the manifest says ",
-                                   f["xxh3"].get<std::string>()));
+        std::vector<Problem> where = LocateDamage(file, f);
+        if (where.empty()) {
+          problem(file, absl::StrCat("hash mismatch: xxh3 ", *h, ", the manifest says ",
+                                     f["xxh3"].get<std::string>(),
+                                     absl::EndsWith(name, ".safetensors") && !f.contains("tensors")
+                                         ? " (this manifest has no per-tensor hashes: the "
+                                           "damaged tensor cannot be named)"
+                                         : ""));
+        }
+        for (Problem& p : where) r.problems.push_back(std::move(p));
         continue;
       }
     }
@@ -372,7 +459,16 @@ absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash)
       latest.step = c.step;
       break;
     }
-    latest.skipped.push_back({p, c.problems.empty() ? "not complete" : c.problems[0].problem});
+    if (c.problems.empty()) {
+      latest.skipped.push_back({p, "not complete"});
+      continue;
+    }
+    const Problem& first = c.problems[0];
+    const std::string inside =
+        absl::StartsWith(first.file, p + "/") ? first.file.substr(p.size() + 1) : std::string();
+    latest.skipped.push_back(
+        {p, inside.empty() ? first.problem : absl::StrCat(inside, ": ", first.problem),
+         first.tensor});
   }
   return latest;
 }

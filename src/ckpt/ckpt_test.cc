@@ -184,6 +184,73 @@ TEST_F(CkptTest, HalfWrittenDirectoryWithoutManifest) {
   EXPECT_EQ(latest->path, dir_ + "/step-1");
 }
 
+// Flips the byte at `offset` of `file`.
+void FlipByte(const std::string& file, uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.get(c);
+  f.seekp(offset);
+  f.put(static_cast<char>(c ^ 0x40));
+}
+
+// The damaged tensor is named (per-tensor hashes in the manifest), a damaged header is
+// corrupt and not incomplete, and the report names the newest good checkpoint.
+TEST_F(CkptTest, DamageIsLocatedToTheTensorOrTheHeader) {
+  for (int64_t step : {1, 2, 3}) ASSERT_TRUE(WriteCheckpoint(dir_, Data(step), Fast()).ok());
+  const std::string st = dir_ + "/step-3/optimizer.safetensors";
+  auto header = ReadHeader(st);
+  ASSERT_TRUE(header.ok());
+  ASSERT_EQ(header->tensors.size(), 1u);
+  FlipByte(st, header->tensors[0].begin + 5);  // inside "w.exp_avg"'s data
+  CheckResult c = CheckCheckpoint(dir_ + "/step-3", true);
+  EXPECT_TRUE(c.complete);
+  EXPECT_FALSE(c.incomplete);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_EQ(c.problems[0].file, st);
+  EXPECT_EQ(c.problems[0].tensor, "w.exp_avg");
+  EXPECT_EQ(
+      c.problems[0].problem.rfind("corrupt: tensor \"w.exp_avg\": hash mismatch of bytes [", 0), 0u)
+      << c.problems[0].problem;
+  auto latest = FindLatestComplete(dir_);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->path, dir_ + "/step-2");
+  ASSERT_EQ(latest->skipped.size(), 1u);
+  EXPECT_EQ(latest->skipped[0].file, dir_ + "/step-3");
+  EXPECT_EQ(latest->skipped[0].tensor, "w.exp_avg");
+  EXPECT_EQ(latest->skipped[0].problem.rfind("optimizer.safetensors: corrupt: tensor", 0), 0u);
+
+  // The header too (its JSON no longer parses): both are named, neither as incomplete.
+  FlipByte(st, 9);
+  c = CheckCheckpoint(dir_ + "/step-3", true);
+  ASSERT_EQ(c.problems.size(), 2u);
+  EXPECT_EQ(c.problems[0].problem.rfind("corrupt: damaged safetensors header", 0), 0u)
+      << c.problems[0].problem;
+  EXPECT_EQ(c.problems[1].tensor, "w.exp_avg");
+  auto reports = InspectPath(dir_, {});
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 3u);
+  EXPECT_EQ(reports->back().status(), "corrupt");
+  EXPECT_EQ(reports->back().problems.size(), 2u);  // the header said once
+  EXPECT_EQ((*reports)[0].status(), "ok");
+  const CheckpointReport* good = NewestGood(*reports);
+  ASSERT_NE(good, nullptr);
+  EXPECT_EQ(good->path, dir_ + "/step-2");
+  nlohmann::json j = ReportsToJson(*reports, false);
+  EXPECT_EQ(j["newest_good"]["step"], 2);
+  EXPECT_EQ(j["checkpoints"][2]["problems"][1]["tensor"], "w.exp_avg");
+  const std::string text = FormatReportsText(*reports, false);
+  EXPECT_NE(text.find("newest good checkpoint: " + dir_ + "/step-2 (step 2)"), std::string::npos);
+  EXPECT_EQ(text.find("incomplete"), std::string::npos) << text;
+
+  // An unfinished save (no manifest) is the only thing called incomplete.
+  fs::remove(dir_ + "/step-2/manifest.json");
+  reports = InspectPath(dir_, {});
+  ASSERT_TRUE(reports.ok());
+  EXPECT_EQ((*reports)[1].status(), "incomplete");
+  EXPECT_EQ(NewestGood(*reports)->path, dir_ + "/step-1");
+}
+
 TEST_F(CkptTest, HashMismatchAndTruncation) {
   auto p = WriteCheckpoint(dir_, Data(3), Fast());
   ASSERT_TRUE(p.ok());

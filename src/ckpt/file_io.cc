@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -62,27 +63,32 @@ absl::Status File::ReadAt(uint64_t offset, uint64_t n, char* out) const {
 
 std::string HashHex(uint64_t h) { return absl::StrFormat("%016x", h); }
 
-absl::StatusOr<std::string> HashFile(const std::string& path,
-                                     const std::function<void(uint64_t)>& on_bytes) {
-  auto f = File::Open(path);
-  if (!f.ok()) return f.status();
+absl::StatusOr<std::string> HashRange(const File& f, uint64_t begin, uint64_t n,
+                                      const std::function<void(uint64_t)>& on_bytes) {
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
-  std::vector<char> buf(4 << 20);
+  std::vector<char> buf(std::min<uint64_t>(4 << 20, std::max<uint64_t>(n, 1)));
   uint64_t at = 0;
   absl::Status status;
-  while (at < f->size()) {
-    const uint64_t n = std::min<uint64_t>(buf.size(), f->size() - at);
-    status = f->ReadAt(at, n, buf.data());
+  while (at < n) {
+    const uint64_t k = std::min<uint64_t>(buf.size(), n - at);
+    status = f.ReadAt(begin + at, k, buf.data());
     if (!status.ok()) break;
-    XXH3_64bits_update(st, buf.data(), n);
-    at += n;
-    if (on_bytes) on_bytes(n);
+    XXH3_64bits_update(st, buf.data(), k);
+    at += k;
+    if (on_bytes) on_bytes(k);
   }
   const uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   if (!status.ok()) return status;
   return HashHex(h);
+}
+
+absl::StatusOr<std::string> HashFile(const std::string& path,
+                                     const std::function<void(uint64_t)>& on_bytes) {
+  auto f = File::Open(path);
+  if (!f.ok()) return f.status();
+  return HashRange(*f, 0, f->size(), on_bytes);
 }
 
 absl::Status FsyncDir(const std::string& dir) {

@@ -39,6 +39,9 @@ absl::Status ErrnoStatus(const std::string& path, const char* what);
 absl::StatusOr<std::string> HashFile(const std::string& path,
                                      const std::function<void(uint64_t)>& on_bytes = {});
 std::string HashHex(uint64_t h);
+// xxh3-64 of bytes [begin, begin + n) of `f` as HashHex; DataLoss when the file ends first.
+absl::StatusOr<std::string> HashRange(const File& f, uint64_t begin, uint64_t n,
+                                      const std::function<void(uint64_t)>& on_bytes = {});
 
 absl::Status FsyncDir(const std::string& dir);
 

@@ -64,7 +64,11 @@ void AddSafetensors(const std::string& dir, const std::string& file, const Inspe
   if (!h.ok()) {
     std::string msg(h.status().message());
     if (absl::StartsWith(msg, path + ": ")) msg = msg.substr(path.size() + 2);  // said once
-    r->problems.push_back({path, absl::StrCat("corrupt: ", msg)});
+    // CheckCheckpoint's second pass over a file that failed its hash may have said it.
+    const bool said = std::any_of(r->problems.begin(), r->problems.end(), [&](const Problem& p) {
+      return p.file == path && absl::StartsWith(p.problem, "corrupt: damaged safetensors header");
+    });
+    if (!said) r->problems.push_back({path, absl::StrCat("corrupt: ", msg)});
     return;
   }
   auto f = File::Open(path);
@@ -102,6 +106,8 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   CheckResult c = CheckCheckpoint(path, o.hash, o.on_bytes);
   r.step = c.step;
   r.complete = c.complete;
+  r.incomplete = c.incomplete;
+  r.anomaly = c.anomaly || absl::StartsWith(fs::path(path).filename().string(), kAnomalyPrefix);
   r.problems = c.problems;
   if (!c.complete) return r;
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {

@@ -1,5 +1,6 @@
 // JSON and text forms of ckpt reports. JSON numbers that may be non-finite (none here: stats
 // are over finite values) are plain doubles; text cells use %.4g so the table fits 120 columns.
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainscope/ckpt/inspect.h"
@@ -33,15 +34,40 @@ json TensorJson(const TensorReport& t) {
 
 }  // namespace
 
+std::string CheckpointReport::status() const {
+  if (incomplete) return "incomplete";
+  if (problems.empty()) return "ok";
+  bool nonfinite = true, missing_data = false;
+  for (const Problem& p : problems) {
+    nonfinite = nonfinite && absl::StartsWith(p.problem, "non-finite:");
+    missing_data = missing_data || absl::StartsWith(p.problem, "incomplete:");
+  }
+  if (nonfinite) return "non-finite";
+  return missing_data ? "incomplete" : "corrupt";
+}
+
+const CheckpointReport* NewestGood(const std::vector<CheckpointReport>& reports) {
+  const CheckpointReport* best = nullptr;
+  for (const CheckpointReport& r : reports) {
+    if (r.format != "trainscope" || !r.ok() || !r.complete || r.anomaly) continue;
+    if (!best || r.step > best->step) best = &r;
+  }
+  return best;
+}
+
 json ReportToJson(const CheckpointReport& r, bool with_tensors) {
   json problems = json::array();
-  for (const Problem& p : r.problems)
-    problems.push_back({{"file", p.file}, {"problem", p.problem}});
+  for (const Problem& p : r.problems) {
+    json x = {{"file", p.file}, {"problem", p.problem}};
+    if (!p.tensor.empty()) x["tensor"] = p.tensor;
+    problems.push_back(std::move(x));
+  }
   json j = {{"path", r.path},
             {"format", r.format},
             {"step", nullptr},
             {"complete", r.complete},
             {"ok", r.ok()},
+            {"status", r.status()},
             {"problems", problems},
             {"tensor_count", r.tensors.size()},
             {"tensor_bytes", r.total_bytes}};
@@ -61,7 +87,10 @@ json ReportsToJson(const std::vector<CheckpointReport>& reports, bool with_tenso
     ok = ok && r.ok();
     list.push_back(ReportToJson(r, with_tensors));
   }
-  return {{"ok", ok}, {"checkpoints", std::move(list)}};
+  const CheckpointReport* good = NewestGood(reports);
+  return {{"ok", ok},
+          {"checkpoints", std::move(list)},
+          {"newest_good", good ? json{{"path", good->path}, {"step", good->step}} : json(nullptr)}};
 }
 
 json DiffToJson(const DiffReport& d) {
@@ -85,8 +114,9 @@ std::string FormatReportText(const CheckpointReport& r, bool with_tensors) {
   std::string out;
   for (const Problem& p : r.problems) absl::StrAppend(&out, p.file, ": ", p.problem, "\n");
   absl::StrAppend(&out, r.path, ": ", r.format, r.step >= 0 ? absl::StrCat(", step ", r.step) : "",
-                  ", ", r.tensors.size(), " tensors, ", FormatBytes(r.total_bytes),
-                  r.complete ? "" : ", incomplete", r.ok() ? ", ok" : ", problems found", "\n");
+                  ", ", r.tensors.size(), " tensors, ", FormatBytes(r.total_bytes), ", ",
+                  r.ok() && r.incomplete ? "incomplete (an unfinished save)" : r.status(),
+                  r.ok() ? "" : ", problems found", "\n");
   if (!with_tensors || r.tensors.empty()) return out;
   Table t({"tensor", "dtype", "shape", "bytes", "nonfinite", "l2", "min", "max"});
   for (const TensorReport& x : r.tensors) {
@@ -101,6 +131,24 @@ std::string FormatReportText(const CheckpointReport& r, bool with_tensors) {
               s ? G(x.stats.min) : "-", s ? G(x.stats.max) : "-"});
   }
   return out + t.Render(40);
+}
+
+std::string FormatReportsText(const std::vector<CheckpointReport>& reports, bool with_tensors) {
+  std::string out;
+  bool ours = false;
+  for (const CheckpointReport& r : reports) {
+    out += FormatReportText(r, with_tensors);
+    ours = ours || r.format == "trainscope";
+  }
+  if (!ours) return out;
+  const CheckpointReport* good = NewestGood(reports);
+  absl::StrAppend(
+      &out,
+      good ? absl::StrCat("newest good checkpoint: ", good->path, " (step ", good->step, ")")
+           : std::string("no good checkpoint: each one listed is damaged, "
+                         "unfinished or an anomaly checkpoint"),
+      "\n");
+  return out;
 }
 
 std::string FormatDiffText(const DiffReport& d) {

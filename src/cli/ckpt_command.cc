@@ -34,7 +34,7 @@ int RunInspect(const char* verb, bool verify, const CkptArgs& a) {
   if (a.json) {
     Print(ckpt::ReportsToJson(*reports, !verify));
   } else {
-    for (const auto& r : *reports) std::cout << ckpt::FormatReportText(r, !verify);
+    std::cout << ckpt::FormatReportsText(*reports, !verify);
   }
   return ok ? kExitOk : kExitProblems;
 }

@@ -7,7 +7,9 @@
 //       <name>.safetensors, ...             more tensors (e.g. compression.rank<R>.safetensors)
 //       rank<R>.json, ...                   small JSON blobs (RNG states, data position)
 //       meta.json                           {"format": "trainscope.checkpoint", "version": 1, ...}
-//       manifest.json                       written last: every other file, bytes, xxh3-64
+//       manifest.json                       written last: every other file, bytes, xxh3-64;
+//                                           for a .safetensors file also its header's and
+//                                           each tensor's byte range and xxh3-64
 //   <checkpoints dir>/step-<step>.tmp-<pid>/ a save in progress, or one a crash interrupted
 //   <checkpoints dir>/anomaly-step-<step>/  an anomaly checkpoint (same files, meta.json
 //                                           "anomaly": true): listed, checked and kept, never
@@ -76,7 +78,9 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
 
 struct Problem {
   std::string file;     // path of the file (or directory) concerned
-  std::string problem;  // one sentence
+  std::string problem;  // one sentence: "incomplete: ..." only for an unfinished save,
+                        // "corrupt: ..." for damaged bytes (a header, a tensor's data)
+  std::string tensor;   // the damaged tensor's name, "" when the problem is not one tensor's
 };
 
 struct CheckResult {
@@ -90,7 +94,12 @@ struct CheckResult {
 };
 
 // Checks one checkpoint directory: manifest present and valid, every listed file present
-// with its size and (when `hash`) its xxh3; meta.json readable. Never fails: unreadable
+// with its size and (when `hash`) its xxh3; meta.json readable. A safetensors file whose
+// hash differs is checked again part by part: a header that no longer parses (or differs
+// from the manifest's header hash) is "corrupt: damaged safetensors header ...", a tensor
+// whose bytes differ from its hash is "corrupt: tensor \"<name>\" ..." with Problem::tensor
+// set; manifests without per-tensor hashes (older writers) keep the file-level
+// "hash mismatch: ...". Never fails: unreadable
 // things are problems. `on_bytes` (may be empty) is told of hashed bytes (progress).
 CheckResult CheckCheckpoint(const std::string& path, bool hash,
                             const std::function<void(uint64_t)>& on_bytes = {});
@@ -107,7 +116,9 @@ std::vector<std::string> ListCheckpointDirs(const std::string& dir);
 struct Latest {
   std::string path;  // "" when there is none
   int64_t step = -1;
-  std::vector<Problem> skipped;  // newer checkpoints skipped, and why
+  // Newer checkpoints skipped, and why: file is the checkpoint folder, problem its first
+  // problem ("<file in it>: <problem>" when about one file), tensor as in that problem.
+  std::vector<Problem> skipped;
 };
 // The newest complete checkpoint under `run_dir` (its checkpoints/ folder when present,
 // else `run_dir` itself) that is not an anomaly checkpoint (anomaly-step-<N>, or meta.json

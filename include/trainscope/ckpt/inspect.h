@@ -45,10 +45,20 @@ struct CheckpointReport {
   std::vector<Problem> problems;
   std::vector<TensorReport> tensors;  // in (file, name) order for ours, else name order
   uint64_t total_bytes = 0;
+  bool incomplete = false;  // an unfinished save (ours: a .tmp- folder or no manifest.json)
+  bool anomaly = false;     // ours: an anomaly checkpoint (never resumed from as "latest")
   // Problems make a report not ok; an unfinished save inside a folder of checkpoints is
   // complete=false without a problem (the writer may still be running).
   bool ok() const { return problems.empty(); }
+  // One word for the report: "incomplete" (an unfinished save, or DCP data missing),
+  // "corrupt" (damaged bytes: a header, a tensor's data, a manifest), "non-finite" (intact,
+  // holding NaN/Inf), "ok".
+  std::string status() const;
 };
+
+// The newest report that `checkpoint.load` / `--resume latest` would take: of our format,
+// ok, complete, not an anomaly checkpoint, highest step; nullptr when there is none.
+const CheckpointReport* NewestGood(const std::vector<CheckpointReport>& reports);
 
 // Size in bytes of the tensor data that Inspect would read under `path` (for progress).
 uint64_t DataBytes(const std::string& path);
@@ -98,10 +108,14 @@ absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
 nlohmann::json ReportToJson(const CheckpointReport& r, bool with_tensors);
 nlohmann::json DiffToJson(const DiffReport& d);
 // The --json document of `ckpt inspect` (with_tensors) and `ckpt verify` (without):
-// {"ok": every report ok, "checkpoints": [ReportToJson(r, with_tensors), ...]}.
+// {"ok": every report ok, "checkpoints": [ReportToJson(r, with_tensors), ...],
+//  "newest_good": {"path", "step"} of NewestGood, or null}.
 nlohmann::json ReportsToJson(const std::vector<CheckpointReport>& reports, bool with_tensors);
 // Text: problems first (one sentence each), then a table fitting 120 columns.
 std::string FormatReportText(const CheckpointReport& r, bool with_tensors);
+// Every report's FormatReportText, then (when any report is of our format) a line naming
+// NewestGood: "newest good checkpoint: PATH (step N)", or that there is none.
+std::string FormatReportsText(const std::vector<CheckpointReport>& reports, bool with_tensors);
 std::string FormatDiffText(const DiffReport& d);
 
 }  // namespace trainscope::ckpt
