@@ -304,7 +304,7 @@ void RegisterScan(CLI::App* cmd, CommandContext& ctx) {
 void RegisterClean(CLI::App* cmd, CommandContext& ctx) {
   auto* f = KeepAlive<CorpusFlags>();
   auto* o = KeepAlive<data::CleanOptions>();
-  auto* rules = KeepAlive<std::string>("encoding,empty");
+  auto* rules = KeepAlive<std::string>(data::kDefaultCleanRules);
   auto* no_dedup = KeepAlive<bool>(false);
   auto* dist = KeepAlive<DistFlags>();
   o->scan.threads = data::DefaultScanThreads();
@@ -325,7 +325,9 @@ void RegisterClean(CLI::App* cmd, CommandContext& ctx) {
   clean->add_option(
       "--rules", *rules,
       "comma list of flag groups or flags that drop a document: gopher, gopher_quality, "
-      "gopher_repetition, c4, fineweb, encoding, truncated, mixed_language, empty, all, none");
+      "gopher_repetition, c4, fineweb (each also drops empty documents), encoding, junk "
+      "(junk_repeated_char, junk_html, junk_lorem_ipsum), truncated, mixed_language, empty, all, "
+      "none");
   clean->add_option("--threshold", o->scan.threshold, "Jaccard threshold of near duplicates")
       ->check(CLI::Range(0.01, 1.0));
   clean->add_option("--threads", o->scan.threads, "worker threads")->check(CLI::Range(1, 256));

@@ -188,28 +188,17 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
   }
   if (r->first_failed_rank >= 0) {
     const launch::RankStatus* bad = nullptr;
-    int stopped = 0;
     for (const auto& s : r->ranks) {
       if (s.rank == r->first_failed_rank) bad = &s;
-      if (s.stopped_by_us) ++stopped;
     }
-    if (!r->timed_out_ranks.empty()) {
-      std::fprintf(stderr, "trainscope launch: error: %s\n", r->failure.c_str());
-    } else {
-      std::fprintf(stderr, "trainscope launch: error: %s; stopped the other %d rank%s\n",
-                   r->failure.c_str(), stopped, stopped == 1 ? "" : "s");
-    }
+    const launch::FailureText text = launch::DescribeFailure(*r);
+    std::fprintf(stderr, "trainscope launch: error: %s\n", text.error.c_str());
     if (bad != nullptr) {
       std::fprintf(stderr, "last %zu lines of rank %d (%s, %s):\n", bad->tail.size(), bad->rank,
                    bad->stdout_log.c_str(), bad->stderr_log.c_str());
       for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
     }
-    std::fprintf(stderr, "%s",
-                 r->timed_out_ranks.empty()
-                     ? "hint: read the failing rank's log above; the others were stopped by "
-                       "the launcher, not by their own error\n"
-                     : "hint: the rank above did not exit in time (stuck in a collective, a "
-                       "final barrier or shutdown?); its log shows where it was\n");
+    std::fprintf(stderr, "hint: %s\n", text.hint.c_str());
     PrintHangVerdict(*r);
     return kExitProblems;
   }

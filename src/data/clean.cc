@@ -109,7 +109,7 @@ absl::StatusOr<uint32_t> ParseRules(const std::string& rules) {
       return absl::InvalidArgumentError(
           absl::StrCat("--rules: unknown rule \"", name,
                        "\" (groups: gopher, gopher_quality, gopher_repetition, c4, fineweb, "
-                       "encoding, all; or a flag name)"));
+                       "encoding, junk, all; or a flag name)"));
     }
     mask |= m;
   }

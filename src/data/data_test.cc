@@ -369,6 +369,43 @@ uint32_t FlagsOf(const std::string& text) {
 }
 bool Has(uint32_t flags, int f) { return (flags >> f) & 1; }
 
+// The junk rules at their edges: what they catch, and the real text next to it they keep.
+TEST(Analysis, JunkRulesCatchJunkAndKeepTextBesideIt) {
+  EXPECT_TRUE(Has(FlagsOf("aaaa"), kFlagJunkRepeatedChar));
+  EXPECT_TRUE(Has(FlagsOf("\xE3\x81\x82\xE3\x81\x82 \xE3\x81\x82\xE3\x81\x82"),
+                  kFlagJunkRepeatedChar));  // a multi-byte character
+  EXPECT_TRUE(Has(FlagsOf(std::string(40, '=') + "x"), kFlagJunkRepeatedChar));  // >= 90%
+  EXPECT_FALSE(Has(FlagsOf("aaa"), kFlagJunkRepeatedChar));                      // < 4 copies
+  EXPECT_FALSE(Has(FlagsOf("Zzzz"), kFlagJunkRepeatedChar));
+  EXPECT_FALSE(
+      Has(FlagsOf("-----\nThe results are in, and they are good."), kFlagJunkRepeatedChar));
+
+  EXPECT_TRUE(Has(FlagsOf("<html><body><p>Hi</p></body></html>"), kFlagJunkHtml));
+  EXPECT_FALSE(Has(FlagsOf("#include <stdio.h>\n#include <stdlib.h>\nint main(){}"),
+                   kFlagJunkHtml));  // no closing tag
+  EXPECT_FALSE(Has(FlagsOf("<p>A paragraph of real prose, wrapped in one element only.</p>"),
+                   kFlagJunkHtml));  // tags under half the text
+
+  EXPECT_TRUE(Has(FlagsOf("Lorem ipsum dolor sit amet, consectetur adipiscing elit."),
+                  kFlagJunkLoremIpsum));
+  EXPECT_FALSE(Has(FlagsOf("Neque porro quisquam est, qui dolorem ipsum quia dolor sit amet."),
+                   kFlagJunkLoremIpsum));  // Cicero: "dolorem ipsum" is not the placeholder
+  const uint32_t quoted = FlagsOf(
+      "def test_wrap():\n    text = 'Lorem ipsum dolor sit amet'\n    lines = wrap(text, "
+      "width=20)\n    assert all(len(line) <= 20 for line in lines)\n");
+  EXPECT_FALSE(Has(quoted, kFlagJunkLoremIpsum));
+  EXPECT_TRUE(Has(quoted, kFlagC4LoremIpsum));  // C4's rule drops any mention
+
+  // Every content group drops an empty document, which none of its rules is evaluated on.
+  for (const char* group :
+       {"gopher", "gopher_quality", "gopher_repetition", "c4", "fineweb", "junk"}) {
+    EXPECT_TRUE(Has(*ParseRules(group), kFlagEmpty)) << group;
+  }
+  EXPECT_FALSE(Has(*ParseRules("encoding"), kFlagEmpty));
+  EXPECT_TRUE(Has(*ParseRules(kDefaultCleanRules), kFlagJunkHtml));
+  EXPECT_TRUE(Has(FlagsOf(" \n\t "), kFlagEmpty));
+}
+
 std::string Normalised(const std::string& text, int simd, uint32_t* chars, uint32_t* words) {
   std::string out(text.size() + 1, '\0');
   out.resize(NormaliseForExactHash(text, out.data(), chars, words, simd));

@@ -64,6 +64,9 @@ const char* const kFlagNames[kNumFlags] = {
     "fineweb_short_lines",
     "fineweb_char_dup",
     "fineweb_list_ratio",
+    "junk_repeated_char",
+    "junk_html",
+    "junk_lorem_ipsum",
 };
 
 uint32_t Range(int lo, int hi) {
@@ -77,12 +80,15 @@ uint32_t Range(int lo, int hi) {
 const char* FlagName(int flag) { return flag >= 0 && flag < kNumFlags ? kFlagNames[flag] : "?"; }
 
 uint32_t FlagGroupMask(std::string_view name) {
+  const uint32_t empty = 1u << kFlagEmpty;
   if (name == "all") return Range(0, kNumFlags - 1);
-  if (name == "gopher") return Range(kFlagGopherShortDoc, kFlagGopherDupNgram);
-  if (name == "gopher_quality") return Range(kFlagGopherShortDoc, kFlagGopherStopWords);
-  if (name == "gopher_repetition") return Range(kFlagGopherDupLines, kFlagGopherDupNgram);
-  if (name == "c4") return Range(kFlagC4LoremIpsum, kFlagC4FewSentences);
-  if (name == "fineweb") return Range(kFlagFineWebLinePunct, kFlagFineWebListRatio);
+  if (name == "gopher") return empty | Range(kFlagGopherShortDoc, kFlagGopherDupNgram);
+  if (name == "gopher_quality") return empty | Range(kFlagGopherShortDoc, kFlagGopherStopWords);
+  if (name == "gopher_repetition") return empty | Range(kFlagGopherDupLines, kFlagGopherDupNgram);
+  if (name == "c4") return empty | Range(kFlagC4LoremIpsum, kFlagC4FewSentences);
+  if (name == "fineweb") return empty | Range(kFlagFineWebLinePunct, kFlagFineWebListRatio);
+  // Not text at all: one character repeated, markup, placeholder text.
+  if (name == "junk") return empty | Range(kFlagJunkRepeatedChar, kFlagJunkLoremIpsum);
   if (name == "encoding") return Range(kFlagInvalidUtf8, kFlagMojibake);
   for (int i = 0; i < kNumFlags; ++i) {
     if (name == kFlagNames[i]) return 1u << i;
@@ -221,6 +227,7 @@ void DocAnalyzer::AnalyzeUncached(std::string_view text, int64_t known_tokens, D
   if (options_.noise && !norm_.empty()) {
     Noise(text, r);
     Repetition(text, r);
+    Junk(text, r);
   }
   if (options_.language && valid && !norm_.empty()) Language(text, r);
   if (options_.near_dup && !norm_.empty()) r->has_signature = MinHash(norm_, band_out, sig_out);

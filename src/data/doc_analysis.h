@@ -58,10 +58,15 @@ enum DocFlag : int {
   kFlagFineWebShortLines,
   kFlagFineWebCharDup,
   kFlagFineWebListRatio,
+  kFlagJunkRepeatedChar,  // junk_rules.cc
+  kFlagJunkHtml,
+  kFlagJunkLoremIpsum,
   kNumFlags
 };
 const char* FlagName(int flag);
-// Bit mask of a rule group: "gopher", "c4", "fineweb", or a single flag name; 0 if unknown.
+// Bit mask of a rule group: "gopher", "c4", "fineweb", "junk", ..., or a single flag name; 0
+// if unknown. The content groups (gopher*, c4, fineweb, junk) include `empty`: a document with
+// no text fails every one of their rules, though none of them is evaluated on it.
 uint32_t FlagGroupMask(std::string_view name);
 
 class DocResultCache;
@@ -197,6 +202,7 @@ class DocAnalyzer {
   void ExactAndCounts(std::string_view text, int64_t known_tokens, DocResult* r);
   void Noise(std::string_view text, DocResult* r);
   void Repetition(std::string_view text, DocResult* r);
+  void Junk(std::string_view text, DocResult* r);  // junk_rules.cc
   void Language(std::string_view text, DocResult* r);
   bool MinHash(std::string_view norm, uint64_t* band_out, uint16_t* sig_out);
   // The token count of `text` as Analyze reports it.

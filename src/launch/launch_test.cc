@@ -137,6 +137,65 @@ TEST(LaunchTest, FailingRankStopsTheOthersAndIsNamed) {
   }
 }
 
+// Every rank hits the same error (a broken script): none of them was stopped by the
+// launcher, and the text says so instead of "the others were stopped by the launcher".
+TEST(LaunchTest, EveryRankFailingOnItsOwnIsNotCalledStopped) {
+  LaunchOptions o = Sh("echo broken >&2; exit 3", 2);
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok());
+  for (const RankStatus& s : r->ranks) {
+    EXPECT_FALSE(s.stopped_by_us) << "rank " << s.rank;
+    EXPECT_EQ(s.exit_code, 3);
+  }
+  const FailureText t = DescribeFailure(*r);
+  EXPECT_THAT(t.error, HasSubstr("the other rank failed on its own too"));
+  EXPECT_THAT(t.hint, HasSubstr("all 2 ranks failed on their own (exit code 3)"));
+  EXPECT_THAT(t.hint, Not(HasSubstr("stopped")));
+}
+
+RankStatus Rank(int rank, int exit_code, bool stopped) {
+  RankStatus s;
+  s.rank = rank;
+  s.exited = !stopped;
+  s.exit_code = stopped ? -1 : exit_code;
+  s.term_signal = stopped ? SIGTERM : 0;
+  s.stopped_by_us = stopped;
+  return s;
+}
+
+TEST(FailureTextTest, SaysWhatBecameOfTheOtherRanks) {
+  LaunchResult r;
+  r.first_failed_rank = 1;
+  r.failure = "rank 1 (pid 9) exited with code 3 after 0.10 s";
+  r.ranks = {Rank(0, 0, true), Rank(1, 3, false), Rank(2, 0, true)};
+  FailureText t = DescribeFailure(r);  // one failed, the launcher stopped the others
+  EXPECT_EQ(t.error, r.failure + "; stopped the other 2 ranks");
+  EXPECT_THAT(t.hint, HasSubstr("the others were stopped by the launcher"));
+
+  r.ranks = {Rank(0, 3, false), Rank(1, 3, false), Rank(2, 3, false)};
+  t = DescribeFailure(r);  // all alike, on their own
+  EXPECT_EQ(t.error, r.failure + "; the other 2 ranks failed on their own too");
+  EXPECT_THAT(t.hint, HasSubstr("all 3 ranks failed on their own (exit code 3): the same error"));
+
+  r.ranks = {Rank(0, 1, false), Rank(1, 3, false), Rank(2, 3, false)};
+  t = DescribeFailure(r);  // all on their own, not alike
+  EXPECT_THAT(t.hint, HasSubstr("not all alike"));
+
+  r.ranks = {Rank(0, 0, false), Rank(1, 3, false), Rank(2, 3, false), Rank(3, 0, true)};
+  t = DescribeFailure(r);  // two alike, one finished, one stopped
+  EXPECT_EQ(t.error, r.failure +
+                         "; rank 2 failed on its own too; stopped the other 1 rank; 1 rank "
+                         "finished OK");
+  EXPECT_THAT(t.hint, HasSubstr("the same exit code 3 on 2 ranks"));
+  EXPECT_THAT(t.hint, HasSubstr("1 rank was stopped by the launcher"));
+
+  r.ranks = {Rank(0, 3, false)};
+  t = DescribeFailure(r);  // one rank: no others to speak of
+  EXPECT_EQ(t.error, r.failure);
+  EXPECT_THAT(t.hint, Not(HasSubstr("stopped")));
+}
+
 TEST(LaunchTest, RankIgnoringSigtermIsKilledAfterGrace) {
   LaunchOptions o = Sh("if [ $RANK = 0 ]; then sleep 0.2; exit 1; fi; trap '' TERM; sleep 30", 2);
   o.stop_grace = std::chrono::milliseconds(500);

@@ -239,6 +239,22 @@ std::string NameRanks(const std::vector<const Child*>& ranks) {
                       ranks.size() == 1 ? " was" : " were");
 }
 
+// The one sentence on a rank that failed on its own (LaunchResult::failure).
+std::string RankFailure(const RankStatus& s, int pid) {
+  return absl::StrCat("rank ", s.rank, " (pid ", pid, ") ",
+                      s.exited ? absl::StrCat("exited with code ", s.exit_code)
+                               : absl::StrCat("was killed by ", SignalName(s.term_signal)),
+                      " after ", absl::StrFormat("%.2f", s.end_s), " s");
+}
+
+// Whether `pid` (a child) has exited already, without reaping it: a rank that ended by
+// itself before the launcher signals it was not stopped by the launcher.
+bool ExitedAlready(pid_t pid) {
+  siginfo_t info = {};
+  return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == pid;
+}
+
 std::string Seconds(std::chrono::milliseconds d) {
   return absl::StrFormat("%g s", static_cast<double>(d.count()) / 1000.0);
 }
@@ -526,8 +542,8 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   auto signal_all = [&](int sig, bool mark) {
     for (Child& c : children) {
       if (c.pid <= 0 || c.reaped) continue;
+      if (mark && !ExitedAlready(c.pid)) c.status.stopped_by_us = true;
       ::kill(-c.pid, sig);
-      if (mark) c.status.stopped_by_us = true;
     }
   };
   auto begin_stop = [&](int sig) {
@@ -587,6 +603,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   };
 
   // Event loop.
+  int64_t settle_deadline_ns = 0;  // a rank failed: stop the others then (0: none pending)
   int signals_handled = 0;
   int64_t all_reaped_ns = 0;
   while (true) {
@@ -663,16 +680,14 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       if (c.status.failed() && !c.status.stopped_by_us && result.first_failed_rank < 0 &&
           result.interrupted_by == 0) {
         result.first_failed_rank = c.status.rank;
-        result.failure =
-            c.status.exited
-                ? absl::StrCat("rank ", c.status.rank, " (pid ", c.pid, ") exited with code ",
-                               c.status.exit_code, " after ",
-                               absl::StrFormat("%.2f", c.status.end_s), " s")
-                : absl::StrCat("rank ", c.status.rank, " (pid ", c.pid, ") was killed by ",
-                               SignalName(c.status.term_signal), " after ",
-                               absl::StrFormat("%.2f", c.status.end_s), " s");
-        stop_after_dumps();
+        result.failure = RankFailure(c.status, c.pid);
+        settle_deadline_ns = NowNs() + std::chrono::nanoseconds(o.failure_settle).count();
       }
+    }
+    // A failure: the others had failure_settle to fail by themselves; stop the rest.
+    if (settle_deadline_ns != 0 && NowNs() >= settle_deadline_ns) {
+      settle_deadline_ns = 0;
+      stop_after_dumps();
     }
     if (kill_deadline_ns == 0 && result.interrupted_by == 0 && result.first_failed_rank < 0) {
       const int64_t now = NowNs();

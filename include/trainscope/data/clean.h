@@ -16,7 +16,14 @@
 namespace trainscope::data {
 
 // "gopher,c4,truncated" -> flag mask; "none" -> 0. InvalidArgument naming an unknown rule.
+// The content groups (gopher, gopher_quality, gopher_repetition, c4, fineweb, junk) include
+// `empty`.
 absl::StatusOr<uint32_t> ParseRules(const std::string& rules);
+
+// The rules of `data clean` when none are given: broken encoding, empty documents, and junk
+// (one character repeated, HTML markup, lorem ipsum), which no corpus means to keep; the
+// content rules (gopher, c4, fineweb) are the user's choice, as they drop real text too.
+inline constexpr char kDefaultCleanRules[] = "encoding,empty,junk";
 
 struct CleanOptions {
   ScanOptions scan;

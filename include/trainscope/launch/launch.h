@@ -9,8 +9,10 @@
 //    when /sys/devices/system/node is present).
 //  - Each rank's stdout and stderr go to <run_dir>/rank<R>/{stdout,stderr}.log and, live,
 //    to the launcher's stdout/stderr with a "[rank R] " prefix.
-//  - When a rank exits non-zero or dies by a signal, every other rank gets SIGTERM and, after
-//    `stop_grace`, SIGKILL (whole process groups): the launch ends within a bounded time.
+//  - When a rank exits non-zero or dies by a signal, the others get `failure_settle` to end
+//    by themselves (a rank that does was not stopped: RankStatus::stopped_by_us false), then
+//    every rank still running gets SIGTERM and, after `stop_grace`, SIGKILL (whole process
+//    groups): the launch ends within a bounded time.
 //    SIGINT/SIGTERM/SIGHUP sent to the launcher are forwarded the same way. Ranks get
 //    PR_SET_PDEATHSIG, so a killed launcher leaves no strays.
 //  - Timeouts (both off by default): `exit_timeout` — once the first rank exits with code 0,
@@ -81,7 +83,11 @@ struct LaunchOptions {
   std::map<std::string, std::string> env;      // extra variables for every rank
   std::chrono::milliseconds exit_timeout{0};   // after the first clean exit (0: wait forever)
   std::chrono::milliseconds job_timeout{0};    // whole job (0: no limit)
-  std::string job_token;      // "" : from env / environment / generated (see the contract above)
+  std::string job_token;  // "" : from env / environment / generated (see the contract above)
+  // After the first rank fails on its own, the others get this long to exit by themselves
+  // before they are stopped, so that an error common to every rank (the script, its inputs)
+  // shows as every rank failing rather than one failing and the others stopped.
+  std::chrono::milliseconds failure_settle{300};
   bool request_dumps = true;  // SIGUSR1 to the ranks that catch it before stopping them
   std::chrono::milliseconds dump_wait{
       10000};  // for the asked ranks' dumps  // Device of each local rank (e.g. `launch --placement
@@ -111,7 +117,7 @@ struct RankStatus {
   bool exited = false;  // exited normally (exit_code valid)
   int exit_code = -1;
   int term_signal = 0;         // non-zero when killed by a signal
-  bool stopped_by_us = false;  // got SIGTERM/SIGKILL from the launcher
+  bool stopped_by_us = false;  // signalled by the launcher while running (not once exited)
   double start_s = 0;          // seconds since launch start: exec'd
   double end_s = 0;            // seconds since launch start: reaped
   std::vector<int> cpus;       // affinity given (empty: not bound)
@@ -144,6 +150,17 @@ struct LaunchResult {
 // (bad options), NotFound (program cannot be executed, naming it), Internal (fork/pipe).
 // A rank failing is not an error: see LaunchResult::first_failed_rank / failure.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
+
+// What to tell the user about a failed job (result.first_failed_rank >= 0). `error` is
+// result.failure followed by what became of the other ranks: stopped by the launcher, failed
+// on their own too, or finished OK ("rank 0 (pid 7) exited with code 3 after 0.01 s; the other
+// rank failed on its own too"); `hint` is one line on where to look next, which never says
+// the launcher stopped ranks it did not stop. Neither ends in a newline.
+struct FailureText {
+  std::string error;
+  std::string hint;
+};
+FailureText DescribeFailure(const LaunchResult& result);
 
 // Makes the calling process a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so that
 // descendants of its children that are orphaned are re-parented to it and Launch() can stop
