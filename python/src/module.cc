@@ -39,6 +39,7 @@ namespace trainscope::python {
 void RegisterCheckpoint(py::module_& m);      // ckpt.cc
 void RegisterFlightRecorder(py::module_& m);  // flight_recorder.cc
 void RegisterNonfinite(py::module_& m);       // nonfinite.cc
+void RegisterTensorBoard(py::module_& m);     // tb.cc
 
 namespace {
 
@@ -342,6 +343,7 @@ PYBIND11_MODULE(_core, m) {
   RegisterCheckpoint(m);
   RegisterFlightRecorder(m);
   RegisterNonfinite(m);
+  RegisterTensorBoard(m);
 }
 
 }  // namespace trainscope::python

@@ -22,13 +22,15 @@ py::tuple PyClassifyNonfinite(const std::string& phase, const std::string& modul
                               bool reproducible, bool embedding_output, bool weights_nonfinite,
                               bool fp16, double max_abs_activation, double lr,
                               const std::vector<std::pair<int, double>>& lr_history,
-                              const std::vector<double>& grad_norms, const std::string& wording) {
+                              const std::vector<double>& grad_norms, const std::string& wording,
+                              bool input_nonfinite) {
   diagnose::NonfiniteEvidence e;
   e.phase = ValueOrThrow(diagnose::ParseNonfinitePhase(phase));
   e.module = module;
   e.replayed = replayed;
   e.reproducible = reproducible;
   e.embedding_output = embedding_output;
+  e.input_nonfinite = input_nonfinite;
   e.weights_nonfinite = weights_nonfinite;
   e.fp16 = fp16;
   e.max_abs_activation = max_abs_activation;
@@ -59,6 +61,7 @@ void RegisterNonfinite(py::module_& m) {
         py::arg("fp16") = false, py::arg("max_abs_activation") = 0.0, py::arg("lr") = 0.0,
         py::arg("lr_history") = std::vector<std::pair<int, double>>(),
         py::arg("grad_norms") = std::vector<double>(), py::arg("wording") = "user",
+        py::arg("input_nonfinite") = false,
         "The cause of a non-finite step, by the trainer's rules (docs/metrics.md, \"Loss spikes "
         "and non-finite localisation\") -> (class, fix). phase: 'forward', 'backward', 'loss' or "
         "'optimizer'; module: where it turned non-finite ('' = unknown); replayed / "
@@ -68,7 +71,8 @@ void RegisterNonfinite(py::module_& m) {
         "max_abs_activation: the largest finite |activation| seen by the replay; lr: this step's "
         "learning rate; lr_history: [(step, lr)] oldest first, ending with this step; "
         "grad_norms: recent global gradient norms, oldest first (non-finite ones ignored); "
-        "wording: 'user' (plain words) or 'trainer' (the trainer's config keys). Raises Error "
+        "wording: 'user' (plain words) or 'trainer' (the trainer's config keys); "
+        "input_nonfinite: the model's input (the batch) was already non-finite. Raises Error "
         "for an unknown phase or wording.");
 }
 

@@ -17,7 +17,7 @@ import types
 
 import torch
 
-from . import _ddp, _dtensor as _dt, _util
+from . import _core, _ddp, _dtensor as _dt, _util
 from ._errors import Error, NonFiniteError
 from . import nonfinite as _nf
 
@@ -79,7 +79,7 @@ class Monitor:
     """
 
     def __init__(self, model, optimizer=None, run_dir=None, every=1, layer_norms_every=50,
-                 nonfinite=True, config=None, start_step=0):
+                 nonfinite=True, config=None, start_step=0, tensorboard=True):
         if not isinstance(model, torch.nn.Module):
             raise Error("trainscope.watch: model is a %s, not a torch.nn.Module."
                         % type(model).__name__)
@@ -113,6 +113,13 @@ class Monitor:
         self._tracer = _nf.Tracer(model) if nonfinite else None
         if self._hook_state is not None and nonfinite:
             self._hook_state.check_finite = True
+        if self._tracer is not None and self._hook_state is None and not self._sharded and \
+                self._device.type == "cpu":
+            # On CPU, testing the model's output costs no device sync: a non-finite forward
+            # raises from the forward itself (where the traceback shows it), not from
+            # optimizer.step(). With DDP/FSDP2 the ranks must reach the gradient check together;
+            # on a GPU the test would sync every step: there the gradient check finds it.
+            self._tracer.check_outputs(self._forward_nonfinite)
         self._check_s = 0.0        # the gradient check's own time (norms, non-finite test)
         self._loop_s = 0.0         # the steps' time
         self._grad_norms = []      # recent finite global grad norms
@@ -120,6 +127,7 @@ class Monitor:
         self._data_hash = hashlib.blake2b(_DATA_ORDER_TAG, digest_size=8)
         self._opt_handle = None
         self._opt_patched = False
+        self._tb = None  # the TensorBoard writer (tensorboard=True)
         if optimizer is not None:
             self._wrap_optimizer(optimizer)
         os.makedirs(os.path.dirname(self.metrics_path), exist_ok=True)
@@ -133,6 +141,15 @@ class Monitor:
             header["resumed_from_step"] = self._start_step
             header["resumed_from"] = ""
         self._write(header)
+        if tensorboard:  # train/tb/rank<R>/, as `trainscope train` writes (a new file each run)
+            try:
+                self._tb = _core.TensorBoardWriter(
+                    os.path.join(self.run_dir, "train", "tb", "rank%d" % self.rank))
+            except Error as e:
+                self._file.close()
+                self._release()
+                raise Error("trainscope.watch: cannot write the TensorBoard files: %s "
+                            "(tensorboard=False turns them off)" % e) from None
 
     # ---- public API ----
     @contextlib.contextmanager
@@ -167,20 +184,46 @@ class Monitor:
             if self._in_step:
                 self._phases[key] = self._phases.get(key, 0.0) + (time.perf_counter() - t0) * 1e3
 
-    def log(self, loss=None, **scalars):
-        """Records the step's loss (a float or a 0-dim tensor; checked for NaN/Inf) and other
-        scalars (written under "scalars"; `lr=` overrides the optimizer's)."""
+    def log(self, loss=None, step=None, **scalars):
+        """Records scalars: floats, ints, 0-dim tensors or numpy scalars (a non-finite one is
+        written as null); anything else is kept as it is but not drawn.
+
+        Inside `with mon.step():` (step= omitted, or the current step's number): the step's
+        loss (checked for NaN/Inf) and other scalars, written with its step record under
+        "scalars" (`lr=` overrides the optimizer's). After or between steps, or with step= of
+        another step: the scalars are written at once as a `scalars` record of that step
+        (default: the last completed one), e.g. an evaluation: mon.log(step=s, val_loss=v).
+        Raises trainscope.Error for loss= outside its step, and for a negative step."""
         self._check_open("log")
-        if not self._in_step:
-            raise Error("trainscope: Monitor.log() was called outside `with mon.step():`; log "
-                        "inside the step the values belong to.")
-        for k, v in scalars.items():
-            self._scalars[k] = float(v.detach()) if isinstance(v, torch.Tensor) else v
+        values = {k: _scalar_value(v) for k, v in scalars.items()}
+        if not self._in_step or (step is not None and int(step) != self._step + 1):
+            self._log_between_steps(loss, step, values)
+            return
+        self._scalars.update(values)
         if loss is not None:
             value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
             self._loss = value
             if self._tracer is not None and not math.isfinite(value):
                 self._nonfinite("loss")
+
+    def _log_between_steps(self, loss, step, values):
+        """mon.log outside its step: a `scalars` record (and TensorBoard event) at once."""
+        if loss is not None:
+            raise Error("trainscope: Monitor.log(loss=...) was called outside `with "
+                        "mon.step():` (or with step= of another step); log the training loss "
+                        "inside the step it belongs to, other values with step=, e.g. "
+                        "mon.log(step=s, val_loss=v).")
+        step = self._step if step is None else int(step)
+        if step < 0:
+            raise Error("trainscope: Monitor.log(step=%d): steps are numbered from 1." % step)
+        if not values:
+            return
+        self._write({"type": "scalars", "step": step, "scalars": values})
+        self._tb_write(step, _drawable(values))
+
+    def _tb_write(self, step, pairs):
+        if self._tb is not None and pairs:
+            self._tb.add_scalars(step, int(time.time() * 1e6), pairs)
 
     def close(self, reason="done"):
         """Ends the metrics file (an `end` record) and removes the hooks. Idempotent."""
@@ -189,9 +232,13 @@ class Monitor:
         if self._tracer is not None and not self._file.closed:
             # The per-step checks' own time over the steps' (the trainer's record): the
             # gradient norms and the non-finite test, which the grad_norm field needs anyway.
+            # tracer_ms: the tracer's own hooks (what nonfinite=False saves).
+            tracer_s = self._tracer.hook_s
             self._write({"type": "nonfinite_checks", "check_ms": self._check_s * 1e3,
                          "loop_ms": self._loop_s * 1e3,
-                         "fraction": self._check_s / self._loop_s if self._loop_s > 0 else 0.0})
+                         "fraction": self._check_s / self._loop_s if self._loop_s > 0 else 0.0,
+                         "tracer_ms": tracer_s * 1e3,
+                         "tracer_fraction": tracer_s / self._loop_s if self._loop_s > 0 else 0.0})
         self._end_record(reason)
         self._release()
 
@@ -245,7 +292,9 @@ class Monitor:
         if comm_wait > 0:  # DDP blocks in backward until the last bucket is reduced
             phases["comm_wait"] += comm_wait
             phases["backward"] = max(0.0, phases["backward"] - comm_wait)
-        lr = self._scalars.get("lr", self._optimizer_lr())
+        lr = self._scalars.get("lr")
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool):
+            lr = self._optimizer_lr()  # not given, or not finite (null)
         self._lrs = (self._lrs + [(step, float(lr))])[-_GRAD_NORM_HISTORY:]
         self._step = step
         tokens = self._tokens * self.world_size
@@ -265,6 +314,7 @@ class Monitor:
             if self._scalars:
                 rec["scalars"] = {k: v for k, v in self._scalars.items() if k != "lr"}
             self._write(rec)
+            self._tb_write(step, _step_tags(rec))
         if self._layers is not None:
             self._write({"type": "layer_norms", "step": step, "layers": self._layers})
 
@@ -339,16 +389,28 @@ class Monitor:
             self._nonfinite("grads")
 
     # ---- detailed mode ----
+    def _forward_nonfinite(self, output):
+        """The tracer's forward hook saw a non-finite model output inside a step."""
+        if self._in_step and not self._closed:
+            self._nonfinite("forward")
+
     def _nonfinite(self, event):
-        """Localises a non-finite loss ("loss") or gradient ("grads"), writes the `nonfinite`
-        record and the `end` record, closes the monitor and raises NonFiniteError."""
+        """Localises a non-finite model output ("forward"), loss ("loss") or gradient
+        ("grads"), writes the `nonfinite` record and the `end` record, closes the monitor and
+        raises NonFiniteError.
+
+        By data flow: a module whose output is non-finite from finite input is the culprit
+        (phase forward, class by the rules); else, if the model's own inputs are non-finite,
+        it is the data (class bad_data, the samples and features named); else the loss, then
+        the backward's first non-finite gradient."""
         step = self._step + 1
         tr = self._tracer
         weights_bad = tr.nonfinite_weights()
+        bad_inputs = tr.nonfinite_inputs(self._samples)
         # With sharded parameters (FSDP2) a replay all-gathers them, which needs every rank
         # of the mesh: a gradient check brings them all here at once, a loss logged by this
         # rank alone does not, so that is reported without a replay.
-        replay = event == "grads" or not self._sharded
+        replay = event != "loss" or not self._sharded
         runs = [tr.replay(), tr.replay()] if replay else [_nf.not_replayed()] * 2
         first = runs[0]
         ev = {"step": step, "rank": self.rank, "parameter": "", "module": "",
@@ -363,10 +425,22 @@ class Monitor:
         if first["culprit"] is not None:
             ev.update(phase="forward", module=first["culprit"])
             ev["reproducible"] = runs[1]["culprit"] == first["culprit"]
+        elif bad_inputs:
+            ev["bad_inputs"] = bad_inputs
+            ev.update(phase="forward" if first["first_bad"] or event == "forward" else
+                      "loss" if event == "loss" else "backward",
+                      module=first["first_bad"] or "")
+            if replay and first["first_bad"]:
+                ev["reproducible"] = runs[1]["first_bad"] == first["first_bad"]
+            elif ev["phase"] == "backward":
+                ev["module"], ev["parameter"] = tr.first_nonfinite_grad(first["order"])
+        elif event == "forward":
+            # The output was non-finite, but neither replay's was: not reproducible.
+            ev.update(phase="forward", reproducible=False if first["error"] is None else None)
         elif event == "loss":
             ev.update(phase="loss", reproducible=True if first["error"] is None else None)
         else:
-            ev.update(phase="backward", replayed=False)
+            ev.update(phase="backward")  # the forward was replayed (finite), not the backward
             local = self._hook_state.take()[1] if self._hook_state is not None else []
             if (local and all(bool(f) for f in local)) or sources:
                 from_other_rank = True
@@ -378,13 +452,22 @@ class Monitor:
         rec = {"type": "nonfinite", "step": step, "rank": self.rank, "ranks": [self.rank],
                "phase": ev["phase"], "module": ev["module"], "parameter": ev["parameter"],
                "class": cls, "reproducible": ev["reproducible"] if ev["replayed"] else None,
-               "fix": fix, "samples": self._samples,
+               "replayed": ev["replayed"], "fix": fix,
+               "samples": self._samples_of(bad_inputs),
                "max_abs_activation": ev["max_abs_activation"], "lr": ev["lr"],
                "grad_norms": ev["grad_norms"]}
         if from_other_rank:
             rec["from_other_rank"] = True
         if sources and first["culprit"] is None:
             rec["source_ranks"] = sources
+        if bad_inputs:
+            rec["bad_inputs"] = bad_inputs
+        if first.get("positions") and ev["phase"] == "forward":
+            rec["embedding_positions"] = first["positions"]
+            ids = self._samples  # the samples whose rows are non-finite: ids, else indices
+            rec["samples"] = list(dict.fromkeys(
+                ids[p["sample"]] if p["sample"] < len(ids) else p["sample"]
+                for p in first["positions"]))
         if first["error"]:
             rec["replay_error"] = first["error"]
         message = _nf.sentence(rec)
@@ -395,6 +478,18 @@ class Monitor:
         self._release()
         raise NonFiniteError(message, step, self.rank, rec["phase"], rec["module"],
                              rec["parameter"], rec)
+
+    def _samples_of(self, bad_inputs):
+        """The record's `samples`: with non-finite inputs, those samples (their ids from
+        mon.step(sample_ids=...), else their index in the batch); else the step's ids."""
+        if not bad_inputs:
+            return self._samples
+        out = []
+        for b in bad_inputs:
+            s = b["sample"] if b["sample_id"] is None else b["sample_id"]
+            if s not in out:
+                out.append(s)
+        return out
 
     def _ranks_with_culprit(self, found):
         """With sharded (DTensor) gradients: the ranks whose forward replay found a culprit
@@ -465,6 +560,9 @@ class Monitor:
             else:
                 self._optimizer.__dict__.pop("step", None)  # back to the class's method
             self._opt_patched = False
+        if self._tb is not None:  # last: a failing flush leaves no hook behind
+            tb, self._tb = self._tb, None
+            tb.close()
 
     def _check_open(self, what):
         if self._closed:
@@ -473,8 +571,46 @@ class Monitor:
                         % what)
 
 
+def _scalar_value(v):
+    """A logged value as JSON: tensors and numpy scalars as Python numbers, NaN/Inf as None."""
+    if isinstance(v, torch.Tensor):
+        v = float(v.detach())
+    elif not isinstance(v, (bool, int, float, str)) and hasattr(v, "item"):
+        try:
+            v = v.item()  # a numpy scalar
+        except (TypeError, ValueError):
+            pass
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _drawable(values):
+    """(tag, float) pairs of the numbers among logged values; None (non-finite) as NaN."""
+    return [(k, float("nan") if v is None else float(v)) for k, v in values.items()
+            if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))]
+
+
+def _step_tags(rec):
+    """A step record's TensorBoard scalars: the trainer's tags (docs/formats.md, "TensorBoard
+    scalars"), then the user's scalars under their own names."""
+    nan = float("nan")
+    ph = rec["phases_ms"]
+    pairs = [("train/loss", nan if rec["loss"] is None else rec["loss"]),
+             ("train/lr", rec["lr"]),
+             ("train/grad_norm", nan if rec["grad_norm"] is None else rec["grad_norm"]),
+             ("train/tokens_per_s", rec["tokens_per_s"]), ("train/step_ms", rec["step_ms"])]
+    pairs += [("phase/%s_ms" % k, ph.get(k, 0.0)) for k in _PHASES]
+    pairs += [("comm/ms", rec["comm_ms"]), ("memory/rss_bytes", rec["host_rss_bytes"])]
+    for key, tag in (("device_mem_allocated_bytes", "memory/device_bytes"),
+                     ("device_mem_peak_bytes", "memory/device_peak_bytes")):
+        if rec.get(key) is not None:
+            pairs.append((tag, rec[key]))
+    return [(t, float(v)) for t, v in pairs] + _drawable(rec.get("scalars", {}))
+
+
 def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, nonfinite=True,
-          config=None, start_step=0):
+          config=None, start_step=0, tensorboard=True):
     """Starts watching `model`'s training; returns a `Monitor`.
 
     model: a torch.nn.Module (DistributedDataParallel too: its all-reduces are timed through
@@ -484,12 +620,14 @@ def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, no
       K steps (0 = never). nonfinite: the NaN tracer (on by default). config: a dict kept in
       the header. start_step: the step a resumed run starts after (its checkpoint's): steps
       are numbered from start_step + 1 and the metrics file is appended to, with a header
-      carrying resumed_from_step, as `trainscope train --resume` does.
+      carrying resumed_from_step, as `trainscope train --resume` does. tensorboard: also
+      write the step records' scalars (and the user's) as TensorBoard event files in
+      <run_dir>/train/tb/rank<R>/, as `trainscope train` does (no tensorboard package needed).
     Raises trainscope.Error: not a module, no trainable parameters, an unwritable run_dir, a
     run_dir another writer holds ("... is in use by pid P (COMMAND); ...", _util.lock_run_dir).
     """
     try:
         return Monitor(model, optimizer, run_dir, every, layer_norms_every, nonfinite, config,
-                       start_step)
+                       start_step, tensorboard)
     except OSError as e:
         raise Error("trainscope.watch: cannot write the metrics file: %s" % e) from None

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,34 @@ nlohmann::json ReportFindingCounts(const nlohmann::json& data) {
   return c;
 }
 
+// What the page draws beyond the fixed charts, for --json: the scalars users logged (names
+// over every rank), the checkpoint marks and the trace analyses (with their source).
+nlohmann::json ReportDrawnExtras(const nlohmann::json& data) {
+  std::set<std::string> scalars;
+  nlohmann::json checkpoints = nlohmann::json::array(), traces = nlohmann::json::array();
+  for (const auto& run : data["runs"]) {
+    const std::string name = run.value("name", "");
+    for (const auto& r : run["ranks"]) {
+      const nlohmann::json logged = r.value("scalars", nlohmann::json::object());
+      for (const auto& [n, s] : logged.items()) scalars.insert(n);
+    }
+    for (const auto& c : run.value("checkpoints", nlohmann::json::array())) {
+      checkpoints.push_back({{"run", name},
+                             {"step", c["step"]},
+                             {"anomaly", c["anomaly"]},
+                             {"complete", c["complete"]}});
+    }
+    for (const auto& t : run.value("traces", nlohmann::json::array())) {
+      traces.push_back({{"run", name},
+                        {"file", t["file"]},
+                        {"source", t["source"]},
+                        {"ranks", t["ranks"].size()},
+                        {"trace_files", t.value("trace_files", nlohmann::json::array()).size()}});
+    }
+  }
+  return {{"scalars", scalars}, {"checkpoints", checkpoints}, {"traces", traces}};
+}
+
 int RunReport(const ReportArgs& a) {
   report::ReportOptions options;
   options.max_points = a.max_points;
@@ -61,6 +90,10 @@ int RunReport(const ReportArgs& a) {
     for (const auto& r : run["ranks"]) {
       ++ranks;
       for (const auto& [name, s] : r["series"].items()) points += s["x"].size();
+      const nlohmann::json logged = r.value("scalars", nlohmann::json::object());
+      for (const auto& [name, s] : logged.items()) {
+        if (!r["series"].contains(name)) points += s["x"].size();  // drawn on its own chart
+      }
     }
   }
   nlohmann::json summary = {{"format", "trainscope.report"},
@@ -74,6 +107,7 @@ int RunReport(const ReportArgs& a) {
                             {"missing", (*data)["missing"]},
                             {"malformed", (*data)["malformed"]},
                             {"findings", counts}};
+  summary.update(ReportDrawnExtras(*data));
   if (a.json) {
     std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -92,6 +126,13 @@ int RunReport(const ReportArgs& a) {
       line += item;
     }
     std::cout << line << "\n";
+    std::string scalars;
+    for (const auto& n : summary["scalars"])
+      scalars += (scalars.empty() ? "" : ", ") + n.get<std::string>();
+    std::cout << "also drawn: " << summary["scalars"].size() << " logged scalar(s)"
+              << (scalars.empty() ? "" : " (" + scalars + ")") << ", "
+              << summary["checkpoints"].size() << " checkpoint mark(s), "
+              << summary["traces"].size() << " trace analysis(es)\n";
     std::cout << "findings: " << counts["error"].get<int>() << " error(s), "
               << counts["warning"].get<int>() << " warning(s), " << counts["info"].get<int>()
               << " note(s); malformed metrics lines: " << (*data)["malformed"].get<int64_t>()

@@ -10,16 +10,19 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "diagnose/facts.h"
 #include "diagnose/flat_json.h"
 #include "diagnose/rule_engine.h"
+#include "diagnose/series_builder.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/run_dir.h"
+#include "trainscope/core/run_dir_lock.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::diagnose {
@@ -190,6 +193,44 @@ void SeriesFacts(const Series& s, Facts run, const RunResult& r, Evidence* ev) {
   }
 }
 
+// A text log by its name: a rank's stdout.log / stderr.log under a launch's run directory,
+// doctor's parts/<part>.stdout|.stderr, the thread stacks of a hang dump
+// (hang/stacks.rank<R>.txt), and any *.log, *.out, *.err (what schedulers and launchers write).
+bool IsTextLog(const std::string& path) {
+  const std::string base = absl::AsciiStrToLower(fs::path(path).filename().string());
+  for (const char* ext : {".log", ".out", ".err", ".stdout", ".stderr"})
+    if (absl::EndsWith(base, ext)) return true;
+  return absl::StartsWith(base, "stacks.rank") && absl::EndsWith(base, ".txt");
+}
+
+// Known files of a run directory (core/run_dir.h) that are neither logs nor documents: its
+// lock and the hang dumps (`trainscope hang analyze` reads those); "" for any other file.
+std::string RunDirFileKind(const std::string& path) {
+  const std::string base = fs::path(path).filename().string();
+  if (base == run_dir::kLockFile) return "lock";
+  if (absl::StartsWith(base, "flight_recorder.rank")) return "hang_dumps";
+  return "";
+}
+
+// Megatron-LM iteration lines are looked for this far into a log: a rank's stdout starts
+// with its arguments and setup, often past the 4 KiB DetectKind reads.
+constexpr size_t kLogHeadBytes = size_t{1} << 20;
+
+// "3 logs, 1 trainscope.launch document" (Report::not_needed).
+std::string NotNeededText(const std::map<std::string, int>& not_needed) {
+  std::vector<std::string> parts;
+  for (const auto& [what, n] : not_needed) {
+    const char* noun = what == "logs"         ? (n == 1 ? " log" : " logs")
+                       : what == "lock"       ? " run-directory lock"
+                       : what == "hang_dumps" ? (n == 1 ? " hang dump" : " hang dumps")
+                                              : nullptr;
+    parts.push_back(noun != nullptr
+                        ? absl::StrCat(n, noun)
+                        : absl::StrCat(n, " ", what, n == 1 ? " document" : " documents"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 // Reads one file into the report. `named`: given on the command line (an unknown kind is
 // then an error, not a skip).
 absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep,
@@ -198,6 +239,19 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   const std::string_view text = bytes.view();
   FileKind kind = DetectKind(path, std::string(text.substr(0, 4096)));
+  if (kind == FileKind::kUnknown && IsTextLog(path)) {
+    if (internal::LooksLikeMegatronLog(text.substr(0, kLogHeadBytes))) {
+      kind = FileKind::kMegatronLog;
+    } else if (!named) {  // output without metrics lines: known, nothing to read
+      ++rep->not_needed["logs"];
+      return absl::OkStatus();
+    }
+  }
+  if (const std::string known = RunDirFileKind(path);
+      kind == FileKind::kUnknown && !named && !known.empty()) {
+    ++rep->not_needed[known];
+    return absl::OkStatus();
+  }
   if (kind == FileKind::kUnknown) {
     std::string reason = "not a metrics log or a trainscope report with findings";
     if (absl::EndsWith(path, ".json")) {
@@ -213,8 +267,14 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
         rep->documents.push_back(path);
         return absl::OkStatus();
       }
-      if (!doc.is_discarded() && doc.is_object() && doc.contains("format"))
-        reason = absl::StrCat("a ", doc.value("format", "?"), " document (no findings to read)");
+      if (!doc.is_discarded() && doc.is_object() && doc.contains("format")) {
+        const std::string format = JsonValueOr(doc, "format", std::string("?"));
+        if (!named && absl::StartsWith(format, "trainscope.")) {  // ours: known, no findings
+          ++rep->not_needed[format];
+          return absl::OkStatus();
+        }
+        reason = absl::StrCat("a ", format, " document (no findings to read)");
+      }
     }
     if (named) return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
     rep->skipped.push_back({path, reason});
@@ -323,9 +383,10 @@ absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Opt
     }
   }
   if (rep.runs.empty() && rep.documents.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no metrics logs or trainscope reports under ",
-                                                   absl::StrJoin(paths, " "), " (",
-                                                   rep.skipped.size(), " file(s) skipped)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no metrics logs or trainscope reports under ", absl::StrJoin(paths, " "), " (",
+        rep.skipped.size(), " file(s) skipped",
+        rep.not_needed.empty() ? "" : "; not needed: ", NotNeededText(rep.not_needed), ")"));
   }
   JoinFacts(&ev);
   std::vector<RankedFinding> ranked = ApplyRules(*rules, ev.engine);
@@ -378,6 +439,7 @@ json ReportToJson(const Report& rep) {
   j["skipped"] = json::array();
   for (const SkippedFile& s : rep.skipped)
     j["skipped"].push_back({{"path", s.path}, {"reason", s.reason}});
+  j["not_needed"] = rep.not_needed;
   j["errors"] = CountFindings(rep.findings, Severity::kError);
   j["warnings"] = CountFindings(rep.findings, Severity::kWarning);
   return j;
@@ -415,6 +477,10 @@ std::string ReportToText(const Report& rep) {
     absl::StrAppend(&out, "\nSkipped (", rep.skipped.size(), ")\n");
     for (const SkippedFile& s : rep.skipped)
       absl::StrAppend(&out, "  ", s.path, ": ", s.reason, "\n");
+  }
+  if (!rep.not_needed.empty()) {
+    absl::StrAppend(&out, "\nNot needed: ", NotNeededText(rep.not_needed),
+                    " (nothing to diagnose in them)\n");
   }
   int e = CountFindings(rep.findings, Severity::kError),
       w = CountFindings(rep.findings, Severity::kWarning);

@@ -87,6 +87,12 @@ NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e, const NonfiniteWo
                      " were already non-finite before this step: resume from the last good "
                      "checkpoint and check what wrote them (a checkpoint load, memory errors)")};
   }
+  if (e.input_nonfinite) {
+    return {"bad_data",
+            "the batch was already non-finite when it entered the model (before any operation "
+            "ran): drop or repair the samples listed under \"samples\" and check the data "
+            "pipeline"};
+  }
   if (e.phase == NonfinitePhase::kForward && e.embedding_output) {
     return {"bad_data",
             "the step's input embeddings are non-finite with finite weights: drop or repair "
@@ -133,12 +139,15 @@ NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e, const NonfiniteWo
                          " but the loss is not: check the targets (ids outside the vocabulary) "
                          "and the loss function")};
   }
+  // "reproducibly" only when two replays said so: a step that was not replayed (the backward
+  // is never replayed) must not be called reproducible in the same sentence.
   return {"operator",
           absl::StrCat("an operation in ", where, " turns finite ",
                        e.phase == NonfinitePhase::kBackward ? "gradients" : "input",
-                       " into NaN/Inf on this batch, reproducibly: inspect it (division, log, "
-                       "sqrt, softmax of an all -inf row); with fp16, try bf16 or a larger "
-                       "initial loss scale")};
+                       " into NaN/Inf on this batch",
+                       e.replayed && e.reproducible ? ", reproducibly" : "",
+                       ": inspect it (division, log, sqrt, softmax of an all -inf row); with "
+                       "fp16, try bf16 or a larger initial loss scale")};
 }
 
 }  // namespace trainscope::diagnose

@@ -48,6 +48,21 @@ TEST(NonfiniteClassify, EachRule) {
   EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("samples"));
 
   e = NonfiniteBaseEvidence();
+  e.module = "0";
+  e.input_nonfinite = true;  // a NaN feature in the batch: data, not the first operation
+  EXPECT_EQ(ClassifyNonfinite(e).cls, "bad_data");
+  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("samples"));
+
+  // "reproducibly" only for a step that two replays reproduced (issue 33: a backward that was
+  // not replayed was called reproducible).
+  e = NonfiniteBaseEvidence();
+  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("reproducibly"));
+  e.phase = NonfinitePhase::kBackward;
+  e.replayed = false;
+  EXPECT_EQ(ClassifyNonfinite(e).cls, "operator");
+  EXPECT_THAT(ClassifyNonfinite(e).fix, Not(HasSubstr("reproducibl")));
+
+  e = NonfiniteBaseEvidence();
   e.fp16 = true;
   e.max_abs_activation = 70000;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "fp16_overflow");

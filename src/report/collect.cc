@@ -18,12 +18,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "report/metrics.h"
+#include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/core/formats.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/hang/analyze.h"
 #include "trainscope/report/report.h"
+#include "trainscope/trace/analysis.h"
 
 namespace trainscope::report {
 namespace fs = std::filesystem;
@@ -234,6 +236,7 @@ std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
   std::vector<std::pair<std::string, json>> out;
   for (const std::string& f : CollectFiles(dir, IsJsonName)) {
     std::string why;
+    if (IsProfilerTraceName(fs::path(f).filename().string())) continue;  // a raw trace
     json j = CollectReadJson(f, &why);
     if (j.is_object() && JsonValueOr(j, "format", "") == format) out.emplace_back(f, std::move(j));
   }
@@ -263,28 +266,101 @@ void CollectDataScans(const std::string& dir, const std::string& name, json* run
   }
 }
 
+namespace {
+
+// A trace analysis (format trainscope.trace.analysis) reduced to what the page draws.
+json CollectTraceEntry(const std::string& file, const std::string& source, const json& j) {
+  json ranks = json::array();
+  for (const json& r : JsonValueOr(j, "ranks", json::array())) {
+    json top = json::array();
+    if (r.contains("top_operators")) {
+      for (const json& op : JsonValueOr(r["top_operators"], "by_total", json::array())) {
+        if (top.size() >= kCollectMaxTopOps) break;
+        top.push_back(op);
+      }
+    }
+    ranks.push_back({{"rank", JsonValueOr(r, "rank", -1)},
+                     {"temporal_breakdown", JsonValueOr(r, "temporal_breakdown", json::object())},
+                     {"top_operators", std::move(top)}});
+  }
+  return {{"file", file},
+          {"source", source},
+          {"ranks", std::move(ranks)},
+          {"stragglers", JsonValueOr(j, "stragglers", json::array())}};
+}
+
+}  // namespace
+
+bool IsProfilerTraceName(const std::string& n) {
+  return absl::EndsWith(n, ".pt.trace.json") || absl::EndsWith(n, ".pt.trace.json.gz");
+}
+
+std::vector<std::string> ProfilerTraceFolders(const std::string& dir) {
+  std::vector<std::string> out = {dir};
+  for (const char* sub : {run_dir::kTrace, kProfilerDir}) {
+    const std::string top = run_dir::Join(dir, sub);
+    std::error_code ec;
+    if (!fs::is_directory(top, ec)) continue;
+    out.push_back(top);
+    std::vector<std::string> inner;
+    for (const auto& e : fs::directory_iterator(top, ec)) {
+      if (e.is_directory(ec)) inner.push_back(e.path().string());
+    }
+    std::sort(inner.begin(), inner.end());
+    out.insert(out.end(), inner.begin(), inner.end());
+  }
+  return out;
+}
+
+// The analyses other verbs saved under trace/, then the torch.profiler traces found in the
+// run directory (ProfilerTraceFolders), each folder's analysed as `trace analyze FILES...`
+// would (trace::AnalyzePaths, default options): one entry per folder.
 void CollectTraces(const std::string& dir, const std::string& name, json* run, json* data) {
   for (auto& [file, j] :
        CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis)) {
-    json ranks = json::array();
-    for (const json& r : JsonValueOr(j, "ranks", json::array())) {
-      json top = json::array();
-      if (r.contains("top_operators")) {
-        for (const json& op : JsonValueOr(r["top_operators"], "by_total", json::array())) {
-          if (top.size() >= kCollectMaxTopOps) break;
-          top.push_back(op);
-        }
-      }
-      ranks.push_back({{"rank", JsonValueOr(r, "rank", -1)},
-                       {"temporal_breakdown", JsonValueOr(r, "temporal_breakdown", json::object())},
-                       {"top_operators", std::move(top)}});
+    (*run)["traces"].push_back(CollectTraceEntry(fs::relative(file, dir).string(), "analysis", j));
+  }
+  for (const std::string& folder : ProfilerTraceFolders(dir)) {
+    std::vector<std::string> files = CollectFiles(folder, IsProfilerTraceName);
+    if (files.empty()) continue;
+    const std::string rel = fs::relative(folder, dir).lexically_normal().string();
+    absl::StatusOr<trace::Report> rep = trace::AnalyzePaths(files);
+    if (!rep.ok()) {
+      AddMissing(data, name, "trace", std::string(rep.status().message()));
+      continue;
     }
-    (*run)["traces"].push_back({{"file", fs::relative(file, dir).string()},
-                                {"ranks", std::move(ranks)},
-                                {"stragglers", JsonValueOr(j, "stragglers", json::array())}});
+    json entry = CollectTraceEntry(rel == "." ? "" : rel, "profiler", trace::ReportToJson(*rep));
+    for (const std::string& f : files)
+      entry["trace_files"].push_back(fs::relative(f, dir).string());
+    (*run)["traces"].push_back(std::move(entry));
   }
   if (!run->contains("traces")) {
-    AddMissing(data, name, "trace", "no trainscope.trace.analysis document under trace/");
+    AddMissing(data, name, "trace",
+               "no trainscope.trace.analysis document under trace/ and no profiler trace "
+               "(*.pt.trace.json) in the run directory, trace/ or profiler/");
+  }
+}
+
+// Checkpoint folders under checkpoints/ (trainscope train's and trainscope.checkpoint.save's):
+// structure checked (manifest, files and sizes), hashes not (the page marks them; `ckpt
+// verify` checks them).
+void CollectCheckpoints(const std::string& dir, json* run) {
+  for (const std::string& path :
+       ckpt::ListCheckpointDirs(run_dir::Join(dir, run_dir::kCheckpoints))) {
+    ckpt::CheckResult c = ckpt::CheckCheckpoint(path, /*hash=*/false);
+    if (c.step < 0) continue;
+    json problems = json::array();
+    for (const ckpt::Problem& p : c.problems) problems.push_back(p.problem);
+    (*run)["checkpoints"].push_back({{"step", c.step},
+                                     {"path", fs::relative(path, dir).string()},
+                                     {"anomaly", c.anomaly},
+                                     {"complete", c.complete},
+                                     {"incomplete", c.incomplete},
+                                     {"problems", std::move(problems)}});
+  }
+  if (run->contains("checkpoints")) {  // oldest first, as the steps are drawn
+    std::sort((*run)["checkpoints"].begin(), (*run)["checkpoints"].end(),
+              [](const json& a, const json& b) { return a["step"] < b["step"]; });
   }
 }
 
@@ -371,6 +447,17 @@ json CollectSections(const json& data) {
   }
   if (any([](const json& r) { return JsonValueOr(r, "ranks", json::array()).size() >= 2; })) {
     out.push_back("ranks");
+  }
+  if (any([](const json& r) {
+        for (const json& k : JsonValueOr(r, "ranks", json::array())) {
+          const json logged = JsonValueOr(k, "scalars", json::object());
+          for (const auto& [n, v] : logged.items()) {
+            if (!k["series"].contains(n)) return true;  // not drawn on another chart
+          }
+        }
+        return false;
+      })) {
+    out.push_back("scalars");
   }
   if (series("host_rss_bytes") || series("device_mem_bytes")) out.push_back("memory");
   const std::vector<std::pair<const char*, const char*>> parts = {{"hang", "flight_recorder"},

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 #include "report/metrics.h"
@@ -42,9 +43,21 @@ void CollectHang(const std::string& dir, const std::string& name, nlohmann::json
 // Data scan reports under data/ ("data_scans").
 void CollectDataScans(const std::string& dir, const std::string& name, nlohmann::json* run,
                       nlohmann::json* data);
-// Trace analyses under trace/ ("traces").
+// Trace analyses under trace/, and torch.profiler traces found in the run directory
+// analysed ("traces": {"file", "source": "analysis" | "profiler", "ranks", "stragglers",
+// "trace_files" for profiler traces}).
 void CollectTraces(const std::string& dir, const std::string& name, nlohmann::json* run,
                    nlohmann::json* data);
+// The profiler's folder a user may name for torch.profiler's tensorboard_trace_handler.
+inline constexpr char kProfilerDir[] = "profiler";
+// torch.profiler's trace file names: *.pt.trace.json, *.pt.trace.json.gz.
+bool IsProfilerTraceName(const std::string& name);
+// The folders whose profiler traces the report analyses: the run directory, trace/ and
+// profiler/ and their direct subfolders (those that exist), in that order.
+std::vector<std::string> ProfilerTraceFolders(const std::string& dir);
+// The checkpoint folders under checkpoints/ ("checkpoints": [{"step", "path", "anomaly",
+// "complete", "incomplete", "problems"}], oldest first); nothing when there are none.
+void CollectCheckpoints(const std::string& dir, nlohmann::json* run);
 // The doctor report and the environment fingerprint ("doctor", "fingerprint").
 void CollectDoctorAndEnv(const std::string& dir, const std::string& name, nlohmann::json* run,
                          nlohmann::json* data);

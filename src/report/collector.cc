@@ -79,6 +79,26 @@ std::string DirStamp(const std::string& dir, int depth) {
   return out;
 }
 
+namespace {
+
+// What CollectTraces reads: trace/'s documents and the profiler traces of every folder it
+// looks in (the run directory's own files: only those named like a trace).
+std::string CollectorTraceStamp(const std::string& dir) {
+  std::string out = DirStamp(run_dir::Join(dir, run_dir::kTrace), 0);
+  for (const std::string& folder : ProfilerTraceFolders(dir)) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      if (IsProfilerTraceName(it->path().filename().string())) files.push_back(it->path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& p : files) CollectorStatLine(p, &out);
+  }
+  return out;
+}
+
+}  // namespace
+
 struct ReportCollector::State {
   // What one part produced: its keys of the run's object and its "missing" entries.
   struct Part {
@@ -91,7 +111,7 @@ struct ReportCollector::State {
   struct Run {
     std::string dir, name;
     MetricsCache metrics;
-    Part findings, hang, data_scans, traces, doctor_env;
+    Part findings, hang, data_scans, traces, checkpoints, doctor_env;
     std::string findings_appended;  // the appended files' stamp when findings were made
     std::chrono::steady_clock::time_point diagnosed_at;
     double diagnose_s = 0;
@@ -218,9 +238,12 @@ absl::StatusOr<json> ReportCollector::Collect() {
     CollectorRefresh(&r.data_scans, DirStamp(run_dir::Join(dir, run_dir::kData), 0), rereads,
                      [&](json* j, json* d) { CollectDataScans(dir, name, j, d); });
     CollectorApply(r.data_scans, &run, &data);
-    CollectorRefresh(&r.traces, DirStamp(run_dir::Join(dir, run_dir::kTrace), 0), rereads,
+    CollectorRefresh(&r.traces, CollectorTraceStamp(dir), rereads,
                      [&](json* j, json* d) { CollectTraces(dir, name, j, d); });
     CollectorApply(r.traces, &run, &data);
+    CollectorRefresh(&r.checkpoints, DirStamp(run_dir::Join(dir, run_dir::kCheckpoints), 0),
+                     rereads, [&](json* j, json*) { CollectCheckpoints(dir, j); });
+    CollectorApply(r.checkpoints, &run, &data);
     std::string doc_stamp;
     CollectorStatLine(run_dir::Join(dir, run_dir::kDoctorReportJson), &doc_stamp);
     CollectorStatLine(run_dir::Join(dir, run_dir::kFingerprint), &doc_stamp);

@@ -27,6 +27,9 @@ namespace trainscope::report {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// A value that was logged but is not finite (written as null): kept as a point, so its step is
+// on the chart's axis and its markers are drawn, but drawn as a gap (SeriesToJson: null).
+constexpr double kNonFinite = std::numeric_limits<double>::infinity();
 
 // A number, or NaN for null, a missing key or another type.
 double ReportNum(const simdjson::dom::element& obj, std::string_view key) {
@@ -48,17 +51,19 @@ double ReportRound(double v) {
 }
 
 // The series columns of a rank, in the order of RankMetrics::Totals' arrays: the column, its
-// name in the report and its key in a step record.
+// name in the report, its key in a step record, and whether null there means a non-finite
+// value (the writers' Finite()), not an unknown one.
 struct ReportSeries {
   std::vector<double> RankMetrics::*column;
   const char* name;
   const char* key;
+  bool null_is_nonfinite = false;
 };
 constexpr ReportSeries kReportSeries[9] = {
-    {&RankMetrics::loss, "loss", "loss"},
-    {&RankMetrics::val_loss, "val_loss", "val_loss"},
+    {&RankMetrics::loss, "loss", "loss", true},
+    {&RankMetrics::val_loss, "val_loss", "val_loss", true},
     {&RankMetrics::lr, "lr", "lr"},
-    {&RankMetrics::grad_norm, "grad_norm", "grad_norm"},
+    {&RankMetrics::grad_norm, "grad_norm", "grad_norm", true},
     {&RankMetrics::step_ms, "step_ms", "step_ms"},
     {&RankMetrics::tokens_per_s, "tokens_per_s", "tokens_per_s"},
     {&RankMetrics::comm_ms, "comm_ms", "comm_ms"},
@@ -99,6 +104,55 @@ std::string EventText(const nlohmann::json& j, const std::string& type) {
   }
   if (type == "error") return JsonValueOr(j, "message", std::string());
   return type;
+}
+
+// One value of a user scalar at `step`: appended when the step is past the last one (a run
+// going on), else put in its place, replacing a value logged for that step before.
+void AddUserScalar(RankMetrics* m, std::string_view name, int64_t step, double v) {
+  auto it = m->scalars.find(name);
+  if (it == m->scalars.end()) {
+    if (m->scalars.size() >= kMaxUserScalars) {
+      ++m->scalars_dropped;
+      return;
+    }
+    it = m->scalars.emplace(std::string(name), RankMetrics::UserScalar()).first;
+  }
+  RankMetrics::UserScalar& s = it->second;
+  if (s.steps.empty() || step > s.steps.back()) {
+    s.steps.push_back(step);
+    s.values.push_back(v);
+    return;
+  }
+  auto pos = std::lower_bound(s.steps.begin(), s.steps.end(), step);
+  const size_t i = static_cast<size_t>(pos - s.steps.begin());
+  if (*pos == step) {
+    s.values[i] = v;
+  } else {
+    s.steps.insert(pos, step);
+    s.values.insert(s.values.begin() + static_cast<std::ptrdiff_t>(i), v);
+  }
+}
+
+// The numbers (and nulls: logged non-finite) of a record's "scalars" object; other values
+// (strings, objects) are not drawable and left out.
+void AddUserScalars(RankMetrics* m, const simdjson::dom::element& record, int64_t step) {
+  simdjson::dom::object obj;
+  if (record["scalars"].get(obj) != simdjson::SUCCESS) return;
+  for (auto field : obj) {
+    if (field.value.is_null()) {
+      AddUserScalar(m, field.key, step, kNonFinite);
+      continue;
+    }
+    double d = 0;
+    int64_t i = 0;
+    if (field.value.get_double().get(d) == simdjson::SUCCESS) {
+      AddUserScalar(m, field.key, step, d);
+    } else if (field.value.get_int64().get(i) == simdjson::SUCCESS) {
+      AddUserScalar(m, field.key, step, static_cast<double>(i));
+    } else if (bool b = false; field.value.get_bool().get(b) == simdjson::SUCCESS) {
+      AddUserScalar(m, field.key, step, b ? 1.0 : 0.0);
+    }
+  }
 }
 
 }  // namespace
@@ -346,6 +400,10 @@ bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_vie
     r.step = step;
     for (size_t c = 0; c < std::size(kReportSeries); ++c) {
       r.v[c] = ReportNum(doc, kReportSeries[c].key);
+      simdjson::dom::element v;
+      if (kReportSeries[c].null_is_nonfinite &&
+          doc[kReportSeries[c].key].get(v) == simdjson::SUCCESS && v.is_null())
+        r.v[c] = kNonFinite;
     }
     simdjson::dom::element ph;
     bool has_phases = doc["phases_ms"].get(ph) == simdjson::SUCCESS && ph.is_object();
@@ -364,7 +422,18 @@ bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_vie
                              {"rank", out->rank},
                              {"text", "first non-finite loss or grad norm"}});
     }
+    AddUserScalars(out, doc, step);
     rows->push_back(r);
+    return true;
+  }
+  if (type == "scalars") {  // mon.log(step=..., ...): values logged after or between steps
+    int64_t step = 0;
+    simdjson::dom::element s;
+    if (doc["step"].get(s) != simdjson::SUCCESS || s.get_int64().get(step) != simdjson::SUCCESS) {
+      bad("scalars record without an integer \"step\"");
+      return true;
+    }
+    AddUserScalars(out, doc, step);
     return true;
   }
   nlohmann::json j;
@@ -380,14 +449,37 @@ bool RankMetricsReader::ParseLine(simdjson::dom::parser* parser, std::string_vie
     out->end_reason = JsonValueOr(j, "reason", std::string());
   } else if (t == "summary") {
     out->summary = j;
-  } else if (t == "spike" || t == "nonfinite" || t == "error" || t == "loss_scale" ||
-             (t == "checkpoint" && JsonValueOr(j, "anomaly", false))) {
+  } else if (t == "nonfinite") {
+    NonfiniteStepRow(j, rows);
+  }
+  if (t == "spike" || t == "nonfinite" || t == "error" || t == "loss_scale" ||
+      (t == "checkpoint" && JsonValueOr(j, "anomaly", false))) {
     out->events.push_back({{"kind", t == "checkpoint" ? "anomaly_checkpoint" : t},
                            {"step", JsonValueOr(j, "step", int64_t{0})},
                            {"rank", JsonValueOr(j, "rank", out->rank)},
                            {"text", EventText(j, t)}});
   }
   return true;
+}
+
+// The step a nonfinite record stops at, put on the axis as diagnose counts it: the trainer
+// and trainscope.watch stop there without a step record, so that step's loss is the
+// non-finite value (the next step's when the optimizer step made the weights non-finite after
+// a finite loss). A step that has a record of its own keeps it.
+void RankMetricsReader::NonfiniteStepRow(const nlohmann::json& j, std::vector<Row>* rows) {
+  if (!j.contains("step") || !j["step"].is_number_integer()) return;
+  const int64_t step =
+      j["step"].get<int64_t>() + (JsonValueOr(j, "phase", std::string()) == "optimizer" ? 1 : 0);
+  if (std::binary_search(m_.steps.begin(), m_.steps.end(), step)) return;
+  for (const Row& r : *rows) {
+    if (r.step == step) return;
+  }
+  Row r;
+  r.step = step;
+  std::fill(std::begin(r.v), std::end(r.v), kNaN);
+  std::fill(std::begin(r.phase), std::end(r.phase), kNaN);
+  r.v[0] = kNonFinite;  // loss
+  rows->push_back(r);
 }
 
 void RankMetricsReader::MergeRows(std::vector<Row>* rows) {
@@ -520,8 +612,17 @@ nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points) {
     // others wait for has the longest busy time (its step time is the same as theirs).
     if (t->busy_n) means["busy_ms"] = ReportRound(t->busy_sum / t->busy_n);
   }
+  // The user's scalars; a "val_loss" is the validation loss the loss chart draws when the
+  // step records carry none (trainscope train's do).
+  nlohmann::json scalars = nlohmann::json::object();
+  for (const auto& [name, s] : m.scalars) {
+    scalars[name] = SeriesToJson(s.steps, s.values, max_points);
+    if (name == "val_loss" && !series.contains("val_loss")) series["val_loss"] = scalars[name];
+  }
   return {{"rank", m.rank},
           {"world_size", m.world_size},
+          {"scalars", std::move(scalars)},
+          {"scalars_dropped", m.scalars_dropped},
           {"lines", m.lines},
           {"malformed", m.malformed},
           {"truncated_last_line", m.truncated_last_line},

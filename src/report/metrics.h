@@ -5,6 +5,8 @@
 #define TRAINSCOPE_REPORT_METRICS_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +32,9 @@ std::vector<size_t> DownsampleMinMax(const std::vector<double>& y, size_t max_po
 nlohmann::json SeriesToJson(const std::vector<int64_t>& steps, const std::vector<double>& y,
                             size_t max_points, const std::vector<size_t>& keep = {});
 
+// The most user-logged scalar names drawn per rank.
+inline constexpr size_t kMaxUserScalars = 64;
+
 // One rank's train/metrics.rank<R>.jsonl (docs/formats.md "Run directory").
 struct RankMetrics {
   std::string file;  // as given
@@ -49,6 +54,17 @@ struct RankMetrics {
   // grad norm was null.
   std::vector<nlohmann::json> events;
   nlohmann::json summary;  // the "summary" record, or null
+  // The scalars a user logged beside the columns above (trainscope.watch's mon.log): a step
+  // record's "scalars" object and "scalars" records (an evaluation logged after or between
+  // steps). Per name, sorted by step, the last value logged for a step kept (NaN: logged
+  // non-finite, written as null). At most kMaxUserScalars names; values of more are counted
+  // in scalars_dropped.
+  struct UserScalar {
+    std::vector<int64_t> steps;
+    std::vector<double> values;
+  };
+  std::map<std::string, UserScalar, std::less<>> scalars;
+  int64_t scalars_dropped = 0;
 
   // Running totals over the step columns in step order, so that drawing a rank after a few
   // appended steps does not walk every step again (UpdateTotals). Sums are added in step
@@ -109,6 +125,8 @@ class RankMetricsReader {
   bool ParseLine(simdjson::dom::parser* parser, std::string_view line, bool unterminated,
                  std::vector<Row>* rows);
   void MergeRows(std::vector<Row>* rows);
+  // A nonfinite record: its step as a row with a non-finite loss when it has none.
+  void NonfiniteStepRow(const nlohmann::json& j, std::vector<Row>* rows);
 
   const std::string path_;
   RankMetrics m_;  // lines / truncated_last_line include the pending tail
@@ -127,7 +145,9 @@ class RankMetricsReader {
 
 // The rank's drawable data: {"rank", "file", "lines", "malformed", "steps", "first_step",
 // "last_step", "end_reason", "series": {name: SeriesToJson}, "phases": {"x", name: [...]},
-// "means": {"step_ms", "loss", ...}}. Anomaly steps are always kept in the drawn points.
+// "means": {"step_ms", "loss", ...}, "scalars": {name: SeriesToJson} (RankMetrics::scalars),
+// "scalars_dropped"}. A user's "val_loss" is also series "val_loss" when the step records
+// have none. Anomaly steps are always kept in the drawn points.
 nlohmann::json RankMetricsToJson(const RankMetrics& m, size_t max_points);
 
 }  // namespace trainscope::report

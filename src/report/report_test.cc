@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "report/metrics.h"
+#include "trainscope/ckpt/checkpoint.h"
 
 namespace trainscope::report {
 namespace {
@@ -251,6 +252,112 @@ TEST_F(ReportTest, HtmlIsSelfContained) {
   ReportOptions live;
   live.live = true;
   EXPECT_NE(RenderReportHtml(*data, live).find("window.TS_LIVE = true"), std::string::npos);
+}
+
+// A metrics file from lines (the header first), at <dir>/train/metrics.rank0.jsonl.
+std::string WriteMetrics(const fs::path& dir, const std::vector<json>& records) {
+  fs::create_directories(dir / "train");
+  std::ofstream f(dir / "train" / "metrics.rank0.jsonl");
+  f << json({{"type", "header"},
+             {"format", "trainscope.train_metrics"},
+             {"version", 1},
+             {"rank", 0},
+             {"world_size", 1}})
+           .dump()
+    << "\n";
+  for (const json& r : records) f << r.dump() << "\n";
+  return dir.string();
+}
+
+json StepRecord(int step, json loss, json scalars = nullptr) {
+  json r = {{"type", "step"}, {"step", step}, {"loss", loss}, {"lr", 0.1}, {"step_ms", 1.0}};
+  if (!scalars.is_null()) r["scalars"] = scalars;
+  return r;
+}
+
+// mon.log(accuracy=...) inside steps, mon.log(step=s, val_loss=...) after them (out of
+// order and twice for a step: the last value wins), a non-finite value and a string.
+TEST_F(ReportTest, UserScalarsAreSeriesInAndAfterSteps) {
+  std::vector<json> recs;
+  for (int s = 1; s <= 10; ++s) {
+    recs.push_back(StepRecord(
+        s, 1.0 / s,
+        {{"accuracy", s == 7 ? json(nullptr) : json(s / 10.0)}, {"note", "text"}, {"seen", s}}));
+    if (s == 5) {
+      recs.push_back({{"type", "scalars"}, {"step", 5}, {"scalars", {{"val_loss", 2.0}}}});
+      recs.push_back({{"type", "scalars"}, {"step", 5}, {"scalars", {{"val_loss", 1.5}}}});
+      recs.push_back({{"type", "scalars"}, {"step", 3}, {"scalars", {{"val_loss", 2.5}}}});
+    }
+  }
+  recs.push_back({{"type", "scalars"}, {"scalars", {{"val_loss", 1.0}}}});  // no step
+  auto data = CollectReportData({WriteMetrics(root_ / "user", recs)}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)["malformed"], 1);
+  const json& rank = (*data)["runs"][0]["ranks"][0];
+  const json& acc = rank["scalars"]["accuracy"];
+  ASSERT_EQ(acc["x"].size(), 10u) << acc;  // step 7 on the axis, drawn as a gap
+  EXPECT_TRUE(acc["y"][6].is_null());
+  EXPECT_EQ(acc["y"][9], 1.0);
+  EXPECT_EQ(rank["scalars"]["seen"]["y"][2], 3.0);
+  EXPECT_FALSE(rank["scalars"].contains("note"));
+  EXPECT_EQ(rank["scalars"]["val_loss"]["x"], json::array({3, 5}));
+  EXPECT_EQ(rank["scalars"]["val_loss"]["y"], json::array({2.5, 1.5}));
+  EXPECT_EQ(rank["series"]["val_loss"], rank["scalars"]["val_loss"]);  // on the loss chart
+  const json& sections = (*data)["sections"];
+  for (const char* want : {"loss", "val_loss", "scalars"}) {
+    EXPECT_NE(std::find(sections.begin(), sections.end(), want), sections.end()) << want;
+  }
+}
+
+// The trainer and watch stop at a non-finite step without a step record: the step is on the
+// loss axis (a null point) all the same, as diagnose counts it; optimizer phase: the next one.
+TEST_F(ReportTest, NonfiniteStepIsOnTheLossAxis) {
+  for (const char* phase : {"forward", "optimizer"}) {
+    std::vector<json> recs;
+    for (int s = 1; s <= 5; ++s) recs.push_back(StepRecord(s, s == 3 ? json(nullptr) : json(1.0)));
+    const int at = std::string(phase) == "optimizer" ? 5 : 6;
+    recs.push_back({{"type", "nonfinite"}, {"step", at}, {"rank", 0}, {"phase", phase}});
+    auto data = CollectReportData({WriteMetrics(root_ / phase, recs)}, {});
+    ASSERT_TRUE(data.ok()) << data.status();
+    const json& loss = (*data)["runs"][0]["ranks"][0]["series"]["loss"];
+    EXPECT_EQ(loss["x"], json::array({1, 2, 3, 4, 5, 6})) << phase;
+    EXPECT_TRUE(loss["y"][2].is_null());
+    EXPECT_TRUE(loss["y"][5].is_null());
+    EXPECT_EQ(loss["y"][4], 1.0) << phase;  // a step's own record is kept
+  }
+}
+
+// Checkpoints saved into the run directory are listed (marks), and torch.profiler traces in
+// profiler/ are analysed without a saved analysis.
+TEST_F(ReportTest, CheckpointsAndProfilerTracesAreCollected) {
+  const fs::path dir = WriteMetrics(root_ / "run", {StepRecord(1, 1.0), StepRecord(2, 0.5)});
+  for (int64_t step : {2, 1}) {
+    ckpt::CheckpointData c;
+    c.step = step;
+    ASSERT_TRUE(ckpt::WriteCheckpoint((dir / "checkpoints").string(), c).ok());
+  }
+  fs::create_directories(dir / "checkpoints" / "step-3.tmp-1");  // an unfinished save
+  fs::create_directories(dir / "profiler");
+  const char* src = std::getenv("TS_SOURCE_DIR");  // ts_add_test sets it
+  ASSERT_NE(src, nullptr);
+  fs::copy_file(std::string(src) + "/tests/data/trace/kineto_rank0.pt.trace.json",
+                dir / "profiler" / "host_1.123.pt.trace.json");
+  auto data = CollectReportData({dir.string()}, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  const json& run = (*data)["runs"][0];
+  ASSERT_EQ(run["checkpoints"].size(), 3u) << run["checkpoints"];
+  EXPECT_EQ(run["checkpoints"][0]["step"], 1);
+  EXPECT_EQ(run["checkpoints"][0]["path"], "checkpoints/step-1");
+  EXPECT_TRUE(run["checkpoints"][1]["complete"]);
+  EXPECT_FALSE(run["checkpoints"][2]["complete"]);
+  EXPECT_TRUE(run["checkpoints"][2]["incomplete"]);
+  ASSERT_EQ(run["traces"].size(), 1u) << run;
+  EXPECT_EQ(run["traces"][0]["source"], "profiler");
+  EXPECT_EQ(run["traces"][0]["file"], "profiler");
+  EXPECT_EQ(run["traces"][0]["trace_files"], json::array({"profiler/host_1.123.pt.trace.json"}));
+  ASSERT_EQ(run["traces"][0]["ranks"].size(), 1u);
+  EXPECT_FALSE(run["traces"][0]["ranks"][0]["top_operators"].empty());
+  for (const json& m : (*data)["missing"]) EXPECT_NE(m["part"], "trace") << m;
 }
 
 }  // namespace

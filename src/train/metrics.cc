@@ -250,6 +250,7 @@ bool IsNum(const json& v) { return v.is_number(); }
 bool IsNumOrNull(const json& v) { return v.is_number() || v.is_null(); }
 bool IsInt(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
 bool IsIntOrNull(const json& v) { return IsInt(v) || v.is_null(); }
+bool IsObject(const json& v) { return v.is_object(); }
 
 using Check = bool (*)(const json&);
 struct Field {
@@ -417,9 +418,9 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
           CheckFields(j, {{"step", IsInt, "an integer"},
                           {"scale", IsNum, "a number"},
                           {"skipped", [](const json& v) { return v.is_boolean(); }, "a boolean"}});
-    } else if (type == "event" || type == "summary" || type == "error") {
-      // free-form payloads, documented per event
-    } else {
+    } else if (type == "scalars") {  // trainscope.watch's mon.log(step=...) after a step
+      why = CheckFields(j, {{"step", IsInt, "an integer"}, {"scalars", IsObject, "an object"}});
+    } else if (type != "event" && type != "summary" && type != "error") {  // free-form ones
       why = absl::StrCat("unknown type \"", type, "\"");
     }
     if (!why.empty()) return bad(why);

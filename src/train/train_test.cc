@@ -441,6 +441,33 @@ TEST(MetricsTest, WriterOutputValidates) {
       << bad.status();
 }
 
+// trainscope.watch's `scalars` record (mon.log(step=s, val_loss=v) after a step) is valid;
+// one without its "scalars" object is not.
+TEST(MetricsTest, ScalarsRecordValidates) {
+  std::string dir = TempDir("metrics_scalars");
+  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 0},
+                                                  {"world_size", 1},
+                                                  {"params", 10},
+                                                  {"start_unix_us", 1},
+                                                  {"config", nlohmann::json::object()}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  StepRecord r;
+  r.step = 1;
+  ASSERT_TRUE((*w)->WriteStep(r).ok());
+  w->reset();
+  {
+    std::ofstream out(dir + "/m.jsonl", std::ios::app);
+    out << R"({"type": "scalars", "step": 1, "scalars": {"v": 0.5}})"
+        << "\n"
+        << R"({"type": "scalars", "step": 1})"
+        << "\n";
+  }
+  auto info = ValidateMetricsFile(dir + "/m.jsonl");
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.status().message().find("m.jsonl:4: missing key \"scalars\""), std::string::npos)
+      << info.status();
+}
+
 // With a TensorBoard file attached, every step record is also one event in it (after the
 // file_version event); the end record flushes it, and nothing follows the end record.
 TEST(MetricsTest, TensorBoardMirrorsEveryStep) {

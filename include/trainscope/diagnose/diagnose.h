@@ -22,6 +22,7 @@
 #ifndef TRAINSCOPE_DIAGNOSE_DIAGNOSE_H_
 #define TRAINSCOPE_DIAGNOSE_DIAGNOSE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,13 @@ struct Report {
   std::vector<RunResult> runs;
   std::vector<Finding> findings;       // ranked
   std::vector<std::string> documents;  // trainscope reports whose findings were taken
-  std::vector<SkippedFile> skipped;
+  std::vector<SkippedFile> skipped;    // files of unknown kinds, or unreadable
+  // Known files of a folder that hold nothing to diagnose, counted rather than listed:
+  // "logs" (a rank's stdout.log / stderr.log, doctor's *.stdout / *.stderr, hang stacks, any
+  // *.log, *.out, *.err without Megatron-LM iteration lines), "lock" (a run directory's
+  // LOCK), "hang_dumps" (flight_recorder.rank<R>.*, for `hang analyze`) and, by format,
+  // trainscope documents without findings or facts ("trainscope.launch": launch.json).
+  std::map<std::string, int> not_needed;
   bool has_error() const;
 };
 
@@ -70,7 +77,7 @@ std::vector<Finding> FindingsFrom(const Report& report);
 // "format", "rank", "loss_points", "val_points", "first_step", "last_step", "bad_records",
 // "repeated_steps", "curve": {"class", "first_bad_step", "nan_step", "nan_after_divergence",
 // "spike_steps", "evidence": {...}, "fix"}}], "documents": [...], "skipped": [{"path",
-// "reason"}], "errors", "warnings"}.
+// "reason"}], "not_needed": {"logs": N, ...}, "errors", "warnings"}.
 nlohmann::json ReportToJson(const Report& report);
 
 // One sentence per finding first, then a table of the runs (120 columns), then evidence and

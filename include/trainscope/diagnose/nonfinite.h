@@ -41,6 +41,7 @@ struct NonfiniteEvidence {
   bool replayed = false;           // the step was replayed (false for the optimizer phase)
   bool reproducible = false;       // both replays turned non-finite at the same place
   bool embedding_output = false;   // the first non-finite output was the input embeddings
+  bool input_nonfinite = false;    // the model's input (the batch itself) was non-finite
   bool weights_nonfinite = false;  // the module's parameters were already non-finite
   bool fp16 = false;               // the model computes in fp16
   double max_abs_activation = 0;   // largest finite |x| at the module's input/output (replay)

@@ -9,7 +9,8 @@
                       backward: "#76b7b2", comm_wait: "#edc948", optimizer: "#59a14f"};
   var MARK_COLORS = {spike: "#d62728", curve_spike: "#d62728", nonfinite: "#000000",
                      first_nonfinite: "#000000", nan: "#000000", anomaly_checkpoint: "#9467bd",
-                     error: "#000000", first_bad: "#ff7f0e", loss_scale: "#8c564b"};
+                     error: "#000000", first_bad: "#ff7f0e", loss_scale: "#8c564b",
+                     checkpoint: "#2ca02c"};
   var charts = [];
   // Zoomed x ranges by chart key (lineChart's opts.id and title), kept across live redraws.
   var zooms = {};
@@ -55,11 +56,19 @@
     return (many ? run.name + " " : "") + "rank " + rank.rank;
   }
 
-  // Markers: events of the metrics files and diagnose's pinned verdicts, one per kind+step.
+  // The complete checkpoints of a run's checkpoints/ folder as markers.
+  function checkpointMarks(run) {
+    return (run.checkpoints || []).filter(function (c) { return c.complete; }).map(function (c) {
+      return {kind: c.anomaly ? "anomaly_checkpoint" : "checkpoint", step: c.step,
+              text: (c.anomaly ? "anomaly checkpoint " : "checkpoint ") + c.path};
+    });
+  }
+  // Markers: events of the metrics files, diagnose's pinned verdicts and the checkpoints, one
+  // per kind+step.
   function markersOf(data, kinds) {
     var seen = {}, out = [];
     data.runs.forEach(function (run) {
-      (run.events || []).concat(run.pins || []).forEach(function (e) {
+      (run.events || []).concat(run.pins || [], checkpointMarks(run)).forEach(function (e) {
         if (kinds.indexOf(e.kind) < 0) return;
         var key = e.kind + ":" + e.step;
         if (seen[key]) return;
@@ -68,7 +77,9 @@
       });
     });
     // Spikes and non-finite values drawn last, on top of checkpoints at the same step.
-    var rank = function (m) { return m.kind === "spike" ? 3 : m.kind.indexOf("nonfinite") >= 0 ? 2 : 1; };
+    var rank = function (m) {
+      return m.kind === "spike" ? 3 : m.kind.indexOf("nonfinite") >= 0 ? 2 : m.kind === "checkpoint" ? 0 : 1;
+    };
     return out.sort(function (a, b) { return rank(a) - rank(b); });
   }
 
@@ -185,7 +196,8 @@
   }
   function markerText(m) {
     return m.kind === "spike" || m.kind === "curve_spike" ? "spike " + m.step :
-           (m.kind.indexOf("nonfinite") >= 0 || m.kind === "nan") ? "NaN " + m.step : "";
+           (m.kind.indexOf("nonfinite") >= 0 || m.kind === "nan") ? "NaN " + m.step :
+           m.kind === "checkpoint" || m.kind === "anomaly_checkpoint" ? "ckpt " + m.step : "";
   }
   // The markers' dashed lines, drawn over the series on dygraphs' chart canvas after each
   // draw (a plugin's didDrawChart: the canvas is redrawn on every zoom).
@@ -284,8 +296,9 @@
       var txt = run.name + ": " + (run.ranks || []).length + " rank(s)";
       if (r0) txt += ", steps " + r0.first_step + "-" + r0.last_step + ", end " + (r0.end_reason || "running or killed");
       if (r0 && r0.means.loss !== undefined) {
-        var ls = r0.series.loss;
-        txt += ", last loss " + fmt(ls.y[ls.y.length - 1]);
+        var ls = r0.series.loss, last = ls.y.length - 1;
+        while (last > 0 && ls.y[last] === null) last--;  // a non-finite last step: its gap
+        txt += ", last loss " + fmt(ls.y[last]) + (last < ls.y.length - 1 ? " (then non-finite)" : "");
       }
       var nf = (run.findings || []).length;
       txt += ", " + nf + " finding(s)";
@@ -323,9 +336,10 @@
           function (i) { return "sev-" + rows[i][0]; });
   }
 
+  var ANOMALY_KINDS = ["spike", "nonfinite", "first_nonfinite", "anomaly_checkpoint", "error",
+                       "first_bad", "nan", "curve_spike", "loss_scale", "checkpoint"];
   function renderCurves(app, data) {
-    var anomalyKinds = ["spike", "nonfinite", "first_nonfinite", "anomaly_checkpoint", "error",
-                        "first_bad", "nan", "curve_spike", "loss_scale"];
+    var anomalyKinds = ANOMALY_KINDS;
     var marks = markersOf(data, anomalyKinds);
     var specs = [["loss", "Loss", ""], ["lr", "Learning rate", ""],
                  ["grad_norm", "Gradient norm (before clipping)", ""]];
@@ -345,8 +359,32 @@
       }
       if (!ser.length) return;
       if (!s) s = section(app, "curves", "Training curves",
-                          "Dashed lines: loss spikes, first non-finite value, anomaly checkpoints and diagnose's verdicts at their steps (hover for details).");
+                          "Dashed lines: loss spikes, first non-finite value, checkpoints (green) and diagnose's verdicts at their steps (hover for details).");
       lineChart(s, title, ser, {id: sp[0], markers: marks, unit: sp[2]});
+    });
+  }
+
+  // Every other scalar the user logged (mon.log(accuracy=...), an evaluation's val_* after a
+  // step): one chart per name, a line per rank, with the same markers as the curves.
+  function renderScalars(app, data) {
+    var names = [], seen = {};
+    allRanks(data, function (run, rank) {
+      Object.keys(rank.scalars || {}).forEach(function (n) {
+        if (!rank.series[n] && !seen[n]) { seen[n] = true; names.push(n); }
+      });
+    });
+    if (!names.length) return;
+    names.sort();
+    var s = section(app, "scalars", "Logged scalars",
+                    "Values given to mon.log beside the loss, one chart each: inside a step, or after it (mon.log(step=..., ...)).");
+    var marks = markersOf(data, ANOMALY_KINDS);
+    names.forEach(function (n) {
+      var ser = allRanks(data, function (run, rank, i) {
+        var v = (rank.scalars || {})[n];
+        if (!v || rank.series[n]) return null;
+        return {label: runLabel(data, run, rank), x: v.x, y: v.y, color: COLORS[i % COLORS.length]};
+      });
+      lineChart(s, n, ser, {id: "scalar:" + n, markers: marks});
     });
   }
 
@@ -467,7 +505,11 @@
   function renderTraces(app, data) {
     data.runs.forEach(function (run) {
       (run.traces || []).forEach(function (t) {
-        var s = section(app, "trace", run.name + ": trace analysis (" + t.file + ")");
+        var s = t.source === "profiler" ?
+          section(app, "trace", run.name + ": profiler traces (" + (t.file || "run directory") + ")",
+                  (t.trace_files || []).length + " torch.profiler trace file(s), analysed as trainscope trace analyze does: " +
+                  (t.trace_files || []).join(", ")) :
+          section(app, "trace", run.name + ": trace analysis (" + t.file + ")");
         var ranks = t.ranks || [];
         var labels = [], vals = [], cols = [];
         ranks.forEach(function (r) {
@@ -511,6 +553,7 @@
     renderSummary(app, data);
     renderFindings(app, data);
     renderCurves(app, data);
+    renderScalars(app, data);
     renderPhases(app, data);
     renderRanks(app, data);
     renderMemory(app, data);
