@@ -88,7 +88,20 @@ def make_run(a, tmp):
     return run_dir
 
 
-def check_page(a, html, problems):
+def browser_skip_reason():
+    """Why the browser tests cannot run here (Chromium, its driver or selenium missing), or None."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.path.exists(path):
+            return f"{path} is not installed (Debian chromium, chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "python3-selenium is not installed"
+    return None
+
+
+def headless_chrome(performance_log=False):
+    """Debian's Chromium, headless at 1280x1000, keeping the console log (and the network log)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     opts = webdriver.ChromeOptions()
@@ -96,8 +109,13 @@ def check_page(a, html, problems):
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000",
                 "--disable-dev-shm-usage", "--hide-scrollbars"):
         opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    logs = {"browser": "ALL", "performance": "ALL"} if performance_log else {"browser": "ALL"}
+    opts.set_capability("goog:loggingPrefs", logs)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def check_page(a, html, problems):
+    driver = headless_chrome(performance_log=True)
     try:
         driver.set_page_load_timeout(30)
         driver.get("file://" + os.path.abspath(html))
@@ -205,14 +223,8 @@ def main():
     ap.add_argument("--artifacts", required=True, help="folder for report.png and report.html")
     ap.add_argument("--timeout", type=float, default=90)
     a = ap.parse_args()
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.path.exists(path):
-            print(f"SKIP: {path} is not installed (Debian chromium, chromium-driver)")
-            return SKIP
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        print("SKIP: python3-selenium is not installed")
+    if (why := browser_skip_reason()) is not None:
+        print(f"SKIP: {why}")
         return SKIP
     tmp = tempfile.mkdtemp(prefix="ts_report_browser_")
     problems = []

@@ -19,7 +19,7 @@ when chromium, chromedriver or selenium is not installed.
 import argparse, glob, json, os, shutil, subprocess, sys, tempfile, textwrap, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report_browser_test import CHROMIUM, CHROMEDRIVER, SKIP, png_stats  # noqa: E402
+from report_browser_test import SKIP, browser_skip_reason, headless_chrome, png_stats  # noqa: E402
 
 USER_SCRIPT = textwrap.dedent('''
     import os, sys
@@ -120,18 +120,6 @@ def check_summary(summary, problems):
             problems.append(f"section {s} not drawn: {summary['sections']}")
 
 
-def driver_for():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000",
-                "--disable-dev-shm-usage", "--hide-scrollbars"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-
-
 def load(driver, html, problems):
     driver.get("file://" + os.path.abspath(html))
     deadline = time.monotonic() + 10
@@ -218,14 +206,8 @@ def main():
     ap.add_argument("--artifacts", required=True)
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args()
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.path.exists(path):
-            print(f"SKIP: {path} is not installed (Debian chromium, chromium-driver)")
-            return SKIP
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        print("SKIP: selenium is not installed")
+    if (why := browser_skip_reason()) is not None:
+        print(f"SKIP: {why}")
         return SKIP
     tmp = tempfile.mkdtemp(prefix="ts_report_scalars_")
     problems = []
@@ -249,7 +231,7 @@ def main():
                       f"{summary.get('traces')}", flush=True)
                 check_summary(summary, problems)
                 shutil.copy(html, os.path.join(a.artifacts, "report_scalars.html"))
-        driver = driver_for()
+        driver = headless_chrome()
         try:
             if run_dir in pages:
                 check_page(driver, pages[run_dir],

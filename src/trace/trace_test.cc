@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "trace/analysis_internal.h"
+#include "trace/trace_test_util.h"
 #include "trainscope/trace/analysis.h"
 
 namespace trainscope::trace {
@@ -21,26 +22,8 @@ namespace {
 
 std::string DataDir() { return std::string(TS_SOURCE_DIR) + "/tests/data/trace"; }
 
-// A fresh temporary directory, removed when the test binary exits.
-std::string TempDir() {
-  static std::vector<std::string>* dirs = [] {
-    std::atexit([] {
-      for (const std::string& d : *dirs) std::filesystem::remove_all(d);
-    });
-    return new std::vector<std::string>;
-  }();
-  char tmpl[] = "/tmp/ts_trace_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  if (!d) return "/tmp";
-  dirs->push_back(d);
-  return d;
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-}
+using testing::TempDir;
+using testing::WriteFile;
 
 // A synthetic Kineto-like trace: `n` cpu ops with a launch and a kernel each, pretty-printed
 // (one key per line) or on one line.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "trace/trace_test_util.h"
 #include "trainscope/trace/analysis.h"
 #include "trainscope/trace/trace.h"
 
@@ -17,25 +18,8 @@ namespace trainscope::trace {
 namespace windows_test {
 namespace {
 
-std::string TempDir() {
-  static std::vector<std::string>* dirs = [] {
-    std::atexit([] {
-      for (const std::string& d : *dirs) std::filesystem::remove_all(d);
-    });
-    return new std::vector<std::string>;
-  }();
-  char tmpl[] = "/tmp/ts_windows_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  if (!d) return "/tmp";
-  dirs->push_back(d);
-  return d;
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-}
+using testing::TempDir;
+using testing::WriteFile;
 
 // One tensorboard_trace_handler window of a process without distributedInfo: `steps`
 // ProfilerSteps of 1000 us from `first` on, each with one aten::mm. `step_us` sets the length of

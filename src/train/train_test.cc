@@ -407,13 +407,19 @@ TEST(DataTest, PrefetchingLoaderMatchesSynchronousOrder) {
 
 // ---- metrics ----
 
+// A metrics writer of DIR/m.jsonl with a minimal header (10 params, no config).
+absl::StatusOr<std::unique_ptr<MetricsWriter>> OpenTestMetrics(const std::string& dir, int rank,
+                                                               int world_size) {
+  return MetricsWriter::Open(dir + "/m.jsonl", {{"rank", rank},
+                                                {"world_size", world_size},
+                                                {"params", 10},
+                                                {"start_unix_us", 1},
+                                                {"config", nlohmann::json::object()}});
+}
+
 TEST(MetricsTest, WriterOutputValidates) {
   std::string dir = TempDir("metrics");
-  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 0},
-                                                  {"world_size", 1},
-                                                  {"params", 10},
-                                                  {"start_unix_us", 1},
-                                                  {"config", nlohmann::json::object()}});
+  auto w = OpenTestMetrics(dir, 0, 1);
   ASSERT_TRUE(w.ok()) << w.status();
   StepRecord r;
   r.step = 1;
@@ -445,11 +451,7 @@ TEST(MetricsTest, WriterOutputValidates) {
 // one without its "scalars" object is not.
 TEST(MetricsTest, ScalarsRecordValidates) {
   std::string dir = TempDir("metrics_scalars");
-  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 0},
-                                                  {"world_size", 1},
-                                                  {"params", 10},
-                                                  {"start_unix_us", 1},
-                                                  {"config", nlohmann::json::object()}});
+  auto w = OpenTestMetrics(dir, 0, 1);
   ASSERT_TRUE(w.ok()) << w.status();
   StepRecord r;
   r.step = 1;
@@ -472,11 +474,7 @@ TEST(MetricsTest, ScalarsRecordValidates) {
 // file_version event); the end record flushes it, and nothing follows the end record.
 TEST(MetricsTest, TensorBoardMirrorsEveryStep) {
   std::string dir = TempDir("metrics_tb");
-  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 0},
-                                                  {"world_size", 1},
-                                                  {"params", 10},
-                                                  {"start_unix_us", 1},
-                                                  {"config", nlohmann::json::object()}});
+  auto w = OpenTestMetrics(dir, 0, 1);
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE((*w)->AttachTensorBoard(dir + "/tb").ok());
   StepRecord r;
@@ -532,11 +530,7 @@ std::vector<nlohmann::json> ReadLines(const std::string& path) {
 
 TEST(MetricsTest, EndRecordIsTheLastLineAndReadersSeeHowTheRunEnded) {
   std::string dir = TempDir("metrics_end");
-  auto w = MetricsWriter::Open(dir + "/m.jsonl", {{"rank", 1},
-                                                  {"world_size", 2},
-                                                  {"params", 10},
-                                                  {"start_unix_us", 1},
-                                                  {"config", nlohmann::json::object()}});
+  auto w = OpenTestMetrics(dir, 1, 2);
   ASSERT_TRUE(w.ok()) << w.status();
   StepRecord r;
   r.step = 1;
