@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/file_io.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/half.h"
 #include "trainscope/core/json_text.h"
 
 namespace trainscope::ckpt {
@@ -247,26 +248,6 @@ absl::StatusOr<std::string> EncodeHeader(const std::vector<TensorView>& tensors,
 
 namespace {
 
-double HalfToDouble(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  double v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<double>(man), -24);
-  } else if (exp == 31) {
-    v = man ? std::nan("") : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<double>(man | 0x400), exp - 25);
-  }
-  return sign ? -v : v;
-}
-
-double BF16ToDouble(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 template <class T>
 void Decode(const char* p, uint64_t n, std::vector<double>* out) {
   for (uint64_t i = 0; i < n; ++i) {
@@ -290,7 +271,7 @@ bool ToDoubles(std::string_view dtype, const char* data, uint64_t bytes, std::ve
       for (uint64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, data + 2 * i, 2);
-        out->push_back(d->kind == 'h' ? HalfToDouble(h) : BF16ToDouble(h));
+        out->push_back(d->kind == 'h' ? HalfToFloat(h) : BFloat16ToFloat(h));
       }
       return true;
     case 'f':

@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/core/half.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
@@ -82,19 +83,6 @@ struct Acc {
   }
 };
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
-  }
-  return sign ? -v : v;
-}
-
 // Element kinds shared by npy and safetensors. `kind` 0: known size, not decoded.
 // Sizes are validated where a DType is made: f in {2,4,8}, i/u in {1,2,4,8}, b 1, h 2.
 struct DType {
@@ -123,10 +111,7 @@ double LoadValue(const char* p, const DType& t) {
     case 'h': {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      uint32_t bits = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
+      return BFloat16ToFloat(h);
     }
     case 'b':
       return *p != 0;

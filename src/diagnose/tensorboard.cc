@@ -13,31 +13,11 @@
 #include "tensorboard/event.pb.h"
 #include "tensorboard/summary.pb.h"
 #include "tensorboard/tensor.pb.h"
+#include "trainscope/core/half.h"
 #include "trainscope/tb/tfrecord.h"
 
 namespace trainscope::diagnose::internal {
 namespace {
-
-// IEEE binary16 bits as a double.
-double TbHalfToDouble(uint32_t h) {
-  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
-  double v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<double>(frac), -24);
-  } else if (exp == 31) {
-    v = frac == 0 ? INFINITY : NAN;
-  } else {
-    v = std::ldexp(static_cast<double>(frac | 0x400), static_cast<int>(exp) - 25);
-  }
-  return sign ? -v : v;
-}
-
-double TbBfloat16ToDouble(uint32_t b) {
-  uint32_t bits = (b & 0xffff) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // The element of `content` (little-endian, T's layout) when it holds exactly one.
 template <typename T>
@@ -77,7 +57,8 @@ bool TbTensorScalar(const tensorflow::TensorProto& t, double* out) {
       } else {
         return false;
       }
-      *out = t.dtype() == tensorflow::DT_HALF ? TbHalfToDouble(bits) : TbBfloat16ToDouble(bits);
+      *out = t.dtype() == tensorflow::DT_HALF ? HalfToFloat(static_cast<uint16_t>(bits))
+                                              : BFloat16ToFloat(static_cast<uint16_t>(bits));
       return true;
     }
     case tensorflow::DT_INT32:
