@@ -118,6 +118,8 @@ def check_summary(summary, problems):
     for s in ("loss", "val_loss", "scalars", "trace"):
         if s not in summary["sections"]:
             problems.append(f"section {s} not drawn: {summary['sections']}")
+    if "phases" in summary["sections"]:  # the loop never calls mon.phase: all phases are zero
+        problems.append(f"an all-zero phases chart is drawn: {summary['sections']}")
 
 
 def load(driver, html, problems):
@@ -193,9 +195,16 @@ def check_nan_page(driver, html, png, nan_at, problems):
     if loss is None or loss["x"][1] < nan_at:
         problems.append(f"NaN run: the loss chart's axis stops before step {nan_at}: {loss}")
         return
-    kinds = {k for k, s in loss["marks"] if s == nan_at}
-    if not kinds & {"nonfinite", "first_nonfinite", "nan"}:
-        problems.append(f"NaN run: no non-finite marker at step {nan_at}: {loss['marks']}")
+    # Every step curve (loss, lr, grad_norm, the logged accuracy) reaches the non-finite step and
+    # carries its marker, not only the loss chart.
+    curves = {n: c for n, c in charts.items() if n in ("loss", "lr", "grad_norm") or n.startswith("scalar:")}
+    for name, c in sorted(curves.items()):
+        kinds = {k for k, s in c["marks"] if s == nan_at}
+        if c["x"][1] < nan_at or not kinds & {"nonfinite", "first_nonfinite", "nan"}:
+            problems.append(f"NaN run: chart {name} has no non-finite marker at step {nan_at}: "
+                            f"x {c['x']}, marks {c['marks']}")
+    if len(curves) < 3:
+        problems.append(f"NaN run: only the step charts {sorted(curves)}")
     screenshot(driver, png, problems)
 
 

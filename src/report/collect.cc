@@ -438,8 +438,16 @@ json CollectSections(const json& data) {
     if (series(s)) out.push_back(s);
   }
   if (any([](const json& r) {
+        // A watch loop that never calls mon.phase logs all-zero phases: nothing to draw.
         for (const json& k : JsonValueOr(r, "ranks", json::array())) {
-          if (k["phases"].contains("x")) return true;
+          const json phases = JsonValueOr(k, "phases", json::object());
+          if (!phases.contains("x")) continue;
+          for (const auto& [n, v] : phases.items()) {
+            if (n == "x" || !v.is_array()) continue;
+            for (const json& x : v) {
+              if (x.is_number() && x.get<double>() > 0) return true;
+            }
+          }
         }
         return false;
       })) {

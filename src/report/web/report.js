@@ -87,11 +87,13 @@
   // any series has, [step, v1, v2, ...] with null where a series has no point at that step.
   // legend[j][r] is what the hover legend shows for series j at row r: its raw value where
   // the drawn one is derived (the stacked phases), else the drawn one.
-  function joinSeries(series) {
+  // extraSteps: steps that get a row of nulls (the axis reaches them though no series has a point).
+  function joinSeries(series, extraSteps) {
     var steps = [], seen = {};
     series.forEach(function (s) {
       s.x.forEach(function (x) { if (!seen[x]) { seen[x] = true; steps.push(x); } });
     });
+    (extraSteps || []).forEach(function (x) { if (!seen[x]) { seen[x] = true; steps.push(x); } });
     steps.sort(function (a, b) { return a - b; });
     // A single step: an empty step either side, so the axis has a width and the point is mid-chart.
     if (steps.length === 1) steps = [steps[0] - 1, steps[0], steps[0] + 1];
@@ -157,8 +159,13 @@
     box.appendChild(graph);
     box.appendChild(legend);
     parent.appendChild(box);
-    var joined = joinSeries(series);
     var markers = opts.markers || [];
+    // The step that turned non-finite logs no finite value, so the series stop one step short
+    // of it: every chart's axis reaches it, so its marker is drawn on each, not only the loss's.
+    var nonfiniteSteps = markers.filter(function (m) {
+      return m.kind.indexOf("nonfinite") >= 0 || m.kind === "nan";
+    }).map(function (m) { return m.step; });
+    var joined = joinSeries(series, nonfiniteSteps);
     // dygraphs needs distinct labels (they name its series).
     var used = {}, labels = series.map(function (s) {
       var l = s.label, n = 2;
@@ -391,7 +398,12 @@
   function renderPhases(app, data) {
     var s = null;
     data.runs.forEach(function (run) {
-      var rank = (run.ranks || []).filter(function (r) { return r.phases && r.phases.x; })[0];
+      // A rank whose phases are all zero (a watch loop that never calls mon.phase) has none to draw.
+      var rank = (run.ranks || []).filter(function (r) {
+        return r.phases && r.phases.x && Object.keys(r.phases).some(function (n) {
+          return n !== "x" && (r.phases[n] || []).some(function (v) { return typeof v === "number" && v > 0; });
+        });
+      })[0];
       if (!rank) return;
       if (!s) s = section(app, "phases", "Step phases (stacked, ms)",
                           "Per step: data wait, host-to-device copy, forward, backward, communication wait, optimizer.");
