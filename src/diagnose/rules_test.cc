@@ -215,11 +215,17 @@ std::map<std::string, RuleCase> BundledRuleCases() {
   auto S = Value::String;
   auto B = Value::Bool;
   std::map<std::string, RuleCase> c;
-  c["model.nan_fixed_step"] = {{},
-                               {{"run.nonfinite_reproducible", B(true)}},
-                               "",
-                               {},
-                               {{"run.nonfinite_reproducible", B(false)}}};
+  c["model.nan_bad_data"] = {{},
+                             {{"run.nonfinite_class", S("bad_data")}},
+                             "",
+                             {},
+                             {{"run.nonfinite_class", S("operator")}}};
+  c["model.nan_fixed_step"] = {
+      {},
+      {{"run.nonfinite_reproducible", B(true)}, {"run.nonfinite_class", S("operator")}},
+      "",
+      {},
+      {{"run.nonfinite_reproducible", B(true)}, {"run.nonfinite_class", S("bad_data")}}};
   c["model.nan_random"] = {{},
                            {{"run.nonfinite_reproducible", B(false)}},
                            "",
