@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/test_util.h"
 #include "gtest/gtest.h"
 
 namespace trainscope {
@@ -21,12 +22,7 @@ namespace {
 class PathsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* t = std::getenv("TMPDIR");
-    std::string templ = std::string(t && *t ? t : "/tmp") + "/ts_paths_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    char* real = ::realpath(templ.c_str(), nullptr);
-    dir_ = real;
-    std::free(real);
+    dir_ = test_util::TempDir("paths_test");
     char cwd[4096];
     ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
     old_cwd_ = cwd;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/test_util.h"
 #include "gtest/gtest.h"
 
 namespace trainscope::run_dir {
@@ -19,12 +20,7 @@ namespace {
 
 class RunDirLockTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* t = std::getenv("TMPDIR");
-    std::string templ = std::string(t && *t ? t : "/tmp") + "/ts_lock_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ + "/run";
-  }
+  void SetUp() override { dir_ = test_util::TempDir("lock_test") + "/run"; }
   void TearDown() override {
     std::filesystem::remove_all(std::filesystem::path(dir_).parent_path());
   }

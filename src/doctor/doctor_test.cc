@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "core/test_util.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/doctor/interrupt.h"
 
@@ -21,19 +22,8 @@ namespace {
 
 using nlohmann::json;
 
-std::string TempDir(const std::string& tag) {
-  std::string tmpl = (::testing::TempDir().empty() ? "/tmp/" : ::testing::TempDir()) +
-                     "ts_doctor_" + tag + "_XXXXXX";
-  char* d = mkdtemp(tmpl.data());
-  return d ? std::string(d) : "/tmp";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string TempDir(const std::string& tag) { return test_util::TempDir("doctor_" + tag); }
+using test_util::ReadFile;
 
 // A part that prints `json_text` and exits with `code`.
 Part ShellPart(const std::string& name, const std::string& json_text, int code,
@@ -278,7 +268,7 @@ TEST(RunDoctor, FailingPartGivesFailAdviceExitOneAndReportFiles) {
   EXPECT_EQ(Find(r->checks, "train")->verdict, "skip");
   EXPECT_EQ(Find(r->checks, "env.fingerprint")->verdict, "pass");
   EXPECT_EQ(lines.size(), 6u);
-  json j = json::parse(ReadAll(opt.run_dir + "/report.json"));
+  json j = json::parse(ReadFile(opt.run_dir + "/report.json"));
   EXPECT_EQ(j["format"], "trainscope.doctor");
   EXPECT_FALSE(j["passed"].get<bool>());
   for (const json& c : j["checks"]) {
@@ -286,10 +276,10 @@ TEST(RunDoctor, FailingPartGivesFailAdviceExitOneAndReportFiles) {
       EXPECT_TRUE(c.contains(k)) << k;
     }
   }
-  std::string md = ReadAll(opt.run_dir + "/report.md");
+  std::string md = ReadFile(opt.run_dir + "/report.md");
   EXPECT_NE(md.find("| comm | FAIL |"), std::string::npos) << md;
-  EXPECT_NE(ReadAll(opt.run_dir + "/fingerprint.json").find("hostname"), std::string::npos);
-  EXPECT_NE(ReadAll(opt.run_dir + "/parts/train.stderr").find("not built yet"), std::string::npos);
+  EXPECT_NE(ReadFile(opt.run_dir + "/fingerprint.json").find("hostname"), std::string::npos);
+  EXPECT_NE(ReadFile(opt.run_dir + "/parts/train.stderr").find("not built yet"), std::string::npos);
   EXPECT_NE(RenderTable(*r).find("doctor: FAILED"), std::string::npos);
 }
 
@@ -328,7 +318,7 @@ TEST(RunDoctor, UnwritableRunDirIsAnError) {
 }
 
 bool Alive(pid_t pid) {
-  std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return false;
   size_t close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
@@ -347,7 +337,7 @@ TEST(RunDoctor, StrayProcessesOfAPartAreKilled) {
            10}};
   absl::StatusOr<Report> r = RunDoctor(opt);
   ASSERT_TRUE(r.ok());
-  pid_t pid = std::atoi(ReadAll(pidfile).c_str());
+  pid_t pid = std::atoi(ReadFile(pidfile).c_str());
   ASSERT_GT(pid, 0);
   EXPECT_FALSE(Alive(pid));
 }
@@ -387,7 +377,7 @@ TEST(Interrupt, SigintLeavesNoStrayProcesses) {
   for (int i = 0; i < 500 && pids.size() < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     pids.clear();
-    std::istringstream in(ReadAll(pidfile));
+    std::istringstream in(ReadFile(pidfile));
     for (pid_t p; in >> p;) pids.push_back(p);
   }
   ASSERT_EQ(pids.size(), 3u);
@@ -408,7 +398,7 @@ TEST(Interrupt, SigintLeavesNoStrayProcesses) {
   EXPECT_EQ(WEXITSTATUS(status), 130);
   for (pid_t p : pids) EXPECT_FALSE(Alive(p)) << "stray process " << p;
   // The report is still written, the interrupted part and the rest marked skip.
-  json j = json::parse(ReadAll(pidfile + ".run/report.json"));
+  json j = json::parse(ReadFile(pidfile + ".run/report.json"));
   EXPECT_TRUE(j["interrupted"].get<bool>());
   EXPECT_EQ(j["checks"][0]["verdict"], "skip");
   EXPECT_EQ(j["checks"][1]["value"], "not run: interrupted");

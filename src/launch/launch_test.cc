@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainscope/core/os.h"
@@ -19,17 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "ts_launch_XXXXXX").string();
-  return ::mkdtemp(tmpl.data());
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string TempDir() { return test_util::TempDir("launch"); }
+using test_util::ReadFile;
 
 LaunchOptions Sh(const std::string& script, int n) {
   LaunchOptions o;
@@ -108,15 +100,15 @@ TEST(LaunchTest, FourRanksGetTheTorchrunEnvironment) {
   for (int i = 0; i < 4; ++i) {
     const RankStatus& s = r->ranks[i];
     EXPECT_EQ(s.exit_code, 0);
-    std::string out = ReadAll(s.stdout_log);
+    std::string out = ReadFile(s.stdout_log);
     EXPECT_THAT(out, HasSubstr("rank=" + std::to_string(i) + " world=4 local=" + std::to_string(i) +
                                " lws=4 addr=127.0.0.1 port=" + std::to_string(r->master_port) +
                                " dir=" + abs_dir));
-    EXPECT_EQ(ReadAll(s.stderr_log), "oops\n");
+    EXPECT_EQ(ReadFile(s.stderr_log), "oops\n");
     ASSERT_FALSE(s.cpus.empty());
     EXPECT_THAT(out, HasSubstr("Cpus_allowed_list:\t" + std::to_string(s.cpus.front())));
   }
-  std::string json = ReadAll(o.run_dir + "/launch.json");
+  std::string json = ReadFile(o.run_dir + "/launch.json");
   EXPECT_THAT(json, HasSubstr("\"format\": \"trainscope.launch\""));
   EXPECT_LT(r->all_running_s, 1.0);
 }
@@ -215,10 +207,10 @@ TEST(LaunchTest, RankKilledBySignalAndItsChildrenAreReaped) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->first_failed_rank, 1);
   EXPECT_THAT(r->failure, HasSubstr("killed by SIGKILL"));
-  int gc = std::stoi(ReadAll(pidfile));
+  int gc = std::stoi(ReadFile(pidfile));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   // No stray: the grandchild (same process group) is gone or a zombie being reaped by init.
-  std::string stat = ReadAll("/proc/" + std::to_string(gc) + "/stat");
+  std::string stat = ReadFile("/proc/" + std::to_string(gc) + "/stat");
   EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos) << stat;
 }
 
@@ -259,7 +251,7 @@ TEST(LaunchTest, BadOptions) {
 
 // True when /proc/<pid> is gone (or only a zombie that is not ours to reap).
 bool Gone(int pid) {
-  std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
   return stat.empty() || stat.find(") Z") != std::string::npos;
 }
 
@@ -277,7 +269,8 @@ TEST(LaunchTest, TimeoutStopsARankThatNeverExitsAndNamesIt) {
   EXPECT_EQ(r->ranks[1].term_signal, SIGTERM);
   EXPECT_EQ(r->ranks[0].exit_code, 0);
   EXPECT_LT(r->total_s, 1.0 + 0.5 + 2.0);
-  EXPECT_THAT(ReadAll(o.run_dir + "/launch.json"), HasSubstr("\"timed_out_ranks\": [\n    1\n  ]"));
+  EXPECT_THAT(ReadFile(o.run_dir + "/launch.json"),
+              HasSubstr("\"timed_out_ranks\": [\n    1\n  ]"));
 }
 
 TEST(LaunchTest, JobTimeoutStopsEveryRankStillRunning) {
@@ -322,7 +315,7 @@ TEST(LaunchTest, ChildThatSetsidsOutOfTheGroupIsGoneAfterTheJob) {
   EXPECT_TRUE(r->ok()) << r->failure;
   EXPECT_EQ(r->strays_killed, 2);
   for (const char* f : {"/a.pid", "/b.pid"}) {
-    int pid = std::stoi(ReadAll(dir + f));
+    int pid = std::stoi(ReadFile(dir + f));
     // Really in another session: the event loop's group signals could not have reached it.
     EXPECT_TRUE(Gone(pid)) << "pid " << pid << " from " << f << " outlived the job";
   }
@@ -338,15 +331,15 @@ TEST(LaunchTest, RanksGetAJobTokenThatIsNotLogged) {
   auto r = Launch(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->master_addr, "127.0.0.1");
-  EXPECT_EQ(ReadAll(o.run_dir + "/len0"), "32\n");
-  const std::string token = ReadAll(o.run_dir + "/tok0");
-  EXPECT_EQ(ReadAll(o.run_dir + "/tok1"), token);
-  EXPECT_THAT(ReadAll(o.run_dir + "/launch.json"), Not(HasSubstr(token.substr(0, 32))));
+  EXPECT_EQ(ReadFile(o.run_dir + "/len0"), "32\n");
+  const std::string token = ReadFile(o.run_dir + "/tok0");
+  EXPECT_EQ(ReadFile(o.run_dir + "/tok1"), token);
+  EXPECT_THAT(ReadFile(o.run_dir + "/launch.json"), Not(HasSubstr(token.substr(0, 32))));
   // A second job gets another token; a given one is passed through.
   o.run_dir = TempDir();
   o.job_token = "given-token";
   ASSERT_TRUE(Launch(o).ok());
-  EXPECT_EQ(ReadAll(o.run_dir + "/tok0"), "given-token\n");
+  EXPECT_EQ(ReadFile(o.run_dir + "/tok0"), "given-token\n");
   EXPECT_NE(RandomHexToken().value(), RandomHexToken().value());
 }
 
@@ -469,7 +462,7 @@ TEST(LaunchTest, RanksThatCatchSigusr1AreAskedForADumpBeforeTheStop) {
   EXPECT_TRUE(std::filesystem::exists(o.run_dir + "/hang/stacks.rank1.txt"));
   // "{}" is no dump: the analysis ran and said so, or found nothing to analyse.
   EXPECT_TRUE(r->hang.analyzed || !r->hang.error.empty());
-  EXPECT_THAT(ReadAll(o.run_dir + "/launch.json"), HasSubstr("\"asked_ranks\""));
+  EXPECT_THAT(ReadFile(o.run_dir + "/launch.json"), HasSubstr("\"asked_ranks\""));
   std::filesystem::remove_all(o.run_dir);
 }
 

@@ -1,40 +1,14 @@
-// What the trace module's test files share: scratch directories removed at exit, and files
-// written whole.
+// What the trace module's test files share: core/test_util.h's scratch directories and
+// whole-file writes, under the names they have always used here.
 #ifndef TRAINSCOPE_TRACE_TRACE_TEST_UTIL_H_
 #define TRAINSCOPE_TRACE_TRACE_TEST_UTIL_H_
 
-#include <stdlib.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <string>
-#include <vector>
-
-#include "gtest/gtest.h"
+#include "core/test_util.h"
 
 namespace trainscope::trace::testing {
 
-// A fresh temporary directory, removed when the test binary exits.
-inline std::string TempDir() {
-  static std::vector<std::string>* dirs = [] {
-    std::atexit([] {
-      for (const std::string& d : *dirs) std::filesystem::remove_all(d);
-    });
-    return new std::vector<std::string>;
-  }();
-  char tmpl[] = "/tmp/ts_trace_test_XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  if (!d) return "/tmp";
-  dirs->push_back(d);
-  return d;
-}
-
-inline void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-}
+inline std::string TempDir() { return test_util::TempDir("trace_test"); }
+using test_util::WriteFile;
 
 }  // namespace trainscope::trace::testing
 

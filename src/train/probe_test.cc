@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "core/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -276,11 +277,7 @@ TEST(ProbeHost, DeviceLimitIsTheFreeMemoryNvidiaSmiReports) {
   EXPECT_EQ(DeviceMemoryLimitBytes(&none, 0, &source), -1);
 }
 
-std::string ProbeTempDir() {
-  std::string dir = "/tmp/ts_probe_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  return dir;
-}
+std::string ProbeTempDir() { return test_util::TempDir("probe_test"); }
 
 TEST(ProbeBatch, ReportsAKilledChildAsItsRow) {
   FakeOs os;

@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "core/test_util.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/fake_os.h"
 #include "trainscope/core/os.h"
@@ -35,12 +36,16 @@ std::string DataDir() {
   return std::string(src ? src : TS_SOURCE_DIR) + "/tests/data/train";
 }
 
+// This binary's scratch directory (removed at exit).
+const std::string& Scratch() {
+  static const std::string* dir = new std::string(test_util::TempDir("train_test"));
+  return *dir;
+}
+
+// Scratch()/name, cleared: the code under test makes it.
 std::string TempDir(const std::string& name) {
-  std::string d = (std::filesystem::temp_directory_path() /
-                   ("ts_train_test_" + std::to_string(getpid()) + "_" + name))
-                      .string();
-  std::filesystem::remove_all(d);
-  return d;
+  std::filesystem::remove_all(Scratch() + "/" + name);
+  return Scratch() + "/" + name;
 }
 
 TrainConfig TinyConfig() {
@@ -619,11 +624,7 @@ TEST(MetricsTest, HostRssIsReported) { EXPECT_GT(HostRssBytes(), 1 << 20); }
 // ---- training ----
 
 // The run directory RunTiny(c, name) used (without clearing it, as TempDir does).
-std::string RunDirOf(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("ts_train_test_" + std::to_string(getpid()) + "_" + name))
-      .string();
-}
+std::string RunDirOf(const std::string& name) { return Scratch() + "/" + name; }
 
 absl::StatusOr<TrainResult> RunTiny(const TrainConfig& c, const std::string& name,
                                     TrainOptions o = {}) {
