@@ -44,6 +44,17 @@ def seeds(target):
         out += [b"\x02" + read(f) for f in files("tests/data/trace/ascend/**/kernel_details.csv")]
         out += [b"\x03" + read(f) for f in files("tests/data/trace/kineto_rank0.pt.trace.json")]
         return out
+    if target == "trace_ascend_fuzzer":  # first byte: the file (fuzz/trace_ascend_fuzzer.cc kNames)
+        names = ["kernel_details.csv", "step_trace_time.csv", "op_statistic.csv", "memory_record.csv",
+                 "communication.json", "communication_matrix.json", "npu_module_mem.csv",
+                 "ascend_pytorch_profiler_*.db"]
+        return [bytes([i]) + read(f, 1 << 16) for i, n in enumerate(names)
+                for f in files(f"tests/data/trace/ascend*/**/{n}")]
+    if target == "ascend_cluster_fuzzer":  # first byte: 0 the CSV, 1 communication, 2 matrix
+        d = "tests/data/trace/ascend_cluster/**/"
+        return ([b"\x00" + read(f) for f in files(d + "cluster_step_trace_time.csv")] +
+                [b"\x01" + read(f, 1 << 15) for f in files(d + "cluster_communication.json")] +
+                [b"\x02" + read(f, 1 << 15) for f in files(d + "cluster_communication_matrix.json")])
     if target == "npy_fuzzer":
         return [read(f) for f in files("tests/data/**/*.npy")]
     if target == "safetensors_fuzzer":
@@ -71,8 +82,10 @@ def seeds(target):
                                        "tests/data/train/*.json")]
     if target == "hang_dump_fuzzer":  # two dumps of one case per input (SplitTwo)
         out = []
-        for d in sorted(glob.glob(os.path.join(DATA, "hang", "*"))):
-            ranks = [read(f, 1 << 15) for f in files(f"tests/data/hang/{os.path.basename(d)}/*")]
+        for d in sorted(glob.glob(os.path.join(DATA, "hang", "*")) +
+                        glob.glob(os.path.join(DATA, "hccl_fr", "*"))):  # + torch_npu's HCCL dumps
+            rel = os.path.relpath(d, SRC)
+            ranks = [read(f, 1 << 15) for f in files(f"{rel}/*")]
             if len(ranks) >= 2:
                 out.append(two(ranks[0], ranks[1]))
         return out
@@ -90,6 +103,10 @@ def seeds(target):
         return [read(f) for f in files("tests/data/pickle/*.pkl", "tests/data/pickle/dcp/.metadata",
                                        "tests/data/pickle/fr_skipped/*",
                                        "tests/data/hang/pickle_*/*")]
+    if target == "npu_smi_fuzzer":  # first byte: 0 the info table, 1 "Key : Value" (board, health)
+        return [b"\x00" + read(f) for f in files("tests/data/env/npu_smi_*.txt")] + \
+               [b"\x01" + read(f) for f in files("tests/data/env/npu_smi_board*.txt",
+                                                  "tests/data/env/npu_smi_health*.txt")]
     if target == "topo_fuzzer":  # first byte: the tensor-parallel size (1 + b % 4); then the text
         return [bytes([tp]) + read(f) for f in files("tests/data/topo/*.txt") for tp in (1, 3)]
     if target == "diagnose_reader_fuzzer":  # selector byte = the format (fuzz/diagnose_reader_fuzzer.cc)
@@ -108,6 +125,8 @@ def seeds(target):
                [b"\x01" + t for t in (b"2(x3),1", b"8", b"4(x2)")]
     if target == "store_message_fuzzer":  # request frames, written by comm_test's StoreFuzzSeedsTest
         return [read(f) for f in files("fuzz/seeds/store_message/*")]
+    if target == "compare_dump_fuzzer":  # msprobe dump.json files (whole, cut, MindSpore's)
+        return [read(f, 1 << 16) for f in files("fuzz/seeds/compare_dump/*.json")]
     return []
 
 

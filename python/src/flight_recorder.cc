@@ -20,11 +20,18 @@
 // user's loop").
 #include "trainscope/comm/flight_recorder.h"
 
+#include <fcntl.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -161,6 +168,13 @@ class PyFlightRecorder {
     return py::make_tuple(0.0, "", 0, "");
   }
 
+  // The training step later ops are recorded with (the dump's `step`); -1: none.
+  void SetStep(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+
+  // Arms the std::terminate path (see ArmTerminate below) for this recorder.
+  void ArmTerminate(const std::string& path, py::object on_crash);
+
   int64_t recorded() const { return rec_->recorded(); }
   size_t capacity() const { return rec_->capacity(); }
 
@@ -194,6 +208,7 @@ class PyFlightRecorder {
     op.output_numel = output_count >= 0 ? output_count : count;
     op.peer = peer;
     op.async = async;
+    op.step = step_;
     op.enqueue_mono_ns = MonotonicNs();
     int64_t id;
     {
@@ -208,11 +223,112 @@ class PyFlightRecorder {
     int64_t ops = 0, collective = 0, p2p = 0;
   };
   std::shared_ptr<comm::FlightRecorder> rec_;
+  int64_t step_ = -1;
   std::unordered_map<std::string, int> groups_;  // name -> pg_id
   std::vector<Counters> counters_;               // by pg_id
   std::vector<std::string> sites_;               // by site id
   std::unordered_map<std::string, int64_t> site_ids_;
 };
+
+// ---- Evidence when the process dies (opted into by trainscope.distributed.record, never by
+// the library itself). gloo reports a mismatched collective by throwing from its own I/O
+// thread (`op.preamble.length <= op.nbytes`), which ends the process in std::terminate and
+// SIGABRT before any Python code runs again. The terminate handler below writes the
+// recorder's dump first (no GIL needed), then, when the interpreter is still up, calls the
+// Python callback (the thread stacks; it takes the GIL, which the main thread releases while
+// it waits in a collective), then hands over to the previous handler (abort).
+struct TerminateHook {
+  std::mutex mu;
+  std::shared_ptr<comm::FlightRecorder> rec;
+  std::string path;
+  PyObject* on_crash = nullptr;  // a new reference, kept for the process's life
+  std::terminate_handler previous = nullptr;
+  std::atomic<bool> fired{false};
+};
+TerminateHook& Hook() {
+  static TerminateHook* h = new TerminateHook;  // never destroyed: used while dying
+  return *h;
+}
+
+void OnTerminate() {
+  TerminateHook& h = Hook();
+  if (!h.fired.exchange(true)) {
+    std::string reason = "std::terminate";
+    if (std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        reason = absl::StrCat("std::terminate: ", x.what());
+      } catch (...) {
+      }
+    }
+    std::shared_ptr<comm::FlightRecorder> rec;
+    std::string path;
+    PyObject* cb = nullptr;
+    {
+      std::lock_guard<std::mutex> l(h.mu);
+      rec = h.rec;
+      path = h.path;
+      cb = h.on_crash;
+    }
+    if (rec != nullptr) {
+      comm::FlightDumpOptions o;
+      o.reason = reason.substr(0, 400);
+      (void)rec->DumpJson(path, o);
+    }
+    if (cb != nullptr && Py_IsInitialized()) {
+      PyGILState_STATE g = PyGILState_Ensure();
+      PyObject* r = PyObject_CallFunction(cb, "s", reason.c_str());
+      if (r == nullptr) PyErr_Clear();
+      Py_XDECREF(r);
+      PyGILState_Release(g);
+    }
+  }
+  if (h.previous != nullptr) h.previous();
+  std::abort();
+}
+
+void PyFlightRecorder::ArmTerminate(const std::string& path, py::object on_crash) {
+  TerminateHook& h = Hook();
+  std::lock_guard<std::mutex> l(h.mu);
+  h.rec = rec_;
+  h.path = path;
+  if (h.on_crash != nullptr) Py_DECREF(h.on_crash);
+  h.on_crash = on_crash.is_none() ? nullptr : on_crash.inc_ref().ptr();
+  std::terminate_handler prev = std::set_terminate(OnTerminate);
+  if (prev != OnTerminate) h.previous = prev;
+}
+
+// SIGUSR1 (`trainscope launch` asks a failed job's ranks for their dumps with it): the handler
+// only writes a byte to a pipe (async-signal-safe); a Python thread reading the pipe writes the
+// dump, whatever the main thread is blocked in.
+int g_sigusr1_pipe[2] = {-1, -1};
+void OnSigusr1(int) {
+  const int saved = errno;
+  char b = 1;
+  ssize_t n = ::write(g_sigusr1_pipe[1], &b, 1);
+  (void)n;
+  errno = saved;
+}
+
+// The pipe's read end (the same one on later calls). Errors: OSError.
+int ArmSigusr1() {
+  if (g_sigusr1_pipe[0] < 0) {
+    if (::pipe(g_sigusr1_pipe) != 0) {
+      PyErr_SetFromErrno(PyExc_OSError);
+      throw py::error_already_set();
+    }
+    ::fcntl(g_sigusr1_pipe[1], F_SETFL, O_NONBLOCK);
+    ::fcntl(g_sigusr1_pipe[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(g_sigusr1_pipe[1], F_SETFD, FD_CLOEXEC);
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnSigusr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  return g_sigusr1_pipe[0];
+}
 
 // ---- fast_calls(): start(op, count, dtype, pg, site, peer, output_count, async) -> id and
 // complete(id), as METH_FASTCALL builtins whose `self` is a capsule holding the recorder and a
@@ -347,6 +463,17 @@ void RegisterFlightRecorder(py::module_& m) {
       .def("oldest_pending", &PyFlightRecorder::OldestPending,
            "(age_s, op, seq, call_site) of the oldest call not returned yet; (0.0, '', 0, '') "
            "when none.")
+      .def_property("step", &PyFlightRecorder::step, &PyFlightRecorder::SetStep,
+                    "The training step later calls are recorded with (the dump's `step`); -1: "
+                    "none (trainscope.watch sets it at each step).")
+      .def("arm_terminate", &PyFlightRecorder::ArmTerminate, py::arg("path"),
+           py::arg("on_crash") = py::none(),
+           "When the process ends in std::terminate (gloo's mismatch check in its I/O thread), "
+           "dump to `path` (reason: the exception), call on_crash(reason) with the GIL, then "
+           "abort as before. For trainscope.distributed.record(dump_on_crash=True).")
+      .def_static("arm_sigusr1", &ArmSigusr1,
+                  "Catches SIGUSR1 by writing a byte to a pipe; returns its read end (for a "
+                  "thread that dumps). For trainscope.distributed.record(dump_on_crash=True).")
       .def_property_readonly("recorded", &PyFlightRecorder::recorded, "calls recorded so far")
       .def_property_readonly("capacity", &PyFlightRecorder::capacity, "entries kept");
 }

@@ -27,6 +27,14 @@ timed out first waits (at most `grace_s`) for the others' dumps before it goes, 
 the store. Then `trainscope hang analyze <run_dir>/hang` names the rank, the op and the call
 site.
 
+Every failed collective leaves evidence too (dump_on_crash=True, the default): a collective
+that raises (gloo's `Connection closed by peer`, a timeout), an uncaught exception, the
+std::terminate + SIGABRT gloo ends a process with when the ranks' collectives do not match
+(`op.preamble.length <= op.nbytes`), and SIGUSR1 (`trainscope launch` asks a failed job's
+ranks with it) write the dump and stacks with the reason; only a timeout makes the ranks
+exit. Entries carry the training step: `trainscope.watch` sets it at each step, a loop
+without watch calls `trainscope.distributed.set_step(step)`.
+
 Functions imported by name before `record()` (`from torch.distributed import all_reduce`) are
 not wrapped: call them as `dist.all_reduce`.
 """
@@ -91,7 +99,7 @@ class Recorder:
     Thread-safe: ops may be issued and completed from any thread.
     """
 
-    def __init__(self, run_dir, timeout_s, capacity, poll_s, grace_s):
+    def __init__(self, run_dir, timeout_s, capacity, poll_s, grace_s, dump_on_crash=True):
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.run_dir = run_dir
@@ -123,6 +131,10 @@ class Recorder:
         self._stop = threading.Event()
         self._thread = None
         self._dumped = False
+        self._dump_on_crash = dump_on_crash
+        self._dump_lock = threading.Lock()
+        self._previous_excepthook = None
+        self._error_reason = None  # the first failed collective's, for the dumps after it
 
     # ---- wrapping ----
     def install(self):
@@ -144,11 +156,74 @@ class Recorder:
 
         dist.destroy_process_group = destroy_process_group
         atexit.register(stop)
+        if self._dump_on_crash:
+            self._arm_crash_dumps()
         self._thread = threading.Thread(target=self._watch, name="trainscope-watchdog",
                                         daemon=True)
         self._thread.start()
 
+    def _arm_crash_dumps(self):
+        """The dumps on abnormal ends (see the module's doc): std::terminate, SIGUSR1, an
+        uncaught exception. Signal handlers can only be set from the main thread."""
+        self.fr.arm_terminate(self.dump_path, self._crash_stacks)
+        if threading.current_thread() is threading.main_thread():
+            fd = _core.FlightRecorder.arm_sigusr1()
+            threading.Thread(target=self._on_sigusr1, args=(fd,), name="trainscope-sigusr1",
+                             daemon=True).start()
+        previous = sys.excepthook
+        self._previous_excepthook = previous
+
+        def excepthook(kind, value, tb):
+            if _recorder is self and not issubclass(kind, KeyboardInterrupt):
+                # A collective's own error stays the dump's reason (it came first).
+                self._safe_dump(self._error_reason or
+                                "exception: %s: %s" % (kind.__name__, str(value)[:300]))
+            previous(kind, value, tb)
+
+        sys.excepthook = excepthook
+
+    def _on_sigusr1(self, fd):
+        while True:
+            try:
+                if not os.read(fd, 64):
+                    return
+            except OSError:
+                return
+            if _recorder is self:
+                self._safe_dump("SIGUSR1 (asked for a dump, e.g. by trainscope launch)")
+
+    def _crash_stacks(self, reason):
+        """Called by the native terminate hook (the dump is written): the stacks."""
+        self._write_stacks()
+        sys.stderr.write("trainscope: rank %d: %s; flight recorder dump: %s\n"
+                         % (self.rank, reason[:300], self.dump_path))
+        sys.stderr.flush()
+
+    def _on_error(self, op, error):
+        """A collective raised: dump at once (the process may not live to time out)."""
+        if not self._dump_on_crash:
+            return
+        if self._error_reason is None:
+            self._error_reason = "error: %s failed: %s: %s" % (op, type(error).__name__,
+                                                               str(error)[:300])
+        path = self._safe_dump(self._error_reason)
+        if path:
+            sys.stderr.write("trainscope: rank %d: %s failed (%s); flight recorder dump: %s\n"
+                             % (self.rank, op, type(error).__name__, path))
+            sys.stderr.flush()
+
+    def _safe_dump(self, reason):
+        try:
+            return self.dump(reason)
+        except Exception as e:  # noqa: BLE001 - evidence is best effort; the error goes on
+            sys.stderr.write("trainscope: rank %d: cannot write the flight recorder dump: %s\n"
+                             % (self.rank, e))
+            return None
+
     def uninstall(self):
+        if self._previous_excepthook is not None:
+            sys.excepthook = self._previous_excepthook
+            self._previous_excepthook = None
         for name, fn in self._originals.items():
             setattr(dist, name, fn)
         self._originals = {}
@@ -273,6 +348,8 @@ class Recorder:
                 work = fn(*args, **kwargs)
             except BaseException as e:
                 fr_fail(rid, "%s: %s" % (type(e).__name__, e))
+                if not isinstance(e, KeyboardInterrupt):
+                    rec._on_error(name, e)
                 raise
             if async_op and work is not None:
                 rec._complete_later(rid, work)
@@ -352,15 +429,19 @@ class Recorder:
 
     def dump(self, reason="requested"):
         """Writes this rank's dump and stacks to <run_dir>/hang/; returns the dump's path."""
-        os.makedirs(os.path.dirname(self.dump_path), exist_ok=True)
-        self.fr.dump(self.dump_path, reason)
+        with self._dump_lock:
+            os.makedirs(os.path.dirname(self.dump_path), exist_ok=True)
+            self.fr.dump(self.dump_path, reason)
+            self._write_stacks()
+            self._dumped = True
+        return self.dump_path
+
+    def _write_stacks(self):
         try:
             with open(self.stacks_path, "w") as f:
                 faulthandler.dump_traceback(f, all_threads=True)
         except OSError:
             pass
-        self._dumped = True
-        return self.dump_path
 
 
 def _parameter_names(fn):
@@ -406,14 +487,18 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.in
 _PEER_KEYS = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src", "broadcast": "src"}
 
 
-def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, grace_s=10.0):
+def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, grace_s=10.0,
+           dump_on_crash=True):
     """Starts recording torch.distributed ops of this process; returns the `Recorder`.
 
     Call after `torch.distributed.init_process_group` on every rank. run_dir: where hang/
     goes (default: as trainscope.watch picks it). timeout_s: an op not completed after this
     long makes every rank dump and exit. capacity: ops kept (a ring). model: a
     DistributedDataParallel model whose bucket all-reduces are to be recorded (through a
-    comm hook). A second call returns the recorder already installed.
+    comm hook). dump_on_crash: also dump on a failed collective, an uncaught exception,
+    std::terminate/SIGABRT and SIGUSR1 (the module's doc; it sets a terminate handler, a
+    SIGUSR1 handler and sys.excepthook, each chained to the one before).
+    A second call returns the recorder already installed.
     Raises trainscope.Error when torch.distributed is not initialised, timeout_s <= 0, or the run
     directory is in use by another writer (_util.lock_run_dir).
     """
@@ -429,11 +514,20 @@ def record(run_dir=None, timeout_s=600, capacity=2000, model=None, poll_s=None, 
             poll = poll_s if poll_s is not None else min(1.0, max(0.05, float(timeout_s) / 20))
             resolved = _util.resolve_run_dir(run_dir)
             _util.lock_run_dir(resolved)  # one writer per run directory
-            _recorder = Recorder(resolved, timeout_s, int(capacity), poll, float(grace_s))
+            _recorder = Recorder(resolved, timeout_s, int(capacity), poll, float(grace_s),
+                                 bool(dump_on_crash))
             _recorder.install()
     if model is not None:
         _ddp.install(model)
     return _recorder
+
+
+def set_step(step):
+    """The training step the next ops are recorded with (the dumps' `step`); trainscope.watch
+    calls it at each step. No-op without record()."""
+    rec = _recorder
+    if rec is not None:
+        rec.fr.step = int(step)
 
 
 def stop():

@@ -12,6 +12,7 @@ import math
 import os
 import socket
 import struct
+import sys
 import time
 import types
 
@@ -266,6 +267,9 @@ class Monitor:
         self._grad_norm = None
         self._layers = None
         self._samples = []
+        recorder = sys.modules.get("trainscope.distributed")  # loaded: record() may be on
+        if recorder is not None:
+            recorder.set_step(self._step + 1)  # the flight recorder's entries carry the step
         if self._hook_state is not None:
             self._hook_state.take()
         if sample_ids is not None:

@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/ckpt_command.h"
 #include "cli/command.h"
+#include "cli/compare_command.h"
 #include "cli/diagnose_command.h"
 #include "cli/hang_command.h"
 #include "cli/plan_command.h"
@@ -104,5 +105,6 @@ int main(int argc, char** argv) {
   trainscope::cli::RegisterTopoCommand(app, ctx);
   trainscope::cli::RegisterHangCommand(app, ctx);
   trainscope::cli::RegisterCkptCommand(app, ctx);
+  trainscope::cli::RegisterCompareCommand(app, ctx);
   return trainscope::cli::ParseAndRun(app, ctx, argc, argv);
 }

@@ -81,7 +81,8 @@ void RegisterTraceCommand(CLI::App& parent, CommandContext& ctx) {
       "analyze",
       "per-rank, per-step time breakdown, iteration gap, top operators, stragglers and findings "
       "from PyTorch/Kineto Chrome traces (.json, .json.gz), torch_npu output, or trainscope "
-      "phase logs (.jsonl); one file or directory per rank");
+      "phase logs (.jsonl); one file or directory per rank, or one Ascend cluster "
+      "(msprof-analyze's cluster_analysis_output, or a folder of *_ascend_pt rank folders)");
   an->add_option("paths", args->paths, "trace files or directories (one per rank)")->required();
   an->add_flag("--json", args->json, "print the analysis as JSON");
   an->add_option("--export", args->export_path,

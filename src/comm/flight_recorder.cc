@@ -179,6 +179,7 @@ int64_t FlightRecorder::RecordScheduled(const FlightOp& op) {
   e.peer = op.peer;
   e.is_p2p = IsP2P(op.op);
   e.async = op.async;
+  e.step = op.step;
   e.retired = false;
   e.time_created_ns = op.enqueue_mono_ns + mono_to_epoch_ns_;
   e.time_discovered_started_ns = 0;
@@ -336,6 +337,7 @@ std::string FlightRecorder::DumpJsonString(const FlightDumpOptions& options) con
     // trainscope's keys.
     j["caller"] = std::string(e.caller);
     j["async"] = e.async;
+    if (e.step >= 0) j["step"] = e.step;
     if (e.peer >= 0) j[e.op == OpType::kBroadcast ? "root" : "peer"] = e.peer;
     if (e.error[0] != '\0') j["error"] = std::string(e.error);
     list.push_back(std::move(j));

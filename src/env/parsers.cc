@@ -1,8 +1,10 @@
 #include "env/parsers.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "env/xml.h"
+#include "trainscope/core/utf8.h"
 
 namespace trainscope::env {
 namespace {
@@ -179,12 +182,45 @@ std::string ParseNvidiaProcVersion(absl::string_view text) {
   return "";
 }
 
+namespace {
+
+// A chip row's right cell: "AICore(%)  Memory used / total  [HBM used / total]".
+void FillChipUsage(const std::string& rest, bool has_hbm, json* dev) {
+  std::vector<std::string> pairs;
+  // Split "0  0 / 0  3318 / 65536" into the leading number and "a / b" pairs.
+  // "3318/65536" and "61782/ 65536" occur too: space the slashes out first.
+  std::vector<std::string> t = Tokens(absl::StrReplaceAll(rest, {{"/", " / "}}));
+  (*dev)["aicore_pct"] = t.empty() ? json(kAbsent) : IntOrAbsent(t[0]);
+  size_t i = 1;
+  while (i < t.size()) {
+    if (i + 2 < t.size() && t[i + 1] == "/") {
+      pairs.push_back(t[i] + "/" + t[i + 2]);
+      i += 3;
+    } else {
+      ++i;
+    }
+  }
+  json used = kAbsent, total = kAbsent;
+  if (!pairs.empty() && ParsePair(pairs[0], &used, &total)) {
+    (*dev)["memory_used_mb"] = used;
+    (*dev)["memory_total_mb"] = total;
+  }
+  if (has_hbm && pairs.size() >= 2 && ParsePair(pairs[1], &used, &total)) {
+    (*dev)["hbm_used_mb"] = used;
+    (*dev)["hbm_total_mb"] = total;
+  }
+}
+
+}  // namespace
+
 // npu-smi info prints a box table. Each device is two '|'-rows: an NPU row
 // ("NPU Name | Health | Power Temp Hugepages used/total") and a chip row
 // ("Chip [Phy-ID|Device] | Bus-Id | AICore Memory used/total [HBM used/total]").
 // A3 repeats the NPU row per chip (Power "-" on the second); 310P may list several chip
 // rows under one NPU row. A second table lists processes per (NPU, chip).
-absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view text) {
+absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view raw_text) {
+  // Invalid UTF-8 (a garbled capture) would make the JSON unprintable: replaced.
+  const std::string text = ValidUtf8(std::string_view(raw_text.data(), raw_text.size()));
   json out;
   out["npu_smi_version"] = kAbsent;
   out["driver_version"] = kAbsent;
@@ -192,10 +228,14 @@ absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view text) {
   json npu_row;  // the last NPU row seen
   bool has_hbm = false, has_phy = false, has_device = false, in_processes = false;
   std::map<std::string, int> process_count;  // "npu/chip" -> processes
+  json skipped = json::array();              // lines that are no part of the table
+  int lineno = 0, incomplete = 0;
+  bool npu_row_pending = false;  // an NPU row still waiting for its chip row
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
   for (const std::string& raw : lines) {
     absl::string_view line = absl::StripAsciiWhitespace(raw);
     if (absl::StrContains(line, "npu-smi") && absl::StrContains(line, "Version:")) {
+      ++lineno;
       std::vector<std::string> t = Tokens(absl::StripSuffix(absl::StripPrefix(line, "|"), "|"));
       for (size_t i = 0; i + 1 < t.size(); ++i) {
         if (t[i] == "npu-smi") out["npu_smi_version"] = t[i + 1];
@@ -203,6 +243,10 @@ absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view text) {
       }
       continue;
     }
+    ++lineno;
+    if (!line.empty() && line[0] != '|' && line[0] != '+')  // "..." in a pasted excerpt
+      skipped.push_back(
+          absl::StrCat("line ", lineno, ": ", ValidUtf8(std::string(line.substr(0, 80)))));
     if (line.empty() || line[0] != '|') continue;
     std::vector<std::string> cells = absl::StrSplit(line.substr(1), '|');
     if (!cells.empty() && absl::StripAsciiWhitespace(cells.back()).empty()) cells.pop_back();
@@ -233,6 +277,7 @@ absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view text) {
     std::vector<std::string> right = Tokens(absl::StrReplaceAll(cells[2], {{"/", " / "}}));
     if (IsBusId(cells[1])) {
       if (npu_row.is_null() || id.empty()) continue;
+      npu_row_pending = false;
       json dev = npu_row;
       long long chip;
       dev["chip"] = absl::SimpleAtoi(id[0], &chip) ? json(chip) : json(kAbsent);
@@ -240,38 +285,14 @@ absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view text) {
         dev[has_phy ? "phy_id" : "device_id"] = IntOrAbsent(id[1]);
       }
       dev["bus_id"] = cells[1];
-      // AICore(%)  Memory used / total  [HBM used / total]
-      std::string rest = cells[2];
-      std::vector<std::string> pairs;
-      {
-        // Split "0  0 / 0  3318 / 65536" into the leading number and "a / b" pairs.
-        // "3318/65536" and "61782/ 65536" occur too: space the slashes out first.
-        std::vector<std::string> t = Tokens(absl::StrReplaceAll(rest, {{"/", " / "}}));
-        dev["aicore_pct"] = t.empty() ? json(kAbsent) : IntOrAbsent(t[0]);
-        size_t i = 1;
-        while (i < t.size()) {
-          if (i + 2 < t.size() && t[i + 1] == "/") {
-            pairs.push_back(t[i] + "/" + t[i + 2]);
-            i += 3;
-          } else {
-            ++i;
-          }
-        }
-      }
-      json used = kAbsent, total = kAbsent;
-      if (!pairs.empty() && ParsePair(pairs[0], &used, &total)) {
-        dev["memory_used_mb"] = used;
-        dev["memory_total_mb"] = total;
-      }
-      if (has_hbm && pairs.size() >= 2 && ParsePair(pairs[1], &used, &total)) {
-        dev["hbm_used_mb"] = used;
-        dev["hbm_total_mb"] = total;
-      }
+      FillChipUsage(cells[2], has_hbm, &dev);
       npus.push_back(std::move(dev));
       continue;
     }
     if (IsHealthWord(cells[1]) && !id.empty()) {
       npu_row = json::object();
+      if (npu_row_pending) ++incomplete;
+      npu_row_pending = true;
       long long npu;
       npu_row["npu"] = absl::SimpleAtoi(id[0], &npu) ? json(npu) : json(kAbsent);
       std::string name;
@@ -297,6 +318,9 @@ absl::StatusOr<json> ParseNpuSmiInfo(absl::string_view text) {
     auto it = process_count.find(key);
     d["processes"] = it == process_count.end() ? 0 : it->second;
   }
+  // An NPU row without its chip row: a table cut short (counted, the rest kept).
+  out["incomplete_npu_rows"] = incomplete + (npu_row_pending ? 1 : 0);
+  out["skipped_lines"] = std::move(skipped);
   out["npus"] = std::move(npus);
   return out;
 }

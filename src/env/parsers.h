@@ -37,6 +37,24 @@ std::string ParseNvidiaProcVersion(absl::string_view text);
 // One entry per chip. InvalidArgument when no device row is found.
 absl::StatusOr<nlohmann::json> ParseNpuSmiInfo(absl::string_view text);
 
+// npu-smi's "Key : Value" outputs (`npu-smi info -t board -i N [-c C]`, `-t health -i N
+// [-c C]`; npu_smi.cc): {"records": [{"npu", "chip", "software_version", "firmware_version",
+// "board_id", "bus_id", "pci_device_id", ..., "health", "error_code", "error_information",
+// "other": {unknown key: value}}], "unknown_keys": [...], "skipped_lines": ["line N: ..."]}.
+// A key that repeats starts the next record (one per chip). "NA" values are "absent".
+// InvalidArgument naming `what` when no "Key : Value" line is found.
+absl::StatusOr<nlohmann::json> ParseNpuSmiFields(absl::string_view text, absl::string_view what);
+
+// Copies a board or health record's fields (not its ids, bus id or health word) into the
+// entries of `npus` of that npu (and chip, when >= 0), each name prefixed by `prefix`.
+void MergeNpuSmiRecord(const nlohmann::json& record, long long npu, long long chip,
+                       const char* prefix, nlohmann::json* npus);
+
+// The fields npu-smi info's entries share with nvidia-smi's GPUs: "index", "pci_bus_id",
+// "memory_used_bytes" / "memory_total_bytes" (HBM, else DDR; MiB), "temperature_c",
+// "power_draw_w".
+void AddGpuLikeFields(nlohmann::json* npus);
+
 // "key=value" / "key: value" lines (Ascend version.info, ascend_toolkit_install.info,
 // /etc/os-release). Keys are lower-cased; values unquoted and trimmed.
 std::map<std::string, std::string> ParseKeyValues(absl::string_view text);

@@ -31,6 +31,12 @@ nlohmann::json ProbeShm(Os* os, std::chrono::milliseconds timeout);
 nlohmann::json ProbeNvidia(Os* os, std::chrono::milliseconds timeout);
 // Ascend: npu-smi info plus the driver/firmware version.info files.
 nlohmann::json ProbeAscend(Os* os, std::chrono::milliseconds timeout);
+// Per card `npu-smi info -t board -i N` and per chip `-t health -i N -c C` merged into
+// ascend["npus"] (npu_smi.cc), the nvidia-smi-like fields added, the firmware and driver
+// versions filled from the board when version.info gave none; queries that fail or lines
+// not understood are named in ascend["npu_smi_errors"], unknown keys in
+// ascend["npu_smi_unknown_keys"].
+void ProbeNpuSmiDetails(Os* os, std::chrono::milliseconds timeout, nlohmann::json* ascend);
 // The device link matrix (`nvidia-smi topo -m`, `npu-smi info -t topo`; topo/topo.h):
 // {"source", "raw": the tool's output, "summary": topo::TopologySummary} when it parses,
 // {"source", "raw", "error": "FILE:LINE: why"} when not, or the tool's failure string.

@@ -203,6 +203,14 @@ json ProbeAscend(Os* os, std::chrono::milliseconds timeout) {
   if (driver == kAbsent) a["driver_version"] = (*parsed)["driver_version"];
   a["npu_count"] = static_cast<int>((*parsed)["npus"].size());
   a["npus"] = (*parsed)["npus"];
+  // Lines of npu-smi info outside its table, and NPU rows cut off before their chip row.
+  json info_errors = json::array();
+  for (const json& l : (*parsed)["skipped_lines"])
+    info_errors.push_back("npu-smi info: skipped " + l.get<std::string>());
+  if (int n = (*parsed)["incomplete_npu_rows"].get<int>(); n > 0)
+    info_errors.push_back(absl::StrCat("npu-smi info: ", n, " NPU rows without a chip row"));
+  if (!info_errors.empty()) a["npu_smi_errors"] = info_errors;
+  ProbeNpuSmiDetails(os, timeout, &a);
   a["topology"] = ProbeTopology(os, {"npu-smi", "info", "-t", "topo"}, timeout);
   return a;
 }

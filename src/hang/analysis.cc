@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -231,6 +232,164 @@ void WalkP2p(const std::vector<Dump>& dumps, const Group& g, std::vector<Candida
   }
 }
 
+// ---- The first divergence, by training step (dumps whose entries carry `step`) ----
+// Where a group's ranks first issue different collectives (sequence id k), each rank's
+// collectives of its step at k so far are compared with the complete steps before, which
+// every rank issued alike (they all agree before k). A rank whose step so far begins like one
+// of those steps carried on as before; a rank whose step does not left the pattern there (it
+// skipped a collective, or called another one). This is the ranks' own history deciding, so it
+// holds with two ranks, where there is no majority, and it names the step. What follows in
+// that group (gloo's size error, a timeout in a later barrier) is a consequence.
+
+std::string StepKey(const Entry& e) {
+  return e.op + " " + ShapesText(e.input_sizes) + " " + DtypesText(e.input_dtypes) + " " +
+         NormalizeCaller(e.caller);
+}
+
+std::string Site(const Entry& e) { return e.caller.empty() ? "" : " ('" + e.caller + "')"; }
+
+// Each rank's collectives of group g (the first op of each sequence id), by sequence id.
+std::map<int, std::map<int64_t, const Entry*>> SequencesOf(const std::vector<Dump>& dumps,
+                                                           const Group& g) {
+  std::map<int, std::map<int64_t, const Entry*>> by_rank;
+  for (const Dump& d : dumps) {
+    if (!std::binary_search(g.with_dump.begin(), g.with_dump.end(), d.rank)) continue;
+    auto& m = by_rank[d.rank];
+    for (const Entry& e : d.entries)
+      if (!e.is_p2p && e.pg_name == g.name && e.collective_seq_id >= 0 && !IsCoalescedMarker(e))
+        m.emplace(e.collective_seq_id, &e);
+  }
+  return by_rank;
+}
+
+// The keys of rank m's collectives in step `step`, from sequence id `from` up to `to`.
+std::vector<std::string> StepPrefix(const std::map<int64_t, const Entry*>& m, int64_t step,
+                                    int64_t to) {
+  std::vector<std::string> keys;
+  for (auto it = m.begin(); it != m.end() && it->first <= to; ++it)
+    if (it->second->step == step) keys.push_back(StepKey(*it->second));
+  return keys;
+}
+
+std::optional<Candidate> StepDivergence(const std::vector<Dump>& dumps, const Group& g) {
+  const auto by_rank = SequencesOf(dumps, g);
+  if (by_rank.size() < 2) return std::nullopt;
+  int64_t start = std::numeric_limits<int64_t>::min();
+  for (const auto& [r, m] : by_rank) {
+    if (m.empty()) return std::nullopt;
+    start = std::max(start, m.begin()->first);
+  }
+  const auto& first = by_rank.begin()->second;
+  int64_t k = -1;
+  for (auto it = first.lower_bound(start); it != first.end() && k < 0; ++it) {
+    for (const auto& [r, m] : by_rank) {
+      auto e = m.find(it->first);
+      if (e == m.end()) return std::nullopt;  // a rank not that far: no divergence to name
+      if (e->second->step < 0) return std::nullopt;
+      if (StepKey(*e->second) != StepKey(*it->second)) k = it->first;
+    }
+  }
+  if (k < 0) return std::nullopt;
+  std::set<int64_t> current;
+  for (const auto& [r, m] : by_rank) current.insert(m.at(k)->step);
+  // The complete steps before k (all ranks alike there), without the first one held when the
+  // ring wrapped (it may have lost its beginning).
+  std::map<int64_t, std::vector<std::string>> history;
+  for (auto it = first.lower_bound(start); it != first.end() && it->first < k; ++it)
+    if (!current.count(it->second->step)) history[it->second->step].push_back(StepKey(*it->second));
+  if (start > 1 && !history.empty()) history.erase(history.begin());
+  if (history.empty()) return std::nullopt;
+  std::vector<int> ref, culprits;
+  for (const auto& [r, m] : by_rank) {
+    const std::vector<std::string> prefix = StepPrefix(m, m.at(k)->step, k);
+    const std::vector<std::string>* like = nullptr;
+    for (const auto& [step, keys] : history)
+      if (prefix.size() <= keys.size() && std::equal(prefix.begin(), prefix.end(), keys.begin()))
+        like = &keys;
+    if (like == nullptr) {
+      culprits.push_back(r);
+    } else {
+      ref.push_back(r);
+    }
+  }
+  if (ref.empty() || culprits.empty()) return std::nullopt;
+  const Entry& re = *by_rank.at(ref.front()).at(k);
+  const Entry& ce = *by_rank.at(culprits.front()).at(k);
+  // Skipped: in an earlier step that began like the reference's step so far, the culprit's
+  // collective at k came later.
+  const std::vector<std::string> ref_prefix = StepPrefix(by_rank.at(ref.front()), re.step, k);
+  bool skip = false;
+  for (const auto& [step, keys] : history)
+    skip = skip || (ref_prefix.size() < keys.size() &&
+                    std::equal(ref_prefix.begin(), ref_prefix.end(), keys.begin()) &&
+                    std::find(keys.begin() + static_cast<long>(ref_prefix.size()), keys.end(),
+                              StepKey(ce)) != keys.end());
+  Candidate c;
+  HangFinding& f = c.finding;
+  f.pg = g.name;
+  f.pg_desc = g.desc;
+  f.collective_seq_id = k;
+  f.op = re.op;
+  f.culprit_ranks = culprits;
+  f.waiting_ranks = ref;
+  f.caller = re.caller;
+  c.time_ns = std::min(re.time_created_ns > 0 ? re.time_created_ns : ce.time_created_ns,
+                       ce.time_created_ns > 0 ? ce.time_created_ns : re.time_created_ns);
+  const std::string at =
+      " #" + std::to_string(k) + " of " + GroupLabel(g) + " at step " + std::to_string(ce.step);
+  const std::string waits = RanksLabel(ref) + (ref.size() == 1 ? " waits" : " wait");
+  std::string why;
+  const MatchState m = MatchOps(re, ce, static_cast<int>(g.members.size()), &why);
+  f.kind = skip || m == MatchState::kTypeMismatch
+               ? (skip ? FindingKind::kNotJoined : FindingKind::kTypeMismatch)
+           : m == MatchState::kDtypeMismatch ? FindingKind::kDtypeMismatch
+                                             : FindingKind::kSizeMismatch;
+  if (skip) {
+    f.sentence = RanksLabel(culprits) + " skipped " + re.op + at + Site(re) + ", which " +
+                 RanksLabel(ref) + " issued, and went on with its next collective " + ce.op +
+                 Site(ce) + "; " + waits +
+                 " for it there. This is where the ranks' collectives "
+                 "first part; the errors and timeouts after it follow from it.";
+  } else {
+    f.sentence = RanksLabel(culprits) + " issued " + ce.op + " " + ShapesText(ce.input_sizes) +
+                 Site(ce) + " as" + at + " where " + RanksLabel(ref) + " issued " + re.op + " " +
+                 ShapesText(re.input_sizes) + Site(re) +
+                 ", as in the steps before. This is "
+                 "where the ranks' collectives first part.";
+  }
+  f.evidence = "steps " + std::to_string(history.begin()->first) + "-" +
+               std::to_string(history.rbegin()->first) +
+               " issued the same collectives on every "
+               "rank; at step " +
+               std::to_string(ce.step) + " the collectives of " + RanksLabel(ref) +
+               " so far begin like an earlier step's, those of " + RanksLabel(culprits) +
+               " (up to #" + std::to_string(k) + " " + ce.op + " " + ShapesText(ce.input_sizes) +
+               ") like none";
+  f.fix = "look at the code path of " + RanksLabel(culprits) + " in step " +
+          std::to_string(ce.step) + (re.caller.empty() ? "" : " around " + re.caller) +
+          ": a rank-dependent or data-dependent branch (an early continue, an `if rank ...`) "
+          "left the collective out or called another; every rank must issue the same "
+          "collectives in the same order";
+  return c;
+}
+
+// The group's finding at the divergence (or the group's first) is replaced by the step
+// verdict, which comes first among the group's findings.
+void LeadWithStepDivergence(const std::vector<Dump>& dumps, const Group& g, size_t first,
+                            std::vector<Candidate>* out) {
+  std::optional<Candidate> c = StepDivergence(dumps, g);
+  if (!c) return;
+  for (size_t i = first; i < out->size(); ++i) {
+    HangFinding& f = (*out)[i].finding;
+    if (f.kind == FindingKind::kMissingDump || f.collective_seq_id != c->finding.collective_seq_id)
+      continue;
+    if (c->time_ns <= 0) c->time_ns = (*out)[i].time_ns;
+    (*out)[i] = std::move(*c);
+    return;
+  }
+  out->insert(out->begin() + static_cast<long>(first), std::move(*c));
+}
+
 }  // namespace
 
 std::vector<HangFinding> FindProblems(const std::vector<Dump>& dumps,
@@ -240,7 +399,9 @@ std::vector<HangFinding> FindProblems(const std::vector<Dump>& dumps,
   std::vector<Candidate> all;
   const std::vector<int> absent = AbsentRanks(dumps, groups);
   for (const Group& g : groups) {
+    const size_t first = all.size();
     WalkGroup(dumps, g, absent, corrupt_names, &all);
+    LeadWithStepDivergence(dumps, g, first, &all);
     WalkP2p(dumps, g, &all);
   }
   // The waits before duplicates are merged: each waiting rank waits for each culprit.

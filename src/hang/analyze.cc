@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hang/analysis_internal.h"
+#include "hang/hccl_dump.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 
@@ -98,7 +99,11 @@ std::vector<Finding> FindingsFrom(const Report& report) {
   for (const HangFinding& h : report.findings) {
     Finding f;
     // A missing dump leaves the verdict open; every other kind is the hang's cause.
-    f.severity = h.kind == FindingKind::kMissingDump ? Severity::kWarning : Severity::kError;
+    // (long_task_after_collective names no rank: where the time went is for the user to see.)
+    f.severity =
+        h.kind == FindingKind::kMissingDump || h.kind == FindingKind::kLongTaskAfterCollective
+            ? Severity::kWarning
+            : Severity::kError;
     f.id = absl::StrCat("hang.", FindingKindName(h.kind));
     f.title = h.sentence;
     f.evidence = h.evidence;
@@ -127,6 +132,12 @@ const char* FindingKindName(FindingKind kind) {
       return "state_mismatch";
     case FindingKind::kMissingDump:
       return "missing_dump";
+    case FindingKind::kComputeStuck:
+      return "compute_stuck";
+    case FindingKind::kLongTaskAfterCollective:
+      return "long_task_after_collective";
+    case FindingKind::kCollectiveTimeout:
+      return "collective_timeout";
   }
   return "?";
 }
@@ -155,11 +166,12 @@ Report AnalyzeDumps(std::vector<Dump> dumps, InputCounts counts, const AnalyzeOp
   std::vector<internal::WaitFor> waits;
   report.findings = internal::FindProblems(unique, groups, unusable, &waits);
   internal::OrderByRootCause(waits, &report);
+  report.details = internal::BuildDetails(unique, groups, counts, disagreements);
+  internal::AddHcclTimeoutClasses(unique, &report);  // torch_npu's dumps only (hccl_dump.cc)
   if (options.mismatch_cap >= 0 &&
       report.findings.size() > static_cast<size_t>(options.mismatch_cap))
     report.findings.resize(options.mismatch_cap);
   report.problem = !report.findings.empty();
-  report.details = internal::BuildDetails(unique, groups, counts, disagreements);
   return report;
 }
 

@@ -70,6 +70,10 @@ const char* KindFix(FindingKind k) {
     case FindingKind::kMissingDump:
       return "look at that rank's own log and exit status (killed, out of memory, crashed, or "
              "it could not write its dump); with its dump the analysis is complete";
+    case FindingKind::kComputeStuck:  // worded by hccl_dump.cc
+    case FindingKind::kLongTaskAfterCollective:
+    case FindingKind::kCollectiveTimeout:
+      return "";
   }
   return "";
 }

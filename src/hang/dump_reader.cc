@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "hang/hccl_dump.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/pickle.h"
 #include "trainscope/core/utf8.h"
@@ -196,8 +197,12 @@ absl::StatusOr<Entry> ParseEntry(const json& j, size_t index) {
   if (auto it = j.find("is_p2p"); it != j.end() && it->is_boolean()) e.is_p2p = it->get<bool>();
   if (e.op == "send" || e.op == "recv") e.is_p2p = true;
   e.caller = ToText(Get(j, "caller"));
+  if (int64_t step = -1; !Get(j, "step").is_null() && ToInt(Get(j, "step"), &step) && step >= 0)
+    e.step = step;  // ours
   e.error = ToText(Get(j, "error"));
   e.frames = FramesText(Get(j, "frames"));
+  // torch_npu leaves profiling_name "": its innermost frame names the op (hccl_dump.cc).
+  if (e.op.empty()) e.op = internal::HcclOpFromFrames(Get(j, "frames"));
   if (auto it = j.find("peer"); it != j.end() && e.is_p2p && e.src < 0) {
     int64_t peer = -1;
     if (ToInt(*it, &peer)) (e.op == "send" ? e.dst : e.src) = static_cast<int>(peer);
@@ -330,6 +335,7 @@ absl::StatusOr<Dump> ParseDump(const json& doc, const std::string& name) {
   if (auto it = doc.find("world_size"); it != doc.end() && ToInt(*it, &v) && v > 0 && v < (1 << 24))
     d.world_size = static_cast<int>(v);
   d.ours = doc.contains("trainscope");
+  d.hccl = internal::LooksLikeHcclDump(doc, d);
   return d;
 }
 
@@ -373,6 +379,8 @@ ReadResult ReadDumpBytes(std::string_view bytes, const std::string& name) {
   } else {
     r.outcome = ReadOutcome::kNotADump;
     r.reason = bytes.empty() ? "empty file" : "neither JSON nor pickle";
+    if (name.size() > 13 && name.compare(name.size() - 13, 13, "_py_traceback") == 0)
+      r.reason = "torch_npu's Python stacks of that rank (read them for where it was), not a dump";
     return r;
   }
   if (!doc.is_object() || (!doc.contains("entries") && !doc.contains("pg_config"))) {

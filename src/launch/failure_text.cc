@@ -33,9 +33,27 @@ std::string Outcome(const RankStatus& s) {
   }
 }
 
+FailureText DescribeRanks(const LaunchResult& r);
+
 }  // namespace
 
+// When the ranks' flight recorder dumps show a mismatched collective, that verdict (printed
+// after this text) is the cause: the ranks' own errors (gloo's size check, a peer's closed
+// connection, a watchdog's timeout) follow from it, so the hint points there first.
 FailureText DescribeFailure(const LaunchResult& r) {
+  FailureText t = DescribeRanks(r);
+  if (r.hang.analyzed && r.hang.problem) {
+    t.hint = absl::StrCat(
+        "the hang analysis below names where the ranks' collectives parted (flight recorder "
+        "dumps and stacks in ",
+        r.run_dir, "/hang/); the ranks' errors above follow from it");
+  }
+  return t;
+}
+
+namespace {
+
+FailureText DescribeRanks(const LaunchResult& r) {
   FailureText t;
   t.error = r.failure;
   if (!r.timed_out_ranks.empty()) {
@@ -105,4 +123,5 @@ FailureText DescribeFailure(const LaunchResult& r) {
   return t;
 }
 
+}  // namespace
 }  // namespace trainscope::launch

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "trace/analysis_internal.h"
+#include "trace/ascend_rules.h"
 
 namespace trainscope::trace {
 namespace internal {
@@ -393,6 +394,17 @@ void FromPhaseLog(const RankTrace& t, RankResult* r) {
   r->idle_us = std::max(0.0, total - comp - comm);
 }
 
+// The last of the breakdown: torch_npu's own figures (Overlap Analysis) and the advisor's
+// evidence, the flagged steps, the shares of kernel time.
+void FinishBreakdown(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                     RankResult* r) {
+  AscendDetails(t, hv, opt, r);
+  for (StepResult& s : r->steps) s.gap_flagged = s.gap_pct > opt.iteration_gap_threshold_pct;
+  r->idle_pct = Pct(r->idle_us, r->kernel_time_us);
+  r->compute_pct = Pct(r->compute_us, r->kernel_time_us);
+  r->non_compute_pct = Pct(r->non_compute_us, r->kernel_time_us);
+}
+
 nlohmann::json StatsJson(const ParseStats& s) {
   nlohmann::json j = {{"bytes", s.bytes},
                       {"events_seen", s.events_seen},
@@ -554,10 +566,7 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
                       {"preparing_us", a.preparing_us}});
     r.details["ascend_step_trace"] = rows;
   }
-  for (StepResult& s : r.steps) s.gap_flagged = s.gap_pct > opt.iteration_gap_threshold_pct;
-  r.idle_pct = Pct(r.idle_us, r.kernel_time_us);
-  r.compute_pct = Pct(r.compute_us, r.kernel_time_us);
-  r.non_compute_pct = Pct(r.non_compute_us, r.kernel_time_us);
+  FinishBreakdown(t, hv, opt, &r);
   AnalyzeOperators(t, hv, opt, &r);
   r.details["kernel_types"] = dev.kernel_types;
   t.stats.negative_launch_delay = r.stats.negative_launch_delay;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "trace/analysis_internal.h"
+#include "trace/ascend_cluster.h"
 #include "trace/chrome_reader.h"
 #include "trace/windows.h"
 #include "trainscope/core/paths.h"
@@ -107,7 +109,14 @@ absl::Status CheckTracePaths(const std::vector<std::string>& paths) {
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
                                     const AnalyzePathsOptions& options) {
   TS_RETURN_IF_ERROR(CheckTracePaths(paths));
-  TS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandTracePaths(paths));
+  // An Ascend cluster (ascend_cluster.h) is read apart; its rank folders stay per-rank input.
+  const internal::ClusterPaths cluster_paths = internal::SplitClusterPaths(paths);
+  TS_ASSIGN_OR_RETURN(std::optional<internal::ClusterInput> cluster,
+                      internal::ReadClusterPaths(cluster_paths));
+  std::vector<std::string> files;
+  if (!cluster_paths.rest.empty()) {
+    TS_ASSIGN_OR_RETURN(files, ExpandTracePaths(cluster_paths.rest));
+  }
   // One rank at a time: read, analyse, keep the result, free the events (memory stays at one
   // rank's event table however many ranks are given).
   std::vector<FileResult> results;
@@ -160,6 +169,15 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
     f.result = AnalyzeRank(&*t, options.analyze);
     results.push_back(std::move(f));
   }
+  if (cluster && !cluster->ranks_from_folders) {
+    for (RankTrace& t : internal::ClusterRankTraces(*cluster)) {
+      used_ranks.insert(t.rank);
+      FileResult f;
+      f.key = absl::StrCat("cluster rank ", t.rank);  // one file, a rank per row group
+      f.result = AnalyzeRank(&t, options.analyze);
+      results.push_back(std::move(f));
+    }
+  }
   TS_ASSIGN_OR_RETURN(std::vector<RankResult> ranks,
                       GroupWindows(std::move(results), options.analyze));
   // Traces without a rank (no distributedInfo, no number in the name): next free numbers.
@@ -175,7 +193,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
         f.title = "rank " + std::to_string(r.rank) + f.title.substr(7);
     }
   }
-  if (ranks.empty()) {
+  if (ranks.empty() && !cluster) {
     // The first reason names a file: an execution trace given alone says what it is.
     return absl::InvalidArgumentError(
         absl::StrCat("no traces among the files given (", skipped.size(), " skipped: not a trace",
@@ -184,6 +202,16 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   Report rep = CombineRanks(std::move(ranks), options.analyze);
   rep.skipped = std::move(skipped);
   rep.warnings = std::move(warnings);
+  if (cluster) {
+    internal::AnalyzeCluster(*cluster, options.analyze, &rep);
+    if (options.strict) {
+      for (const internal::ClusterFile& f : cluster->files)
+        if (f.bad_records > 0)
+          return absl::InvalidArgumentError(
+              absl::StrCat(f.problems.empty() ? f.path : f.problems[0], "; ", f.path,
+                           ": bad records (--strict)"));
+    }
+  }
   return rep;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trace/analysis_internal.h"
+#include "trace/ascend_rules.h"
 
 namespace trainscope::trace::internal {
 namespace {
@@ -62,8 +63,11 @@ std::string FixFor(const std::string& cause, const std::string& device) {
   if (cause == "h2d")
     return "use pinned memory and non_blocking=True copies, prefetch the next batch";
   if (cause == "free" || cause == "bubble")
-    return "the device idles between tasks: reduce host overhead (task queue, "
-           "set_compile_mode(jit_compile=False)), balance pipeline stages";
+    return device == "npu" ? "the device idles between tasks: reduce host overhead "
+                             "(TASK_QUEUE_ENABLE=2, torch_npu.npu.set_compile_mode("
+                             "jit_compile=False)), balance pipeline stages"
+                           : "the device idles between tasks: reduce host overhead, balance "
+                             "pipeline stages";
   if (cause == "forward" || cause == "backward" || cause == "optimizer" || cause == "compute")
     return "this rank computes more: check for uneven batch shapes or sequence lengths across "
            "ranks, a throttled or slower device, or other processes on that host";
@@ -86,8 +90,28 @@ std::string FusionFix(const std::string& pattern, const std::string& device) {
   return "use a fused kernel (fused LayerNorm/bias-activation, torch.compile)";
 }
 
-// Kernel-level advice (tiny kernels, launch-bound steps) for the trace's device.
+std::string ShapeChurnWhy(const std::string& device) {
+  return device == "npu"    ? "dynamic shapes compile operators online on the NPU"
+         : device == "cuda" ? "dynamic shapes recompile graphs (torch.compile, CUDA graphs)"
+                            : "dynamic shapes recompile graphs (torch.compile)";
+}
+
+// Advice for the trace's device: tiny kernels, launch-bound steps, shape churn, low overlap.
 std::string DeviceFix(const std::string& code, const std::string& device) {
+  const bool npu = device == "npu";
+  if (code == "shape_churn")
+    return npu ? "pad or bucket to fixed shapes (trainscope data pack); "
+                 "torch_npu.npu.set_compile_mode(jit_compile=False)"
+               : "pad or bucket to fixed shapes (trainscope data pack); "
+                 "torch._dynamo.mark_dynamic for dims that must vary";
+  if (code == "low_overlap")
+    return npu ? "overlap gradients' all-reduce with backward (DDP buckets, FSDP prefetch); "
+                 "HCCL runs on its own streams: check that no host sync "
+                 "(aclrtSynchronizeStream) serialises them"
+           : device == "cuda"
+               ? "overlap gradients' all-reduce with backward (DDP buckets, FSDP prefetch), "
+                 "keep NCCL on its own streams"
+               : "overlap gradients' all-reduce with backward (DDP buckets, FSDP prefetch)";
   if (code == "tiny_kernels")
     return device == "npu"
                ? "fuse small operators (torch_npu fused APIs such as npu_rms_norm, fused "
@@ -169,8 +193,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         absl::StrCat(who, ": only ", Pc(*r->comm_comp_overlap_pct),
                      " of communication overlaps computation"),
         absl::StrCat("non-compute time ", Pc(r->non_compute_pct), " of the ", r->basis, " time"),
-        "overlap gradients' all-reduce with backward (DDP buckets, FSDP prefetch); on Ascend "
-        "check HCCL stream priorities");
+        DeviceFix("low_overlap", r->device));
   }
   // Fragmentation and launch overhead.
   if (d.contains("fragmentation")) {
@@ -200,9 +223,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         absl::StrCat(who, ": ", d["shape_churn"].size(), " operators see many input shapes (",
                      top["name"].get<std::string>(), ": ", top["distinct_shapes"].get<size_t>(),
                      " shapes)"),
-        "dynamic shapes recompile on graph-mode accelerators (NPU, XLA, torch.compile)",
-        "pad or bucket to fixed shapes (trainscope data pack), mark dynamic dims; on Ascend "
-        "torch_npu.npu.set_compile_mode(jit_compile=False)");
+        ShapeChurnWhy(r->device), DeviceFix("shape_churn", r->device));
   }
   const auto& sus = d["suspects"];
   if (!sus["float64"].empty()) {
@@ -219,13 +240,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
                      sus["cpu_ops_on_device_run"][0]["name"].get<std::string>(), ")"),
         "heavy aten operators with no kernel launched", "move those tensors to the device");
   }
-  if (!sus["ai_cpu_tasks"].empty()) {
-    Add(r, Severity::kWarning, "ai_cpu",
-        absl::StrCat(who, ": operators ran on the AI CPU (",
-                     sus["ai_cpu_tasks"][0]["name"].get<std::string>(), ")"),
-        "kernel_details.csv Accelerator Core AI_CPU, tasks over 20 us",
-        "use dtypes the AI Core supports (no float64/int64 where avoidable)");
-  }
+  // AI CPU tasks: an Ascend rule (ascend_rules_findings.cc) with the ops, share and dtypes.
   if (sus["host_device_syncs_per_step"].get<double>() >= 1) {
     Add(r, Severity::kInfo, "syncs",
         absl::StrCat(who, ": ", N(sus["host_device_syncs_per_step"].get<double>()),
@@ -270,6 +285,7 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         "the trace was edited or written by another tool: regenerate it with the profiler, or "
         "fix the fields named in the warnings (byte offsets)");
   }
+  AscendFindings(opt, r);
   if (p.negative_launch_delay > 0) {
     Add(r, Severity::kInfo, "negative_launch_delay",
         absl::StrCat(who, ": ", p.negative_launch_delay,

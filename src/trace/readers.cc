@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "trace/ascend_rank.h"
+#include "trace/ascend_rank_csv.h"
 #include "trace/chrome_reader.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/run_dir.h"
@@ -56,225 +58,6 @@ std::string Base(std::string_view p) {
 bool IsTraceFileName(const std::string& n) {
   return absl::EndsWith(n, ".json") || absl::EndsWith(n, ".json.gz") || absl::EndsWith(n, ".jsonl");
 }
-// torch_npu output: *_ascend_pt, or a folder holding ASCEND_PROFILER_OUTPUT / its files.
-std::string AscendOutputDir(const std::string& dir) {
-  if (IsDir(dir + "/ASCEND_PROFILER_OUTPUT")) return dir + "/ASCEND_PROFILER_OUTPUT";
-  if (IsFile(dir + "/trace_view.json") || IsFile(dir + "/step_trace_time.csv") ||
-      IsFile(dir + "/kernel_details.csv"))
-    return dir;
-  return "";
-}
-
-// CSV with quotes ("" escapes) and cells trimmed of spaces/tabs (torch_npu writes
-// "1736413971558972.912\t").
-std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> row;
-  std::string cell;
-  bool q = false;
-  auto end_cell = [&] {
-    row.push_back(std::string(absl::StripAsciiWhitespace(cell)));
-    cell.clear();
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (q) {
-      if (c == '"') {
-        if (i + 1 < text.size() && text[i + 1] == '"') {
-          cell += '"';
-          ++i;
-        } else {
-          q = false;
-        }
-      } else {
-        cell += c;
-      }
-    } else if (c == '"') {
-      q = true;
-    } else if (c == ',') {
-      end_cell();
-    } else if (c == '\n') {
-      end_cell();
-      rows.push_back(std::move(row));
-      row.clear();
-    } else if (c != '\r') {
-      cell += c;
-    }
-  }
-  if (!cell.empty() || !row.empty()) {
-    end_cell();
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-absl::StatusOr<std::string> Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-int Col(const std::vector<std::string>& header, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    for (size_t i = 0; i < header.size(); ++i)
-      if (header[i] == n) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-// A time in us: finite, >= 0 and at most 7 days (SimpleAtod also reads "nan" and "inf").
-bool ValidUs(double us) { return std::isfinite(us) && us >= 0 && us <= kMaxDurNs / 1e3; }
-
-// Cell `col` as a number. *ok = false when it is absent, "N/A" or not a number; *bad = true
-// when it is a number out of range for a time (negative, non-finite, > 7 days).
-double Num(const std::vector<std::string>& row, int col, bool* ok, bool* bad) {
-  double v = 0;
-  if (col < 0 || col >= static_cast<int>(row.size()) || row[col] == "N/A" || row[col].empty() ||
-      !absl::SimpleAtod(row[col], &v)) {
-    *ok = false;
-    return 0;
-  }
-  if (!ValidUs(v)) {
-    *bad = true;
-    return 0;
-  }
-  return v;
-}
-
-// A step number: an integer in [0, 2^53] (exact as a double and as int64).
-bool ValidStep(double v) {
-  return std::isfinite(v) && v >= 0 && v <= 9007199254740992.0 && v == std::floor(v);
-}
-
-void BadRow(RankTrace* t, int64_t* counter, const std::string& path, int64_t line,
-            const char* why) {
-  ++*counter;
-  if (t->stats.warnings.size() < 20)
-    t->stats.warnings.push_back(absl::StrCat(Base(path), ": line ", line, ": ", why));
-}
-
-absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, Slurp(path));
-  auto rows = ParseCsv(text);
-  if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
-  const auto& h = rows[0];
-  int c_step = Col(h, {"Step"}), c_comp = Col(h, {"Computing"}),
-      c_cno = Col(h, {"Communication(Not Overlapped)"}), c_ov = Col(h, {"Overlapped"}),
-      c_comm = Col(h, {"Communication"}), c_free = Col(h, {"Free"}), c_stage = Col(h, {"Stage"}),
-      c_bub = Col(h, {"Bubble"}), c_prep = Col(h, {"Preparing"});
-  if (c_comp < 0 || c_free < 0 || c_cno < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path,
-                     ": line 1: not a step_trace_time.csv (needs Computing, "
-                     "Communication(Not Overlapped), Free columns)"));
-  }
-  for (size_t i = 1; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    if (r.size() <= 1 && (r.empty() || r[0].empty())) continue;
-    bool ok = true, bad = false;
-    AscendStepRow s;
-    // The step column is optional ("N/A" or absent: -1); a number there must be a step number.
-    double step = -1;
-    if (c_step >= 0 && c_step < static_cast<int>(r.size()) && !r[c_step].empty() &&
-        r[c_step] != "N/A" && (!absl::SimpleAtod(r[c_step], &step) || !ValidStep(step)))
-      bad = true;
-    s.step = bad ? -1 : static_cast<int64_t>(step);
-    s.computing_us = Num(r, c_comp, &ok, &bad);
-    s.comm_not_overlapped_us = Num(r, c_cno, &ok, &bad);
-    s.free_us = Num(r, c_free, &ok, &bad);
-    bool opt = true;
-    s.overlapped_us = Num(r, c_ov, &opt, &bad);
-    s.comm_us = Num(r, c_comm, &opt, &bad);
-    s.stage_us = Num(r, c_stage, &opt, &bad);
-    s.bubble_us = Num(r, c_bub, &opt, &bad);
-    s.preparing_us = Num(r, c_prep, &opt, &bad);
-    if (!ok) {
-      BadRow(t, &t->stats.malformed, path, static_cast<int64_t>(i + 1), "bad row");
-      continue;
-    }
-    if (bad) {
-      BadRow(t, &t->stats.bad_values, path, i + 1,
-             "a step that is not an integer, or a time that is negative, non-finite or > 7 days");
-      continue;
-    }
-    t->ascend_steps.push_back(s);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_device, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, Slurp(path));
-  auto rows = ParseCsv(text);
-  if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
-  const auto& h = rows[0];
-  int c_name = Col(h, {"Name"}), c_type = Col(h, {"Type"}),
-      c_core = Col(h, {"Accelerator Core", "Task Type"}), c_start = Col(h, {"Start Time(us)"}),
-      c_dur = Col(h, {"Duration(us)"}), c_shapes = Col(h, {"Input Shapes"}),
-      c_types = Col(h, {"Input Data Types"}), c_stream = Col(h, {"Stream ID"});
-  if (c_name < 0 || c_start < 0 || c_dur < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": line 1: not a kernel_details.csv (needs Name, Start Time(us), Duration(us))"));
-  }
-  uint32_t pid = t->strings.Intern("kernel_details.csv");
-  for (size_t i = 1; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    if (r.size() <= 1) continue;
-    int64_t ts = 0, dur = 0;
-    if (static_cast<int>(r.size()) <= std::max(c_start, c_dur) || r[c_start].empty() ||
-        r[c_dur].empty() || r[c_start] == "N/A" || r[c_dur] == "N/A") {
-      BadRow(t, &t->stats.missing_fields, path, static_cast<int64_t>(i + 1),
-             "row without start or duration");
-      continue;
-    }
-    if (!ParseUsToNs(r[c_start], &ts) || ts < kMinTsNs || ts > kMaxTsNs) {
-      BadRow(t, &t->stats.bad_ts, path, static_cast<int64_t>(i + 1),
-             "start time that is not a number in range");
-      continue;
-    }
-    if (!ParseUsToNs(r[c_dur], &dur)) {
-      BadRow(t, &t->stats.bad_dur, path, static_cast<int64_t>(i + 1),
-             "duration that is not a number");
-      continue;
-    }
-    if (dur < 0 || dur > kMaxDurNs) {
-      BadRow(t, &t->stats.negative_or_huge_dur, path, static_cast<int64_t>(i + 1),
-             "negative or > 7 day duration");
-      continue;
-    }
-    auto cell = [&](int c) -> std::string {
-      return (c >= 0 && c < static_cast<int>(r.size())) ? r[c] : std::string();
-    };
-    Event e;
-    e.ts_ns = ts;
-    e.dur_ns = dur;
-    e.name = t->strings.Intern(cell(c_name));
-    e.pid = pid;
-    std::string stream = cell(c_stream);
-    int32_t s = -1;
-    e.stream = absl::SimpleAtoi(stream, &s) ? s : 0;
-    e.tid = t->strings.Intern(stream);
-    e.cat = Category::kKernel;
-    e.flags = kFlagDevice;
-    if (timeline_has_device) e.flags |= kFlagFromCsv;
-    std::string shapes = cell(c_shapes);
-    if (!shapes.empty() && shapes != "N/A") e.input_dims = t->strings.Intern(shapes);
-    if (absl::StrContains(cell(c_types), "DOUBLE")) e.flags |= kFlagFloat64;
-    std::string core = cell(c_core), type = cell(c_type);
-    if (core == "AI_CPU") e.flags |= kFlagAiCpu;
-    if (core == "HCCL" || core == "COMMUNICATION" || absl::StartsWithIgnoreCase(type, "hcom"))
-      e.kind = DeviceKind::kComm;
-    else if (absl::StrContains(type, "MEMCPY") || absl::StrContains(core, "SDMA"))
-      e.kind = DeviceKind::kMemory;
-    else
-      e.kind = ClassifyAscendName(cell(c_name));
-    t->events.push_back(e);
-    ++t->stats.events_kept;
-  }
-  return absl::OkStatus();
-}
-
 // j[key] when it is an integer in [0, INT_MAX] (nlohmann's get<int> would wrap larger ones).
 bool SmallInt(const nlohmann::json& j, const char* key, int* out) {
   auto it = j.find(key);
@@ -294,7 +77,7 @@ bool SmallInt(const nlohmann::json& j, const char* key, int* out) {
 // trainscope phase log: one JSON object per line, {"step": N, "phases": {"data_wait_ms": ..}}
 // or the phases flat on the line ({"step": N, "forward_ms": ..}); "rank" when present.
 absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, Slurp(path));
+  TS_ASSIGN_OR_RETURN(std::string text, internal::SlurpFile(path));
   t->format = "phase-log";
   int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -318,8 +101,9 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
     if (j.contains("type") && j["type"] != "step") continue;
     if (!j.contains("step") || !j["step"].is_number()) continue;  // other records
     double step = j["step"].get<double>();
-    if (!ValidStep(step)) {
-      BadRow(t, &t->stats.bad_values, path, line_no, "a step that is not an integer in [0, 2^53]");
+    if (!internal::ValidStep(step)) {
+      internal::CsvBadRow(t, &t->stats.bad_values, path, line_no,
+                          "a step that is not an integer in [0, 2^53]");
       continue;
     }
     PhaseStep ps;
@@ -349,17 +133,17 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
       }
       if (scale == 0 || k == "step" || k == "rank" || (!nested && k == "comm")) continue;
       double ms = it.value().get<double>() * scale;
-      bad |= !ValidUs(ms * 1e3);
+      bad |= !internal::ValidUs(ms * 1e3);
       ps.phases_ms[k] = ms;
     }
     if (nested && j.contains("step_ms") && j["step_ms"].is_number()) {
       double ms = j["step_ms"].get<double>();
-      bad |= !ValidUs(ms * 1e3);
+      bad |= !internal::ValidUs(ms * 1e3);
       ps.phases_ms["step"] = ms;
     }
     if (bad) {
-      BadRow(t, &t->stats.bad_values, path, line_no,
-             "a phase time that is negative or longer than 7 days");
+      internal::CsvBadRow(t, &t->stats.bad_values, path, line_no,
+                          "a phase time that is negative or longer than 7 days");
       continue;
     }
     if (ps.phases_ms.empty()) {
@@ -392,44 +176,6 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
 absl::Status ReadChromeFile(const std::string& path, const ReadOptions& opt, RankTrace* t) {
   TS_ASSIGN_OR_RETURN(auto src, internal::OpenByteSource(path));
   return internal::ReadChromeTrace(src.get(), path, opt, t);
-}
-
-absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
-                           const ReadOptions& opt, RankTrace* t) {
-  t->format = "ascend";
-  bool any = false;
-  if (IsFile(out_dir + "/trace_view.json")) {
-    TS_RETURN_IF_ERROR(ReadChromeFile(out_dir + "/trace_view.json", opt, t));
-    any = true;
-  }
-  t->format = "ascend";
-  bool has_device = std::any_of(t->events.begin(), t->events.end(),
-                                [](const Event& e) { return e.flags & kFlagDevice; });
-  if (IsFile(out_dir + "/kernel_details.csv")) {
-    TS_RETURN_IF_ERROR(ReadKernelDetailsCsv(out_dir + "/kernel_details.csv", has_device, t));
-    any = true;
-  }
-  if (IsFile(out_dir + "/step_trace_time.csv")) {
-    TS_RETURN_IF_ERROR(ReadStepTraceCsv(out_dir + "/step_trace_time.csv", t));
-    any = true;
-  }
-  if (!any) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": no trace_view.json, kernel_details.csv or step_trace_time.csv in ", out_dir));
-  }
-  if (t->rank < 0) {
-    // profiler_info_{Rank}.json beside ASCEND_PROFILER_OUTPUT.
-    std::string parent = out_dir == dir ? dir + "/.." : dir;
-    for (const std::string& n : List(parent)) {
-      int r = -1;
-      if (absl::StartsWith(n, "profiler_info_") && absl::EndsWith(n, ".json") &&
-          absl::SimpleAtoi(n.substr(14, n.size() - 19), &r)) {
-        t->rank = r;
-        t->rank_source = "profiler_info";
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -494,22 +240,22 @@ absl::StatusOr<RankTrace> ReadRankTrace(const std::string& path, const ReadOptio
   RankTrace t;
   t.path = path;
   if (IsDir(path)) {
-    std::string out_dir = AscendOutputDir(path);
+    std::string out_dir = internal::AscendOutputDir(path);
     if (out_dir.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": a directory without torch_npu profiler output"));
     }
-    TS_RETURN_IF_ERROR(ReadAscendDir(path, out_dir, options, &t));
+    TS_RETURN_IF_ERROR(internal::ReadAscendDir(path, out_dir, options, &t));
   } else if (!IsFile(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   } else if (absl::EndsWith(path, ".jsonl")) {
     TS_RETURN_IF_ERROR(ReadPhaseLog(path, &t));
   } else if (absl::EndsWith(path, "step_trace_time.csv")) {
     t.format = "ascend";
-    TS_RETURN_IF_ERROR(ReadStepTraceCsv(path, &t));
+    TS_RETURN_IF_ERROR(internal::ReadStepTraceCsv(path, &t));
   } else if (absl::EndsWith(path, "kernel_details.csv")) {
     t.format = "ascend";
-    TS_RETURN_IF_ERROR(ReadKernelDetailsCsv(path, false, &t));
+    TS_RETURN_IF_ERROR(internal::ReadKernelDetailsCsv(path, false, &t));
   } else {
     TS_RETURN_IF_ERROR(ReadChromeFile(path, options, &t));
   }
@@ -524,7 +270,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
   std::set<std::string> out;
   for (const std::string& p : paths) {
     if (IsDir(p)) {
-      if (!AscendOutputDir(p).empty()) {
+      if (!internal::AscendOutputDir(p).empty()) {
         out.insert(p);
         continue;
       }
@@ -544,7 +290,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
       size_t before = out.size();
       for (const std::string& n : List(p)) {
         std::string full = p + "/" + n;
-        if (IsDir(full) && !AscendOutputDir(full).empty()) {
+        if (IsDir(full) && !internal::AscendOutputDir(full).empty()) {
           out.insert(full);
         } else if (IsFile(full) && IsTraceFileName(n)) {
           out.insert(full);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trace/ascend_cluster.h"
 #include "trainscope/core/table.h"
 #include "trainscope/core/utf8.h"
 #include "trainscope/trace/analysis.h"
@@ -113,6 +114,7 @@ nlohmann::json ReportToJson(const Report& rep) {
   j["skipped"] = nlohmann::json::array();
   for (const auto& f : rep.skipped)
     j["skipped"].push_back({{"path", f.path}, {"reason", f.reason}});
+  if (!rep.cluster.is_null()) j["cluster"] = rep.cluster;
   SanitizeUtf8(&j);
   return j;
 }
@@ -200,6 +202,7 @@ std::string ReportToText(const Report& rep) {
     }
     if (HasBadRecords(r.stats)) out += absl::StrCat("input: ", DescribeBadRecords(r.stats), "\n");
   }
+  out += internal::ClusterToText(rep.cluster);
   std::vector<const Finding*> all;
   for (const auto& f : rep.findings) all.push_back(&f);
   for (const auto& r : rep.ranks)

@@ -93,6 +93,7 @@ struct FlightEntry {
   bool is_p2p = false;
   bool async = false;
   bool retired = false;  // the op returned (completed, or failed: see error)
+  int64_t step = -1;     // the training step it was issued in (FlightOp::step); -1: unknown
   int64_t time_created_ns = 0;
   int64_t time_discovered_started_ns = 0;
   int64_t time_discovered_completed_ns = 0;  // 0 unless the op succeeded
@@ -120,6 +121,7 @@ struct FlightOp {
   int64_t output_numel = 0;
   int peer = -1;
   bool async = false;
+  int64_t step = -1;            // the caller's training step, -1 when it did not say
   int64_t enqueue_mono_ns = 0;  // CLOCK_MONOTONIC
 };
 

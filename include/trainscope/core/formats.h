@@ -13,6 +13,7 @@ namespace trainscope::formats {
 // Format names.
 inline constexpr char kCheckpoint[] = "trainscope.checkpoint";
 inline constexpr char kCheckpointManifest[] = "trainscope.checkpoint.manifest";
+inline constexpr char kCompare[] = "trainscope.compare";
 inline constexpr char kDataClean[] = "trainscope.data.clean";
 inline constexpr char kDataCompare[] = "trainscope.data.compare";
 inline constexpr char kDataPack[] = "trainscope.data.pack";
@@ -51,6 +52,7 @@ struct Format {
 inline constexpr Format kFormats[] = {
     {kCheckpoint, 1, "checkpoint meta.json (ckpt)"},
     {kCheckpointManifest, 1, "checkpoint manifest.json: files and hashes (ckpt)"},
+    {kCompare, 1, "compare --json report: two msprobe dumps, op by op"},
     {kDataClean, 1, "data clean --json report"},
     {kDataCompare, 1, "data compare --json report"},
     {kDataPack, 1, "data pack --json report"},

@@ -48,6 +48,10 @@ enum class FindingKind {
   kDtypeMismatch,  // same op, different dtypes
   kStateMismatch,  // entered but never started while others did
   kMissingDump,    // a member rank left no dump
+  // torch_npu's HCCL dumps only: Ascend's three timeout classes (src/hang/hccl_dump.h)
+  kComputeStuck,             // ranks still computing while the others wait in the next one
+  kLongTaskAfterCollective,  // all completed the last collective; the work after it hangs
+  kCollectiveTimeout,        // all in the same collective, which timed out executing
 };
 const char* FindingKindName(FindingKind kind);  // "not_joined", "type_mismatch", ...
 

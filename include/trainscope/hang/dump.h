@@ -45,6 +45,7 @@ struct Entry {
   int64_t time_created_ns = 0, time_started_ns = 0, time_completed_ns = 0;  // 0: not reached
   bool retired = false;
   std::string caller;  // ours; "" when not recorded
+  int64_t step = -1;   // ours: the training step it was issued in; -1 when not recorded
   std::string frames;  // "func (file:line) <- ..." when recorded
   std::string error;   // ours
 };
@@ -66,6 +67,7 @@ struct Dump {
   std::string version;                           // "2.10", ...
   std::string format;                            // "json" | "pickle"
   bool ours = false;                             // has the "trainscope" object
+  bool hccl = false;                             // torch_npu's recorder (hang/hccl_dump.h)
   std::map<std::string, GroupConfig> pg_config;  // by group name
   std::map<int64_t, GroupStatus> pg_status;      // by pg_id
   std::vector<Entry> entries;                    // oldest first

@@ -121,6 +121,10 @@ struct Report {
   std::vector<SkippedFile> skipped;
   // Bad-record counts and reader warnings, one line per item ("path: ..."); not in the JSON.
   std::vector<std::string> warnings;
+  // The Ascend cluster view (msprof-analyze's cluster_analysis_output or a folder of rank
+  // folders: per rank and step figures, stages, slow rank, slow link, waits; docs/formats.md
+  // "cluster"); null for any other input, and then absent from the JSON.
+  nlohmann::json cluster;
 };
 
 // Analyses one rank. Sorts trace->events by time (the table is otherwise left as read).

@@ -4,7 +4,9 @@
 //   - PyTorch profiler / Kineto Chrome traces: {"traceEvents": [...], "distributedInfo": ...}
 //     or the older bare-list form [...] (torch <= 1.13 CPU), plain or gzip (.json.gz);
 //   - torch_npu (Ascend) profiler output: ASCEND_PROFILER_OUTPUT/trace_view.json (a bare list
-//     with string timestamps), step_trace_time.csv and kernel_details.csv (columns by name);
+//     with string timestamps), step_trace_time.csv and kernel_details.csv (columns by name), and
+//     the rest of a *_ascend_pt folder or its SQLite export into RankTrace::ascend
+//     (src/trace/ascend_rank.h);
 //   - trainscope's own per-rank phase logs (JSONL, one step per line).
 // The Chrome reader streams: it parses the traceEvents array chunk by chunk with simdjson
 // (ondemand) and keeps one small Event per trace event (interned strings, int64 ns times),
@@ -18,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -154,6 +157,9 @@ struct PhaseStep {
   std::map<std::string, double> phases_ms;
 };
 
+// torch_npu per-rank extras (communication, op statistics, memory, ...): src/trace/ascend_rank.h.
+struct AscendRankData;
+
 // Everything read for one rank.
 struct RankTrace {
   std::string path;
@@ -168,6 +174,7 @@ struct RankTrace {
   std::map<std::pair<uint32_t, uint32_t>, std::string> thread_names;
   std::vector<AscendStepRow> ascend_steps;
   std::vector<PhaseStep> phase_steps;
+  std::shared_ptr<AscendRankData> ascend;  // torch_npu folders only; null otherwise
   ParseStats stats;
   // Some event's ts was written with a fraction (ns-resolution traces): HTA then rounds every
   // event's ts up and its end down to whole microseconds (AnalyzeOptions::ns_precision).
