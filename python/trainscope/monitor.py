@@ -15,6 +15,7 @@ import struct
 import sys
 import time
 import types
+import warnings
 
 import torch
 
@@ -80,7 +81,8 @@ class Monitor:
     """
 
     def __init__(self, model, optimizer=None, run_dir=None, every=1, layer_norms_every=50,
-                 nonfinite=True, config=None, start_step=0, tensorboard=True):
+                 nonfinite=True, config=None, start_step=0, tensorboard=True, checksum_every=0,
+                 checksum_group=None):
         if not isinstance(model, torch.nn.Module):
             raise Error("trainscope.watch: model is a %s, not a torch.nn.Module."
                         % type(model).__name__)
@@ -102,6 +104,14 @@ class Monitor:
         self.metrics_path = _util.metrics_path(self.run_dir, self.rank)
         self._params = [p for _, p in self._named]
         self._sharded = _dt.mesh_of(self._params) is not None  # DTensor parameters: FSDP2
+        if int(checksum_every) < 0:
+            raise Error("trainscope.watch: checksum_every must be >= 0 steps, not %r."
+                        % (checksum_every,))
+        # Replicas only: FSDP2's shards differ across ranks by design.
+        self._replicas = None
+        if int(checksum_every) > 0 and self.world_size > 1 and not self._sharded:
+            from .replicas import ReplicaCheck
+            self._replicas = ReplicaCheck(self._named, checksum_every, checksum_group)
         self._device = self._params[0].device
         self._start_s = time.time()
         self._closed = False
@@ -321,6 +331,17 @@ class Monitor:
             self._tb_write(step, _step_tags(rec))
         if self._layers is not None:
             self._write({"type": "layer_norms", "step": step, "layers": self._layers})
+        if self._replicas is not None and self._replicas.due(step):
+            diverged = self._replicas.check(step)
+            if diverged is not None:
+                self._write(diverged)
+                warnings.warn("trainscope: " + self._replicas.sentence(diverged), RuntimeWarning,
+                              stacklevel=4)  # the user's `with mon.step()` line
+
+    @property
+    def replica_divergence(self):
+        """The first `replica_divergence` record (watch(checksum_every=N)), or None."""
+        return self._replicas.first_divergence if self._replicas is not None else None
 
     def _optimizer_lr(self):
         if self._optimizer is None or not self._optimizer.param_groups:
@@ -512,6 +533,7 @@ class Monitor:
     def _header(self, config):
         cfg = {"source": "trainscope.watch", "torch": torch.__version__,
                "every": self._every, "layer_norms_every": self._layer_norms_every,
+               "checksum_every": self._replicas.every if self._replicas is not None else 0,
                "nonfinite_checks": self._tracer is not None,
                "model": _nf.class_name(_nf.unwrap(self._model)),
                "optimizer": type(self._optimizer).__name__ if self._optimizer else ""}
@@ -614,7 +636,7 @@ def _step_tags(rec):
 
 
 def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, nonfinite=True,
-          config=None, start_step=0, tensorboard=True):
+          config=None, start_step=0, tensorboard=True, checksum_every=0, checksum_group=None):
     """Starts watching `model`'s training; returns a `Monitor`.
 
     model: a torch.nn.Module (DistributedDataParallel too: its all-reduces are timed through
@@ -627,11 +649,16 @@ def watch(model, optimizer=None, run_dir=None, every=1, layer_norms_every=50, no
       carrying resumed_from_step, as `trainscope train --resume` does. tensorboard: also
       write the step records' scalars (and the user's) as TensorBoard event files in
       <run_dir>/train/tb/rank<R>/, as `trainscope train` does (no tensorboard package needed).
+      checksum_every: every N steps (0 = never, the default) the data-parallel ranks compare
+      exact float64 sums of every parameter (one small all_gather on checksum_group, default
+      the world); the first divergence is a `replica_divergence` record (step, the last
+      agreeing check, ranks, parameters), a RuntimeWarning, and `mon.replica_divergence`.
+      Every rank of the group must run the same steps (replicas.py).
     Raises trainscope.Error: not a module, no trainable parameters, an unwritable run_dir, a
     run_dir another writer holds ("... is in use by pid P (COMMAND); ...", _util.lock_run_dir).
     """
     try:
         return Monitor(model, optimizer, run_dir, every, layer_norms_every, nonfinite, config,
-                       start_step, tensorboard)
+                       start_step, tensorboard, checksum_every, checksum_group)
     except OSError as e:
         raise Error("trainscope.watch: cannot write the metrics file: %s" % e) from None
