@@ -8,6 +8,7 @@
 #include <string>
 
 #include "trainscope/compare/compare.h"
+#include "trainscope/compare/runs.h"
 #include "trainscope/core/exit.h"
 
 namespace trainscope::cli {
@@ -19,7 +20,24 @@ struct CompareArgs {
   compare::Options options;
 };
 
+// Two run directories or metric logs: the loss curves and the per-layer norms.
+int RunCompareRuns(const CompareArgs& a) {
+  compare::RunsOptions o;
+  o.top = a.options.top;
+  auto report = compare::CompareRuns(a.a, a.b, o);
+  if (!report.ok()) return ReportAndExitCode("compare", report.status());
+  if (a.json) {
+    std::cout << compare::RunsReportToJson(*report).dump(2, ' ', false,
+                                                         nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::cout << compare::FormatRunsText(*report, o.top);
+  }
+  return a.fail_on != "none" && report->diverged ? kExitProblems : kExitOk;
+}
+
 int RunCompare(CompareArgs& a) {
+  if (compare::LooksLikeRun(a.a) && compare::LooksLikeRun(a.b)) return RunCompareRuns(a);
   if (!a.mapping.empty()) {
     auto m = compare::ReadMapping(a.mapping);
     if (!m.ok()) return ReportAndExitCode("compare", m.status());
@@ -60,10 +78,12 @@ void RegisterCompareCommand(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand(
       "compare",
       "precision alignment of two msprobe dumps (GPU vs NPU, before vs after): msprobe's "
-      "metrics per tensor and the first op whose inputs agree and outputs do not");
+      "metrics per tensor and the first op whose inputs agree and outputs do not; on two run "
+      "directories or metric logs, the first step where the loss curves part beyond their "
+      "noise and the first per-layer norm that differs");
   cmd->add_option("a", args->a,
                   "dump of the run under test (NPU side): a dump root, step or "
-                  "rank folder")
+                  "rank folder; or a run directory / metrics log")
       ->required();
   cmd->add_option("b", args->b, "the bench dump (same levels)")->required();
   cmd->add_flag("--json", args->json, "print the report as JSON (docs/formats.md)");
@@ -78,7 +98,9 @@ void RegisterCompareCommand(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--fail-on", args->fail_on,
                   "exit 1 on: divergence (default), error (also msprobe errors), warning, none")
       ->check(CLI::IsMember({"divergence", "error", "warning", "none"}));
-  cmd->footer("example: trainscope compare npu_dump/step0 gpu_dump/step0 --csv compare_result.csv");
+  cmd->footer(
+      "examples: trainscope compare npu_dump/step0 gpu_dump/step0 --csv compare_result.csv\n"
+      "          trainscope compare runs/npu-run runs/gpu-run   (loss curves and layer norms)");
   cmd->callback([&ctx, args] { ctx.exit_code = RunCompare(*args); });
 }
 

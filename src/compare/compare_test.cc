@@ -9,7 +9,9 @@
 #include <string>
 
 #include "compare/internal.h"
+#include "core/test_util.h"
 #include "gtest/gtest.h"
+#include "trainscope/compare/runs.h"
 
 namespace trainscope::compare {
 namespace {
@@ -232,6 +234,55 @@ TEST(CompareMapping, YamlSubset) {
   EXPECT_EQ((*m)[0].second, "Module.model.layers");
   std::ofstream(path) << "no colon here\n";
   EXPECT_FALSE(ReadMapping(path).ok());
+}
+
+// Two metric logs with the same noisy curve (a fixed pseudo-random scatter), A with `edit`
+// applied to its losses.
+std::string CurveLog(const std::string& dir, const std::string& name,
+                     void (*edit)(int step, double* loss)) {
+  std::string text;
+  for (int step = 1; step <= 60; ++step) {
+    double loss = 4.0 - 0.02 * step + 0.1 * std::sin(step * 12.9898);  // trend + scatter
+    if (edit) edit(step, &loss);
+    text += "{\"step\": " + std::to_string(step) +
+            ", \"loss\": " + (std::isnan(loss) ? std::string("NaN") : std::to_string(loss)) + "}\n";
+  }
+  const std::string path = dir + "/" + name + ".jsonl";
+  test_util::WriteFile(path, text);
+  return path;
+}
+
+TEST(CompareRuns, ALoneSpikeIsNoiseAnOffsetIsADivergence) {
+  const std::string dir = test_util::TempDir("compare_runs");
+  const std::string base = CurveLog(dir, "base", nullptr);
+  auto same = CompareRuns(CurveLog(dir, "same", nullptr), base);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_FALSE(same->diverged);
+  EXPECT_EQ(same->steps_compared, 60);
+  EXPECT_GT(same->noise_a, 0.01);  // the scatter, not the trend (0.02 per step)
+  auto spike = CompareRuns(CurveLog(dir, "spike",
+                                    [](int s, double* l) {
+                                      if (s == 30) *l += 1.0;
+                                    }),
+                           base);
+  ASSERT_TRUE(spike.ok());
+  EXPECT_FALSE(spike->diverged) << spike->diverge_step;  // one step over, the next ones not
+  auto offset = CompareRuns(CurveLog(dir, "offset",
+                                     [](int s, double* l) {
+                                       if (s >= 40) *l += 0.5;
+                                     }),
+                            base);
+  ASSERT_TRUE(offset.ok());
+  EXPECT_EQ(offset->diverge_step, 40);
+  EXPECT_EQ(offset->diverge_kind, "loss");
+  auto nan = CompareRuns(CurveLog(dir, "nan",
+                                  [](int s, double* l) {
+                                    if (s == 50) *l = NAN;
+                                  }),
+                         base);
+  ASSERT_TRUE(nan.ok());
+  EXPECT_EQ(nan->diverge_step, 50);
+  EXPECT_EQ(nan->diverge_kind, "nonfinite");
 }
 
 }  // namespace
