@@ -78,6 +78,11 @@ def user_run(a, tmp, name, nan_at, problems):
         raise SystemExit(f"FAIL: the user's script exited {p.returncode}: {p.stderr[-1500:]}")
     if nan_at and "NonFiniteError" not in p.stderr:
         problems.append(f"{name}: no NonFiniteError at step {nan_at}: {p.stderr[-800:]}")
+    # A `trainscope compare --json` report saved in the run (compare/): drawn as its section.
+    os.makedirs(os.path.join(run_dir, "compare"), exist_ok=True)
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "report",
+                             "compare_run", "compare", "lr5_vs_base.json"),
+                os.path.join(run_dir, "compare"))
     return run_dir
 
 
@@ -115,7 +120,7 @@ def check_summary(summary, problems):
     prof = [t for t in summary.get("traces", []) if t["source"] == "profiler"]
     if len(prof) != 1 or prof[0]["file"] != "profiler" or prof[0]["trace_files"] < 1:
         problems.append(f"--json traces: {summary.get('traces')}")
-    for s in ("loss", "val_loss", "scalars", "trace"):
+    for s in ("loss", "val_loss", "scalars", "trace", "compare"):
         if s not in summary["sections"]:
             problems.append(f"section {s} not drawn: {summary['sections']}")
     if "phases" in summary["sections"]:  # the loop never calls mon.phase: all phases are zero
@@ -177,6 +182,11 @@ def check_page(driver, html, png, problems):
         problems.append(f"checkpoint markers on the loss chart at {ckpt} (want 10, 20, 30)")
     if "val_loss" in [c.split(":", 1)[-1] for c in charts if c.startswith("scalar:")]:
         problems.append("val_loss drawn twice (its own chart and the loss chart's)")
+    cmp = driver.execute_script(
+        "var s = document.querySelector('#sec-compare'); return s ? s.textContent : ''")
+    if "compare (compare/lr5_vs_base.json)" not in cmp or "part at step 13" not in cmp or \
+            "compare.loss_divergence" not in cmp:
+        problems.append(f"no compare section with the runs' divergence: {cmp[:300]!r}")
     title = driver.execute_script(
         "var h = document.querySelector('#sec-trace h2'); return h ? h.textContent : ''")
     if "profiler traces (profiler)" not in title:

@@ -42,10 +42,12 @@ nlohmann::json ReportFindingCounts(const nlohmann::json& data) {
 }
 
 // What the page draws beyond the fixed charts, for --json: the scalars users logged (names
-// over every rank), the checkpoint marks and the trace analyses (with their source).
+// over every rank), the checkpoint marks, the trace analyses (with their source) and the
+// compare reports.
 nlohmann::json ReportDrawnExtras(const nlohmann::json& data) {
   std::set<std::string> scalars;
   nlohmann::json checkpoints = nlohmann::json::array(), traces = nlohmann::json::array();
+  nlohmann::json compares = nlohmann::json::array();
   for (const auto& run : data["runs"]) {
     const std::string name = run.value("name", "");
     for (const auto& r : run["ranks"]) {
@@ -65,8 +67,18 @@ nlohmann::json ReportDrawnExtras(const nlohmann::json& data) {
                         {"ranks", t["ranks"].size()},
                         {"trace_files", t.value("trace_files", nlohmann::json::array()).size()}});
     }
+    for (const auto& c : run.value("compares", nlohmann::json::array())) {
+      compares.push_back({{"run", name},
+                          {"file", c["file"]},
+                          {"kind", c["kind"]},
+                          {"diverged", c["diverged"]},
+                          {"first_divergence", c["first_divergence"]}});
+    }
   }
-  return {{"scalars", scalars}, {"checkpoints", checkpoints}, {"traces", traces}};
+  return {{"scalars", scalars},
+          {"checkpoints", checkpoints},
+          {"traces", traces},
+          {"compares", compares}};
 }
 
 int RunReport(const ReportArgs& a) {

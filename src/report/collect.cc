@@ -245,6 +245,20 @@ std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
 
 }  // namespace
 
+void CollectCompares(const std::string& dir, json* run) {
+  for (auto& [file, j] : CollectDocs(run_dir::Join(dir, run_dir::kCompare), formats::kCompare)) {
+    json first = JsonValueOr(j, "first_divergence", json());
+    if (first.is_object()) first.erase("metrics");  // the page shows where, not every figure
+    (*run)["compares"].push_back(
+        {{"file", fs::relative(file, dir).string()},
+         {"kind", JsonValueOr(j, "kind", std::string("dumps"))},
+         {"matched", JsonValueOr(j, "matched", int64_t{0})},
+         {"diverged", first.is_object() || JsonValueOr(j, "diverged", false)},
+         {"first_divergence", first},
+         {"findings", JsonValueOr(j, "findings", json::array())}});
+  }
+}
+
 void CollectDataScans(const std::string& dir, const std::string& name, json* run, json* data) {
   for (auto& [file, j] : CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan)) {
     json lengths = json::object();
@@ -468,11 +482,9 @@ json CollectSections(const json& data) {
     out.push_back("scalars");
   }
   if (series("host_rss_bytes") || series("device_mem_bytes")) out.push_back("memory");
-  const std::vector<std::pair<const char*, const char*>> parts = {{"hang", "flight_recorder"},
-                                                                  {"data_scans", "data_scan"},
-                                                                  {"traces", "trace"},
-                                                                  {"doctor", "doctor"},
-                                                                  {"fingerprint", "fingerprint"}};
+  const std::vector<std::pair<const char*, const char*>> parts = {
+      {"hang", "flight_recorder"}, {"data_scans", "data_scan"}, {"traces", "trace"},
+      {"compares", "compare"},     {"doctor", "doctor"},        {"fingerprint", "fingerprint"}};
   for (const auto& part : parts) {
     const char* key = part.first;  // (a structured binding cannot be captured in C++17)
     if (any([key](const json& r) { return r.contains(key); })) out.push_back(part.second);

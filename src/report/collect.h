@@ -48,6 +48,9 @@ void CollectDataScans(const std::string& dir, const std::string& name, nlohmann:
 // "trace_files" for profiler traces}).
 void CollectTraces(const std::string& dir, const std::string& name, nlohmann::json* run,
                    nlohmann::json* data);
+// `trainscope compare --json` reports saved under compare/ ("compares": {"file", "kind"
+// (dumps | runs), "matched", "diverged", "first_divergence", "findings"}).
+void CollectCompares(const std::string& dir, nlohmann::json* run);
 // The profiler's folder a user may name for torch.profiler's tensorboard_trace_handler.
 inline constexpr char kProfilerDir[] = "profiler";
 // torch.profiler's trace file names: *.pt.trace.json, *.pt.trace.json.gz.

@@ -111,7 +111,7 @@ struct ReportCollector::State {
   struct Run {
     std::string dir, name;
     MetricsCache metrics;
-    Part findings, hang, data_scans, traces, checkpoints, doctor_env;
+    Part findings, hang, data_scans, traces, compares, checkpoints, doctor_env;
     std::string findings_appended;  // the appended files' stamp when findings were made
     std::chrono::steady_clock::time_point diagnosed_at;
     double diagnose_s = 0;
@@ -241,6 +241,9 @@ absl::StatusOr<json> ReportCollector::Collect() {
     CollectorRefresh(&r.traces, CollectorTraceStamp(dir), rereads,
                      [&](json* j, json* d) { CollectTraces(dir, name, j, d); });
     CollectorApply(r.traces, &run, &data);
+    CollectorRefresh(&r.compares, DirStamp(run_dir::Join(dir, run_dir::kCompare), 0), rereads,
+                     [&](json* j, json*) { CollectCompares(dir, j); });
+    CollectorApply(r.compares, &run, &data);
     CollectorRefresh(&r.checkpoints, DirStamp(run_dir::Join(dir, run_dir::kCheckpoints), 0),
                      rereads, [&](json* j, json*) { CollectCheckpoints(dir, j); });
     CollectorApply(r.checkpoints, &run, &data);

@@ -12,6 +12,7 @@
 //     checkpoints/step-<N>/, anomaly-step-<N>/    train's checkpoints (ckpt format)
 //     data/                                       data scan reports
 //     trace/                                      profiler traces
+//     compare/                                    compare --json reports (dumps or runs)
 //
 // Every writer (doctor, launch, train, hang) takes its paths from here; launch, train and the
 // Python writers also take the directory's lock first (run_dir_lock.h).
@@ -31,6 +32,7 @@ inline constexpr char kHang[] = "hang";
 inline constexpr char kCheckpoints[] = "checkpoints";
 inline constexpr char kData[] = "data";
 inline constexpr char kTrace[] = "trace";
+inline constexpr char kCompare[] = "compare";  // `compare --json` reports the report shows
 inline constexpr char kParts[] = "parts";
 // Inside kTrain: the TensorBoard event files, one folder per rank (`tensorboard --logdir
 // <run>/train/tb` shows each rank as a run).

@@ -514,6 +514,28 @@
     });
   }
 
+  // `trainscope compare --json` reports under compare/: where two dumps or two runs part.
+  function renderCompares(app, data) {
+    data.runs.forEach(function (run) {
+      (run.compares || []).forEach(function (c) {
+        var f = c.first_divergence, what;
+        if (!c.diverged) {
+          what = c.kind === "runs" ? "the two runs agree (" + c.matched + " common steps)" :
+                 "the two dumps agree (" + c.matched + " entries matched)";
+        } else if (c.kind === "runs") {
+          what = f ? "the loss curves part at step " + f.step + " (" + f.kind + ")" :
+                 "a per-layer norm differs (the loss curves agree)";
+        } else {
+          what = "first divergence: " + f.name + " (" + f.kind + ")" + (f.module ? " in " + f.module : "");
+        }
+        var s = section(app, "compare", run.name + ": compare (" + c.file + ")", what);
+        var rows = (c.findings || []).map(function (x) { return [x.severity, x.id, x.title, x.fix]; });
+        if (rows.length) table(s, ["severity", "id", "what", "fix"], rows,
+                               function (i) { return "sev-" + rows[i][0]; });
+      });
+    });
+  }
+
   function renderTraces(app, data) {
     data.runs.forEach(function (run) {
       (run.traces || []).forEach(function (t) {
@@ -572,6 +594,7 @@
     renderHang(app, data);
     renderDataScans(app, data);
     renderTraces(app, data);
+    renderCompares(app, data);
     renderDoctorEnv(app, data);
     window.tsReport = {data: data, charts: charts, rendered_at: Date.now()};
   }
