@@ -18,7 +18,7 @@ from ._errors import NonFiniteError
 from . import _api
 
 __all__ = ["Error", "NonFiniteError", "Monitor", "watch", "distributed", "checkpoint",
-           "trace", "data", "diagnose", "env", "hang"]
+           "trace", "data", "diagnose", "env", "hang", "dump", "Dump"]
 
 # The analyses of the CLI, as the same dicts as its --json (native, in _api).
 trace = _types.SimpleNamespace(analyze=_api.trace_analyze)
@@ -33,6 +33,11 @@ def __getattr__(name):
     import importlib
     if name in ("Monitor", "watch"):
         return getattr(importlib.import_module(".monitor", __name__), name)
+    if name in ("dump", "Dump"):
+        # The submodule's import binds trainscope.dump to the module: rebind it to the function.
+        mod = importlib.import_module(".dump", __name__)
+        globals().update(dump=mod.dump, Dump=mod.Dump)
+        return globals()[name]
     if name in ("distributed", "checkpoint"):
         return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'trainscope' has no attribute %r" % name)
