@@ -80,15 +80,11 @@ bool FloatDtype(const std::string& d) {
 
 // |n - b| / |b| with eps added on both sides where b is 0 (get_relative_err), in T.
 template <class T>
-void RelativeErrors(const std::vector<double>& n, const std::vector<double>& b,
-                    std::vector<double>* out) {
+inline double RelativeError(double n, double b) {
   const T eps = std::numeric_limits<T>::epsilon();
-  out->resize(n.size());
-  for (size_t i = 0; i < n.size(); ++i) {
-    T x = static_cast<T>(n[i]), y = static_cast<T>(b[i]);
-    if (y == 0) x += eps, y += eps;
-    (*out)[i] = static_cast<double>(std::fabs(static_cast<T>((x - y) / y)));
-  }
+  T x = static_cast<T>(n), y = static_cast<T>(b);
+  if (y == 0) x += eps, y += eps;
+  return static_cast<double>(std::fabs(static_cast<T>((x - y) / y)));
 }
 
 // The divergence measure of statistics: |A - B| / max(|A|, |B|) of Max, Min and Norm, and of
@@ -127,7 +123,7 @@ double CastTolerance(const std::string& dtype) {
 }  // namespace
 
 void TensorMetrics(const TensorData& a, const TensorData& b, double metric[6],
-                   std::vector<std::string>* messages) {
+                   std::vector<std::string>* messages, double* scale) {
   for (int i = 0; i < 6; ++i) metric[i] = kNaN;
   if (a.values.empty() || b.values.empty()) {
     messages->push_back("This is empty data, can not compare.");
@@ -137,18 +133,36 @@ void TensorMetrics(const TensorData& a, const TensorData& b, double metric[6],
     messages->push_back("Shape of NPU and bench tensor do not match. Skipped.");
     return;
   }
-  // NaN / Inf at the same positions count as 0; anywhere else the row cannot be compared.
-  std::vector<double> n = a.values, v = b.values;
-  for (size_t i = 0; i < n.size(); ++i) {
-    const bool bad_n = !std::isfinite(n[i]), bad_b = !std::isfinite(v[i]);
-    if (!bad_n && !bad_b) continue;
-    const bool same = (std::isnan(n[i]) && std::isnan(v[i])) ||
-                      (std::isinf(n[i]) && std::isinf(v[i]) && n[i] == v[i]);
-    if (!same) {
-      messages->push_back("The position of inf or nan in NPU and bench Tensor do not match.");
-      return;
+  // One pass, no copies (a dump holds gigabytes): NaN / Inf at the same positions count as
+  // 0, anywhere else the row cannot be compared; the relative error |n - b| / |b| (eps added
+  // to both where b is 0, msprobe's get_relative_err) in float for float dtypes, as msprobe
+  // computes it in the tensors' numpy dtype.
+  const bool as_float = FloatDtype(a.dtype) && FloatDtype(b.dtype);
+  double dot = 0, na = 0, nb = 0, dist = 0, max_abs = 0, max_rel = 0, peak = 0;
+  size_t under1 = 0, under5 = 0;
+  const double* pa = a.values.data();
+  const double* pb = b.values.data();
+  const size_t count = a.values.size();
+  for (size_t i = 0; i < count; ++i) {
+    double x = pa[i], y = pb[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      const bool same =
+          (std::isnan(x) && std::isnan(y)) || (std::isinf(x) && std::isinf(y) && x == y);
+      if (!same) {
+        messages->push_back("The position of inf or nan in NPU and bench Tensor do not match.");
+        return;
+      }
+      x = y = 0;
     }
-    n[i] = v[i] = 0;
+    dot += x * y, na += x * x, nb += y * y;
+    peak = std::max({peak, std::fabs(x), std::fabs(y)});
+    const double d = x - y;
+    dist += d * d;
+    max_abs = std::max(max_abs, std::fabs(d));
+    const double r = as_float ? RelativeError<float>(x, y) : RelativeError<double>(x, y);
+    max_rel = std::max(max_rel, r);
+    under1 += r < 0.001;
+    under5 += r < 0.005;
   }
   const bool scalar = a.shape.empty();
   if (scalar) {
@@ -158,32 +172,13 @@ void TensorMetrics(const TensorData& a, const TensorData& b, double metric[6],
   } else if (a.dtype != b.dtype) {
     messages->push_back("Dtype of NPU and bench tensor do not match.");
   }
-  double dot = 0, na = 0, nb = 0, dist = 0, max_abs = 0;
-  for (size_t i = 0; i < n.size(); ++i) {
-    dot += n[i] * v[i], na += n[i] * n[i], nb += v[i] * v[i];
-    const double d = n[i] - v[i];
-    dist += d * d;
-    max_abs = std::max(max_abs, std::fabs(d));
-  }
+  if (scale != nullptr) *scale = peak;
   na = std::sqrt(na), nb = std::sqrt(nb);
-  std::vector<double> rel;
-  if (FloatDtype(a.dtype) && FloatDtype(b.dtype)) {
-    RelativeErrors<float>(n, v, &rel);
-  } else {
-    RelativeErrors<double>(n, v, &rel);
-  }
-  double max_rel = 0;
-  size_t under1 = 0, under5 = 0;
-  for (double r : rel) {
-    max_rel = std::max(max_rel, r);
-    under1 += r < 0.001;
-    under5 += r < 0.005;
-  }
   metric[2] = Format12(max_abs);
   metric[3] = Format12(max_rel);
   if (scalar) return;
   const double eps = std::numeric_limits<double>::epsilon();
-  if (n.size() == 1) {
+  if (count == 1) {
     messages->push_back("This is a 1-d tensor of length 1.");
   } else if (na <= eps && nb <= eps) {
     metric[0] = 1.0;
@@ -199,8 +194,8 @@ void TensorMetrics(const TensorData& a, const TensorData& b, double metric[6],
     metric[0] = cos;
   }
   metric[1] = std::sqrt(dist);
-  metric[4] = Format12(double(under1) / rel.size());
-  metric[5] = Format12(double(under5) / rel.size());
+  metric[4] = Format12(double(under1) / count);
+  metric[5] = Format12(double(under5) / count);
 }
 
 void CompareRow(Mode mode, const Dump& da, const Dump& db, const Options& options, RowCompare* row,
@@ -261,10 +256,8 @@ void CompareRow(Mode mode, const Dump& da, const Dump& db, const Options& option
       auto ta = read(da, a), tb = read(db, b);
       if (ta.ok() && tb.ok()) {
         row->tensors_read = true;
-        TensorMetrics(*ta, *tb, row->metric, &row->notes);
-        double scale = 0;
-        for (double x : ta->values) scale = std::max(scale, std::fabs(x));
-        for (double x : tb->values) scale = std::max(scale, std::fabs(x));
+        double scale = 0;  // the largest magnitude of either side (the loop's own pass)
+        TensorMetrics(*ta, *tb, row->metric, &row->notes, &scale);
         if (!std::isnan(row->metric[2])) {
           row->error = scale > 0 ? row->metric[2] / scale : 0;
           cosine_low = row->metric[0] < options.cosine;

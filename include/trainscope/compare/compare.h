@@ -135,9 +135,11 @@ absl::StatusOr<Report> CompareDumps(const std::string& a, const std::string& b,
 PairReport ComparePair(Dump a, Dump b, const Options& options);
 
 // The metrics of two tensors' values, msprobe's definitions (docs/cli.md): `metric` as in
-// RowCompare::metric; `message` gets msprobe's reason for each one not computed.
+// RowCompare::metric; `message` gets msprobe's reason for each one not computed; `scale`
+// (when not null) the largest magnitude of either side's finite values, once both passed the
+// NaN/Inf position check (0 otherwise).
 void TensorMetrics(const TensorData& a, const TensorData& b, double metric[6],
-                   std::vector<std::string>* messages);
+                   std::vector<std::string>* messages, double* scale = nullptr);
 
 // --json: {"format": "trainscope.compare", "version", "matched", "unmatched": {"a", "b"},
 // "first_divergence": null | {...}, "entries": [...], "inputs", "findings"}.
