@@ -15,18 +15,13 @@
 #include "compare/internal.h"
 #include "trainscope/ckpt/safetensors.h"
 #include "trainscope/compare/dump.h"
+#include "trainscope/core/paths.h"
 
 namespace trainscope::compare {
 namespace {
 
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
+bool IsDir(const std::string& p) { return IsDirectory(p); }  // core/paths.h
+bool IsFile(const std::string& p) { return IsRegularFile(p); }
 
 std::vector<std::string> SubDirs(const std::string& dir) {
   std::vector<std::string> out;

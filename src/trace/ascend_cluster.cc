@@ -18,37 +18,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "trace/ascend_rank_csv.h"
+#include "trainscope/core/paths.h"
 
 namespace trainscope::trace::internal {
 namespace {
 
 constexpr size_t kMaxProblems = 10;  // per file
 
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-std::vector<std::string> List(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-std::string Base(std::string_view p) {
-  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
-  size_t s = p.rfind('/');
-  return std::string(s == std::string_view::npos ? p : p.substr(s + 1));
-}
+// core/paths.h's, under the names this file uses.
+bool IsDir(const std::string& p) { return IsDirectory(p); }
+bool IsFile(const std::string& p) { return IsRegularFile(p); }
+std::vector<std::string> List(const std::string& dir) { return ListNames(dir); }
+std::string Base(std::string_view p) { return BaseName(p); }
 std::string Parent(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   size_t s = p.rfind('/');
@@ -75,46 +57,6 @@ void Problem(ClusterFile* f, const std::string& where, const std::string& why) {
   ++f->bad_records;
   if (f->problems.size() < kMaxProblems)
     f->problems.push_back(absl::StrCat(Base(f->path), ": ", where, ": ", why));
-}
-
-// CSV with quotes ("" escapes); cells trimmed of spaces and tabs (torch_npu writes "12.5\t").
-std::vector<std::vector<std::string>> ParseCsv(std::string_view text) {
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> row;
-  std::string cell;
-  bool q = false;
-  auto end_cell = [&] {
-    row.push_back(std::string(absl::StripAsciiWhitespace(cell)));
-    cell.clear();
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (q) {
-      if (c != '"') {
-        cell += c;
-      } else if (i + 1 < text.size() && text[i + 1] == '"') {
-        cell += '"';
-        ++i;
-      } else {
-        q = false;
-      }
-    } else if (c == '"') {
-      q = true;
-    } else if (c == ',') {
-      end_cell();
-    } else if (c == '\n') {
-      end_cell();
-      rows.push_back(std::move(row));
-      row.clear();
-    } else if (c != '\r') {
-      cell += c;
-    }
-  }
-  if (!cell.empty() || !row.empty()) {
-    end_cell();
-    rows.push_back(std::move(row));
-  }
-  return rows;
 }
 
 int Col(const std::vector<std::string>& h, const char* name) {
@@ -367,7 +309,7 @@ void RankStepTypeOps(const nlohmann::json& j, ClusterFile* f, Fn fn) {
 
 void ParseClusterStepTraceCsv(std::string_view text, const std::string& name, ClusterInput* in) {
   ClusterFile f{name};
-  auto rows = ParseCsv(text);
+  auto rows = ParseCsv(std::string(text));  // ascend_rank_csv.h: quotes, trimmed cells
   StepCols c(rows.empty() ? std::vector<std::string>{} : rows[0]);
   if (!c.Usable() || c.type < 0 || c.index < 0) {
     Problem(&f, "line 1",

@@ -21,31 +21,16 @@
 #include "trace/ascend_rank_csv.h"
 #include "trace/chrome_reader.h"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::trace::internal {
 namespace {
 
-bool AscIsDir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool AscIsFile(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-std::vector<std::string> AscList(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
+// core/paths.h's, under the names this file uses.
+bool AscIsDir(const std::string& p) { return IsDirectory(p); }
+bool AscIsFile(const std::string& p) { return IsRegularFile(p); }
+std::vector<std::string> AscList(const std::string& dir) { return ListNames(dir); }
 
 // The SQLite export's main file: ascend_pytorch_profiler_{rank}.db (or without the rank).
 bool IsProfilerDbName(const std::string& n) {

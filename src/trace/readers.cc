@@ -21,6 +21,7 @@
 #include "trace/ascend_rank_csv.h"
 #include "trace/chrome_reader.h"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/utf8.h"
@@ -29,31 +30,11 @@
 namespace trainscope::trace {
 namespace {
 
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-std::vector<std::string> List(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-std::string Base(std::string_view p) {
-  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
-  size_t s = p.rfind('/');
-  return std::string(s == std::string_view::npos ? p : p.substr(s + 1));
-}
+// core/paths.h's, under the names this file uses.
+bool IsDir(const std::string& p) { return IsDirectory(p); }
+bool IsFile(const std::string& p) { return IsRegularFile(p); }
+std::vector<std::string> List(const std::string& dir) { return ListNames(dir); }
+std::string Base(std::string_view p) { return BaseName(p); }
 
 bool IsTraceFileName(const std::string& n) {
   return absl::EndsWith(n, ".json") || absl::EndsWith(n, ".json.gz") || absl::EndsWith(n, ".jsonl");

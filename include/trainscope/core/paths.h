@@ -33,6 +33,14 @@
 
 namespace trainscope {
 
+// stat() says a directory / a regular file (symbolic links followed); false when it fails.
+bool IsDirectory(const std::string& path);
+bool IsRegularFile(const std::string& path);
+// The names in a directory, sorted, without "." and ".."; empty when it cannot be read.
+std::vector<std::string> ListNames(const std::string& dir);
+// The last component of a path, trailing slashes ignored ("a/b/" -> "b", "/" -> "/").
+std::string BaseName(std::string_view path);
+
 // "a directory", "a FIFO", "a character device", "a block device", "a socket",
 // "a regular file", "a symbolic link" for a st_mode.
 std::string_view FileTypeName(mode_t mode);
