@@ -22,6 +22,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -148,17 +150,23 @@ const char* kTimeouts =
     "waits for a new collective before it dumps), keeping the heartbeat and "
     "HCCL_CONNECT_TIMEOUT below HCCL_EXEC_TIMEOUT, or HCCL reports its own timeout first";
 
-HangFinding ComputeStuck(const Verdict& v, const std::string& prefix) {
+// The fields every HCCL timeout finding takes from the group's reference entry.
+HangFinding FromRef(FindingKind kind, const Verdict& v, std::vector<int> waiting) {
   HangFinding f;
-  f.kind = FindingKind::kComputeStuck;
+  f.kind = kind;
   f.pg = v.ref->pg_name;
   f.pg_desc = v.ref->pg_desc;
   f.collective_seq_id = v.ref->collective_seq_id;
   f.op = v.ref->op;
+  f.waiting_ranks = std::move(waiting);
+  f.caller = UserFrame(*v.ref);
+  return f;
+}
+
+HangFinding ComputeStuck(const Verdict& v, const std::string& prefix) {
+  HangFinding f = FromRef(FindingKind::kComputeStuck, v, v.waiting);
   f.culprit_ranks = v.culprits;
-  f.waiting_ranks = v.waiting;
-  const std::string where = UserFrame(*v.ref);
-  f.caller = where;
+  const std::string& where = f.caller;
   const std::string after = v.culprit_last ? OpName(*v.culprit_last) : "its last collective";
   f.sentence = absl::StrCat(Ranks(v.culprits), " was still computing after ", after, " while ",
                             Ranks(v.waiting), " waited in ", OpLabel(*v.ref),
@@ -183,15 +191,8 @@ HangFinding ComputeStuck(const Verdict& v, const std::string& prefix) {
 }
 
 HangFinding LongTask(const Verdict& v) {
-  HangFinding f;
-  f.kind = FindingKind::kLongTaskAfterCollective;
-  f.pg = v.ref->pg_name;
-  f.pg_desc = v.ref->pg_desc;
-  f.collective_seq_id = v.ref->collective_seq_id;
-  f.op = v.ref->op;
-  f.waiting_ranks = v.ranks;
-  const std::string where = UserFrame(*v.ref);
-  f.caller = where;
+  HangFinding f = FromRef(FindingKind::kLongTaskAfterCollective, v, v.ranks);
+  const std::string& where = f.caller;
   f.sentence = absl::StrCat(
       "every rank of group ", v.ref->pg_name, " completed its last collective, the latest being ",
       OpName(*v.ref), " #", v.ref->collective_seq_id,
@@ -213,15 +214,8 @@ HangFinding LongTask(const Verdict& v) {
 }
 
 HangFinding CollectiveTimeout(const Verdict& v) {
-  HangFinding f;
-  f.kind = FindingKind::kCollectiveTimeout;
-  f.pg = v.ref->pg_name;
-  f.pg_desc = v.ref->pg_desc;
-  f.collective_seq_id = v.ref->collective_seq_id;
-  f.op = v.ref->op;
-  f.waiting_ranks = v.ranks;
-  const std::string where = UserFrame(*v.ref);
-  f.caller = where;
+  HangFinding f = FromRef(FindingKind::kCollectiveTimeout, v, v.ranks);
+  const std::string& where = f.caller;
   f.sentence =
       absl::StrCat("every rank of group ", v.ref->pg_name, " entered ", OpName(*v.ref), " #",
                    v.ref->collective_seq_id, where.empty() ? "" : " (called at " + where + ")",
