@@ -16,7 +16,7 @@
 #include "trainscope/core/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/launch/launch.h"
-#include "trainscope/topo/topo.h"
+#include "trainscope/launch/topo_placement.h"
 
 namespace trainscope::cli {
 namespace {
@@ -35,9 +35,8 @@ struct LaunchFlags {
   int tail_lines = 20;
   double timeout_s = 0;
   double job_timeout_s = 0;
-  std::string placement = "order";  // or "topo"
-  std::string topo_from;
-  int tp = 1, pp = 1;
+  std::string placement = "order";        // or "topo"
+  launch::TopologyPlacementOptions topo;  // --tp, --pp, --topo-from
 };
 
 std::chrono::milliseconds Ms(double seconds) {
@@ -80,45 +79,34 @@ void PrintHangVerdict(const launch::LaunchResult& r) {
   for (const std::string& s : h.sentences) std::fprintf(stderr, "  %s\n", s.c_str());
 }
 
-// --placement topo: the topology (saved, or from nvidia-smi / npu-smi) and the placement of
-// the local ranks (topo/topo.h) become each rank's device.
-absl::Status PlaceByTopology(const LaunchFlags& f, launch::LaunchOptions* o) {
-  Os* os = Os::Default();
-  std::string text, name = f.topo_from;
-  if (!f.topo_from.empty()) {
-    absl::StatusOr<std::string> t = os->ReadFile(f.topo_from);
-    if (!t.ok()) return t.status();
-    text = *t;
-  } else {
-    absl::StatusOr<std::string> t = topo::CaptureTopology(os, std::chrono::seconds(10), &name);
-    if (!t.ok())
-      return absl::InvalidArgumentError(absl::StrCat("--placement topo: ", t.status().message()));
-    text = *t;
+// What became of the job, and its exit code: 0 OK, 1 a rank failed, 128 + an interruption.
+int ReportJob(const LaunchFlags& f, const launch::LaunchResult& r) {
+  if (r.interrupted_by != 0) {
+    std::fprintf(stderr,
+                 "trainscope launch: interrupted by signal %d; stopped %d ranks (logs: %s)\n",
+                 r.interrupted_by, r.world_size, r.run_dir.c_str());
+    PrintHangVerdict(r);
+    return 128 + r.interrupted_by;
   }
-  absl::StatusOr<topo::Topology> t = topo::ParseTopology(text, name);
-  if (!t.ok()) return t.status();
-  const topo::RankDevices probe = topo::RankDevicesOf(*t, {});
-  std::string given;
-  if (os->GetEnv(probe.var, &given) && !given.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--placement topo chooses the devices itself; unset ", probe.var, " (", given, ")"));
+  if (r.first_failed_rank >= 0) {
+    const launch::RankStatus* bad = launch::FindRank(r, r.first_failed_rank);
+    const launch::FailureText text = launch::DescribeFailure(r);
+    std::fprintf(stderr, "trainscope launch: error: %s\n", text.error.c_str());
+    if (bad != nullptr) {
+      std::fprintf(stderr, "last %zu lines of rank %d (%s, %s):\n", bad->tail.size(), bad->rank,
+                   bad->stdout_log.c_str(), bad->stderr_log.c_str());
+      for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
+    }
+    std::fprintf(stderr, "hint: %s\n", text.hint.c_str());
+    PrintHangVerdict(r);
+    return kExitProblems;
   }
-  topo::PlacementOptions po;
-  po.tp = f.tp;
-  po.pp = f.pp;
-  po.ranks = f.nproc;
-  absl::StatusOr<topo::Placement> p = topo::PlaceRanks(*t, po);
-  if (!p.ok()) return p.status();
-  topo::RankDevices rd = topo::RankDevicesOf(*t, p->proposed);
-  o->rank_devices = rd.devices;
-  o->rank_devices_var = rd.var;
-  if (o->nproc_per_node == 0) o->nproc_per_node = static_cast<int>(rd.devices.size());
-  std::fprintf(stderr,
-               "trainscope launch: placement topo (tp %d, pp %d): %s=%s per rank; slowest TP "
-               "group %.1f GB/s (%.1f in device order)\n",
-               f.tp, f.pp, rd.var.c_str(), absl::StrJoin(rd.devices, ",").c_str(),
-               p->proposed.min_bottleneck_gbps(), p->naive.min_bottleneck_gbps());
-  return absl::OkStatus();
+  if (!f.quiet) {
+    std::fprintf(stderr, "trainscope launch: %d rank%s finished OK in %.2f s (logs: %s)\n",
+                 r.world_size / std::max(f.nnodes, 1), r.nproc_per_node == 1 ? "" : "s", r.total_s,
+                 r.run_dir.c_str());
+  }
+  return kExitOk;
 }
 
 int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
@@ -162,10 +150,15 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
   o.live_output = !f.quiet;
   o.live_stdout = f.json ? stderr : stdout;  // --json keeps stdout for the summary
   o.tail_lines = f.tail_lines;
-  if (f.placement == "topo") {
-    absl::Status st = PlaceByTopology(f, &o);
-    if (!st.ok()) return ReportAndExitCode("launch", st);
-  } else if (f.tp != 1 || f.pp != 1 || !f.topo_from.empty()) {
+  if (f.placement == "topo") {  // launch/topo_placement.h: each rank's device
+    auto p = launch::PlaceByTopology(f.topo, Os::Default(), &o);
+    if (!p.ok()) return ReportAndExitCode("launch", p.status());
+    std::fprintf(stderr,
+                 "trainscope launch: placement topo (tp %d, pp %d): %s=%s per rank; slowest TP "
+                 "group %.1f GB/s (%.1f in device order)\n",
+                 f.topo.tp, f.topo.pp, p->var.c_str(), absl::StrJoin(p->devices, ",").c_str(),
+                 p->slowest_tp_gbps, p->naive_slowest_tp_gbps);
+  } else if (f.topo.tp != 1 || f.topo.pp != 1 || !f.topo.topo_from.empty()) {
     std::fprintf(stderr,
                  "trainscope launch: error: --tp, --pp and --topo-from go with "
                  "--placement topo\n");
@@ -179,35 +172,7 @@ int RunLaunch(const LaunchFlags& f, std::vector<std::string> argv) {
   auto r = launch::Launch(o);
   if (!r.ok()) return ReportAndExitCode("launch", r.status());
   if (f.json) std::printf("%s\n", launch::LaunchResultJson(*r, o).c_str());
-  if (r->interrupted_by != 0) {
-    std::fprintf(stderr,
-                 "trainscope launch: interrupted by signal %d; stopped %d ranks (logs: %s)\n",
-                 r->interrupted_by, r->world_size, r->run_dir.c_str());
-    PrintHangVerdict(*r);
-    return 128 + r->interrupted_by;
-  }
-  if (r->first_failed_rank >= 0) {
-    const launch::RankStatus* bad = nullptr;
-    for (const auto& s : r->ranks) {
-      if (s.rank == r->first_failed_rank) bad = &s;
-    }
-    const launch::FailureText text = launch::DescribeFailure(*r);
-    std::fprintf(stderr, "trainscope launch: error: %s\n", text.error.c_str());
-    if (bad != nullptr) {
-      std::fprintf(stderr, "last %zu lines of rank %d (%s, %s):\n", bad->tail.size(), bad->rank,
-                   bad->stdout_log.c_str(), bad->stderr_log.c_str());
-      for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
-    }
-    std::fprintf(stderr, "hint: %s\n", text.hint.c_str());
-    PrintHangVerdict(*r);
-    return kExitProblems;
-  }
-  if (!f.quiet) {
-    std::fprintf(stderr, "trainscope launch: %d rank%s finished OK in %.2f s (logs: %s)\n",
-                 r->world_size / std::max(f.nnodes, 1), r->nproc_per_node == 1 ? "" : "s",
-                 r->total_s, r->run_dir.c_str());
-  }
-  return kExitOk;
+  return ReportJob(f, *r);
 }
 
 }  // namespace
@@ -242,11 +207,11 @@ void RegisterLaunchCommand(CLI::App& parent, CommandContext& ctx) {
                   "order: rank i on the i-th visible device (default); topo: tensor-parallel "
                   "groups on the fastest links (`trainscope topo`, docs/metrics.md \"Topology\")")
       ->check(CLI::IsMember({"order", "topo"}));
-  cmd->add_option("--tp", flags->tp, "tensor-parallel group size, for --placement topo")
+  cmd->add_option("--tp", flags->topo.tp, "tensor-parallel group size, for --placement topo")
       ->check(kPositiveNumber);
-  cmd->add_option("--pp", flags->pp, "pipeline stages, for --placement topo")
+  cmd->add_option("--pp", flags->topo.pp, "pipeline stages, for --placement topo")
       ->check(kPositiveNumber);
-  cmd->add_option("--topo-from", flags->topo_from,
+  cmd->add_option("--topo-from", flags->topo.topo_from,
                   "saved `nvidia-smi topo -m` / `npu-smi info -t topo` output for --placement "
                   "topo (default: run the tool)");
   cmd->add_flag("--no-bind-cpus", flags->no_bind, "do not set CPU affinity per rank");

@@ -51,6 +51,14 @@ FailureText DescribeFailure(const LaunchResult& r) {
   return t;
 }
 
+const RankStatus* FindRank(const LaunchResult& result, int rank) {
+  const RankStatus* found = nullptr;
+  for (const RankStatus& s : result.ranks) {
+    if (s.rank == rank) found = &s;
+  }
+  return found;
+}
+
 namespace {
 
 FailureText DescribeRanks(const LaunchResult& r) {

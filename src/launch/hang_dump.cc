@@ -84,7 +84,7 @@ HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict v) {
   v.analyzed = true;
   v.problem = report->problem;
   v.findings = static_cast<int>(report->findings.size());
-  for (const hang::HangFinding& f : report->findings) v.sentences.push_back(f.sentence);
+  for (const hang::HangFinding& f : report->findings) v.sentences.push_back(f.finding.title);
   absl::Status written =
       WriteFileAtomic(v.analysis_path, hang::ReportToJson(*report).dump(2) + "\n");
   if (!written.ok()) v.error = std::string(written.message());

@@ -12,7 +12,10 @@
 #include "core/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launch/plan.h"
+#include "trainscope/core/fake_os.h"
 #include "trainscope/core/os.h"
+#include "trainscope/launch/topo_placement.h"
 
 namespace trainscope::launch {
 namespace {
@@ -375,6 +378,161 @@ TEST(LaunchTest, PlanRankDevicesPlacedOrRoundRobin) {
   EXPECT_EQ(PlanRankDevices({"0", "1", "2", "3"}, {"0", "3", "1", "2"}, 4),
             (std::vector<std::string>{"0", "3", "1", "2"}));
   EXPECT_TRUE(PlanRankDevices({}, {}, 2).empty());
+}
+
+// A host with four GPUs on two NUMA nodes, as ReadHost would see it.
+HostView FourGpuHost() {
+  HostView h;
+  h.devices.count = 4;
+  h.devices.visible_var = "CUDA_VISIBLE_DEVICES";
+  h.environ = {{"PATH", "/bin"}, {"HOME", "/root"}};
+  h.numa_nodes = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  h.free_port = 29511;
+  h.default_run_dir = "runs/launch-x";
+  h.cwd = "/work";
+  h.host_name = "h";
+  h.pid = 42;
+  return h;
+}
+
+TEST(PlanTest, OneRankPerDeviceWithTheTorchrunEnvironment) {
+  LaunchOptions o;
+  o.argv = {"train.py"};
+  o.master_addr = "10.0.0.1";  // one node: loopback whatever it says
+  o.env = {{"HOME", "/home/u"}};
+  HostView host = FourGpuHost();
+  host.visible_env = "3,1";
+  absl::StatusOr<JobPlan> p = PlanJob(o, host, "tok");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->nproc, 4);
+  EXPECT_EQ(p->world_size, 4);
+  EXPECT_EQ(p->master_addr, "127.0.0.1");
+  EXPECT_EQ(p->master_port, 29511);
+  EXPECT_EQ(p->run_dir, "runs/launch-x");
+  EXPECT_EQ(p->abs_run_dir, "/work/runs/launch-x");
+  EXPECT_EQ(p->job_id, "launch/h/42");
+  ASSERT_EQ(p->ranks.size(), 4u);
+  const RankPlan& r = p->ranks[2];
+  EXPECT_EQ(r.rank, 2);
+  EXPECT_EQ(r.local_rank, 2);
+  EXPECT_EQ(r.device, "3");  // the visible list round-robin
+  EXPECT_EQ(p->ranks[3].device, "1");
+  EXPECT_EQ(r.cpus, (std::vector<int>{4, 5}));  // ranks 2 and 3 on the second node
+  EXPECT_EQ(r.stdout_log, "runs/launch-x/rank2/stdout.log");
+  EXPECT_EQ(r.env, (std::vector<std::string>{
+                       "CUDA_VISIBLE_DEVICES=3", "GROUP_RANK=0", "HOME=/home/u", "LOCAL_RANK=2",
+                       "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29511",
+                       "OMP_NUM_THREADS=2", "PATH=/bin", "PYTHONUNBUFFERED=1", "RANK=2",
+                       "TRAINSCOPE_JOB_ID=launch/h/42", "TRAINSCOPE_JOB_TOKEN=tok",
+                       "TRAINSCOPE_RUN_DIR=/work/runs/launch-x", "WORLD_SIZE=4"}));
+}
+
+TEST(PlanTest, SecondNodeOfTwoNumbersItsRanksAfterTheFirst) {
+  LaunchOptions o;
+  o.argv = {"train.py"};
+  o.nproc_per_node = 2;
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "10.0.0.1";
+  o.master_port = 29400;
+  o.run_dir = "/runs/a";
+  o.env = {{"OMP_NUM_THREADS", "8"}, {"PYTHONUNBUFFERED", "0"}};
+  HostView host = FourGpuHost();
+  host.devices = {};     // no devices: nothing pinned
+  host.numa_nodes = {};  // not bound
+  absl::StatusOr<JobPlan> p = PlanJob(o, host, "tok");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->world_size, 4);
+  EXPECT_EQ(p->master_port, 29400);
+  EXPECT_EQ(p->abs_run_dir, "/runs/a");
+  EXPECT_EQ(p->job_id, "launch/10.0.0.1:29400");  // the same on every node
+  EXPECT_TRUE(p->visible_var.empty());
+  ASSERT_EQ(p->ranks.size(), 2u);
+  EXPECT_EQ(p->ranks[0].rank, 2);
+  EXPECT_EQ(p->ranks[1].rank, 3);
+  EXPECT_TRUE(p->ranks[1].cpus.empty());
+  EXPECT_TRUE(p->ranks[1].device.empty());
+  const std::vector<std::string>& env = p->ranks[1].env;
+  for (const char* kv : {"RANK=3", "LOCAL_RANK=1", "GROUP_RANK=1", "MASTER_ADDR=10.0.0.1",
+                         "OMP_NUM_THREADS=8", "PYTHONUNBUFFERED=0"}) {
+    EXPECT_THAT(env, ::testing::Contains(kv));
+  }
+  EXPECT_THAT(env, Not(::testing::Contains(HasSubstr("VISIBLE_DEVICES"))));
+}
+
+TEST(PlanTest, PlacementNamesTheDevicesAndTheirVariable) {
+  LaunchOptions o;
+  o.argv = {"train.py"};
+  o.nproc_per_node = 2;
+  o.rank_devices = {"6", "2"};
+  o.rank_devices_var = "ASCEND_RT_VISIBLE_DEVICES";
+  absl::StatusOr<JobPlan> p = PlanJob(o, FourGpuHost(), "tok");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->visible_var, "ASCEND_RT_VISIBLE_DEVICES");
+  EXPECT_EQ(p->ranks[1].device, "2");
+  EXPECT_THAT(p->ranks[1].env, ::testing::Contains("ASCEND_RT_VISIBLE_DEVICES=2"));
+  EXPECT_THAT(p->ranks[1].env, Not(::testing::Contains(HasSubstr("CUDA_VISIBLE_DEVICES"))));
+  // Too few devices; a placement with no variable and no devices to take it from.
+  o.rank_devices = {"6"};
+  EXPECT_THAT(std::string(PlanJob(o, FourGpuHost(), "tok").status().message()),
+              HasSubstr("names 1 devices for 2 local ranks"));
+  o.rank_devices = {"6", "2"};
+  o.rank_devices_var.clear();
+  HostView bare = FourGpuHost();
+  bare.devices = {};
+  EXPECT_THAT(std::string(PlanJob(o, bare, "tok").status().message()),
+              HasSubstr("needs the visible-devices variable"));
+}
+
+TEST(PlanTest, ValidateOptionsNamesTheFlag) {
+  LaunchOptions o;
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("no program"));
+  o.argv = {"true"};
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  o.nnodes = 2;
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("--master-port is required"));
+  o.master_port = 70000;
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("is not a TCP port"));
+  o.master_port = 29500;
+  o.node_rank = 2;
+  EXPECT_THAT(std::string(ValidateOptions(o).message()),
+              HasSubstr("--node-rank 2 is out of range"));
+  o.node_rank = 1;
+  o.job_timeout = std::chrono::milliseconds(-1);
+  EXPECT_EQ(ValidateOptions(o).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TopoPlacementTest, PairsOnTheFastLinksAndFillsTheOptions) {
+  FakeOs os;
+  os.AddFile("/topo.txt",
+             "\tGPU0\tGPU1\tGPU2\tGPU3\n"
+             "GPU0\t X \tSYS\tNV2\tSYS\n"
+             "GPU1\tSYS\t X \tSYS\tNV2\n"
+             "GPU2\tNV2\tSYS\t X \tSYS\n"
+             "GPU3\tSYS\tNV2\tSYS\t X \n");
+  TopologyPlacementOptions t;
+  t.tp = 2;
+  t.topo_from = "/topo.txt";
+  LaunchOptions o;
+  absl::StatusOr<TopologyPlacement> p = PlaceByTopology(t, &os, &o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->var, "CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(p->devices, (std::vector<std::string>{"0", "2", "1", "3"}));
+  EXPECT_DOUBLE_EQ(p->slowest_tp_gbps, 50);  // NV2
+  EXPECT_LT(p->naive_slowest_tp_gbps, p->slowest_tp_gbps);
+  EXPECT_EQ(o.rank_devices, p->devices);
+  EXPECT_EQ(o.rank_devices_var, "CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(o.nproc_per_node, 4);  // was 0: one per device
+  // The launcher's environment already pins the devices.
+  os.SetEnv("CUDA_VISIBLE_DEVICES", "1");
+  LaunchOptions pinned;
+  EXPECT_THAT(std::string(PlaceByTopology(t, &os, &pinned).status().message()),
+              HasSubstr("unset CUDA_VISIBLE_DEVICES (1)"));
+  EXPECT_TRUE(pinned.rank_devices.empty());
+  // No saved topology and no tool to run.
+  t.topo_from.clear();
+  EXPECT_THAT(std::string(PlaceByTopology(t, &os, &pinned).status().message()),
+              HasSubstr("--placement topo: "));
 }
 
 TEST(LaunchTest, PlacementPinsEachRankToItsDevice) {

@@ -1,26 +1,27 @@
 // The launcher's event loop: fork/exec every rank, multiplex their output into logs and
 // the terminal, reap them, and stop the job when one fails or a signal arrives.
 //
+// Launch() runs in five steps: validate the options and plan the ranks (plan.h: which
+// ranks, their environment, CPUs, devices, the rendezvous port), then a Job starts the
+// ranks, runs the event loop (output, signals, reaping, stop on the first failure, the
+// settle / dump / grace deadlines, timeouts) and finishes (strays, results, hang verdict).
+//
 // Single-threaded on purpose: fork() from a multi-threaded process is a minefield, and one
 // poll() loop over the output pipes, a self-pipe for signals and a short timeout for
 // waitpid() is all the concurrency a launcher needs.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -31,26 +32,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "launch/hang_dump.h"
+#include "launch/plan.h"
 #include "launch/reaper.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/env_vars.h"
-#include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
+#include "trainscope/core/status.h"
 #include "trainscope/launch/launch.h"
-
-extern char** environ;
 
 namespace trainscope::launch {
 namespace {
-
-std::string HostName() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) return "localhost";
-  return host;
-}
 
 int64_t NowNs() {
   timespec ts;
@@ -169,68 +161,6 @@ void Drain(Child& c, Stream& s, const LaunchOptions& o) {
   }
 }
 
-// The same cap as the store's (comm/store.h kMaxJobTokenBytes); launch does not link comm.
-constexpr size_t kMaxJobTokenBytes = 512;
-
-// The job token every rank gets: given, inherited, or (one node only) generated.
-absl::StatusOr<std::string> ResolveJobToken(const LaunchOptions& o) {
-  std::string token = o.job_token;
-  if (token.empty()) {
-    if (auto it = o.env.find(envvar::kJobToken); it != o.env.end()) {
-      token = it->second;
-    } else if (const char* v = std::getenv(envvar::kJobToken)) {
-      token = v;
-    }
-  }
-  if (token.size() > kMaxJobTokenBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(envvar::kJobToken, " is longer than ", kMaxJobTokenBytes, " bytes"));
-  }
-  if (!token.empty()) return token;
-  if (o.nnodes > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--nnodes > 1 needs the same ", envvar::kJobToken,
-                     " on every node (the rendezvous store refuses ranks without it); e.g. "
-                     "export ",
-                     envvar::kJobToken,
-                     "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
-                     "and pass that value to every node's launcher"));
-  }
-  return RandomHexToken();
-}
-
-// Node 0 hosts rank 0's store on exactly the master address: it must be one of ours.
-absl::Status CheckMasterAddressIsLocal(const std::string& addr) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int gai = ::getaddrinfo(addr.c_str(), "0", &hints, &res);
-  if (gai != 0 || res == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot resolve --master-addr '", addr, "': ", ::gai_strerror(gai)));
-  }
-  const addrinfo* pick = res;
-  for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    if (ai->ai_family == AF_INET) {
-      pick = ai;
-      break;
-    }
-  }
-  int fd = ::socket(pick->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int err = 0;
-  if (fd < 0 || ::bind(fd, pick->ai_addr, pick->ai_addrlen) != 0) err = errno;
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  if (err == EADDRNOTAVAIL) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--master-addr ", addr,
-        " is not an address of this host, but node 0 hosts rank 0's rendezvous store there; "
-        "give node 0's own address (the store listens on it only)"));
-  }
-  return absl::OkStatus();
-}
-
 // "rank 1 (pid 42) was" / "ranks 1 (pid 42), 3 (pid 44) were".
 std::string NameRanks(const std::vector<const Child*>& ranks) {
   std::vector<std::string> names;
@@ -259,6 +189,432 @@ std::string Seconds(std::chrono::milliseconds d) {
   return absl::StrFormat("%g s", static_cast<double>(d.count()) / 1000.0);
 }
 
+int64_t Ns(std::chrono::milliseconds d) { return std::chrono::nanoseconds(d).count(); }
+
+// In the forked child: its own process group, death with the launcher, its CPUs (`cpus`,
+// nullptr: not bound), output into the pipes, then exec; on failure the errno goes into
+// `exec_fd`. Only async-signal-safe calls: everything was built before fork().
+[[noreturn]] void ExecRank(char* const* argv, char* const* envp, const cpu_set_t* cpus, int out_fd,
+                           int err_fd, int exec_fd, pid_t launcher_pid) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher_pid) ::_exit(127);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGHUP, SIG_DFL);
+  ::signal(SIGPIPE, SIG_DFL);
+  if (cpus != nullptr) ::sched_setaffinity(0, sizeof(*cpus), cpus);
+  int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  ::dup2(out_fd, 1);
+  ::dup2(err_fd, 2);
+  ::execvpe(argv[0], argv, envp);
+  int err = errno;
+  (void)!::write(exec_fd, &err, sizeof(err));
+  ::_exit(127);
+}
+
+// One job while it runs, from its logs being opened to its result. Launch() drives it in
+// order: OpenLogs, CatchSignals, StartRanks, RunEventLoop, Finish. Single-threaded.
+// Deadlines are NowNs() values, 0 when not set.
+class Job {
+ public:
+  Job(const LaunchOptions& o, const JobPlan& plan, int64_t t0);
+
+  // Creates each rank's log directory and opens its logs; InvalidArgument when it cannot.
+  absl::Status OpenLogs();
+  // Until Finish(), SIGINT, SIGTERM and SIGHUP are recorded and wake the event loop.
+  // Internal when the self-pipe cannot be made (nothing installed then).
+  absl::Status CatchSignals();
+  // Forks every rank and waits until each exec'd or failed to; when one could not be
+  // started, kills the others (Finish() then returns that error).
+  void StartRanks();
+  // Until every rank is reaped and its output drained: multiplexes output, forwards
+  // signals, reaps, stops the job on the first failure or a timeout.
+  void RunEventLoop();
+  // Stops strays, restores the signal handlers, collects the ranks, runs the hang analysis
+  // and writes launch.json. The start error, if any, else the result.
+  absl::StatusOr<LaunchResult> Finish();
+
+ private:
+  double Since() const { return static_cast<double>(NowNs() - t0_) / 1e9; }
+  absl::Status StartRank(Child& c, const RankPlan& r, const std::vector<char*>& argv,
+                         pid_t launcher_pid);
+  void WaitForExecs();
+  // Stop helpers.
+  void SignalAll(int sig, bool mark);
+  void BeginStop(int sig);
+  void StopAfterDumps();
+  bool DumpsDone() const;
+  void TimeOut(const std::string& why);
+  // The event loop's steps.
+  void KillLeftoverPipeHolders();
+  void Poll(std::vector<pollfd>& fds, const std::vector<std::pair<Child*, Stream*>>& owners);
+  void HandleSignals();
+  void Reap();
+  void CheckTimeouts();
+  void CheckDeadlines();
+
+  // Constant after construction.
+  const LaunchOptions& o_;
+  const JobPlan& plan_;
+  const int64_t t0_;
+
+  LaunchResult result_;
+  std::vector<Child> children_;  // by local rank
+  int wake_[2] = {-1, -1};       // signal self-pipe
+  struct sigaction old_int_ {
+  }, old_term_{}, old_hup_{};
+  std::set<pid_t> callers_children_;  // not the job's: the end-of-job sweep leaves them be
+  absl::Status start_error_;
+  std::string exec_failure_;
+  int64_t kill_deadline_ns_ = 0;  // a stop is in progress: SIGKILL then
+  // A failure or a timeout: first the ranks still running are asked for a hang dump (those
+  // that catch SIGUSR1), and stopped once they wrote it or exited, or after dump_wait.
+  int64_t dump_deadline_ns_ = 0;  // 0: no dump phase
+  std::vector<Child*> dump_asked_;
+  std::vector<HangDumpFiles> dump_files_before_;  // of each asked rank, before it was asked
+  int64_t first_ok_exit_ns_ = 0;                  // when the first rank exited with code 0
+  std::string first_ok_name_;
+  int64_t settle_deadline_ns_ = 0;  // a rank failed: stop the others then
+  int signals_handled_ = 0;
+};
+
+Job::Job(const LaunchOptions& o, const JobPlan& plan, int64_t t0)
+    : o_(o), plan_(plan), t0_(t0), children_(plan.ranks.size()) {
+  result_.nproc_per_node = plan.nproc;
+  result_.world_size = plan.world_size;
+  result_.master_addr = plan.master_addr;
+  result_.master_port = plan.master_port;
+  result_.run_dir = plan.run_dir;
+  for (size_t lr = 0; lr < children_.size(); ++lr) {
+    const RankPlan& r = plan.ranks[lr];
+    Child& c = children_[lr];
+    c.status.local_rank = r.local_rank;
+    c.status.rank = r.rank;
+    c.status.cpus = r.cpus;
+    c.status.device = r.device;
+    c.status.stdout_log = r.stdout_log;
+    c.status.stderr_log = r.stderr_log;
+    const bool echoed = o.live_rank < 0 || o.live_rank == r.rank;
+    c.out.live = echoed ? o.live_stdout : nullptr;
+    c.err.live = echoed ? o.live_stderr : nullptr;
+  }
+}
+
+absl::Status Job::OpenLogs() {
+  for (size_t lr = 0; lr < children_.size(); ++lr) {
+    Child& c = children_[lr];
+    const std::string& dir = plan_.ranks[lr].log_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    c.out.log_fd =
+        ::open(c.status.stdout_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    c.err.log_fd =
+        ::open(c.status.stderr_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (c.out.log_fd < 0 || c.err.log_fd < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot write logs in ", dir, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::CatchSignals() {
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  g_wake_fd = wake_[1];
+  g_signals_seen = 0;
+  g_last_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int_);
+  ::sigaction(SIGTERM, &sa, &old_term_);
+  ::sigaction(SIGHUP, &sa, &old_hup_);
+  return absl::OkStatus();
+}
+
+void Job::StartRanks() {
+  std::vector<char*> argv;
+  for (const auto& a : o_.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t launcher_pid = ::getpid();
+  callers_children_ = ChildrenOfSelf();
+  for (size_t lr = 0; lr < children_.size() && start_error_.ok(); ++lr) {
+    start_error_ = StartRank(children_[lr], plan_.ranks[lr], argv, launcher_pid);
+  }
+  WaitForExecs();
+  result_.all_running_s = Since();
+  if (!start_error_.ok() || !exec_failure_.empty()) {
+    SignalAll(SIGKILL, true);
+    kill_deadline_ns_ = NowNs();
+  }
+}
+
+absl::Status Job::StartRank(Child& c, const RankPlan& r, const std::vector<char*>& argv,
+                            pid_t launcher_pid) {
+  int out_p[2], err_p[2], exec_p[2];
+  if (::pipe2(out_p, O_CLOEXEC) != 0 || ::pipe2(err_p, O_CLOEXEC) != 0 ||
+      ::pipe2(exec_p, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  std::vector<char*> envp;
+  for (const std::string& kv : r.env) envp.push_back(const_cast<char*>(kv.c_str()));
+  envp.push_back(nullptr);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : r.cpus) CPU_SET(cpu, &cpus);
+  const cpu_set_t* bind = r.cpus.empty() ? nullptr : &cpus;
+
+  pid_t pid = ::fork();
+  if (pid == 0)
+    ExecRank(argv.data(), envp.data(), bind, out_p[1], err_p[1], exec_p[1], launcher_pid);
+  if (pid < 0) {
+    absl::Status error = absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    for (int fd : {out_p[0], out_p[1], err_p[0], err_p[1], exec_p[0], exec_p[1]}) ::close(fd);
+    return error;
+  }
+  ::setpgid(pid, pid);  // also here, so signals sent right away reach the group
+  ::close(out_p[1]);
+  ::close(err_p[1]);
+  ::close(exec_p[1]);
+  c.pid = pid;
+  c.status.pid = pid;
+  c.out.fd = out_p[0];
+  c.err.fd = err_p[0];
+  c.exec_fd = exec_p[0];
+  ::fcntl(c.out.fd, F_SETFL, O_NONBLOCK);
+  ::fcntl(c.err.fd, F_SETFL, O_NONBLOCK);
+  return absl::OkStatus();
+}
+
+// Every exec pipe ends at the exec (EOF) or carries the errno of a failed one.
+void Job::WaitForExecs() {
+  for (Child& c : children_) {
+    if (c.exec_fd < 0) continue;
+    int err = 0;
+    ssize_t n;
+    do {
+      n = ::read(c.exec_fd, &err, sizeof(err));
+    } while (n < 0 && errno == EINTR);
+    ::close(c.exec_fd);
+    c.exec_fd = -1;
+    c.status.start_s = Since();
+    if (n == sizeof(err) && exec_failure_.empty()) {
+      exec_failure_ = absl::StrCat("cannot execute '", o_.argv[0], "': ", std::strerror(err));
+    }
+  }
+}
+
+void Job::SignalAll(int sig, bool mark) {
+  for (Child& c : children_) {
+    if (c.pid <= 0 || c.reaped) continue;
+    if (mark && !ExitedAlready(c.pid)) c.status.stopped_by_us = true;
+    ::kill(-c.pid, sig);
+  }
+}
+
+void Job::BeginStop(int sig) {
+  SignalAll(sig, true);
+  if (kill_deadline_ns_ == 0) kill_deadline_ns_ = NowNs() + Ns(o_.stop_grace);
+}
+
+void Job::StopAfterDumps() {
+  if (kill_deadline_ns_ != 0 || dump_deadline_ns_ != 0) return;
+  for (Child& c : children_) {
+    if (!o_.request_dumps || c.pid <= 0 || c.reaped) continue;
+    HangDumpFiles before = StatHangDump(plan_.abs_run_dir, c.status.rank);
+    if (!AskRankToDump(c.pid)) continue;
+    dump_asked_.push_back(&c);
+    dump_files_before_.push_back(std::move(before));
+    result_.hang.asked_ranks.push_back(c.status.rank);
+  }
+  if (dump_asked_.empty()) {
+    BeginStop(SIGTERM);
+  } else {
+    dump_deadline_ns_ = NowNs() + Ns(o_.dump_wait);
+  }
+}
+
+bool Job::DumpsDone() const {
+  if (NowNs() >= dump_deadline_ns_) return true;
+  for (size_t i = 0; i < dump_asked_.size(); ++i) {
+    const Child* c = dump_asked_[i];
+    if (!c->reaped && !HangDumpWritten(plan_.abs_run_dir, c->status.rank, dump_files_before_[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A timeout: stop the ranks still running and name them as the failure.
+void Job::TimeOut(const std::string& why) {
+  std::vector<const Child*> running;
+  for (const Child& c : children_)
+    if (c.pid > 0 && !c.reaped) running.push_back(&c);
+  if (running.empty()) return;
+  for (const Child* c : running) result_.timed_out_ranks.push_back(c->status.rank);
+  result_.first_failed_rank = running.front()->status.rank;
+  result_.failure = absl::StrCat(NameRanks(running), " still running ", why, "; stopped");
+  StopAfterDumps();
+}
+
+void Job::RunEventLoop() {
+  int64_t all_reaped_ns = 0;
+  while (true) {
+    bool all_reaped = true;
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}};
+    std::vector<std::pair<Child*, Stream*>> owners{{nullptr, nullptr}};
+    for (Child& c : children_) {
+      all_reaped = all_reaped && (c.reaped || c.pid <= 0);
+      for (Stream* s : {&c.out, &c.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        owners.emplace_back(&c, s);
+      }
+    }
+    const bool any_open = fds.size() > 1;
+    if (all_reaped && !any_open) break;
+    if (all_reaped) {
+      // Grandchildren may hold the pipes: give them a moment, then kill the groups.
+      if (all_reaped_ns == 0) all_reaped_ns = NowNs();
+      if (NowNs() - all_reaped_ns > 500000000) {
+        KillLeftoverPipeHolders();
+        continue;
+      }
+    }
+    Poll(fds, owners);
+    HandleSignals();
+    Reap();
+    CheckDeadlines();
+  }
+}
+
+void Job::KillLeftoverPipeHolders() {
+  for (Child& c : children_)
+    if (c.pid > 0) ::kill(-c.pid, SIGKILL);
+  for (Child& c : children_)
+    for (Stream* s : {&c.out, &c.err})
+      if (s->fd >= 0) {
+        Drain(c, *s, o_);
+        if (s->fd >= 0) ::close(s->fd), s->fd = -1;
+      }
+}
+
+// Waits up to 20 ms for output or a signal; drains what came.
+void Job::Poll(std::vector<pollfd>& fds, const std::vector<std::pair<Child*, Stream*>>& owners) {
+  int r = ::poll(fds.data(), fds.size(), 20);
+  if (r <= 0) return;
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) Drain(*owners[i].first, *owners[i].second, o_);
+  }
+  if (fds[0].revents & POLLIN) {
+    char buf[64];
+    while (::read(wake_[0], buf, sizeof(buf)) > 0) {
+    }
+  }
+}
+
+// Signals to the launcher: forward the first, escalate on the second.
+void Job::HandleSignals() {
+  int seen = g_signals_seen;
+  if (seen <= signals_handled_) return;
+  int sig = g_last_signal;
+  if (result_.interrupted_by == 0) result_.interrupted_by = sig;
+  if (signals_handled_ == 0) {
+    BeginStop(sig);
+  } else {
+    SignalAll(SIGKILL, true);
+  }
+  signals_handled_ = seen;
+}
+
+void Job::Reap() {
+  for (Child& c : children_) {
+    if (c.pid <= 0 || c.reaped) continue;
+    int wstatus;
+    pid_t w = ::waitpid(c.pid, &wstatus, WNOHANG);
+    if (w != c.pid) continue;
+    c.reaped = true;
+    c.status.end_s = Since();
+    if (WIFEXITED(wstatus)) {
+      c.status.exited = true;
+      c.status.exit_code = WEXITSTATUS(wstatus);
+    } else if (WIFSIGNALED(wstatus)) {
+      c.status.term_signal = WTERMSIG(wstatus);
+    }
+    ::kill(-c.pid, SIGTERM);  // the rank's own leftovers, if any
+    if (!c.status.failed() && first_ok_exit_ns_ == 0) {
+      first_ok_exit_ns_ = NowNs();
+      first_ok_name_ = absl::StrCat("rank ", c.status.rank);
+    }
+    if (c.status.failed() && !c.status.stopped_by_us && result_.first_failed_rank < 0 &&
+        result_.interrupted_by == 0) {
+      result_.first_failed_rank = c.status.rank;
+      result_.failure = RankFailure(c.status, c.pid);
+      settle_deadline_ns_ = NowNs() + Ns(o_.failure_settle);
+    }
+  }
+}
+
+void Job::CheckTimeouts() {
+  const int64_t now = NowNs();
+  if (o_.exit_timeout.count() > 0 && first_ok_exit_ns_ != 0 &&
+      now - first_ok_exit_ns_ >= Ns(o_.exit_timeout)) {
+    TimeOut(absl::StrCat(Seconds(o_.exit_timeout), " after ", first_ok_name_,
+                         " exited OK (--timeout ", Seconds(o_.exit_timeout), ")"));
+  } else if (o_.job_timeout.count() > 0 && now - t0_ >= Ns(o_.job_timeout)) {
+    TimeOut(
+        absl::StrCat("when the job timeout expired (--job-timeout ", Seconds(o_.job_timeout), ")"));
+  }
+}
+
+void Job::CheckDeadlines() {
+  // A failure: the others had failure_settle to fail by themselves; stop the rest.
+  if (settle_deadline_ns_ != 0 && NowNs() >= settle_deadline_ns_) {
+    settle_deadline_ns_ = 0;
+    StopAfterDumps();
+  }
+  if (kill_deadline_ns_ == 0 && result_.interrupted_by == 0 && result_.first_failed_rank < 0) {
+    CheckTimeouts();
+  }
+  if (dump_deadline_ns_ != 0 && kill_deadline_ns_ == 0 && DumpsDone()) BeginStop(SIGTERM);
+  if (kill_deadline_ns_ != 0 && NowNs() >= kill_deadline_ns_) SignalAll(SIGKILL, true);
+}
+
+absl::StatusOr<LaunchResult> Job::Finish() {
+  // Descendants that escaped their rank's process group (setsid, double fork) were
+  // re-parented to us if the caller made us a subreaper: stop them now.
+  result_.strays_killed =
+      KillStrays(callers_children_, std::min(o_.stop_grace, std::chrono::milliseconds(1000)));
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+  ::sigaction(SIGHUP, &old_hup_, nullptr);
+  g_wake_fd = -1;
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+  for (Child& c : children_) {
+    ::close(c.out.log_fd);
+    ::close(c.err.log_fd);
+    c.status.tail.assign(c.tail.begin(), c.tail.end());
+    result_.ranks.push_back(c.status);
+  }
+  result_.hang = AnalyzeHangDumps(plan_.abs_run_dir, std::move(result_.hang));
+  result_.total_s = Since();
+  {
+    std::ofstream json(run_dir::Join(result_.run_dir, run_dir::kLaunchJson));
+    json << LaunchResultJson(result_, o_) << "\n";
+  }
+  if (!start_error_.ok()) return start_error_;
+  if (!exec_failure_.empty()) return absl::NotFoundError(exec_failure_);
+  return std::move(result_);
+}
+
 }  // namespace
 
 absl::Status BecomeChildSubreaper() {
@@ -269,461 +625,36 @@ absl::Status BecomeChildSubreaper() {
   return absl::OkStatus();
 }
 
+// Validate, plan, lock the run directory, then run the job: start / event loop / finish.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   const int64_t t0 = NowNs();
-  auto since = [t0] { return (NowNs() - t0) / 1e9; };
-  if (o.argv.empty()) return absl::InvalidArgumentError("no program given to launch");
-  if (o.nnodes < 1) return absl::InvalidArgumentError("--nnodes must be >= 1");
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--node-rank ", o.node_rank, " is out of range for --nnodes ", o.nnodes));
-  }
-  if (o.nproc_per_node < 0) return absl::InvalidArgumentError("-n must be >= 1");
-  if (o.master_port < 0 || o.master_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--master-port ", o.master_port, " is not a TCP port"));
-  }
-  if (o.nnodes > 1 && o.master_port == 0) {
-    return absl::InvalidArgumentError(
-        "--master-port is required with --nnodes > 1 (every node must agree on it)");
-  }
-  if (o.exit_timeout.count() < 0 || o.job_timeout.count() < 0) {
-    return absl::InvalidArgumentError("--timeout and --job-timeout must be >= 0");
-  }
-  auto token = ResolveJobToken(o);
-  if (!token.ok()) return token.status();
-  if (o.nnodes > 1 && o.node_rank == 0) {
-    absl::Status local = CheckMasterAddressIsLocal(o.master_addr);
-    if (!local.ok()) return local;
-  }
-
-  LaunchResult result;
-  LocalDevices devices = DetectLocalDevices(o.dev_root);
-  const int nproc = o.nproc_per_node > 0 ? o.nproc_per_node : std::max(devices.count, 1);
-  result.nproc_per_node = nproc;
-  result.world_size = nproc * o.nnodes;
-  // One node: the store listens on loopback only, whatever --master-addr says.
-  result.master_addr = o.nnodes == 1 ? std::string("127.0.0.1") : o.master_addr;
-  if (o.master_port > 0) {
-    result.master_port = o.master_port;
-  } else {
-    auto port = PickFreePort();
-    if (!port.ok()) return port.status();
-    result.master_port = *port;
-  }
-  result.run_dir = o.run_dir.empty() ? run_dir::DefaultRunDir("launch") : o.run_dir;
-
-  // Device pinning: a user-given visible list is honoured and split among local ranks.
-  std::vector<std::string> visible;
-  if (!devices.visible_var.empty()) {
-    std::string given;
-    if (auto it = o.env.find(devices.visible_var); it != o.env.end()) {
-      given = it->second;
-    } else if (const char* v = std::getenv(devices.visible_var.c_str())) {
-      given = v;
-    }
-    for (absl::string_view d : absl::StrSplit(given, ',', absl::SkipEmpty())) {
-      visible.emplace_back(d);
-    }
-    if (visible.empty()) {
-      for (int d = 0; d < devices.count; ++d) visible.push_back(std::to_string(d));
-    }
-  }
-
-  // A placement (launch --placement topo) names each rank's device itself.
-  if (!o.rank_devices.empty()) {
-    if (static_cast<int>(o.rank_devices.size()) < nproc) {
-      return absl::InvalidArgumentError(absl::StrCat("the placement names ", o.rank_devices.size(),
-                                                     " devices for ", nproc, " local ranks"));
-    }
-    if (!o.rank_devices_var.empty()) devices.visible_var = o.rank_devices_var;
-    if (devices.visible_var.empty()) {
-      return absl::InvalidArgumentError(
-          "a device placement needs the visible-devices variable (no devices detected)");
-    }
-  }
-  const std::vector<std::string> rank_device = PlanRankDevices(visible, o.rank_devices, nproc);
-
-  // CPU affinity plan over the CPUs this launcher may use.
-  std::vector<std::vector<int>> plan(nproc);
-  if (o.bind_cpus) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
-      std::vector<int> allowed;
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &set)) allowed.push_back(c);
-      plan = PlanAffinity(ReadNumaNodes(o.sysfs_root, allowed), nproc);
-    }
-  }
+  TS_RETURN_IF_ERROR(ValidateOptions(o));
+  TS_ASSIGN_OR_RETURN(const std::string token, ResolveJobToken(o));
+  if (o.nnodes > 1 && o.node_rank == 0)
+    TS_RETURN_IF_ERROR(CheckMasterAddressIsLocal(o.master_addr));
+  TS_ASSIGN_OR_RETURN(const HostView host, ReadHost(o));
+  TS_ASSIGN_OR_RETURN(const JobPlan plan, PlanJob(o, host, token));
 
   std::error_code ec;
-  std::filesystem::create_directories(result.run_dir, ec);
+  std::filesystem::create_directories(plan.run_dir, ec);
   if (ec) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot create run directory ", result.run_dir, ": ", ec.message()));
+        absl::StrCat("cannot create run directory ", plan.run_dir, ": ", ec.message()));
   }
-  const std::string abs_run_dir = std::filesystem::absolute(result.run_dir).string();
   // One job, one writer (core/run_dir_lock.h): the launcher holds the run directory's lock
   // until it returns, and its ranks carry its job id, so that a rank writing the same
-  // directory joins it while any other job is refused. With several nodes the id is the
-  // rendezvous endpoint, the same on every node (one shared run directory is one job).
-  const std::string job_id =
-      o.nnodes > 1 ? absl::StrCat("launch/", result.master_addr, ":", result.master_port)
-                   : absl::StrCat("launch/", HostName(), "/", static_cast<int>(::getpid()));
+  // directory joins it while any other job is refused.
   run_dir::LockOptions lock_options;
-  lock_options.job_id = job_id;
-  absl::StatusOr<run_dir::RunDirLock> lock = run_dir::LockRunDir(result.run_dir, lock_options);
+  lock_options.job_id = plan.job_id;
+  absl::StatusOr<run_dir::RunDirLock> lock = run_dir::LockRunDir(plan.run_dir, lock_options);
   if (!lock.ok()) return lock.status();
 
-  // Everything the children need is built before fork(): the child only calls
-  // async-signal-safe functions.
-  std::vector<Child> children(nproc);
-  std::vector<std::vector<std::string>> envs(nproc);
-  std::map<std::string, std::string> base;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : o.env) base[k] = v;
-  base[envvar::kJobToken] = *token;
-  base[envvar::kJobId] = job_id;
-  for (int lr = 0; lr < nproc; ++lr) {
-    Child& c = children[lr];
-    c.status.local_rank = lr;
-    c.status.rank = o.node_rank * nproc + lr;
-    c.status.cpus = plan[lr];
-    std::string dir = run_dir::RankLogDir(result.run_dir, c.status.rank);
-    std::filesystem::create_directories(dir, ec);
-    c.status.stdout_log = dir + "/stdout.log";
-    c.status.stderr_log = dir + "/stderr.log";
-    c.out.log_fd =
-        ::open(c.status.stdout_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    c.err.log_fd =
-        ::open(c.status.stderr_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (c.out.log_fd < 0 || c.err.log_fd < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot write logs in ", dir, ": ", std::strerror(errno)));
-    }
-    const bool echoed = o.live_rank < 0 || o.live_rank == c.status.rank;
-    c.out.live = echoed ? o.live_stdout : nullptr;
-    c.err.live = echoed ? o.live_stderr : nullptr;
-    std::map<std::string, std::string> env = base;
-    env[envvar::kRank] = std::to_string(c.status.rank);
-    env[envvar::kWorldSize] = std::to_string(result.world_size);
-    env[envvar::kLocalRank] = std::to_string(lr);
-    env[envvar::kLocalWorldSize] = std::to_string(nproc);
-    env[envvar::kGroupRank] = std::to_string(o.node_rank);
-    env[envvar::kMasterAddr] = result.master_addr;
-    env[envvar::kMasterPort] = std::to_string(result.master_port);
-    env[envvar::kRunDir] = abs_run_dir;
-    if (!rank_device.empty()) {
-      c.status.device = rank_device[lr];
-      env[devices.visible_var] = c.status.device;
-    }
-    // Threads per rank: the CPUs it is bound to, unless the user chose.
-    if (!c.status.cpus.empty() && !env.count(envvar::kOmpNumThreads)) {
-      env[envvar::kOmpNumThreads] = std::to_string(c.status.cpus.size());
-    }
-    // Live output of Python ranks would otherwise arrive in 4 KiB lumps.
-    if (!env.count("PYTHONUNBUFFERED")) env["PYTHONUNBUFFERED"] = "1";
-    for (const auto& [k, v] : env) envs[lr].push_back(k + "=" + v);
-  }
-
-  std::vector<char*> argv_c;
-  for (const auto& a : o.argv) argv_c.push_back(const_cast<char*>(a.c_str()));
-  argv_c.push_back(nullptr);
-
-  // Signals: record and wake the loop; restored on return.
-  int wake[2];
-  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  g_wake_fd = wake[1];
-  g_signals_seen = 0;
-  g_last_signal = 0;
-  struct sigaction sa {
-  }, old_int{}, old_term{}, old_hup{};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  ::sigaction(SIGHUP, &sa, &old_hup);
-  auto restore = [&] {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-    ::sigaction(SIGHUP, &old_hup, nullptr);
-    g_wake_fd = -1;
-    ::close(wake[0]);
-    ::close(wake[1]);
-  };
-
-  const pid_t launcher_pid = ::getpid();
-  // The caller's own children are not the job's: the end-of-job sweep leaves them alone.
-  const std::set<pid_t> callers_children = ChildrenOfSelf();
-  absl::Status start_error;
-  for (int lr = 0; lr < nproc && start_error.ok(); ++lr) {
-    Child& c = children[lr];
-    int out_p[2], err_p[2], exec_p[2];
-    if (::pipe2(out_p, O_CLOEXEC) != 0 || ::pipe2(err_p, O_CLOEXEC) != 0 ||
-        ::pipe2(exec_p, O_CLOEXEC) != 0) {
-      start_error = absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-      break;
-    }
-    std::vector<char*> envp;
-    for (auto& kv : envs[lr]) envp.push_back(kv.data());
-    envp.push_back(nullptr);
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    for (int cpu : c.status.cpus) CPU_SET(cpu, &cpus);
-    const bool bind = !c.status.cpus.empty();
-
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      // Child: own process group, die with the launcher, pinned, output to the pipes.
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher_pid) ::_exit(127);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGINT, SIG_DFL);
-      ::signal(SIGTERM, SIG_DFL);
-      ::signal(SIGHUP, SIG_DFL);
-      ::signal(SIGPIPE, SIG_DFL);
-      if (bind) ::sched_setaffinity(0, sizeof(cpus), &cpus);
-      int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, 0);
-      ::dup2(out_p[1], 1);
-      ::dup2(err_p[1], 2);
-      ::execvpe(argv_c[0], argv_c.data(), envp.data());
-      int err = errno;
-      (void)!::write(exec_p[1], &err, sizeof(err));
-      ::_exit(127);
-    }
-    if (pid < 0) {
-      start_error = absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-      for (int fd : {out_p[0], out_p[1], err_p[0], err_p[1], exec_p[0], exec_p[1]}) ::close(fd);
-      break;
-    }
-    ::setpgid(pid, pid);  // also here, so signals sent right away reach the group
-    ::close(out_p[1]);
-    ::close(err_p[1]);
-    ::close(exec_p[1]);
-    c.pid = pid;
-    c.status.pid = pid;
-    c.out.fd = out_p[0];
-    c.err.fd = err_p[0];
-    c.exec_fd = exec_p[0];
-    ::fcntl(c.out.fd, F_SETFL, O_NONBLOCK);
-    ::fcntl(c.err.fd, F_SETFL, O_NONBLOCK);
-  }
-  // Wait for every exec (pipe EOF) or its errno.
-  std::string exec_failure;
-  for (Child& c : children) {
-    if (c.exec_fd < 0) continue;
-    int err = 0;
-    ssize_t n;
-    do {
-      n = ::read(c.exec_fd, &err, sizeof(err));
-    } while (n < 0 && errno == EINTR);
-    ::close(c.exec_fd);
-    c.exec_fd = -1;
-    c.status.start_s = since();
-    if (n == sizeof(err) && exec_failure.empty()) {
-      exec_failure = absl::StrCat("cannot execute '", o.argv[0], "': ", std::strerror(err));
-    }
-  }
-  result.all_running_s = since();
-
-  // Stop helpers.
-  int64_t kill_deadline_ns = 0;  // 0: no stop in progress
-  auto signal_all = [&](int sig, bool mark) {
-    for (Child& c : children) {
-      if (c.pid <= 0 || c.reaped) continue;
-      if (mark && !ExitedAlready(c.pid)) c.status.stopped_by_us = true;
-      ::kill(-c.pid, sig);
-    }
-  };
-  auto begin_stop = [&](int sig) {
-    signal_all(sig, true);
-    if (kill_deadline_ns == 0) {
-      kill_deadline_ns = NowNs() + std::chrono::nanoseconds(o.stop_grace).count();
-    }
-  };
-  if (!start_error.ok() || !exec_failure.empty()) {
-    signal_all(SIGKILL, true);
-    kill_deadline_ns = NowNs();
-  }
-  // A failure or a timeout: first ask the ranks still running for a hang dump (those that
-  // catch SIGUSR1), and stop them once they wrote it or exited, or after dump_wait.
-  int64_t dump_deadline_ns = 0;  // 0: no dump phase
-  std::vector<Child*> dump_asked;
-  std::vector<HangDumpFiles> dump_files_before;  // of each asked rank, before it was asked
-  auto stop_after_dumps = [&] {
-    if (kill_deadline_ns != 0 || dump_deadline_ns != 0) return;
-    for (Child& c : children) {
-      if (!o.request_dumps || c.pid <= 0 || c.reaped) continue;
-      HangDumpFiles before = StatHangDump(abs_run_dir, c.status.rank);
-      if (!AskRankToDump(c.pid)) continue;
-      dump_asked.push_back(&c);
-      dump_files_before.push_back(std::move(before));
-      result.hang.asked_ranks.push_back(c.status.rank);
-    }
-    if (dump_asked.empty()) {
-      begin_stop(SIGTERM);
-    } else {
-      dump_deadline_ns = NowNs() + std::chrono::nanoseconds(o.dump_wait).count();
-    }
-  };
-  auto dumps_done = [&] {
-    if (NowNs() >= dump_deadline_ns) return true;
-    for (size_t i = 0; i < dump_asked.size(); ++i) {
-      const Child* c = dump_asked[i];
-      if (!c->reaped && !HangDumpWritten(abs_run_dir, c->status.rank, dump_files_before[i])) {
-        return false;
-      }
-    }
-    return true;
-  };
-
-  // Timeouts: stop the ranks still running and name them as the failure.
-  int64_t first_ok_exit_ns = 0;  // when the first rank exited with code 0
-  std::string first_ok_name;
-  auto time_out = [&](const std::string& why) {
-    std::vector<const Child*> running;
-    for (const Child& c : children)
-      if (c.pid > 0 && !c.reaped) running.push_back(&c);
-    if (running.empty()) return;
-    for (const Child* c : running) result.timed_out_ranks.push_back(c->status.rank);
-    result.first_failed_rank = running.front()->status.rank;
-    result.failure = absl::StrCat(NameRanks(running), " still running ", why, "; stopped");
-    stop_after_dumps();
-  };
-
-  // Event loop.
-  int64_t settle_deadline_ns = 0;  // a rank failed: stop the others then (0: none pending)
-  int signals_handled = 0;
-  int64_t all_reaped_ns = 0;
-  while (true) {
-    bool any_open = false, all_reaped = true;
-    std::vector<pollfd> fds{{wake[0], POLLIN, 0}};
-    std::vector<std::pair<Child*, Stream*>> owners{{nullptr, nullptr}};
-    for (Child& c : children) {
-      all_reaped = all_reaped && (c.reaped || c.pid <= 0);
-      for (Stream* s : {&c.out, &c.err}) {
-        if (s->fd < 0) continue;
-        any_open = true;
-        fds.push_back({s->fd, POLLIN, 0});
-        owners.emplace_back(&c, s);
-      }
-    }
-    if (all_reaped && !any_open) break;
-    if (all_reaped) {
-      // Grandchildren may hold the pipes: give them a moment, then kill the groups.
-      if (all_reaped_ns == 0) all_reaped_ns = NowNs();
-      if (NowNs() - all_reaped_ns > 500000000) {
-        for (Child& c : children)
-          if (c.pid > 0) ::kill(-c.pid, SIGKILL);
-        for (Child& c : children)
-          for (Stream* s : {&c.out, &c.err})
-            if (s->fd >= 0) {
-              Drain(c, *s, o);
-              if (s->fd >= 0) ::close(s->fd), s->fd = -1;
-            }
-        continue;
-      }
-    }
-    int r = ::poll(fds.data(), fds.size(), 20);
-    if (r > 0) {
-      for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) Drain(*owners[i].first, *owners[i].second, o);
-      }
-      if (fds[0].revents & POLLIN) {
-        char buf[64];
-        while (::read(wake[0], buf, sizeof(buf)) > 0) {
-        }
-      }
-    }
-    // Signals to the launcher: forward the first, escalate on the second.
-    int seen = g_signals_seen;
-    if (seen > signals_handled) {
-      int sig = g_last_signal;
-      if (result.interrupted_by == 0) result.interrupted_by = sig;
-      if (signals_handled == 0) {
-        begin_stop(sig);
-      } else {
-        signal_all(SIGKILL, true);
-      }
-      signals_handled = seen;
-    }
-    // Reap.
-    for (Child& c : children) {
-      if (c.pid <= 0 || c.reaped) continue;
-      int wstatus;
-      pid_t w = ::waitpid(c.pid, &wstatus, WNOHANG);
-      if (w != c.pid) continue;
-      c.reaped = true;
-      c.status.end_s = since();
-      if (WIFEXITED(wstatus)) {
-        c.status.exited = true;
-        c.status.exit_code = WEXITSTATUS(wstatus);
-      } else if (WIFSIGNALED(wstatus)) {
-        c.status.term_signal = WTERMSIG(wstatus);
-      }
-      ::kill(-c.pid, SIGTERM);  // the rank's own leftovers, if any
-      if (!c.status.failed() && first_ok_exit_ns == 0) {
-        first_ok_exit_ns = NowNs();
-        first_ok_name = absl::StrCat("rank ", c.status.rank);
-      }
-      if (c.status.failed() && !c.status.stopped_by_us && result.first_failed_rank < 0 &&
-          result.interrupted_by == 0) {
-        result.first_failed_rank = c.status.rank;
-        result.failure = RankFailure(c.status, c.pid);
-        settle_deadline_ns = NowNs() + std::chrono::nanoseconds(o.failure_settle).count();
-      }
-    }
-    // A failure: the others had failure_settle to fail by themselves; stop the rest.
-    if (settle_deadline_ns != 0 && NowNs() >= settle_deadline_ns) {
-      settle_deadline_ns = 0;
-      stop_after_dumps();
-    }
-    if (kill_deadline_ns == 0 && result.interrupted_by == 0 && result.first_failed_rank < 0) {
-      const int64_t now = NowNs();
-      if (o.exit_timeout.count() > 0 && first_ok_exit_ns != 0 &&
-          now - first_ok_exit_ns >= std::chrono::nanoseconds(o.exit_timeout).count()) {
-        time_out(absl::StrCat(Seconds(o.exit_timeout), " after ", first_ok_name,
-                              " exited OK (--timeout ", Seconds(o.exit_timeout), ")"));
-      } else if (o.job_timeout.count() > 0 &&
-                 now - t0 >= std::chrono::nanoseconds(o.job_timeout).count()) {
-        time_out(absl::StrCat("when the job timeout expired (--job-timeout ",
-                              Seconds(o.job_timeout), ")"));
-      }
-    }
-    if (dump_deadline_ns != 0 && kill_deadline_ns == 0 && dumps_done()) begin_stop(SIGTERM);
-    if (kill_deadline_ns != 0 && NowNs() >= kill_deadline_ns) signal_all(SIGKILL, true);
-  }
-  // Descendants that escaped their rank's process group (setsid, double fork) were
-  // re-parented to us if the caller made us a subreaper: stop them now.
-  result.strays_killed =
-      KillStrays(callers_children, std::min(o.stop_grace, std::chrono::milliseconds(1000)));
-  restore();
-  for (Child& c : children) {
-    ::close(c.out.log_fd);
-    ::close(c.err.log_fd);
-    c.status.tail.assign(c.tail.begin(), c.tail.end());
-    result.ranks.push_back(c.status);
-  }
-  result.hang = AnalyzeHangDumps(abs_run_dir, std::move(result.hang));
-  result.total_s = since();
-  {
-    std::ofstream json(run_dir::Join(result.run_dir, run_dir::kLaunchJson));
-    json << LaunchResultJson(result, o) << "\n";
-  }
-  if (!start_error.ok()) return start_error;
-  if (!exec_failure.empty()) return absl::NotFoundError(exec_failure);
-  return result;
+  Job job(o, plan, t0);
+  TS_RETURN_IF_ERROR(job.OpenLogs());
+  TS_RETURN_IF_ERROR(job.CatchSignals());
+  job.StartRanks();
+  job.RunEventLoop();
+  return job.Finish();
 }
 
 std::string LaunchResultJson(const LaunchResult& r, const LaunchOptions& o) {

@@ -89,11 +89,10 @@ struct LaunchOptions {
   // shows as every rank failing rather than one failing and the others stopped.
   std::chrono::milliseconds failure_settle{300};
   bool request_dumps = true;  // SIGUSR1 to the ranks that catch it before stopping them
-  std::chrono::milliseconds dump_wait{
-      10000};  // for the asked ranks' dumps  // Device of each local rank (e.g. `launch --placement
-               // topo`, topo/topo.h's placement), set in
-  // `rank_devices_var` (default: the detected devices' variable). When given it replaces the
-  // split of the visible list and must name at least one device per local rank
+  std::chrono::milliseconds dump_wait{10000};  // for the asked ranks' dumps
+  // Device of each local rank (e.g. `launch --placement topo`, launch/topo_placement.h), set
+  // in `rank_devices_var` (default: the detected devices' variable). When given it replaces
+  // the split of the visible list and must name at least one device per local rank
   // (InvalidArgument otherwise).
   std::vector<std::string> rank_devices;
   std::string rank_devices_var;
@@ -161,6 +160,8 @@ struct FailureText {
   std::string hint;
 };
 FailureText DescribeFailure(const LaunchResult& result);
+// The status of `rank` in result.ranks (e.g. result.first_failed_rank); nullptr when absent.
+const RankStatus* FindRank(const LaunchResult& result, int rank);
 
 // Makes the calling process a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so that
 // descendants of its children that are orphaned are re-parented to it and Launch() can stop
