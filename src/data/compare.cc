@@ -200,6 +200,187 @@ double KsStatistic(std::vector<double> a, std::vector<double> b) {
 }
 
 // ---- The comparison ----
+namespace {
+
+// CANDIDATE's vocabulary: word and token-id sets, and its bigram and trigram sets.
+struct Vocabulary {
+  absl::flat_hash_set<uint64_t> words, bigrams, trigrams;
+  absl::flat_hash_set<int32_t> ids;
+
+  void Add(const DocWords& w) {
+    for (size_t i = 0; i < w.hash.size(); ++i) {
+      words.insert(w.hash[i]);
+      if (i + 2 <= w.hash.size()) bigrams.insert(Gram(w.hash, i, 2));
+      if (i + 3 <= w.hash.size()) trigrams.insert(Gram(w.hash, i, 3));
+    }
+    ids.insert(w.ids.begin(), w.ids.end());
+  }
+};
+
+// Lower word + bigram coverage first: the ordering of the least-covered list.
+bool LessCovered(const UncoveredDoc& a, const UncoveredDoc& b) {
+  return a.word_coverage + a.bigram_coverage < b.word_coverage + b.bigram_coverage;
+}
+
+// REFERENCE's mass covered by CANDIDATE's vocabulary, per document too.
+struct CoveragePass {
+  const Vocabulary& cand;
+  const CompareOptions& o;
+  uint64_t words = 0, words_hit = 0, bi = 0, bi_hit = 0, tri = 0, tri_hit = 0, ids = 0, ids_hit = 0;
+  absl::flat_hash_set<uint64_t> ref_words;
+  absl::flat_hash_set<int32_t> ref_ids;
+  std::vector<UncoveredDoc> docs;
+
+  void Add(std::string_view text, const std::string& where, const DocWords& w) {
+    uint64_t dw = 0, db = 0, db_n = 0;
+    for (size_t i = 0; i < w.hash.size(); ++i) {
+      ref_words.insert(w.hash[i]);
+      dw += cand.words.contains(w.hash[i]);
+      if (i + 2 <= w.hash.size()) {
+        ++db_n;
+        db += cand.bigrams.contains(Gram(w.hash, i, 2));
+      }
+      if (i + 3 <= w.hash.size()) {
+        ++tri;
+        tri_hit += cand.trigrams.contains(Gram(w.hash, i, 3));
+      }
+    }
+    for (int32_t id : w.ids) {
+      ref_ids.insert(id);
+      ids_hit += cand.ids.contains(id);
+    }
+    ids += w.ids.size();
+    words += w.hash.size();
+    words_hit += dw;
+    bi += db_n;
+    bi_hit += db;
+    if (o.least_covered > 0 && !w.hash.empty()) {
+      UncoveredDoc u;
+      u.location = where;
+      u.words = w.hash.size();
+      u.word_coverage = double(dw) / w.hash.size();
+      u.bigram_coverage = db_n ? double(db) / db_n : u.word_coverage;
+      u.preview = Preview(text);
+      docs.push_back(std::move(u));
+      // Keep the list bounded: the least covered 4x the asked number.
+      if (docs.size() >= 8u * o.least_covered) {
+        std::nth_element(docs.begin(), docs.begin() + o.least_covered, docs.end(), LessCovered);
+        docs.resize(o.least_covered);
+      }
+    }
+  }
+
+  // The coverage figures and the least covered documents into `rep`.
+  void Report(CompareReport* rep) {
+    rep->reference.distinct_words = ref_words.size();
+    rep->reference.distinct_tokens = ref_ids.size();
+    auto ratio = [](uint64_t a, uint64_t b) { return b ? double(a) / b : 1.0; };
+    rep->word_coverage = ratio(words_hit, words);
+    rep->bigram_coverage = ratio(bi_hit, bi);
+    rep->trigram_coverage = ratio(tri_hit, tri);
+    if (o.tokenizer != nullptr) rep->token_coverage = ratio(ids_hit, ids);
+    std::sort(docs.begin(), docs.end(), [](const UncoveredDoc& a, const UncoveredDoc& b) {
+      const double ka = a.word_coverage + a.bigram_coverage,
+                   kb = b.word_coverage + b.bigram_coverage;
+      if (ka != kb) return ka < kb;
+      return a.location < b.location;
+    });
+    if (docs.size() > static_cast<size_t>(std::max(0, o.least_covered)))
+      docs.resize(o.least_covered);
+    rep->least_covered = std::move(docs);
+  }
+};
+
+// The length and token-count KS statistics, each feature's PSI and means, and the language
+// mix: total variation distance of the document shares, and REFERENCE's languages (>= 1% of
+// its documents) that CANDIDATE lacks.
+void AddDistances(const Side& rs, const Side& cs, CompareReport* rep) {
+  rep->ks_length = KsStatistic(rs.features[kBytes], cs.features[kBytes]);
+  rep->ks_tokens = KsStatistic(rs.features[kTokens], cs.features[kTokens]);
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / v.size();
+  };
+  for (int f = 0; f < kNumFeatures; ++f) {
+    FeatureShift shift;
+    shift.name = kFeatureNames[f];
+    shift.psi = PopulationStabilityIndex(rs.features[f], cs.features[f]);
+    shift.reference_mean = mean(rs.features[f]);
+    shift.candidate_mean = mean(cs.features[f]);
+    rep->features.push_back(shift);
+  }
+  std::set<std::string> codes;
+  for (const auto& entry : rep->reference.languages) codes.insert(entry.first);
+  for (const auto& entry : rep->candidate.languages) codes.insert(entry.first);
+  double tvd = 0;
+  for (const std::string& c : codes) {
+    auto share = [&](const CorpusSide& s) {
+      auto it = s.languages.find(c);
+      return it == s.languages.end() ? 0.0 : double(it->second) / s.docs;
+    };
+    tvd += std::fabs(share(rep->reference) - share(rep->candidate));
+    if (share(rep->reference) >= 0.01 && share(rep->candidate) == 0.0 && c != "un") {
+      rep->missing_languages.push_back(c);
+    }
+  }
+  rep->language_tvd = tvd / 2;
+}
+
+// The verdict: every threshold crossed is a reason CANDIDATE does not cover REFERENCE.
+void AddVerdict(const CompareOptions& o, CompareReport* rep) {
+  const CompareThresholds& t = o.thresholds;
+  auto fail = [&](std::string why) {
+    rep->covers = false;
+    rep->reasons.push_back(std::move(why));
+  };
+  if (rep->word_coverage < t.min_word_coverage) {
+    fail(
+        absl::StrFormat("word coverage %.3f < %.2f: %.1f%% of REFERENCE's words never occur in "
+                        "CANDIDATE",
+                        rep->word_coverage, t.min_word_coverage, 100 * (1 - rep->word_coverage)));
+  }
+  if (rep->token_coverage >= 0 && rep->token_coverage < t.min_token_coverage) {
+    fail(absl::StrFormat("token coverage %.3f < %.2f", rep->token_coverage, t.min_token_coverage));
+  }
+  if (rep->bigram_coverage < t.min_bigram_coverage) {
+    fail(absl::StrFormat("bigram coverage %.3f < %.2f", rep->bigram_coverage,
+                         t.min_bigram_coverage));
+  }
+  if (rep->ks_length > t.max_ks) {
+    fail(absl::StrFormat("length distribution differs: KS %.3f > %.2f", rep->ks_length, t.max_ks));
+  }
+  if (rep->ks_tokens > t.max_ks && o.tokenizer != nullptr) {
+    fail(absl::StrFormat("token-count distribution differs: KS %.3f > %.2f", rep->ks_tokens,
+                         t.max_ks));
+  }
+  if (rep->language_tvd > t.max_language_tvd) {
+    fail(absl::StrFormat("language mix differs: total variation %.3f > %.2f", rep->language_tvd,
+                         t.max_language_tvd));
+  }
+  if (!rep->missing_languages.empty()) {
+    fail("REFERENCE languages absent from CANDIDATE: " +
+         absl::StrJoin(rep->missing_languages, ", "));
+  }
+  for (const FeatureShift& f : rep->features) {
+    if (f.psi > t.max_psi) {
+      fail(absl::StrFormat("feature %s shifted: PSI %.3f > %.2f (mean %.4g vs %.4g)", f.name, f.psi,
+                           t.max_psi, f.reference_mean, f.candidate_mean));
+    } else if (f.psi > 0.10) {
+      rep->warnings.push_back(
+          absl::StrFormat("feature %s: moderate shift, PSI %.3f", f.name, f.psi));
+    }
+  }
+  if (rep->covers) {
+    rep->reasons.push_back(absl::StrFormat(
+        "word coverage %.3f, bigram coverage %.3f, KS length %.3f, language TVD %.3f, max PSI "
+        "within %.2f",
+        rep->word_coverage, rep->bigram_coverage, rep->ks_length, rep->language_tvd, t.max_psi));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<CompareReport> CompareCorpora(const std::vector<std::string>& reference,
                                              const std::vector<std::string>& candidate,
                                              const CompareOptions& o) {
@@ -208,171 +389,27 @@ absl::StatusOr<CompareReport> CompareCorpora(const std::vector<std::string>& ref
   if (o.tokenizer != nullptr) rep.tokenizer = o.tokenizer->name();
 
   // CANDIDATE: its vocabulary (words, token ids) and n-gram sets.
-  absl::flat_hash_set<uint64_t> cand_words, cand_bigrams, cand_trigrams;
-  absl::flat_hash_set<int32_t> cand_ids;
+  Vocabulary cand;
   Side cs;
-  absl::Status st = ReadSide(candidate, o, &rep.candidate, &cs,
-                             [&](std::string_view, const std::string&, const DocWords& w) {
-                               for (size_t i = 0; i < w.hash.size(); ++i) {
-                                 cand_words.insert(w.hash[i]);
-                                 if (i + 2 <= w.hash.size())
-                                   cand_bigrams.insert(Gram(w.hash, i, 2));
-                                 if (i + 3 <= w.hash.size())
-                                   cand_trigrams.insert(Gram(w.hash, i, 3));
-                               }
-                               cand_ids.insert(w.ids.begin(), w.ids.end());
-                             });
+  absl::Status st =
+      ReadSide(candidate, o, &rep.candidate, &cs,
+               [&](std::string_view, const std::string&, const DocWords& w) { cand.Add(w); });
   if (!st.ok()) return st;
-  rep.candidate.distinct_words = cand_words.size();
-  rep.candidate.distinct_tokens = cand_ids.size();
+  rep.candidate.distinct_words = cand.words.size();
+  rep.candidate.distinct_tokens = cand.ids.size();
 
   // REFERENCE: mass covered, per document too.
-  uint64_t words = 0, words_hit = 0, bi = 0, bi_hit = 0, tri = 0, tri_hit = 0, ids = 0, ids_hit = 0;
-  absl::flat_hash_set<uint64_t> ref_words;
-  absl::flat_hash_set<int32_t> ref_ids;
-  std::vector<UncoveredDoc> docs;
+  CoveragePass pass{cand, o};
   Side rs;
-  st = ReadSide(
-      reference, o, &rep.reference, &rs,
-      [&](std::string_view text, const std::string& where, const DocWords& w) {
-        uint64_t dw = 0, db = 0, db_n = 0;
-        for (size_t i = 0; i < w.hash.size(); ++i) {
-          ref_words.insert(w.hash[i]);
-          dw += cand_words.contains(w.hash[i]);
-          if (i + 2 <= w.hash.size()) {
-            ++db_n;
-            db += cand_bigrams.contains(Gram(w.hash, i, 2));
-          }
-          if (i + 3 <= w.hash.size()) {
-            ++tri;
-            tri_hit += cand_trigrams.contains(Gram(w.hash, i, 3));
-          }
-        }
-        for (int32_t id : w.ids) {
-          ref_ids.insert(id);
-          ids_hit += cand_ids.contains(id);
-        }
-        ids += w.ids.size();
-        words += w.hash.size();
-        words_hit += dw;
-        bi += db_n;
-        bi_hit += db;
-        if (o.least_covered > 0 && !w.hash.empty()) {
-          UncoveredDoc u;
-          u.location = where;
-          u.words = w.hash.size();
-          u.word_coverage = double(dw) / w.hash.size();
-          u.bigram_coverage = db_n ? double(db) / db_n : u.word_coverage;
-          u.preview = Preview(text);
-          docs.push_back(std::move(u));
-          // Keep the list bounded: the least covered 4x the asked number.
-          if (docs.size() >= 8u * o.least_covered) {
-            auto worse = [](const UncoveredDoc& a, const UncoveredDoc& b) {
-              return a.word_coverage + a.bigram_coverage < b.word_coverage + b.bigram_coverage;
-            };
-            std::nth_element(docs.begin(), docs.begin() + o.least_covered, docs.end(), worse);
-            docs.resize(o.least_covered);
-          }
-        }
-      });
+  st = ReadSide(reference, o, &rep.reference, &rs,
+                [&](std::string_view text, const std::string& where, const DocWords& w) {
+                  pass.Add(text, where, w);
+                });
   if (!st.ok()) return st;
-  rep.reference.distinct_words = ref_words.size();
-  rep.reference.distinct_tokens = ref_ids.size();
-  auto ratio = [](uint64_t a, uint64_t b) { return b ? double(a) / b : 1.0; };
-  rep.word_coverage = ratio(words_hit, words);
-  rep.bigram_coverage = ratio(bi_hit, bi);
-  rep.trigram_coverage = ratio(tri_hit, tri);
-  if (o.tokenizer != nullptr) rep.token_coverage = ratio(ids_hit, ids);
-  std::sort(docs.begin(), docs.end(), [](const UncoveredDoc& a, const UncoveredDoc& b) {
-    const double ka = a.word_coverage + a.bigram_coverage, kb = b.word_coverage + b.bigram_coverage;
-    if (ka != kb) return ka < kb;
-    return a.location < b.location;
-  });
-  if (docs.size() > static_cast<size_t>(std::max(0, o.least_covered))) docs.resize(o.least_covered);
-  rep.least_covered = std::move(docs);
+  pass.Report(&rep);
 
-  // Distances.
-  rep.ks_length = KsStatistic(rs.features[kBytes], cs.features[kBytes]);
-  rep.ks_tokens = KsStatistic(rs.features[kTokens], cs.features[kTokens]);
-  for (int f = 0; f < kNumFeatures; ++f) {
-    FeatureShift shift;
-    shift.name = kFeatureNames[f];
-    shift.psi = PopulationStabilityIndex(rs.features[f], cs.features[f]);
-    auto mean = [](const std::vector<double>& v) {
-      double s = 0;
-      for (double x : v) s += x;
-      return v.empty() ? 0.0 : s / v.size();
-    };
-    shift.reference_mean = mean(rs.features[f]);
-    shift.candidate_mean = mean(cs.features[f]);
-    rep.features.push_back(shift);
-  }
-  // Language mix: total variation distance of the document shares.
-  std::set<std::string> codes;
-  for (const auto& entry : rep.reference.languages) codes.insert(entry.first);
-  for (const auto& entry : rep.candidate.languages) codes.insert(entry.first);
-  double tvd = 0;
-  for (const std::string& c : codes) {
-    auto share = [&](const CorpusSide& s) {
-      auto it = s.languages.find(c);
-      return it == s.languages.end() ? 0.0 : double(it->second) / s.docs;
-    };
-    tvd += std::fabs(share(rep.reference) - share(rep.candidate));
-    if (share(rep.reference) >= 0.01 && share(rep.candidate) == 0.0 && c != "un") {
-      rep.missing_languages.push_back(c);
-    }
-  }
-  rep.language_tvd = tvd / 2;
-
-  // Verdict.
-  const CompareThresholds& t = o.thresholds;
-  auto fail = [&](std::string why) {
-    rep.covers = false;
-    rep.reasons.push_back(std::move(why));
-  };
-  if (rep.word_coverage < t.min_word_coverage) {
-    fail(
-        absl::StrFormat("word coverage %.3f < %.2f: %.1f%% of REFERENCE's words never occur in "
-                        "CANDIDATE",
-                        rep.word_coverage, t.min_word_coverage, 100 * (1 - rep.word_coverage)));
-  }
-  if (rep.token_coverage >= 0 && rep.token_coverage < t.min_token_coverage) {
-    fail(absl::StrFormat("token coverage %.3f < %.2f", rep.token_coverage, t.min_token_coverage));
-  }
-  if (rep.bigram_coverage < t.min_bigram_coverage) {
-    fail(
-        absl::StrFormat("bigram coverage %.3f < %.2f", rep.bigram_coverage, t.min_bigram_coverage));
-  }
-  if (rep.ks_length > t.max_ks) {
-    fail(absl::StrFormat("length distribution differs: KS %.3f > %.2f", rep.ks_length, t.max_ks));
-  }
-  if (rep.ks_tokens > t.max_ks && o.tokenizer != nullptr) {
-    fail(absl::StrFormat("token-count distribution differs: KS %.3f > %.2f", rep.ks_tokens,
-                         t.max_ks));
-  }
-  if (rep.language_tvd > t.max_language_tvd) {
-    fail(absl::StrFormat("language mix differs: total variation %.3f > %.2f", rep.language_tvd,
-                         t.max_language_tvd));
-  }
-  if (!rep.missing_languages.empty()) {
-    fail("REFERENCE languages absent from CANDIDATE: " +
-         absl::StrJoin(rep.missing_languages, ", "));
-  }
-  for (const FeatureShift& f : rep.features) {
-    if (f.psi > t.max_psi) {
-      fail(absl::StrFormat("feature %s shifted: PSI %.3f > %.2f (mean %.4g vs %.4g)", f.name, f.psi,
-                           t.max_psi, f.reference_mean, f.candidate_mean));
-    } else if (f.psi > 0.10) {
-      rep.warnings.push_back(
-          absl::StrFormat("feature %s: moderate shift, PSI %.3f", f.name, f.psi));
-    }
-  }
-  if (rep.covers) {
-    rep.reasons.push_back(absl::StrFormat(
-        "word coverage %.3f, bigram coverage %.3f, KS length %.3f, language TVD %.3f, max PSI "
-        "within %.2f",
-        rep.word_coverage, rep.bigram_coverage, rep.ks_length, rep.language_tvd, t.max_psi));
-  }
+  AddDistances(rs, cs, &rep);
+  AddVerdict(o, &rep);
   return rep;
 }
 

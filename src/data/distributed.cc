@@ -144,69 +144,54 @@ struct DistScanOutput {
   DistributedStats stats;
 };
 
-// corpus_arrays: rank 0's corpus result gets the doc_* arrays of the whole corpus (but for
-// doc_file and doc_line), as RunScan's with keep_doc_arrays.
-absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
-                                        const ScanOptions& opt, const DistributedOptions& dopt,
-                                        comm::Communicator* comm, bool corpus_arrays) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int world = comm->world_size(), rank = comm->rank();
-  if (!opt.verdicts_path.empty() && rank == 0) {
-    TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({opt.verdicts_path}, inputs));
-  }
-  // Every rank must see the same corpus.
-  {
-    std::vector<int64_t> digests(world, 0);
-    const int64_t mine = static_cast<int64_t>(DistInputsDigest(inputs));
-    TS_RETURN_IF_ERROR(comm->AllGather(&mine, digests.data(), 1, comm::DType::kInt64));
-    for (int r = 0; r < world; ++r) {
-      if (digests[r] != digests[0]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rank ", r, " sees other inputs (paths, sizes or formats) than rank 0: ",
-                         "every rank must be given the same corpus"));
-      }
+// Every rank must see the same corpus: the ranks' input digests are compared.
+absl::Status DistCheckSameCorpus(const std::vector<InputFile>& inputs, comm::Communicator* comm) {
+  const int world = comm->world_size();
+  std::vector<int64_t> digests(world, 0);
+  const int64_t mine = static_cast<int64_t>(DistInputsDigest(inputs));
+  TS_RETURN_IF_ERROR(comm->AllGather(&mine, digests.data(), 1, comm::DType::kInt64));
+  for (int r = 0; r < world; ++r) {
+    if (digests[r] != digests[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", r, " sees other inputs (paths, sizes or formats) than rank 0: ",
+                       "every rank must be given the same corpus"));
     }
   }
-  DistScanOutput out;
-  DistributedStats& stats = out.stats;
-  uint64_t* const sent = &stats.sent_bytes;
-  stats.ranks = world;
-  TS_ASSIGN_OR_RETURN(auto plan, PlanShares(inputs, world, [&](uint32_t f, uint64_t off) {
-                        return NextLineStart(inputs[f], off);
-                      }));
-  TS_ASSIGN_OR_RETURN(out.share_inputs, DistShareInputs(inputs, plan, comm));
+  return absl::OkStatus();
+}
 
-  // --- local analysis of this rank's share, or its saved results (--resume)
+// Local analysis of this rank's share, or its saved results (--resume: *resumed is set when
+// they were loaded); a fresh analysis is saved for the next --resume. Errors name the rank.
+absl::StatusOr<ScanShare> DistLocalShare(const std::vector<InputFile>& share_inputs,
+                                         const ScanOptions& opt, const DistributedOptions& dopt,
+                                         int rank, int world, bool* resumed) {
   auto ranked = [&](const absl::Status& st) {
     return absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message()));
   };
-  ScanShare share;
   std::string key;
-  bool loaded = false;
   if (!dopt.resume_dir.empty()) {
-    key = ShareStateKey(out.share_inputs, opt, rank, world);
+    key = ShareStateKey(share_inputs, opt, rank, world);
     auto saved = LoadShareState(opt, dopt.resume_dir, rank, key);
     if (!saved.ok()) return ranked(saved.status());
     if (saved->has_value()) {
-      share = std::move(**saved);
-      loaded = stats.resumed = true;
+      *resumed = true;
+      return std::move(**saved);
     }
   }
-  if (!loaded) {
-    absl::StatusOr<ScanShare> local = ScanLocal(out.share_inputs, opt);
-    if (!local.ok()) return ranked(local.status());
-    share = std::move(*local);
-    if (!dopt.resume_dir.empty()) {
-      if (auto st = SaveShareState(share, opt, dopt.resume_dir, rank, key); !st.ok()) {
-        return ranked(st);
-      }
+  absl::StatusOr<ScanShare> local = ScanLocal(share_inputs, opt);
+  if (!local.ok()) return ranked(local.status());
+  if (!dopt.resume_dir.empty()) {
+    if (auto st = SaveShareState(*local, opt, dopt.resume_dir, rank, key); !st.ok()) {
+      return ranked(st);
     }
   }
-  const uint64_t n = share.res.docs;
-  stats.share_docs = n;
-  stats.share_input_bytes = share.res.input_bytes;
+  return local;
+}
 
-  // --- global numbering: rank r's documents follow those of ranks < r
+// Global numbering: rank r's documents follow those of ranks < r. Returns each rank's first
+// global document number; the corpus must stay within CheckCorpusDocs's limit.
+absl::StatusOr<std::vector<uint64_t>> DistStarts(uint64_t n, comm::Communicator* comm) {
+  const int world = comm->world_size();
   std::vector<int64_t> counts(world, 0);
   const int64_t mine = static_cast<int64_t>(n);
   TS_RETURN_IF_ERROR(comm->AllGather(&mine, counts.data(), 1, comm::DType::kInt64));
@@ -217,106 +202,113 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
     total += counts[r];
   }
   TS_RETURN_IF_ERROR(CheckCorpusDocs(total));
-  const uint32_t first_gid = static_cast<uint32_t>(starts[rank]);
+  return starts;
+}
 
-  // --- exact duplicates
-  std::vector<uint32_t> raw_first, norm_first;
-  TS_RETURN_IF_ERROR(
-      DistResolveExact(share, first_gid, comm, &raw_first, &norm_first, &stats.sent_bytes));
-  share.raw_hash = {};
-  share.norm_hash = {};
-  std::vector<uint32_t> exact_of(n, kDistNoDoc);
-  std::vector<uint8_t> index(n, 0);
+// Exact duplicates over all ranks: for each document of the share, exact_of (kDistNoDoc or
+// the first identical document), norm_first (the first document with its normalised key)
+// and whether LSH indexes it; the share's duplicate counts are updated and its keys dropped.
+absl::Status DistExactDuplicates(ScanShare* share, uint32_t first_gid, const ScanOptions& opt,
+                                 comm::Communicator* comm, uint64_t* sent,
+                                 std::vector<uint32_t>* exact_of, std::vector<uint32_t>* norm_first,
+                                 std::vector<uint8_t>* index) {
+  const uint64_t n = share->res.docs;
+  std::vector<uint32_t> raw_first;
+  TS_RETURN_IF_ERROR(DistResolveExact(*share, first_gid, comm, &raw_first, norm_first, sent));
+  share->raw_hash = {};
+  share->norm_hash = {};
+  exact_of->assign(n, kDistNoDoc);
+  index->assign(n, 0);
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t g = first_gid + i;
     if (raw_first[i] != g) {
-      exact_of[i] = raw_first[i];
-      ++share.res.exact_duplicate_docs;
+      (*exact_of)[i] = raw_first[i];
+      ++share->res.exact_duplicate_docs;
     }
-    if (norm_first[i] != g) ++share.res.normalized_duplicate_docs;
+    if ((*norm_first)[i] != g) ++share->res.normalized_duplicate_docs;
     // Indexed for LSH as in the single scan: a signature and no exact or normalised copy
     // earlier. The cluster root of an exact or normalised copy is its normalised key's first
     // document (whose raw key is new too), so norm_first is the root before LSH.
-    index[i] = opt.near_dup && share.has_signature[i] && raw_first[i] == g && norm_first[i] == g;
+    (*index)[i] =
+        opt.near_dup && share->has_signature[i] && raw_first[i] == g && (*norm_first)[i] == g;
   }
-  raw_first = {};
+  return absl::OkStatus();
+}
 
-  // --- near duplicates: owners verify, rank 0 replays the union-find
-  std::vector<std::pair<uint32_t, uint32_t>> near_roots;  // (document, root), sorted
-  ScanResult pairs;                                       // rank 0: pair counts
-  if (opt.near_dup) {
-    TS_ASSIGN_OR_RETURN(near_roots,
-                        DistResolveNear(&share, index, first_gid, starts, opt, comm, &pairs, sent));
-  }
-  std::vector<uint32_t> cluster(n);
-  for (uint32_t i = 0; i < n; ++i) {
+// Each document's cluster root: its root before LSH (norm_first), moved to the root LSH
+// found for it when there is one (near_roots: (document, root), sorted).
+std::vector<uint32_t> DistClusters(const std::vector<uint32_t>& norm_first,
+                                   const std::vector<std::pair<uint32_t, uint32_t>>& near_roots) {
+  std::vector<uint32_t> cluster(norm_first.size());
+  for (size_t i = 0; i < norm_first.size(); ++i) {
     const uint32_t root = norm_first[i];
     auto it =
         std::lower_bound(near_roots.begin(), near_roots.end(), std::make_pair(root, uint32_t{0}));
     cluster[i] = it != near_roots.end() && it->first == root ? it->second : root;
   }
-  norm_first = {};
+  return cluster;
+}
 
-  // --- this rank's share result
-  out.share = share.res;
-  if (opt.keep_doc_arrays) {
-    out.share.doc_flags = share.flags;
-    out.share.doc_tokens = share.tokens;
-    out.share.doc_chars = share.chars;
-    out.share.doc_exact_of = exact_of;
-    out.share.doc_near_of.resize(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      out.share.doc_near_of[i] = cluster[i] == first_gid + i ? kDistNoDoc : cluster[i];
-    }
-    out.share.doc_file = share.file;
-    out.share.doc_line = share.line;
+// This rank's share result: its totals and, keep_doc_arrays, its documents' arrays.
+ScanResult DistShareResult(const ScanShare& share, const std::vector<uint32_t>& exact_of,
+                           const std::vector<uint32_t>& cluster, uint32_t first_gid,
+                           const ScanOptions& opt) {
+  ScanResult res = share.res;
+  if (!opt.keep_doc_arrays) return res;
+  const uint64_t n = share.res.docs;
+  res.doc_flags = share.flags;
+  res.doc_tokens = share.tokens;
+  res.doc_chars = share.chars;
+  res.doc_exact_of = exact_of;
+  res.doc_near_of.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    res.doc_near_of[i] = cluster[i] == first_gid + i ? kDistNoDoc : cluster[i];
   }
+  res.doc_file = share.file;
+  res.doc_line = share.line;
+  return res;
+}
 
-  // --- rank 0 gathers the totals and per-document arrays and runs the final stage
+// What a rank sends rank 0: the length of its totals' JSON (8 bytes), that JSON, then the
+// per-document arrays (exact_of, cluster, flags, tokens, chars, langs, each length-prefixed)
+// and the verdict ids (8-byte length, then each id with a 4-byte length).
+std::string DistPackShare(const ScanShare& share, const std::vector<uint32_t>& exact_of,
+                          const std::vector<uint32_t>& cluster) {
   std::string arrays = ShareTotalsToJson(share.res).dump();
-  {
-    std::string bin;
-    DistAppendVec(exact_of, &bin);
-    DistAppendVec(cluster, &bin);
-    DistAppendVec(share.flags, &bin);
-    DistAppendVec(share.tokens, &bin);
-    DistAppendVec(share.chars, &bin);
-    DistAppendVec(share.langs, &bin);
-    std::string ids;
-    for (const auto& id : share.ids) {
-      const uint32_t len = static_cast<uint32_t>(id.size());
-      ids.append(reinterpret_cast<const char*>(&len), 4);
-      ids.append(id);
-    }
-    const uint64_t ids_len = ids.size();
-    bin.append(reinterpret_cast<const char*>(&ids_len), 8);
-    bin += ids;
-    const uint64_t json_len = arrays.size();
-    arrays = std::string(reinterpret_cast<const char*>(&json_len), 8) + arrays + bin;
+  std::string bin;
+  DistAppendVec(exact_of, &bin);
+  DistAppendVec(cluster, &bin);
+  DistAppendVec(share.flags, &bin);
+  DistAppendVec(share.tokens, &bin);
+  DistAppendVec(share.chars, &bin);
+  DistAppendVec(share.langs, &bin);
+  std::string ids;
+  for (const auto& id : share.ids) {
+    const uint32_t len = static_cast<uint32_t>(id.size());
+    ids.append(reinterpret_cast<const char*>(&len), 4);
+    ids.append(id);
   }
-  share = {};
-  std::vector<std::string> gathered;
-  TS_RETURN_IF_ERROR(GatherBytes(comm, arrays, &gathered, sent));
-  arrays = {};
-  int64_t all_sent = static_cast<int64_t>(stats.sent_bytes);
-  TS_RETURN_IF_ERROR(comm->AllReduce(&all_sent, 1, comm::DType::kInt64));
-  stats.all_sent_bytes = static_cast<uint64_t>(all_sent);
-  if (rank != 0) return out;
+  const uint64_t ids_len = ids.size();
+  bin.append(reinterpret_cast<const char*>(&ids_len), 8);
+  bin += ids;
+  const uint64_t json_len = arrays.size();
+  return std::string(reinterpret_cast<const char*>(&json_len), 8) + arrays + bin;
+}
 
-  ScanResult& res = out.corpus;
-  res.tokenizer = out.share.tokenizer;
-  res.candidate_pairs = pairs.candidate_pairs;
-  res.verified_pairs = pairs.verified_pairs;
+// Rank 0's final stage: the ranks' packed shares (DistPackShare, in rank order; consumed)
+// into `res`, then FinishScan over the whole corpus.
+absl::Status DistFinish(std::vector<std::string>* gathered, const ScanOptions& opt,
+                        bool corpus_arrays, ScanResult* res) {
   ResolvedDocs docs;
   std::string ids;  // length-prefixed, corpus order
-  for (auto& s : gathered) {
+  for (auto& s : *gathered) {
     uint64_t json_len = 0;
     std::memcpy(&json_len, s.data(), 8);
     nlohmann::json totals;
     if (!ParseJsonText(std::string_view(s).substr(8, json_len), kJsonMaxDepth, &totals, nullptr)) {
       return absl::DataLossError("a rank's scan totals did not arrive intact");
     }
-    AddShareTotals(totals, &res);
+    AddShareTotals(totals, res);
     size_t p = 8 + json_len;
     TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.exact_of));
     TS_RETURN_IF_ERROR(DistReadVec(s, &p, &docs.cluster));
@@ -340,7 +332,65 @@ absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
   };
   ScanOptions fopt = opt;
   fopt.keep_doc_arrays = corpus_arrays;
-  TS_RETURN_IF_ERROR(FinishScan(fopt, std::move(docs), next_id, &res));
+  return FinishScan(fopt, std::move(docs), next_id, res);
+}
+
+// corpus_arrays: rank 0's corpus result gets the doc_* arrays of the whole corpus (but for
+// doc_file and doc_line), as RunScan's with keep_doc_arrays.
+absl::StatusOr<DistScanOutput> DistScan(const std::vector<InputFile>& inputs,
+                                        const ScanOptions& opt, const DistributedOptions& dopt,
+                                        comm::Communicator* comm, bool corpus_arrays) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int world = comm->world_size(), rank = comm->rank();
+  if (!opt.verdicts_path.empty() && rank == 0) {
+    TS_RETURN_IF_ERROR(CheckOutputsAgainstInputs({opt.verdicts_path}, inputs));
+  }
+  TS_RETURN_IF_ERROR(DistCheckSameCorpus(inputs, comm));
+  DistScanOutput out;
+  DistributedStats& stats = out.stats;
+  uint64_t* const sent = &stats.sent_bytes;
+  stats.ranks = world;
+  TS_ASSIGN_OR_RETURN(auto plan, PlanShares(inputs, world, [&](uint32_t f, uint64_t off) {
+                        return NextLineStart(inputs[f], off);
+                      }));
+  TS_ASSIGN_OR_RETURN(out.share_inputs, DistShareInputs(inputs, plan, comm));
+  TS_ASSIGN_OR_RETURN(ScanShare share,
+                      DistLocalShare(out.share_inputs, opt, dopt, rank, world, &stats.resumed));
+  stats.share_docs = share.res.docs;
+  stats.share_input_bytes = share.res.input_bytes;
+  TS_ASSIGN_OR_RETURN(const std::vector<uint64_t> starts, DistStarts(share.res.docs, comm));
+  const uint32_t first_gid = static_cast<uint32_t>(starts[rank]);
+
+  // --- exact duplicates, then near duplicates: owners verify, rank 0 replays the union-find
+  std::vector<uint32_t> exact_of, norm_first;
+  std::vector<uint8_t> index;
+  TS_RETURN_IF_ERROR(
+      DistExactDuplicates(&share, first_gid, opt, comm, sent, &exact_of, &norm_first, &index));
+  std::vector<std::pair<uint32_t, uint32_t>> near_roots;  // (document, root), sorted
+  ScanResult pairs;                                       // rank 0: pair counts
+  if (opt.near_dup) {
+    TS_ASSIGN_OR_RETURN(near_roots,
+                        DistResolveNear(&share, index, first_gid, starts, opt, comm, &pairs, sent));
+  }
+  const std::vector<uint32_t> cluster = DistClusters(norm_first, near_roots);
+  norm_first = {};
+  out.share = DistShareResult(share, exact_of, cluster, first_gid, opt);
+
+  // --- rank 0 gathers the totals and per-document arrays and runs the final stage
+  std::string arrays = DistPackShare(share, exact_of, cluster);
+  share = {};
+  std::vector<std::string> gathered;
+  TS_RETURN_IF_ERROR(GatherBytes(comm, arrays, &gathered, sent));
+  arrays = {};
+  int64_t all_sent = static_cast<int64_t>(stats.sent_bytes);
+  TS_RETURN_IF_ERROR(comm->AllReduce(&all_sent, 1, comm::DType::kInt64));
+  stats.all_sent_bytes = static_cast<uint64_t>(all_sent);
+  if (rank != 0) return out;
+  ScanResult& res = out.corpus;
+  res.tokenizer = out.share.tokenizer;
+  res.candidate_pairs = pairs.candidate_pairs;
+  res.verified_pairs = pairs.verified_pairs;
+  TS_RETURN_IF_ERROR(DistFinish(&gathered, opt, corpus_arrays, &res));
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -206,23 +206,10 @@ inline bool AnyBit(const uint64_t* bits, size_t b, size_t e) {
   return b < e && NextBit(bits, b, e) < e;
 }
 
-}  // namespace
-
-void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
-  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  uint32_t& flags = r->flags;
-
-  const size_t nwords64 = (n + 63) / 64;
-  noise_bits_.resize(5 * nwords64 + 1);
-  NoiseBytes bytes{noise_bits_.data(), noise_bits_.data() + nwords64,
-                   noise_bits_.data() + 2 * nwords64, noise_bits_.data() + 3 * nwords64,
-                   noise_bits_.data() + 4 * nwords64};
-  ClassifyNoiseBytes(s, n, &bytes);
-
-  // --- encoding: control characters and mojibake (UTF-8 read as Latin-1 / cp1252: a
-  // code point U+00C2..U+00F4 followed by U+0080..U+00BF, or by a cp1252 special). Only
-  // the bytes marked odd are visited; any other byte in between ends a lead.
+// --- encoding: control characters and mojibake (UTF-8 read as Latin-1 / cp1252: a code point
+// U+00C2..U+00F4 followed by U+0080..U+00BF, or by a cp1252 special). Only the bytes marked
+// odd are visited; any other byte in between ends a lead. Returns the flags found.
+uint32_t EncodingFlags(const unsigned char* s, size_t n, const NoiseBytes& bytes) {
   uint32_t control = 0, mojibake = 0;
   bool prev_lead = false;  // previous code point in U+00C2..U+00F4
   for (size_t i = NextBit(bytes.odd, 0, n); i < n;) {
@@ -250,60 +237,87 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
     i = NextBit(bytes.odd, next, n);
     if (i != next) prev_lead = false;
   }
+  uint32_t flags = 0;
   if (control > 0) flags |= 1u << kFlagControlChars;
   if (mojibake > 0) flags |= 1u << kFlagMojibake;
+  return flags;
+}
 
-  // --- lines and paragraphs (Gopher repetition, FineWeb, C4, bullets/ellipses).
-  const size_t expected = word_start_.size() + 16;  // >= lines >= paragraphs
-  Counter lines_seen(&table_keys_, &table_vals_, expected);
+// What the line rules count (Gopher repetition, FineWeb, C4, bullets/ellipses).
+struct NoiseLines {
   uint32_t n_lines = 0, dup_lines = 0, punct_lines = 0, short_lines = 0, bullets = 0;
   uint32_t ellipsis_lines = 0, c4_sentences = 0, newlines = 0;
   uint64_t dup_line_bytes = 0;
+};
+
+// C4's sentences of the kept line [lb, le): a . ! ? at the line's end or before whitespace
+// or a '"'.
+uint32_t C4Sentences(const unsigned char* s, size_t lb, size_t le, const NoiseBytes& bytes) {
+  uint32_t sentences = 0;
+  for (size_t k = NextBit(bytes.stop, lb, le); k < le; k = NextBit(bytes.stop, k + 1, le)) {
+    if (k + 1 == le || IsSpace(s[k + 1]) || s[k + 1] == '"') ++sentences;
+  }
+  return sentences;
+}
+
+// The lines of `text` (trimmed, blank ones skipped); `seen` counts their hashes.
+NoiseLines CountNoiseLines(std::string_view text, const NoiseBytes& bytes,
+                           const std::vector<uint32_t>& word_start, Counter* seen) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  NoiseLines c;
   size_t pos = 0, line_word = 0;  // line_word: the first word at or after the line
   while (pos <= n) {
     const size_t end = NextBit(bytes.newline, pos, n);  // n: no newline left
     const bool nl = end < n;
-    if (nl) ++newlines;
+    if (nl) ++c.newlines;
     std::string_view line = Trim(text.substr(pos, end - pos));
     pos = end + 1;
     if (line.empty()) {
       if (!nl) break;
       continue;
     }
-    ++n_lines;
-    if (lines_seen.Add(XXH3_64bits(line.data(), line.size())) > 1) {
-      ++dup_lines;
-      dup_line_bytes += line.size();
+    ++c.n_lines;
+    if (seen->Add(XXH3_64bits(line.data(), line.size())) > 1) {
+      ++c.dup_lines;
+      c.dup_line_bytes += line.size();
     }
     const bool terminal = EndsWithTerminalPunct(line);
-    punct_lines += terminal;
-    short_lines += line.size() <= 30;
-    if (line[0] == '-' || line.substr(0, 3) == "\xE2\x80\xA2") ++bullets;
-    if (EndsWith(line, "...") || EndsWith(line, "\xE2\x80\xA6")) ++ellipsis_lines;
+    c.punct_lines += terminal;
+    c.short_lines += line.size() <= 30;
+    if (line[0] == '-' || line.substr(0, 3) == "\xE2\x80\xA2") ++c.bullets;
+    if (EndsWith(line, "...") || EndsWith(line, "\xE2\x80\xA6")) ++c.ellipsis_lines;
     // C4 keeps lines that end in terminal punctuation (not "...") and have >= 3 words;
     // sentences are counted in the kept lines.
     const size_t lb = static_cast<size_t>(line.data() - text.data()), le = lb + line.size();
-    while (line_word < word_start_.size() && word_start_[line_word] < lb) ++line_word;
+    while (line_word < word_start.size() && word_start[line_word] < lb) ++line_word;
     if (terminal && !EndsWith(line, "...")) {
       size_t words = 0;
-      while (line_word + words < word_start_.size() && word_start_[line_word + words] < le &&
+      while (line_word + words < word_start.size() && word_start[line_word + words] < le &&
              words < 3) {
         ++words;
       }
-      if (words >= 3) {
-        for (size_t k = NextBit(bytes.stop, lb, le); k < le; k = NextBit(bytes.stop, k + 1, le)) {
-          if (k + 1 == le || IsSpace(s[k + 1]) || s[k + 1] == '"') ++c4_sentences;
-        }
-      }
+      if (words >= 3) c.c4_sentences += C4Sentences(s, lb, le, bytes);
     }
     if (!nl) break;
   }
+  return c;
+}
 
-  // Paragraphs: separated by blank lines.
-  Counter paras_seen(&table_keys_, &table_vals_, expected);
+// What the paragraph rules count.
+struct NoiseParagraphs {
   uint32_t n_paras = 0, dup_paras = 0;
   uint64_t dup_para_bytes = 0;
-  pos = 0;
+};
+
+// Paragraphs: separated by blank lines (trimmed, empty ones skipped); `seen` counts their
+// hashes.
+NoiseParagraphs CountNoiseParagraphs(std::string_view text, const NoiseBytes& bytes,
+                                     Counter* seen) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  NoiseParagraphs c;
+  size_t pos = 0;
   while (pos < n) {
     size_t end = pos;
     // find "\n" followed by optional spaces and another "\n"
@@ -324,14 +338,25 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
     std::string_view para = Trim(text.substr(pos, end - pos));
     pos = end + 1;
     if (para.empty()) continue;
-    ++n_paras;
-    if (paras_seen.Add(XXH3_64bits(para.data(), para.size())) > 1) {
-      ++dup_paras;
-      dup_para_bytes += para.size();
+    ++c.n_paras;
+    if (seen->Add(XXH3_64bits(para.data(), para.size())) > 1) {
+      ++c.dup_paras;
+      c.dup_para_bytes += para.size();
     }
   }
+  return c;
+}
 
-  // --- words (Gopher quality).
+// What the word rules count (Gopher quality).
+struct NoiseWords {
+  uint32_t stop_seen = 0;  // bit k: kStopPacked[k] occurs
+  uint32_t non_symbol = 0, alpha_words = 0, ellipses = 0;
+  uint64_t non_symbol_len = 0;
+};
+
+NoiseWords CountNoiseWords(std::string_view text, const NoiseBytes& bytes,
+                           const std::vector<uint32_t>& word_start,
+                           const std::vector<uint32_t>& word_len) {
   // Gopher's stop words "the be to of and that have with", packed as little-endian uint32.
   static constexpr uint32_t kStopPacked[8] = {
       't' | 'h' << 8 | 'e' << 16,
@@ -342,86 +367,127 @@ void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
       't' | 'h' << 8 | 'a' << 16 | static_cast<uint32_t>('t') << 24,
       'h' | 'a' << 8 | 'v' << 16 | static_cast<uint32_t>('e') << 24,
       'w' | 'i' << 8 | 't' << 16 | static_cast<uint32_t>('h') << 24};
-  uint32_t stop_seen = 0, non_symbol = 0, alpha_words = 0, ellipses = 0;
-  const uint32_t hashes = bytes.hashes;  // every '#' is in a word
-  uint64_t non_symbol_len = 0;
-  for (size_t w = 0; w < word_start_.size(); ++w) {
-    const unsigned char* p = s + word_start_[w];
-    const uint32_t len = word_len_[w];
-    alpha_words += AnyBit(bytes.alpha, word_start_[w], word_start_[w] + len);
-    if (AnyBit(bytes.alnum, word_start_[w], word_start_[w] + len)) {
-      ++non_symbol;
-      non_symbol_len += len;
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  NoiseWords c;
+  for (size_t w = 0; w < word_start.size(); ++w) {
+    const unsigned char* p = s + word_start[w];
+    const uint32_t len = word_len[w];
+    c.alpha_words += AnyBit(bytes.alpha, word_start[w], word_start[w] + len);
+    if (AnyBit(bytes.alnum, word_start[w], word_start[w] + len)) {
+      ++c.non_symbol;
+      c.non_symbol_len += len;
     }
     if (len >= 2 && len <= 4) {
       uint32_t w = 0;  // lower-cased word packed little-endian
       for (uint32_t k = 0; k < len; ++k)
         w |= static_cast<uint32_t>(p[k] | (IsAsciiAlpha(p[k]) ? 0x20 : 0)) << (8 * k);
-      for (int k = 0; k < 8; ++k) stop_seen |= static_cast<uint32_t>(w == kStopPacked[k]) << k;
+      for (int k = 0; k < 8; ++k) c.stop_seen |= static_cast<uint32_t>(w == kStopPacked[k]) << k;
     }
   }
   for (size_t k = text.find("...", 0); k != std::string_view::npos; k = text.find("...", k + 3))
-    ++ellipses;
+    ++c.ellipses;
   for (size_t k = text.find("\xE2\x80\xA6", 0); k != std::string_view::npos;
        k = text.find("\xE2\x80\xA6", k + 3)) {
-    ++ellipses;
+    ++c.ellipses;
   }
-  const double nw = std::max<uint32_t>(1, r->words);
-  if (non_symbol < 50) flags |= 1u << kFlagGopherShortDoc;
-  if (non_symbol > 100000) flags |= 1u << kFlagGopherLongDoc;
-  if (non_symbol > 0) {
-    const double avg = static_cast<double>(non_symbol_len) / non_symbol;
+  return c;
+}
+
+// Gopher's quality and repetition rules over a document of `n` bytes and `words` words
+// (`hashes`: its '#' count, every one of them in a word).
+uint32_t GopherFlags(const NoiseLines& l, const NoiseParagraphs& p, const NoiseWords& w,
+                     uint32_t hashes, uint32_t words, size_t n) {
+  const double nw = std::max<uint32_t>(1, words);
+  uint32_t flags = 0;
+  if (w.non_symbol < 50) flags |= 1u << kFlagGopherShortDoc;
+  if (w.non_symbol > 100000) flags |= 1u << kFlagGopherLongDoc;
+  if (w.non_symbol > 0) {
+    const double avg = static_cast<double>(w.non_symbol_len) / w.non_symbol;
     if (avg < 3 || avg > 10) flags |= 1u << kFlagGopherWordLength;
   }
-  if (hashes / nw > 0.1 || ellipses / nw > 0.1) flags |= 1u << kFlagGopherSymbolRatio;
-  if (n_lines > 0 && bullets > 0.9 * n_lines) flags |= 1u << kFlagGopherBulletLines;
-  if (n_lines > 0 && ellipsis_lines > 0.3 * n_lines) flags |= 1u << kFlagGopherEllipsisLines;
-  if (r->words > 0 && alpha_words < 0.8 * r->words) flags |= 1u << kFlagGopherAlphaWords;
-  if (__builtin_popcount(stop_seen) < 2) flags |= 1u << kFlagGopherStopWords;
-  if (n_lines > 0 && dup_lines > 0.3 * n_lines) flags |= 1u << kFlagGopherDupLines;
-  if (n_paras > 0 && dup_paras > 0.3 * n_paras) flags |= 1u << kFlagGopherDupParagraphs;
-  if (dup_line_bytes > 0.2 * n) flags |= 1u << kFlagGopherDupLineChars;
-  if (dup_para_bytes > 0.2 * n) flags |= 1u << kFlagGopherDupParagraphChars;
+  if (hashes / nw > 0.1 || w.ellipses / nw > 0.1) flags |= 1u << kFlagGopherSymbolRatio;
+  if (l.n_lines > 0 && l.bullets > 0.9 * l.n_lines) flags |= 1u << kFlagGopherBulletLines;
+  if (l.n_lines > 0 && l.ellipsis_lines > 0.3 * l.n_lines) flags |= 1u << kFlagGopherEllipsisLines;
+  if (words > 0 && w.alpha_words < 0.8 * words) flags |= 1u << kFlagGopherAlphaWords;
+  if (__builtin_popcount(w.stop_seen) < 2) flags |= 1u << kFlagGopherStopWords;
+  if (l.n_lines > 0 && l.dup_lines > 0.3 * l.n_lines) flags |= 1u << kFlagGopherDupLines;
+  if (p.n_paras > 0 && p.dup_paras > 0.3 * p.n_paras) flags |= 1u << kFlagGopherDupParagraphs;
+  if (l.dup_line_bytes > 0.2 * n) flags |= 1u << kFlagGopherDupLineChars;
+  if (p.dup_para_bytes > 0.2 * n) flags |= 1u << kFlagGopherDupParagraphChars;
+  return flags;
+}
 
-  // --- C4 document rules.
-  if (c4_sentences < static_cast<uint32_t>(options_.c4_min_sentences)) {
-    flags |= 1u << kFlagC4FewSentences;
-  }
-  if (bytes.curly) flags |= 1u << kFlagC4CurlyBracket;
-  for (size_t k = 0; k + 11 <= norm_.size(); ++k) {
-    k = norm_.find("lorem ipsum", k);
+// C4's document rules (`norm`: the document normalised, lower-cased).
+uint32_t C4Flags(const NoiseLines& l, bool curly, const std::string& norm, int min_sentences) {
+  uint32_t flags = 0;
+  if (l.c4_sentences < static_cast<uint32_t>(min_sentences)) flags |= 1u << kFlagC4FewSentences;
+  if (curly) flags |= 1u << kFlagC4CurlyBracket;
+  for (size_t k = 0; k + 11 <= norm.size(); ++k) {
+    k = norm.find("lorem ipsum", k);
     if (k == std::string::npos) break;
     flags |= 1u << kFlagC4LoremIpsum;
     break;
   }
+  return flags;
+}
 
-  // --- FineWeb rules.
-  if (n_lines > 0 && punct_lines < 0.12 * n_lines) flags |= 1u << kFlagFineWebLinePunct;
-  if (n_lines > 0 && short_lines > 0.67 * n_lines) flags |= 1u << kFlagFineWebShortLines;
-  const size_t no_nl = n - newlines;
-  if (no_nl > 0 && dup_line_bytes > 0.01 * no_nl) flags |= 1u << kFlagFineWebCharDup;
-  if (newlines / nw > 0.3) flags |= 1u << kFlagFineWebListRatio;
+// FineWeb's rules over a document of `n` bytes and `words` words.
+uint32_t FineWebFlags(const NoiseLines& l, uint32_t words, size_t n) {
+  const double nw = std::max<uint32_t>(1, words);
+  uint32_t flags = 0;
+  if (l.n_lines > 0 && l.punct_lines < 0.12 * l.n_lines) flags |= 1u << kFlagFineWebLinePunct;
+  if (l.n_lines > 0 && l.short_lines > 0.67 * l.n_lines) flags |= 1u << kFlagFineWebShortLines;
+  const size_t no_nl = n - l.newlines;
+  if (no_nl > 0 && l.dup_line_bytes > 0.01 * no_nl) flags |= 1u << kFlagFineWebCharDup;
+  if (l.newlines / nw > 0.3) flags |= 1u << kFlagFineWebListRatio;
+  return flags;
+}
 
-  // --- truncation: prose (at least one sentence end before) whose final segment runs on
-  // for two or more words and ends on a letter, digit or comma, i.e. cut mid-sentence.
+// --- truncation: prose (at least one sentence end before) whose final segment runs on for
+// two or more words and ends on a letter, digit or comma, i.e. cut mid-sentence.
+bool Truncated(std::string_view text, const NoiseBytes& bytes,
+               const std::vector<uint32_t>& word_start) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
   std::string_view t = Trim(text);
-  if (!t.empty()) {
-    const unsigned char last = t.back();
-    const bool cut_char = IsAsciiAlnum(last) || last == ',' || last == ';' || last >= 0x80;
-    if (cut_char && !EndsWithTerminalPunct(t)) {
-      // The last sentence end before the final segment: . ! ? followed by whitespace.
-      const size_t tb = static_cast<size_t>(t.data() - text.data()), te = tb + t.size();
-      size_t k = te >= tb + 2 ? PrevBit(bytes.stop, te - 2) : SIZE_MAX;
-      while (k != SIZE_MAX && k >= tb && !IsSpace(s[k + 1])) {
-        k = k > 0 ? PrevBit(bytes.stop, k - 1) : SIZE_MAX;
-      }
-      if (k != SIZE_MAX && k >= tb) {
-        // Two or more words after it (every word there starts past the whitespace).
-        const auto first = std::lower_bound(word_start_.begin(), word_start_.end(), k + 2);
-        if (word_start_.end() - first >= 2) flags |= 1u << kFlagTruncated;
-      }
-    }
+  if (t.empty()) return false;
+  const unsigned char last = t.back();
+  const bool cut_char = IsAsciiAlnum(last) || last == ',' || last == ';' || last >= 0x80;
+  if (!cut_char || EndsWithTerminalPunct(t)) return false;
+  // The last sentence end before the final segment: . ! ? followed by whitespace.
+  const size_t tb = static_cast<size_t>(t.data() - text.data()), te = tb + t.size();
+  size_t k = te >= tb + 2 ? PrevBit(bytes.stop, te - 2) : SIZE_MAX;
+  while (k != SIZE_MAX && k >= tb && !IsSpace(s[k + 1])) {
+    k = k > 0 ? PrevBit(bytes.stop, k - 1) : SIZE_MAX;
   }
+  if (k == SIZE_MAX || k < tb) return false;
+  // Two or more words after it (every word there starts past the whitespace).
+  const auto first = std::lower_bound(word_start.begin(), word_start.end(), k + 2);
+  return word_start.end() - first >= 2;
+}
+
+}  // namespace
+
+void DocAnalyzer::Noise(std::string_view text, DocResult* r) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  const size_t nwords64 = (n + 63) / 64;
+  noise_bits_.resize(5 * nwords64 + 1);
+  NoiseBytes bytes{noise_bits_.data(), noise_bits_.data() + nwords64,
+                   noise_bits_.data() + 2 * nwords64, noise_bits_.data() + 3 * nwords64,
+                   noise_bits_.data() + 4 * nwords64};
+  ClassifyNoiseBytes(s, n, &bytes);
+  r->flags |= EncodingFlags(s, n, bytes);
+
+  const size_t expected = word_start_.size() + 16;  // >= lines >= paragraphs
+  Counter lines_seen(&table_keys_, &table_vals_, expected);
+  const NoiseLines lines = CountNoiseLines(text, bytes, word_start_, &lines_seen);
+  Counter paras_seen(&table_keys_, &table_vals_, expected);
+  const NoiseParagraphs paras = CountNoiseParagraphs(text, bytes, &paras_seen);
+  const NoiseWords words = CountNoiseWords(text, bytes, word_start_, word_len_);
+  r->flags |= GopherFlags(lines, paras, words, bytes.hashes, r->words, n);
+  r->flags |= C4Flags(lines, bytes.curly, norm_, options_.c4_min_sentences);
+  r->flags |= FineWebFlags(lines, r->words, n);
+  if (Truncated(text, bytes, word_start_)) r->flags |= 1u << kFlagTruncated;
 }
 
 // Gopher repetition: top 2-4-gram character fractions and duplicate 5-10-gram character

@@ -387,6 +387,176 @@ void AddFlagAndLangCounts(const uint64_t (&flag_counts)[kNumFlags],
   }
 }
 
+// RunScan's in-order merge: each document's totals and per-document arrays, the exact-
+// duplicate tables (first document per raw and normalised key), its LSH band records and
+// MinHash fingerprints (spill files; near_dup) and its verdict id (spill file; verdicts).
+struct ScanMerge {
+  ScanMerge(const ScanOptions& o, ScanResult* r) : opt(o), res(r) {}
+
+  absl::Status OpenSpill(SpillDir* spill) {
+    if (opt.near_dup) {
+      for (int b = 0; b < opt.bands; ++b) {
+        TS_ASSIGN_OR_RETURN(auto w, spill->Writer(absl::StrCat("band", b)));
+        band_files.push_back(std::move(w));
+      }
+      TS_ASSIGN_OR_RETURN(sig_file, spill->Writer("sigs"));
+    }
+    if (want_ids) {
+      TS_ASSIGN_OR_RETURN(id_file, spill->Writer("ids"));
+    }
+    return absl::OkStatus();
+  }
+
+  void Add(BatchResult& r) {
+    for (size_t i = 0; i < r.docs.size(); ++i) {
+      const DocResult& d = r.docs[i];
+      const uint32_t g = static_cast<uint32_t>(res->docs++);
+      res->bytes += d.bytes;
+      res->chars += d.chars;
+      res->words += d.words;
+      res->tokens += d.tokens;
+      tokens_c.push_back(static_cast<uint32_t>(std::min<uint64_t>(d.tokens + eos, UINT32_MAX)));
+      chars_c.push_back(d.chars);
+      flags.push_back(d.flags);
+      langs.push_back(d.lang);
+      if (opt.language) {  // without language id no language is reported (not "un")
+        auto& lc = lang_counts[d.lang];
+        ++lc.first;
+        lc.second += d.bytes;
+      }
+      if (d.flags) {
+        ++res->flagged_docs;
+        for (uint32_t m = d.flags; m != 0; m &= m - 1) ++flag_counts[__builtin_ctz(m)];
+      }
+      uint32_t ex = ScanResult::kNoDoc, parent = g;
+      auto raw_it = raw_first.try_emplace(d.raw_hash, g);
+      if (!raw_it.second) {
+        ex = raw_it.first->second;
+        parent = ex;
+        ++res->exact_duplicate_docs;
+      }
+      auto norm_it = norm_first.try_emplace(d.norm_hash, g);
+      if (!norm_it.second) {
+        ++res->normalized_duplicate_docs;
+        if (parent == g) parent = norm_it.first->second;
+      }
+      exact_of.push_back(ex);
+      if (opt.keep_doc_arrays) {
+        res->doc_file.push_back(r.file[i]);
+        res->doc_line.push_back(r.line[i]);
+      }
+      dup_parent.push_back(parent);
+      if (opt.near_dup) {
+        const bool index = d.has_signature && parent == g;
+        if (!d.has_signature) ++res->docs_without_shingles;
+        if (index) {
+          for (int b = 0; b < opt.bands; ++b) {
+            BandRecord rec{r.bands[i * opt.bands + b], g};
+            band_files[b]->Append(&rec, sizeof(rec));
+          }
+        }
+        sig_file->Append(index ? &r.sigs[i * perms] : zero_sig.data(), perms * sizeof(uint16_t));
+      }
+      if (want_ids) {
+        const std::string& id = r.ids[i];
+        const uint32_t len = static_cast<uint32_t>(id.size());
+        id_file->Append(&len, sizeof(len));
+        id_file->Append(id.data(), len);
+      }
+    }
+  }
+
+  const ScanOptions& opt;
+  ScanResult* const res;
+  const int perms = opt.bands * opt.rows;
+  const bool want_ids = !opt.verdicts_path.empty();
+  const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
+  const std::vector<uint16_t> zero_sig = std::vector<uint16_t>(perms, 0);
+  std::vector<std::unique_ptr<SpillWriter>> band_files;
+  std::unique_ptr<SpillWriter> sig_file, id_file;
+  absl::flat_hash_map<uint64_t, uint32_t> raw_first, norm_first;
+  Chunked<uint32_t> tokens_c, chars_c, flags, exact_of, dup_parent;
+  Chunked<uint16_t> langs;
+  std::map<uint16_t, std::pair<uint64_t, uint64_t>> lang_counts;
+  uint64_t flag_counts[kNumFlags] = {0};
+};
+
+// One band's sorted (hash, doc) records: in a run of equal hashes every later document is a
+// candidate pair with the run's first (and, failing that, with the one before it), unless
+// union-find already joined them; `similar` verifies a pair.
+template <typename Similar>
+absl::Status VerifyBand(const std::vector<BandRecord>& recs, Similar& similar, UnionFind* uf,
+                        ScanResult* res) {
+  for (size_t i = 0; i < recs.size();) {
+    size_t j = i + 1;
+    while (j < recs.size() && recs[j].hash == recs[i].hash) ++j;
+    for (size_t k = i + 1; k < j; ++k) {
+      const uint32_t first = recs[i].doc, cur = recs[k].doc;
+      if (uf->Find(first) == uf->Find(cur)) continue;
+      ++res->candidate_pairs;
+      TS_ASSIGN_OR_RETURN(bool ok, similar(first, cur));
+      if (!ok && k > i + 1 && uf->Find(recs[k - 1].doc) != uf->Find(cur)) {
+        ++res->candidate_pairs;
+        TS_ASSIGN_OR_RETURN(ok, similar(recs[k - 1].doc, cur));
+      }
+      if (ok) {
+        ++res->verified_pairs;
+        uf->Union(first, cur);
+      }
+    }
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+// --- near duplicates: per band, sort (hash, doc) records; equal hashes are candidate
+// pairs, verified by the share of agreeing MinHash fingerprints; union-find, keep-first.
+absl::Status FindNearDuplicates(const ScanOptions& opt, SpillDir* spill, ScanMerge* m,
+                                UnionFind* uf, ScanResult* res) {
+  const int perms = opt.bands * opt.rows;
+  TS_RETURN_IF_ERROR(m->sig_file->Close());
+  TS_ASSIGN_OR_RETURN(auto sigs, spill->Reader("sigs"));
+  std::vector<uint16_t> sa(perms), sb(perms);
+  const int need = static_cast<int>(std::ceil(opt.threshold * perms - 1e-9));
+  auto similar = [&](uint32_t a, uint32_t b) -> absl::StatusOr<bool> {
+    TS_RETURN_IF_ERROR(sigs->ReadAt(static_cast<uint64_t>(a) * perms * 2, sa.data(), perms * 2));
+    TS_RETURN_IF_ERROR(sigs->ReadAt(static_cast<uint64_t>(b) * perms * 2, sb.data(), perms * 2));
+    int agree = 0;
+    for (int i = 0; i < perms; ++i) agree += sa[i] == sb[i];
+    return agree >= need;
+  };
+  std::vector<BandRecord> recs;
+  for (int b = 0; b < opt.bands; ++b) {
+    TS_RETURN_IF_ERROR(m->band_files[b]->Close());
+    TS_RETURN_IF_ERROR(spill->ReadAll(absl::StrCat("band", b), &recs));
+    spill->Remove(absl::StrCat("band", b));
+    SortBandRecords(&recs);
+    TS_RETURN_IF_ERROR(VerifyBand(recs, similar, uf, res));
+    recs = {};
+    malloc_trim(0);
+  }
+  return absl::OkStatus();
+}
+
+// The merge's per-document arrays as the final stage takes them, each freed once copied.
+ResolvedDocs ResolveScanDocs(ScanMerge* m, UnionFind* uf, uint64_t n) {
+  ResolvedDocs docs;
+  docs.exact_of = m->exact_of.ToVector();
+  m->exact_of.clear();
+  docs.cluster.resize(n);
+  for (uint32_t g = 0; g < n; ++g) docs.cluster[g] = uf->Find(g);
+  uf->parent() = {};
+  docs.flags = m->flags.ToVector();
+  m->flags.clear();
+  docs.langs = m->langs.ToVector();
+  m->langs.clear();
+  docs.tokens = m->tokens_c.ToVector();
+  m->tokens_c.clear();
+  docs.chars = m->chars_c.ToVector();
+  m->chars_c.clear();
+  return docs;
+}
+
 }  // namespace
 
 absl::Status CheckCorpusDocs(uint64_t docs) {
@@ -409,163 +579,33 @@ absl::StatusOr<ScanResult> RunScan(const std::vector<InputFile>& inputs, const S
   }
   std::unique_ptr<DocResultCache> result_cache;
   const AnalyzerOptions aopt = MakeAnalyzerOptions(opt, &result_cache);
-  const int perms = opt.bands * opt.rows;
-  const bool want_ids = !opt.verdicts_path.empty();
-
   ScanResult res;
   if (opt.tokenizer) res.tokenizer = opt.tokenizer->name();
   TS_ASSIGN_OR_RETURN(auto spill, SpillDir::Create(opt.tmp_dir));
-  std::vector<std::unique_ptr<SpillWriter>> band_files;
-  std::unique_ptr<SpillWriter> sig_file, id_file;
-  if (opt.near_dup) {
-    for (int b = 0; b < opt.bands; ++b) {
-      TS_ASSIGN_OR_RETURN(auto w, spill->Writer(absl::StrCat("band", b)));
-      band_files.push_back(std::move(w));
-    }
-    TS_ASSIGN_OR_RETURN(sig_file, spill->Writer("sigs"));
-  }
-  if (want_ids) {
-    TS_ASSIGN_OR_RETURN(id_file, spill->Writer("ids"));
-  }
-
+  ScanMerge m(opt, &res);
+  TS_RETURN_IF_ERROR(m.OpenSpill(spill.get()));
   uint64_t total_in = 0;
   for (const auto& f : inputs) total_in += f.size_bytes;
   Progress progress("scan", total_in, true);
 
   // --- in-order merge
-  absl::flat_hash_map<uint64_t, uint32_t> raw_first, norm_first;
-  Chunked<uint32_t> tokens_c, chars_c, flags, exact_of, dup_parent;
-  Chunked<uint16_t> langs;
-  std::map<uint16_t, std::pair<uint64_t, uint64_t>> lang_counts;
-  uint64_t flag_counts[kNumFlags] = {0};
-  const uint64_t eos = opt.tokenizer ? (opt.tokenizer->eos_id() >= 0 ? 1 : 0) : 1;
-  std::vector<uint16_t> zero_sig(perms, 0);
-  auto merge = [&](BatchResult& r) {
-    for (size_t i = 0; i < r.docs.size(); ++i) {
-      const DocResult& d = r.docs[i];
-      const uint32_t g = static_cast<uint32_t>(res.docs++);
-      res.bytes += d.bytes;
-      res.chars += d.chars;
-      res.words += d.words;
-      res.tokens += d.tokens;
-      tokens_c.push_back(static_cast<uint32_t>(std::min<uint64_t>(d.tokens + eos, UINT32_MAX)));
-      chars_c.push_back(d.chars);
-      flags.push_back(d.flags);
-      langs.push_back(d.lang);
-      if (opt.language) {  // without language id no language is reported (not "un")
-        auto& lc = lang_counts[d.lang];
-        ++lc.first;
-        lc.second += d.bytes;
-      }
-      if (d.flags) {
-        ++res.flagged_docs;
-        for (uint32_t m = d.flags; m != 0; m &= m - 1) ++flag_counts[__builtin_ctz(m)];
-      }
-      uint32_t ex = ScanResult::kNoDoc, parent = g;
-      auto raw_it = raw_first.try_emplace(d.raw_hash, g);
-      if (!raw_it.second) {
-        ex = raw_it.first->second;
-        parent = ex;
-        ++res.exact_duplicate_docs;
-      }
-      auto norm_it = norm_first.try_emplace(d.norm_hash, g);
-      if (!norm_it.second) {
-        ++res.normalized_duplicate_docs;
-        if (parent == g) parent = norm_it.first->second;
-      }
-      exact_of.push_back(ex);
-      if (opt.keep_doc_arrays) {
-        res.doc_file.push_back(r.file[i]);
-        res.doc_line.push_back(r.line[i]);
-      }
-      dup_parent.push_back(parent);
-      if (opt.near_dup) {
-        const bool index = d.has_signature && parent == g;
-        if (!d.has_signature) ++res.docs_without_shingles;
-        if (index) {
-          for (int b = 0; b < opt.bands; ++b) {
-            BandRecord rec{r.bands[i * opt.bands + b], g};
-            band_files[b]->Append(&rec, sizeof(rec));
-          }
-        }
-        sig_file->Append(index ? &r.sigs[i * perms] : zero_sig.data(), perms * sizeof(uint16_t));
-      }
-      if (want_ids) {
-        const std::string& id = r.ids[i];
-        const uint32_t len = static_cast<uint32_t>(id.size());
-        id_file->Append(&len, sizeof(len));
-        id_file->Append(id.data(), len);
-      }
-    }
-  };
-  TS_RETURN_IF_ERROR(MergeBatches(inputs, opt, aopt, &progress, merge, &res));
-  raw_first = {};
-  norm_first = {};
+  TS_RETURN_IF_ERROR(MergeBatches(
+      inputs, opt, aopt, &progress, [&](BatchResult& r) { m.Add(r); }, &res));
+  m.raw_first = {};
+  m.norm_first = {};
   malloc_trim(0);  // hand the tables' pages back before the near-duplicate phase
-  AddFlagAndLangCounts(flag_counts, lang_counts, &res);
+  AddFlagAndLangCounts(m.flag_counts, m.lang_counts, &res);
 
-  // --- near duplicates: per band, sort (hash, doc) records; equal hashes are candidate
-  // pairs, verified by the share of agreeing MinHash fingerprints; union-find, keep-first.
-  UnionFind uf(dup_parent.ToVector());  // exact and normalised copies point at the first
-  dup_parent.clear();
+  // --- near duplicates, then the final stage
+  UnionFind uf(m.dup_parent.ToVector());  // exact and normalised copies point at the first
+  m.dup_parent.clear();
   if (opt.near_dup && res.docs > 0) {
-    TS_RETURN_IF_ERROR(sig_file->Close());
-    TS_ASSIGN_OR_RETURN(auto sigs, spill->Reader("sigs"));
-    std::vector<uint16_t> sa(perms), sb(perms);
-    const int need = static_cast<int>(std::ceil(opt.threshold * perms - 1e-9));
-    auto similar = [&](uint32_t a, uint32_t b) -> absl::StatusOr<bool> {
-      TS_RETURN_IF_ERROR(sigs->ReadAt(static_cast<uint64_t>(a) * perms * 2, sa.data(), perms * 2));
-      TS_RETURN_IF_ERROR(sigs->ReadAt(static_cast<uint64_t>(b) * perms * 2, sb.data(), perms * 2));
-      int agree = 0;
-      for (int i = 0; i < perms; ++i) agree += sa[i] == sb[i];
-      return agree >= need;
-    };
-    std::vector<BandRecord> recs;
-    for (int b = 0; b < opt.bands; ++b) {
-      TS_RETURN_IF_ERROR(band_files[b]->Close());
-      TS_RETURN_IF_ERROR(spill->ReadAll(absl::StrCat("band", b), &recs));
-      spill->Remove(absl::StrCat("band", b));
-      SortBandRecords(&recs);
-      for (size_t i = 0; i < recs.size();) {
-        size_t j = i + 1;
-        while (j < recs.size() && recs[j].hash == recs[i].hash) ++j;
-        for (size_t k = i + 1; k < j; ++k) {
-          const uint32_t first = recs[i].doc, cur = recs[k].doc;
-          if (uf.Find(first) == uf.Find(cur)) continue;
-          ++res.candidate_pairs;
-          TS_ASSIGN_OR_RETURN(bool ok, similar(first, cur));
-          if (!ok && k > i + 1 && uf.Find(recs[k - 1].doc) != uf.Find(cur)) {
-            ++res.candidate_pairs;
-            TS_ASSIGN_OR_RETURN(ok, similar(recs[k - 1].doc, cur));
-          }
-          if (ok) {
-            ++res.verified_pairs;
-            uf.Union(first, cur);
-          }
-        }
-        i = j;
-      }
-      recs = {};
-      malloc_trim(0);
-    }
+    TS_RETURN_IF_ERROR(FindNearDuplicates(opt, spill.get(), &m, &uf, &res));
   }
-  ResolvedDocs docs;
-  docs.exact_of = exact_of.ToVector();
-  exact_of.clear();
-  docs.cluster.resize(res.docs);
-  for (uint32_t g = 0; g < res.docs; ++g) docs.cluster[g] = uf.Find(g);
-  uf.parent() = {};
-  docs.flags = flags.ToVector();
-  flags.clear();
-  docs.langs = langs.ToVector();
-  langs.clear();
-  docs.tokens = tokens_c.ToVector();
-  tokens_c.clear();
-  docs.chars = chars_c.ToVector();
-  chars_c.clear();
+  ResolvedDocs docs = ResolveScanDocs(&m, &uf, res.docs);
   std::unique_ptr<SpillReader> ids;
-  if (want_ids) {
-    TS_RETURN_IF_ERROR(id_file->Close());
+  if (m.want_ids) {
+    TS_RETURN_IF_ERROR(m.id_file->Close());
     TS_ASSIGN_OR_RETURN(ids, spill->Reader("ids"));
   }
   uint64_t id_off = 0;

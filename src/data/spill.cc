@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
 
 namespace trainscope::data {
@@ -62,7 +63,7 @@ absl::Status SpillReader::ReadAt(uint64_t offset, void* p, size_t n) const {
 absl::StatusOr<std::unique_ptr<SpillDir>> SpillDir::Create(const std::string& parent) {
   std::string base = parent;
   if (base.empty()) {
-    const char* t = std::getenv("TMPDIR");
+    const char* t = std::getenv(envvar::kTmpDir);
     base = t && *t ? t : "/tmp";
   }
   // mkdtemp's job, with the name registered for removal on a signal before the directory

@@ -29,6 +29,9 @@ class Tokenizer;
 namespace trainscope::data {
 
 enum class InputFormat { kAuto, kJsonl, kText, kMegatron };
+// "auto", "jsonl", "text", "megatron" (the --format names of the data verbs and the Python
+// module). InvalidArgument "format '<name>': expected auto, jsonl, text or megatron" else.
+absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name);
 
 // Batch text buffers handed back by the consumer for the reader to fill again, so a long
 // scan does not map and fault in a fresh multi-MB buffer per batch. Thread-safe; keeps at
