@@ -40,6 +40,7 @@ void RegisterCheckpoint(py::module_& m);      // ckpt.cc
 void RegisterFlightRecorder(py::module_& m);  // flight_recorder.cc
 void RegisterNonfinite(py::module_& m);       // nonfinite.cc
 void RegisterTensorBoard(py::module_& m);     // tb.cc
+void RegisterRunDir(py::module_& m);          // run_dir.cc
 
 namespace {
 
@@ -72,12 +73,7 @@ py::object TraceAnalyze(const std::vector<std::string>& paths, double gap_thresh
 }
 
 data::InputFormat ParseFormat(const std::string& format) {
-  if (format == "auto") return data::InputFormat::kAuto;
-  if (format == "jsonl") return data::InputFormat::kJsonl;
-  if (format == "text") return data::InputFormat::kText;
-  if (format == "megatron") return data::InputFormat::kMegatron;
-  throw StatusError(absl::InvalidArgumentError(
-      absl::StrCat("format '", format, "': expected auto, jsonl, text or megatron")));
+  return ValueOrThrow(data::ParseInputFormat(format));
 }
 
 py::object DataScan(const std::vector<std::string>& paths, const py::kwargs& kw) {
@@ -344,6 +340,7 @@ PYBIND11_MODULE(_core, m) {
   RegisterFlightRecorder(m);
   RegisterNonfinite(m);
   RegisterTensorBoard(m);
+  RegisterRunDir(m);
 }
 
 }  // namespace trainscope::python

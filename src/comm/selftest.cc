@@ -325,6 +325,109 @@ SlowRankVerdict FindSlowRanks(const std::vector<std::vector<double>>& rep_gbps, 
   return v;
 }
 
+namespace {
+
+// Times `op` on `c` elements (SelftestRow::count's chunk) in o.dtype: a timed warm-up lets
+// large sizes run fewer iterations (the same on all ranks), then the mean and slowest rank's
+// per-op time and the bandwidths go to `row`.
+absl::Status TimeSelftestRow(Communicator& comm, const SelftestOptions& o, size_t c,
+                             SelftestRow* row) {
+  const int n = comm.world_size();
+  const SelftestOp op = row->op;
+  Buffers b;
+  b.send.assign(row->bytes, 0);
+  b.recv.assign(row->bytes, 0);
+  int iters = o.iters;
+  if (o.warmup > 0) {
+    TS_RETURN_IF_ERROR(comm.Barrier());
+    int64_t t0 = NowNs();
+    for (int i = 0; i < o.warmup; ++i) TS_RETURN_IF_ERROR(RunOp(comm, op, o.dtype, c, b));
+    int64_t per_op = (NowNs() - t0) / o.warmup;
+    TS_RETURN_IF_ERROR(comm.AllReduce(&per_op, 1, DType::kInt64, ReduceOp::kMax));
+    if (o.seconds_per_size > 0 && per_op > 0) {
+      double fit = o.seconds_per_size * 1e9 / static_cast<double>(per_op);
+      iters = static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(o.iters)));
+    }
+  }
+  TS_RETURN_IF_ERROR(comm.Barrier());
+  int64_t t0 = NowNs();
+  for (int i = 0; i < iters; ++i) TS_RETURN_IF_ERROR(RunOp(comm, op, o.dtype, c, b));
+  int64_t per_op_ns = (NowNs() - t0) / iters;
+  std::vector<int64_t> times(n);
+  TS_RETURN_IF_ERROR(comm.AllGather(&per_op_ns, times.data(), 1, DType::kInt64));
+  double sum = 0;
+  for (int q = 0; q < n; ++q) {
+    sum += static_cast<double>(times[q]);
+    if (times[q] > times[row->slowest_rank]) row->slowest_rank = q;
+  }
+  row->iters = iters;
+  row->time_us = sum / n / 1e3;
+  row->time_us_max = static_cast<double>(times[row->slowest_rank]) / 1e3;
+  double sec = row->time_us / 1e6;
+  row->algbw_gbps = sec > 0 ? static_cast<double>(row->bytes) / 1e9 / sec : 0;
+  row->busbw_gbps = row->algbw_gbps * BusBwFactor(op, n);
+  return absl::OkStatus();
+}
+
+// Exact checks of `op` at `bytes` in every dtype; wrong counts summed over ranks.
+absl::Status CheckSelftestRow(Communicator& comm, const SelftestOptions& o, size_t bytes,
+                              const Pattern& pat, SelftestRow* row) {
+  std::vector<int64_t> wrong(o.check_dtypes.size());
+  for (size_t k = 0; k < o.check_dtypes.size(); ++k) {
+    auto w = CheckOnce(comm, row->op, o.check_dtypes[k], bytes, o, pat);
+    if (!w.ok()) return w.status();
+    wrong[k] = *w;
+  }
+  TS_RETURN_IF_ERROR(comm.AllReduce(wrong.data(), wrong.size(), DType::kInt64));
+  for (size_t k = 0; k < wrong.size(); ++k) {
+    row->wrong += wrong[k];
+    row->wrong_by_dtype[DTypeName(o.check_dtypes[k])] = wrong[k];
+  }
+  return absl::OkStatus();
+}
+
+// Verdict: wrong results, then bandwidth floor, then slow ranks (`slow`, from `repetitions`
+// memcpy probes); the first failure is the reason.
+void JudgeSelftest(const SlowRankVerdict& slow, int repetitions, SelftestReport* rep) {
+  const SelftestOptions& o = rep->options;
+  for (const SelftestRow& row : rep->rows) {
+    if (row.correct() || !rep->passed) continue;
+    std::vector<std::string> bad;
+    for (const auto& [d, w] : row.wrong_by_dtype)
+      if (w > 0) bad.push_back(absl::StrCat(d, ": ", w));
+    rep->passed = false;
+    rep->reason = absl::StrCat(SelftestOpName(row.op), " at ", row.bytes, " B returned ", row.wrong,
+                               " wrong element(s) (", absl::StrJoin(bad, ", "),
+                               "); the engine or a rank's memory corrupts data");
+  }
+  if (rep->passed && o.min_busbw_gbps > 0) {
+    for (SelftestOp op : o.ops) {
+      const SelftestRow* last = nullptr;
+      for (const SelftestRow& row : rep->rows)
+        if (row.op == op && (last == nullptr || row.bytes >= last->bytes)) last = &row;
+      if (last != nullptr && last->busbw_gbps < o.min_busbw_gbps && rep->passed) {
+        rep->passed = false;
+        rep->reason =
+            absl::StrFormat("%s busbw %.3f GB/s at %d B is under --min-busbw %.3f GB/s",
+                            SelftestOpName(op), last->busbw_gbps, last->bytes, o.min_busbw_gbps);
+      }
+    }
+  }
+  rep->slow_ranks = slow.slow_ranks;
+  if (rep->passed && !slow.slow_ranks.empty()) {
+    const int q = slow.slow_ranks.front();
+    rep->passed = false;
+    rep->reason = absl::StrFormat(
+        "rank %d is markedly slower: it copies memory at %.2f GB/s against %.2f GB/s for the "
+        "other ranks (memcpy probe, medians of %d repetitions; slower in %d of them); check "
+        "its CPU binding, NUMA placement and load",
+        q, slow.median_gbps[q], MedianOfOthers(slow.median_gbps, q), repetitions,
+        slow.slow_repetitions[q]);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOptions& options) {
   SelftestReport rep;
   rep.backend = comm.backend_name();
@@ -362,94 +465,14 @@ absl::StatusOr<SelftestReport> RunSelftest(Communicator& comm, const SelftestOpt
       row.count = Chunked(op) ? c * n : c;
       row.bytes = row.count * DTypeSize(o.dtype);
       row.root = op == SelftestOp::kBroadcast ? 0 : -1;
-      Buffers b;
-      b.send.assign(row.bytes, 0);
-      b.recv.assign(row.bytes, 0);
-
-      // Warm-up, timed so that large sizes can run fewer iterations (same on all ranks).
-      int iters = o.iters;
-      if (o.warmup > 0) {
-        TS_RETURN_IF_ERROR(comm.Barrier());
-        int64_t t0 = NowNs();
-        for (int i = 0; i < o.warmup; ++i) TS_RETURN_IF_ERROR(RunOp(comm, op, o.dtype, c, b));
-        int64_t per_op = (NowNs() - t0) / o.warmup;
-        TS_RETURN_IF_ERROR(comm.AllReduce(&per_op, 1, DType::kInt64, ReduceOp::kMax));
-        if (o.seconds_per_size > 0 && per_op > 0) {
-          double fit = o.seconds_per_size * 1e9 / static_cast<double>(per_op);
-          iters = static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(o.iters)));
-        }
-      }
-      TS_RETURN_IF_ERROR(comm.Barrier());
-      int64_t t0 = NowNs();
-      for (int i = 0; i < iters; ++i) TS_RETURN_IF_ERROR(RunOp(comm, op, o.dtype, c, b));
-      int64_t per_op_ns = (NowNs() - t0) / iters;
-      std::vector<int64_t> times(n);
-      TS_RETURN_IF_ERROR(comm.AllGather(&per_op_ns, times.data(), 1, DType::kInt64));
-      double sum = 0;
-      for (int q = 0; q < n; ++q) {
-        sum += static_cast<double>(times[q]);
-        if (times[q] > times[row.slowest_rank]) row.slowest_rank = q;
-      }
-      row.iters = iters;
-      row.time_us = sum / n / 1e3;
-      row.time_us_max = static_cast<double>(times[row.slowest_rank]) / 1e3;
-      double sec = row.time_us / 1e6;
-      row.algbw_gbps = sec > 0 ? static_cast<double>(row.bytes) / 1e9 / sec : 0;
-      row.busbw_gbps = row.algbw_gbps * BusBwFactor(op, n);
-
-      // Exact checks in every dtype; wrong counts summed over ranks.
-      std::vector<int64_t> wrong(o.check_dtypes.size());
-      for (size_t k = 0; k < o.check_dtypes.size(); ++k) {
-        auto w = CheckOnce(comm, op, o.check_dtypes[k], bytes, o, pat);
-        if (!w.ok()) return w.status();
-        wrong[k] = *w;
-      }
-      TS_RETURN_IF_ERROR(comm.AllReduce(wrong.data(), wrong.size(), DType::kInt64));
-      for (size_t k = 0; k < wrong.size(); ++k) {
-        row.wrong += wrong[k];
-        row.wrong_by_dtype[DTypeName(o.check_dtypes[k])] = wrong[k];
-      }
+      TS_RETURN_IF_ERROR(TimeSelftestRow(comm, o, c, &row));
+      TS_RETURN_IF_ERROR(CheckSelftestRow(comm, o, bytes, pat, &row));
       rep.wrong_total += row.wrong;
       if (r == 0 && o.on_row) o.on_row(rep, row);
       rep.rows.push_back(std::move(row));
     }
   }
-
-  // Verdict: wrong results, then bandwidth floor, then slow ranks.
-  for (const SelftestRow& row : rep.rows) {
-    if (row.correct() || !rep.passed) continue;
-    std::vector<std::string> bad;
-    for (const auto& [d, w] : row.wrong_by_dtype)
-      if (w > 0) bad.push_back(absl::StrCat(d, ": ", w));
-    rep.passed = false;
-    rep.reason = absl::StrCat(SelftestOpName(row.op), " at ", row.bytes, " B returned ", row.wrong,
-                              " wrong element(s) (", absl::StrJoin(bad, ", "),
-                              "); the engine or a rank's memory corrupts data");
-  }
-  if (rep.passed && o.min_busbw_gbps > 0) {
-    for (SelftestOp op : o.ops) {
-      const SelftestRow* last = nullptr;
-      for (const SelftestRow& row : rep.rows)
-        if (row.op == op && (last == nullptr || row.bytes >= last->bytes)) last = &row;
-      if (last != nullptr && last->busbw_gbps < o.min_busbw_gbps && rep.passed) {
-        rep.passed = false;
-        rep.reason =
-            absl::StrFormat("%s busbw %.3f GB/s at %d B is under --min-busbw %.3f GB/s",
-                            SelftestOpName(op), last->busbw_gbps, last->bytes, o.min_busbw_gbps);
-      }
-    }
-  }
-  rep.slow_ranks = slow.slow_ranks;
-  if (rep.passed && !slow.slow_ranks.empty()) {
-    const int q = slow.slow_ranks.front();
-    rep.passed = false;
-    rep.reason = absl::StrFormat(
-        "rank %d is markedly slower: it copies memory at %.2f GB/s against %.2f GB/s for the "
-        "other ranks (memcpy probe, medians of %d repetitions; slower in %d of them); check "
-        "its CPU binding, NUMA placement and load",
-        q, slow.median_gbps[q], MedianOfOthers(slow.median_gbps, q),
-        static_cast<int>(probe->size()), slow.slow_repetitions[q]);
-  }
+  JudgeSelftest(slow, static_cast<int>(probe->size()), &rep);
   return rep;
 }
 

@@ -38,12 +38,16 @@
 #ifndef TRAINSCOPE_COMM_JOIN_H_
 #define TRAINSCOPE_COMM_JOIN_H_
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainscope/comm/comm.h"
 #include "trainscope/core/os.h"
@@ -102,6 +106,37 @@ absl::StatusOr<JoinOptions> JoinOptionsFromEnvironment(const CommOptions& defaul
 // malformed announcement. A world of one is created on a free loopback port (whatever
 // MASTER_PORT says: torchrun's agent store may hold it).
 absl::StatusOr<std::unique_ptr<Communicator>> JoinWorld(const JoinOptions& options);
+
+// How a command that runs as one rank (trainscope train, selftest comm, data --distributed)
+// joins the world it was started in: JoinFromEnvironment's request. Plain data.
+struct JoinRequest {
+  // What the environment does not say (backend, timeout, ...): JoinOptionsFromEnvironment's
+  // defaults.
+  CommOptions defaults;
+  // Set: every op's timeout, whatever TRAINSCOPE_COMM_TIMEOUT_S says (a command-line flag
+  // that wins over the environment).
+  std::optional<std::chrono::milliseconds> timeout;
+  // false: a world of one gets no communicator (JoinedWorld::comm stays null), for a
+  // command that needs none when it runs alone.
+  bool join_alone = true;
+  // true: JoinWorld's errors read "rank R: joining the N-rank job failed: <error>".
+  bool name_rank_in_errors = true;
+  // Called once the options are known, before anything connects: the caller's checks (an
+  // error ends the join with it, unchanged) and the executable's process settings, such as
+  // ignoring SIGPIPE so that a peer that died is an op error naming it rather than the end
+  // of this process (the comm library leaves signals alone). May be empty.
+  std::function<absl::Status(const JoinOptions& options)> before_connect;
+};
+
+struct JoinedWorld {
+  JoinOptions options;                 // what the environment said, with the request's timeout
+  std::unique_ptr<Communicator> comm;  // null for a world of one when !join_alone
+};
+
+// JoinOptionsFromEnvironment(request.defaults, os), the request's timeout, before_connect,
+// then JoinWorld. Blocks as JoinWorld does. Errors: JoinOptionsFromEnvironment's and
+// before_connect's unchanged; JoinWorld's, named as name_rank_in_errors says.
+absl::StatusOr<JoinedWorld> JoinFromEnvironment(const JoinRequest& request, Os* os = Os::Default());
 
 // Expands a Slurm host list ("node[01-04,07],login1,rack[1-2]-gpu[1-2]") in order, keeping
 // each range's zero padding; stops after `max_hosts` names. InvalidArgument for unbalanced

@@ -63,6 +63,16 @@ struct WatchdogOptions {
   const std::atomic<int>* dump_request = nullptr;
 };
 
+class Communicator;  // comm.h
+
+// The watchdog of one rank of a run: `comm`'s flight recorder, rank and op timeout, with the
+// dump and thread stacks going to <run_dir>/hang/ (run_dir::HangDumpPath, HangStacksPath:
+// where `trainscope launch` and `hang analyze` look). nullopt when run_dir is "" or `comm`
+// has no flight recorder (nowhere to leave the evidence, or nothing to watch). The caller
+// adds on_timeout and dump_request. Pure.
+std::optional<WatchdogOptions> WatchdogOptionsForRun(const Communicator& comm,
+                                                     const std::string& run_dir);
+
 // What stopped progress, from one snapshot of a recorder (pure; see FindStall).
 struct Stall {
   FlightEntry entry;
