@@ -147,35 +147,32 @@ bool SameBus(const std::string& a, const std::string& b) {
   return !a.empty() && !b.empty() && tail(a) == tail(b);
 }
 
-}  // namespace
-
-absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
-  json report;
-  report["format"] = "trainscope.selftest.device";
-  report["version"] = 1;
-  report["quick"] = opt.quick;
-
-  // 1. Accelerators through their management tools.
-  std::vector<DeviceStatus> devices;
+// 1. Accelerators through their management tools: their rows go to `devices`; returns the
+// report's "tools" object (how each tool answered).
+json ProbeAccelerators(Os& os, const SelftestOptions& opt, std::vector<DeviceStatus>* devices) {
   json tools = json::object();
   ProbeTool(os, "nvidia",
             {"nvidia-smi", absl::StrCat("--query-gpu=", kNvidiaSmiQuery),
              "--format=csv,noheader,nounits"},
-            "/dev/nvidia0", opt.tool_timeout, &devices, &tools["nvidia"]);
-  ProbeTool(os, "ascend", {"npu-smi", "info"}, "/dev/davinci0", opt.tool_timeout, &devices,
+            "/dev/nvidia0", opt.tool_timeout, devices, &tools["nvidia"]);
+  ProbeTool(os, "ascend", {"npu-smi", "info"}, "/dev/davinci0", opt.tool_timeout, devices,
             &tools["ascend"]);
-  report["tools"] = tools;
+  return tools;
+}
 
-  // 2. The CPU picture, and how busy the machine is before we load it (200 ms sample).
-  CpuInfo cpu = ReadCpuInfo(os);
-  cpu.allowed_cpus = AllowedCpus();
-  cpu.physical_cores = CountPhysicalCores(os, cpu.allowed_cpus);
+// How busy the machine is before we load it: percent of CPU time busy over a 200 ms sample
+// of /proc/stat, -1 when unknown.
+double SampleBusyPct(Os& os) {
   CpuTimes t0 = ParseProcStat(os.ReadFile("/proc/stat").value_or(""));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CpuTimes t1 = ParseProcStat(os.ReadFile("/proc/stat").value_or(""));
-  double busy_pct = t1.total > t0.total
-                        ? 100.0 * (t1.busy - t0.busy) / static_cast<double>(t1.total - t0.total)
-                        : -1;
+  return t1.total > t0.total
+             ? 100.0 * (t1.busy - t0.busy) / static_cast<double>(t1.total - t0.total)
+             : -1;
+}
+
+// The CPU's telemetry row (devices[0] of the report).
+DeviceStatus CpuDevice(const CpuInfo& cpu, double busy_pct) {
   DeviceStatus cpu_dev;
   cpu_dev.kind = "cpu";
   cpu_dev.name = cpu.model;
@@ -187,186 +184,201 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
   }
   cpu_dev.utilization_pct = busy_pct;
   cpu_dev.max_clock_mhz = cpu.nominal_mhz;
-  devices.insert(devices.begin(), cpu_dev);
+  return cpu_dev;
+}
 
-  json cpu_json{{"model", cpu.model},
-                {"vendor", cpu.vendor},
-                {"family", cpu.family},
-                {"logical_cpus", cpu.logical_cpus},
-                {"allowed_cpus", cpu.allowed_cpus},
-                {"physical_cores", cpu.physical_cores},
-                {"flags",
-                 {{"fma", cpu.fma},
-                  {"avx2", cpu.avx2},
-                  {"avx512f", cpu.avx512f},
-                  {"avx512_bf16", cpu.avx512_bf16},
-                  {"amx_bf16", cpu.amx_bf16},
-                  {"neon", cpu.neon}}},
-                {"hypervisor", cpu.hypervisor},
-                {"smt", cpu.smt},
-                {"nominal_mhz", NumOrNull(cpu.nominal_mhz)},
-                {"busy_pct_before", NumOrNull(busy_pct)},
-                {"loadavg_1m", NumOrNull(cpu.loadavg_1m)},
-                {"cgroup_cpu_limit", NumOrNull(cpu.cgroup_cpu_limit)},
-                {"l3_bytes", IntOrNull(cpu.l3_bytes)}};
+// The report's "cpu" object before the benchmarks add their figures.
+json CpuToJson(const CpuInfo& cpu, double busy_pct) {
+  return json{{"model", cpu.model},
+              {"vendor", cpu.vendor},
+              {"family", cpu.family},
+              {"logical_cpus", cpu.logical_cpus},
+              {"allowed_cpus", cpu.allowed_cpus},
+              {"physical_cores", cpu.physical_cores},
+              {"flags",
+               {{"fma", cpu.fma},
+                {"avx2", cpu.avx2},
+                {"avx512f", cpu.avx512f},
+                {"avx512_bf16", cpu.avx512_bf16},
+                {"amx_bf16", cpu.amx_bf16},
+                {"neon", cpu.neon}}},
+              {"hypervisor", cpu.hypervisor},
+              {"smt", cpu.smt},
+              {"nominal_mhz", NumOrNull(cpu.nominal_mhz)},
+              {"busy_pct_before", NumOrNull(busy_pct)},
+              {"loadavg_1m", NumOrNull(cpu.loadavg_1m)},
+              {"cgroup_cpu_limit", NumOrNull(cpu.cgroup_cpu_limit)},
+              {"l3_bytes", IntOrNull(cpu.l3_bytes)}};
+}
 
-  // 3. CPU micro-benchmarks.
-  json bench = json::array();
+// Per core: clock and a single-threaded matmul, one core at a time, pinned. A cap keeps
+// many-core machines within the time budget. Returns the report's "cores" array; the clocks
+// measured go to `core_clock`.
+json PerCoreBenchmarks(const CpuInfo& cpu, const SelftestOptions& opt, double window,
+                       std::vector<double>* core_clock) {
   json cores = json::array();
-  if (opt.cpu) {
-    const double window = opt.quick ? std::min(opt.min_bench_s, 0.2) : opt.min_bench_s;
-    std::vector<int64_t> throttle_before = cpu.throttle_count;
-    int64_t cg_before = cpu.cgroup_nr_throttled;
+  size_t max_cores = opt.quick ? 16 : 64;
+  double per = std::max(0.05, std::min(window / 2, 4.0 / cpu.allowed_cpus.size()));
+  for (size_t i = 0; i < cpu.allowed_cpus.size() && i < max_cores; ++i) {
+    int c = cpu.allowed_cpus[i];
+    double ghz = 0;
+    absl::StatusOr<MatmulResult> mm = absl::UnknownError("not run");
+    std::thread th([&] {
+      if (!PinCurrentThread(c)) return;
+      ghz = MeasureClockGhz(per);
+      mm = TorchMatmul("fp32", 256, 1, per);
+    });
+    th.join();
+    json core{{"cpu", c},
+              {"clock_ghz", ghz > 0 ? json(ghz) : json(nullptr)},
+              {"matmul_fp32_gflops", mm.ok() ? json(mm->gflops) : json(nullptr)},
+              {"cur_mhz", c < static_cast<int>(cpu.cur_mhz.size()) ? NumOrNull(cpu.cur_mhz[c])
+                                                                   : json(nullptr)},
+              {"max_mhz", c < static_cast<int>(cpu.max_mhz.size()) ? NumOrNull(cpu.max_mhz[c])
+                                                                   : json(nullptr)}};
+    cores.push_back(core);
+    if (ghz > 0) core_clock->push_back(ghz);
+  }
+  return cores;
+}
 
-    // Per core: clock and a single-threaded matmul, one core at a time, pinned. A cap
-    // keeps many-core machines within the time budget.
-    std::vector<double> core_clock, core_mm;
-    if (opt.per_core) {
-      size_t max_cores = opt.quick ? 16 : 64;
-      double per = std::max(0.05, std::min(window / 2, 4.0 / cpu.allowed_cpus.size()));
-      for (size_t i = 0; i < cpu.allowed_cpus.size() && i < max_cores; ++i) {
-        int c = cpu.allowed_cpus[i];
-        double ghz = 0;
-        absl::StatusOr<MatmulResult> mm = absl::UnknownError("not run");
-        std::thread th([&] {
-          if (!PinCurrentThread(c)) return;
-          ghz = MeasureClockGhz(per);
-          mm = TorchMatmul("fp32", 256, 1, per);
-        });
-        th.join();
-        json core{{"cpu", c},
-                  {"clock_ghz", ghz > 0 ? json(ghz) : json(nullptr)},
-                  {"matmul_fp32_gflops", mm.ok() ? json(mm->gflops) : json(nullptr)},
-                  {"cur_mhz", c < static_cast<int>(cpu.cur_mhz.size()) ? NumOrNull(cpu.cur_mhz[c])
-                                                                       : json(nullptr)},
-                  {"max_mhz", c < static_cast<int>(cpu.max_mhz.size()) ? NumOrNull(cpu.max_mhz[c])
-                                                                       : json(nullptr)}};
-        cores.push_back(core);
-        if (ghz > 0) core_clock.push_back(ghz);
-        if (mm.ok()) core_mm.push_back(mm->gflops);
-      }
-    }
-    const double measured_ghz = trainscope::Median(core_clock);
-    cpu_json["effective_ghz"] = measured_ghz > 0 ? json(measured_ghz) : json(nullptr);
-
-    // Whole-CPU matmul in fp32 and bf16 against the estimated peak (peak.cc): the clock is
-    // the OS's figure or the timing loop (ChooseCpuClock), the FLOP/cycle those of the ISA
-    // libtorch runs. Both are in the report with their sources.
-    const CpuClock clock = ChooseCpuClock(cpu, measured_ghz);
-    const CpuIsa isa = CpuIsaFor(cpu, TorchCpuCapability());
-    cpu_json["clock"] = ClockToJson(clock);
-    cpu_json["isa"] = {{"name", isa.name},
-                       {"detail", isa.detail},
-                       {"torch_capability", isa.torch_capability},
-                       {"fp32_flops_per_cycle", isa.fp32_flops_per_cycle},
-                       {"bf16_flops_per_cycle", isa.bf16_flops_per_cycle}};
-    cpu_dev.clock_mhz = clock.ghz > 0 ? clock.ghz * 1000 : -1;
-    devices.front().clock_mhz = cpu_dev.clock_mhz;
-    for (json& b : CpuMatmulBenchmarks(cpu, clock, isa, opt.quick ? 512 : 1024, window)) {
-      bench.push_back(std::move(b));
-    }
-    cpu_json["math_libraries"] = LoadedMathLibraries();
-    cpu_json["torch_version"] = TorchVersion();
-
-    // Memory bandwidth: triad against memcpy, same arrays, same threads, same run.
-    int64_t array_bytes = opt.triad_bytes;
-    if (array_bytes <= 0) {
-      array_bytes = std::max<int64_t>(4 * std::max<int64_t>(cpu.l3_bytes, 0),
-                                      opt.quick ? (32 << 20) : (64 << 20));
-      array_bytes = std::min<int64_t>(array_bytes, int64_t{256} << 20);
-      if (cpu.mem_available_bytes > 0) {
-        array_bytes = std::min<int64_t>(array_bytes, cpu.mem_available_bytes / 8);
-      }
-    }
-    json bw{{"name", "triad"}, {"device", "cpu"}, {"unit", "GB/s"}, {"reference", "memcpy"}};
-    absl::StatusOr<BandwidthResult> r = MeasureBandwidth(cpu.allowed_cpus, array_bytes, window);
-    if (r.ok()) {
-      bw["value"] = r->triad_gbps;
-      bw["reference_value"] = r->memcpy_gbps;
-      bw["fraction"] = r->memcpy_gbps > 0 ? json(r->triad_gbps / r->memcpy_gbps) : json(nullptr);
-      bw["array_bytes"] = r->array_bytes;
-      bw["threads"] = r->threads;
-    } else {
-      bw["value"] = nullptr;
-      bw["fraction"] = nullptr;
-      bw["error"] = std::string(r.status().message());
-    }
-    bench.push_back(bw);
-
-    // Throttling seen while we ran: thermal counters and the cgroup quota.
-    CpuInfo after = ReadCpuInfo(os);
-    int64_t thermal_events = 0;
-    for (size_t i = 0; i < after.throttle_count.size() && i < throttle_before.size(); ++i) {
-      if (after.throttle_count[i] >= 0 && throttle_before[i] >= 0) {
-        thermal_events += after.throttle_count[i] - throttle_before[i];
-      }
-    }
-    cpu_json["thermal_throttle_events"] = thermal_events;
-    cpu_json["cgroup_throttled_periods"] = (cg_before >= 0 && after.cgroup_nr_throttled >= 0)
-                                               ? json(after.cgroup_nr_throttled - cg_before)
-                                               : json(nullptr);
-    cpu_json["temperature_after_c"] = NumOrNull(after.temperature_c);
-    devices.front().temperature_c = std::max(cpu.temperature_c, after.temperature_c);
-    devices.front().throttled =
-        thermal_events > 0 || (cg_before >= 0 && after.cgroup_nr_throttled > cg_before);
-    if (thermal_events > 0) devices.front().throttle_reasons.push_back("thermal");
-    if (cg_before >= 0 && after.cgroup_nr_throttled > cg_before) {
-      devices.front().throttle_reasons.push_back("cgroup_quota");
+// Memory bandwidth: triad against memcpy, same arrays, same threads, same run.
+json TriadBenchmark(const CpuInfo& cpu, const SelftestOptions& opt, double window) {
+  int64_t array_bytes = opt.triad_bytes;
+  if (array_bytes <= 0) {
+    array_bytes = std::max<int64_t>(4 * std::max<int64_t>(cpu.l3_bytes, 0),
+                                    opt.quick ? (32 << 20) : (64 << 20));
+    array_bytes = std::min<int64_t>(array_bytes, int64_t{256} << 20);
+    if (cpu.mem_available_bytes > 0) {
+      array_bytes = std::min<int64_t>(array_bytes, cpu.mem_available_bytes / 8);
     }
   }
-  // 4. NVIDIA: cuBLAS bf16 GEMM and triad per card, tied to nvidia-smi rows by PCI bus id.
+  json bw{{"name", "triad"}, {"device", "cpu"}, {"unit", "GB/s"}, {"reference", "memcpy"}};
+  absl::StatusOr<BandwidthResult> r = MeasureBandwidth(cpu.allowed_cpus, array_bytes, window);
+  if (r.ok()) {
+    bw["value"] = r->triad_gbps;
+    bw["reference_value"] = r->memcpy_gbps;
+    bw["fraction"] = r->memcpy_gbps > 0 ? json(r->triad_gbps / r->memcpy_gbps) : json(nullptr);
+    bw["array_bytes"] = r->array_bytes;
+    bw["threads"] = r->threads;
+  } else {
+    bw["value"] = nullptr;
+    bw["fraction"] = nullptr;
+    bw["error"] = std::string(r.status().message());
+  }
+  return bw;
+}
+
+// Throttling seen while the benchmarks ran, against `before` (read before them): thermal
+// counters and the cgroup quota.
+void RecordThrottling(Os& os, const CpuInfo& before, json* cpu_json, DeviceStatus* cpu_dev) {
+  CpuInfo after = ReadCpuInfo(os);
+  const int64_t cg_before = before.cgroup_nr_throttled;
+  int64_t thermal_events = 0;
+  for (size_t i = 0; i < after.throttle_count.size() && i < before.throttle_count.size(); ++i) {
+    if (after.throttle_count[i] >= 0 && before.throttle_count[i] >= 0) {
+      thermal_events += after.throttle_count[i] - before.throttle_count[i];
+    }
+  }
+  (*cpu_json)["thermal_throttle_events"] = thermal_events;
+  (*cpu_json)["cgroup_throttled_periods"] = (cg_before >= 0 && after.cgroup_nr_throttled >= 0)
+                                                ? json(after.cgroup_nr_throttled - cg_before)
+                                                : json(nullptr);
+  (*cpu_json)["temperature_after_c"] = NumOrNull(after.temperature_c);
+  cpu_dev->temperature_c = std::max(before.temperature_c, after.temperature_c);
+  cpu_dev->throttled =
+      thermal_events > 0 || (cg_before >= 0 && after.cgroup_nr_throttled > cg_before);
+  if (thermal_events > 0) cpu_dev->throttle_reasons.push_back("thermal");
+  if (cg_before >= 0 && after.cgroup_nr_throttled > cg_before) {
+    cpu_dev->throttle_reasons.push_back("cgroup_quota");
+  }
+}
+
+// 3. CPU micro-benchmarks: per core, whole-CPU matmul, triad, and the throttling seen
+// meanwhile. Figures go to `cpu_json` and `cpu_dev` (the CPU's telemetry row), rows to
+// `bench` and `cores`.
+void RunCpuBenchmarks(Os& os, const SelftestOptions& opt, const CpuInfo& cpu, DeviceStatus* cpu_dev,
+                      json* cpu_json, json* bench, json* cores) {
+  const double window = opt.quick ? std::min(opt.min_bench_s, 0.2) : opt.min_bench_s;
+  std::vector<double> core_clock;
+  if (opt.per_core) *cores = PerCoreBenchmarks(cpu, opt, window, &core_clock);
+  const double measured_ghz = trainscope::Median(core_clock);
+  (*cpu_json)["effective_ghz"] = measured_ghz > 0 ? json(measured_ghz) : json(nullptr);
+
+  // Whole-CPU matmul in fp32 and bf16 against the estimated peak (peak.cc): the clock is
+  // the OS's figure or the timing loop (ChooseCpuClock), the FLOP/cycle those of the ISA
+  // libtorch runs. Both are in the report with their sources.
+  const CpuClock clock = ChooseCpuClock(cpu, measured_ghz);
+  const CpuIsa isa = CpuIsaFor(cpu, TorchCpuCapability());
+  (*cpu_json)["clock"] = ClockToJson(clock);
+  (*cpu_json)["isa"] = {{"name", isa.name},
+                        {"detail", isa.detail},
+                        {"torch_capability", isa.torch_capability},
+                        {"fp32_flops_per_cycle", isa.fp32_flops_per_cycle},
+                        {"bf16_flops_per_cycle", isa.bf16_flops_per_cycle}};
+  cpu_dev->clock_mhz = clock.ghz > 0 ? clock.ghz * 1000 : -1;
+  for (json& b : CpuMatmulBenchmarks(cpu, clock, isa, opt.quick ? 512 : 1024, window)) {
+    bench->push_back(std::move(b));
+  }
+  (*cpu_json)["math_libraries"] = LoadedMathLibraries();
+  (*cpu_json)["torch_version"] = TorchVersion();
+  bench->push_back(TriadBenchmark(cpu, opt, window));
+  RecordThrottling(os, cpu, cpu_json, cpu_dev);
+}
+
+// One card's cuBLAS bf16 GEMM and triad rows, labelled by its nvidia-smi row (same PCI bus
+// id) when there is one.
+void AddGpuBenchRows(const GpuBench& g, const std::vector<DeviceStatus>& devices, json* bench) {
+  std::string label = absl::StrCat("cuda", g.index), name;
+  for (const DeviceStatus& d : devices) {
+    if (d.kind == "nvidia" && SameBus(d.bus_id, g.bus_id)) {
+      label = absl::StrCat("nvidia", d.index);
+      name = d.name;
+    }
+  }
+  double peak = NominalBf16Tflops(name);
+  json mm{{"name", "matmul_bf16"},
+          {"device", label},
+          {"unit", "TFLOP/s"},
+          {"peak", peak > 0 ? json(peak) : json(nullptr)},
+          {"peak_estimated", false},
+          {"size", absl::StrCat(g.matmul_n, "x", g.matmul_n, "x", g.matmul_n)}};
+  json bw{{"name", "triad"}, {"device", label}, {"unit", "GB/s"}, {"reference", "memcpy"}};
+  if (!g.error.empty()) {
+    mm["value"] = nullptr;
+    mm["error"] = g.error;
+    bw["value"] = nullptr;
+    bw["error"] = g.error;
+  } else {
+    mm["value"] = g.matmul_bf16_tflops;
+    mm["fraction"] = peak > 0 ? json(g.matmul_bf16_tflops / peak) : json(nullptr);
+    bw["value"] = g.triad_gbps;
+    bw["reference_value"] = g.memcpy_gbps;
+    bw["fraction"] = g.memcpy_gbps > 0 ? json(g.triad_gbps / g.memcpy_gbps) : json(nullptr);
+  }
+  bench->push_back(mm);
+  bench->push_back(bw);
+}
+
+// 4. NVIDIA: cuBLAS bf16 GEMM and triad per card, tied to nvidia-smi rows by PCI bus id.
+void RunGpuBenchmarks(const SelftestOptions& opt, const std::vector<DeviceStatus>& devices,
+                      json* report, json* bench) {
   bool any_nvidia = false;
   for (const DeviceStatus& d : devices) any_nvidia |= d.kind == "nvidia" && d.online;
-  if (any_nvidia && opt.gpu) {
-    absl::StatusOr<std::vector<GpuBench>> gpus =
-        RunCudaBenchmarks(opt.quick, opt.quick ? 0.5 : 2.0);
-    if (!gpus.ok()) {
-      report["gpu_bench"] = {{"status", "unavailable"},
-                             {"detail", std::string(gpus.status().message())}};
-    } else {
-      report["gpu_bench"] = {{"status", "ok"}, {"detail", ""}};
-      for (const GpuBench& g : *gpus) {
-        std::string label = absl::StrCat("cuda", g.index), name;
-        for (const DeviceStatus& d : devices) {
-          if (d.kind == "nvidia" && SameBus(d.bus_id, g.bus_id)) {
-            label = absl::StrCat("nvidia", d.index);
-            name = d.name;
-          }
-        }
-        double peak = NominalBf16Tflops(name);
-        json mm{{"name", "matmul_bf16"},
-                {"device", label},
-                {"unit", "TFLOP/s"},
-                {"peak", peak > 0 ? json(peak) : json(nullptr)},
-                {"peak_estimated", false},
-                {"size", absl::StrCat(g.matmul_n, "x", g.matmul_n, "x", g.matmul_n)}};
-        json bw{{"name", "triad"}, {"device", label}, {"unit", "GB/s"}, {"reference", "memcpy"}};
-        if (!g.error.empty()) {
-          mm["value"] = nullptr;
-          mm["error"] = g.error;
-          bw["value"] = nullptr;
-          bw["error"] = g.error;
-        } else {
-          mm["value"] = g.matmul_bf16_tflops;
-          mm["fraction"] = peak > 0 ? json(g.matmul_bf16_tflops / peak) : json(nullptr);
-          bw["value"] = g.triad_gbps;
-          bw["reference_value"] = g.memcpy_gbps;
-          bw["fraction"] = g.memcpy_gbps > 0 ? json(g.triad_gbps / g.memcpy_gbps) : json(nullptr);
-        }
-        bench.push_back(mm);
-        bench.push_back(bw);
-      }
-    }
+  if (!any_nvidia || !opt.gpu) return;
+  absl::StatusOr<std::vector<GpuBench>> gpus = RunCudaBenchmarks(opt.quick, opt.quick ? 0.5 : 2.0);
+  if (!gpus.ok()) {
+    (*report)["gpu_bench"] = {{"status", "unavailable"},
+                              {"detail", std::string(gpus.status().message())}};
+    return;
   }
+  (*report)["gpu_bench"] = {{"status", "ok"}, {"detail", ""}};
+  for (const GpuBench& g : *gpus) AddGpuBenchRows(g, devices, bench);
+}
 
-  json devs = json::array();
-  for (const DeviceStatus& d : devices) devs.push_back(DeviceToJson(d));
-  report["devices"] = devs;
-  report["cpu"] = cpu_json;
-  report["benchmarks"] = bench;
-  report["cores"] = cores;
-
-  std::vector<Check> checks = EvaluateDeviceReport(report, opt);
+// 5. The verdicts: "checks", and "passed" with the first failure as its "reason".
+void AddVerdicts(const SelftestOptions& opt, json* report) {
+  std::vector<Check> checks = EvaluateDeviceReport(*report, opt);
   json cj = json::array();
   bool passed = true;
   std::string reason;
@@ -377,9 +389,42 @@ absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
       passed = false;
     }
   }
-  report["checks"] = cj;
-  report["passed"] = passed;
-  report["reason"] = reason;
+  (*report)["checks"] = cj;
+  (*report)["passed"] = passed;
+  (*report)["reason"] = reason;
+}
+
+}  // namespace
+
+absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
+  json report;
+  report["format"] = "trainscope.selftest.device";
+  report["version"] = 1;
+  report["quick"] = opt.quick;
+
+  std::vector<DeviceStatus> devices;
+  report["tools"] = ProbeAccelerators(os, opt, &devices);
+
+  // 2. The CPU picture, and how busy the machine is before we load it.
+  CpuInfo cpu = ReadCpuInfo(os);
+  cpu.allowed_cpus = AllowedCpus();
+  cpu.physical_cores = CountPhysicalCores(os, cpu.allowed_cpus);
+  const double busy_pct = SampleBusyPct(os);
+  devices.insert(devices.begin(), CpuDevice(cpu, busy_pct));
+  json cpu_json = CpuToJson(cpu, busy_pct);
+
+  json bench = json::array();
+  json cores = json::array();
+  if (opt.cpu) RunCpuBenchmarks(os, opt, cpu, &devices.front(), &cpu_json, &bench, &cores);
+  RunGpuBenchmarks(opt, devices, &report, &bench);
+
+  json devs = json::array();
+  for (const DeviceStatus& d : devices) devs.push_back(DeviceToJson(d));
+  report["devices"] = devs;
+  report["cpu"] = cpu_json;
+  report["benchmarks"] = bench;
+  report["cores"] = cores;
+  AddVerdicts(opt, &report);
   return report;
 }
 

@@ -106,6 +106,145 @@ int Report::exit_code() const {
   return failures > 0 ? 1 : 0;
 }
 
+namespace {
+
+void Say(const Options& options, const std::string& line) {
+  if (options.on_progress) options.on_progress(line);
+}
+
+// The part's command line with --extra-args, and for the default comm part its ranks: on GPUs
+// one per NVIDIA device over NCCL; inside a launched job the job's world size.
+void AddArgs(const Options& options, const Report& report, bool defaults, Part* part) {
+  auto extra = options.extra_args.find(part->name);
+  if (extra != options.extra_args.end()) {
+    part->argv.insert(part->argv.end(), extra->second.begin(), extra->second.end());
+  }
+  if (!defaults || part->name != "comm") return;
+  std::vector<std::string>& argv = part->argv;
+  for (const PartOutcome& o : report.parts) {
+    int gpus = o.name == "device" ? NvidiaDevices(o) : 0;
+    if (gpus >= 1) {
+      for (size_t k = 0; k + 1 < argv.size(); ++k) {
+        if (argv[k] == "-n") argv[k + 1] = std::to_string(std::max(gpus, 2));
+        if (argv[k] == "--backend") argv[k + 1] = gpus >= 2 ? "nccl" : "gloo";
+      }
+    }
+  }
+  // Inside a launched job the comm part is one rank of it (`selftest comm` sees the
+  // launcher's variables): its -n must be the job's world size.
+  for (size_t k = 0; options.comm_world_size > 1 && k + 1 < argv.size(); ++k) {
+    if (argv[k] == "-n") argv[k + 1] = std::to_string(options.comm_world_size);
+  }
+}
+
+// The default env and train parts' arguments that depend on this run: the fingerprint just
+// taken, and the trainer's time (`left` seconds remain of doctor's budget) and run directory.
+void AddRunArgs(const Report& report, bool defaults, double left, Part* part) {
+  if (defaults && part->name == "env" && FingerprintTaken(report)) {
+    // Check the fingerprint just taken instead of probing the machine again.
+    part->argv.push_back(run_dir::Join(report.run_dir, run_dir::kFingerprint));
+  }
+  if (defaults && part->name == "train") {
+    // The trainer stops itself before doctor's budget would kill it; start-up, data
+    // preparation and the final evaluation come on top of its training time.
+    double budget = std::min(part->budget_s, left - kGraceS);
+    part->argv.insert(part->argv.end(),
+                      {"--max-seconds", FormatDouble(std::max(1.0, budget * 0.6), 0)});
+    // Its metrics go into this run directory (train/), where diagnose reads the curve.
+    part->argv.insert(part->argv.end(), {"--run-dir", report.run_dir});
+  }
+}
+
+// Runs `part` as a child process within what is left of the budget (`left` of `total`
+// seconds), unless --skip names it, doctor was interrupted or the budget is used up; its
+// stdout and stderr go to the run directory's parts/.
+PartOutcome RunPart(const Part& part, const Options& options, const std::string& run_dir,
+                    double left, double total, const std::string& tag) {
+  PartOutcome o;
+  o.name = part.name;
+  o.argv = part.argv;
+  o.budget_s = part.budget_s;
+  if (std::find(options.skip.begin(), options.skip.end(), part.name) != options.skip.end()) {
+    o.skip_reason = "skipped by --skip";
+  } else if (Interrupted()) {
+    o.skip_reason = "not run: interrupted";
+  } else if (left - kGraceS < 2) {
+    o.skip_reason =
+        absl::StrCat("not run: the doctor budget of ", FormatDouble(total, 0), " s was used up");
+  } else {
+    o.budget_s = std::min(part.budget_s, left - kGraceS);
+    Say(options, absl::StrCat(tag, ": running (budget ", FormatDouble(o.budget_s, 0), " s)"));
+    RunOptions ro;
+    ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.budget_s * 1000));
+    ro.kill_grace = std::chrono::milliseconds(2000);
+    ro.env[envvar::kNoProgress] = "1";
+    absl::StatusOr<RunResult> r = RunProcess(part.argv, ro);
+    if (!r.ok()) {
+      o.skip_reason = absl::StrCat("cannot start: ", r.status().message());
+    } else {
+      o.started = true;
+      o.exit_code = r->exit_code;
+      o.term_signal = r->term_signal;
+      o.timed_out = r->timed_out;
+      o.wall_s = r->wall_s;
+      o.out = std::move(r->out);
+      o.err = std::move(r->err);
+    }
+    // Anything the part left behind (ranks in their own process groups) goes now.
+    KillDescendants(std::chrono::milliseconds(500));
+    ReapExitedChildren();
+  }
+  if (o.started && Interrupted()) {
+    o.started = false;
+    o.skip_reason = "interrupted while running";
+  }
+  const std::string parts_dir = run_dir::Join(run_dir, run_dir::kParts);
+  WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stdout"), o.out).IgnoreError();
+  WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stderr"), o.err).IgnoreError();
+  return o;
+}
+
+// What a part found, worst first: "1 fail, 8 pass, 2 skip", or "no checks".
+std::string FoundSummary(const std::vector<Check>& checks) {
+  std::vector<std::string> found;
+  for (const char* verdict : {"fail", "warn", "pass", "skip"}) {
+    const auto n = std::count_if(checks.begin(), checks.end(),
+                                 [&](const Check& c) { return c.verdict == verdict; });
+    if (n > 0) found.push_back(absl::StrCat(n, " ", verdict));
+  }
+  if (found.empty()) found.push_back("no checks");
+  return absl::StrJoin(found, ", ");
+}
+
+void CountVerdicts(Report* report) {
+  for (const Check& c : report->checks) {
+    if (c.verdict == "fail")
+      ++report->failures;
+    else if (c.verdict == "warn")
+      ++report->warnings;
+    else if (c.verdict == "skip")
+      ++report->skips;
+    else
+      ++report->passes;
+  }
+}
+
+// Then diagnose: the checks' findings and, when the train part left metrics, its curve.
+void AddFindings(Report* report) {
+  report->findings = FindingsFrom(report->checks);
+  const std::string train_dir = run_dir::Join(report->run_dir, run_dir::kTrain);
+  std::error_code ec;
+  if (std::filesystem::is_directory(train_dir, ec)) {
+    absl::StatusOr<diagnose::Report> d = diagnose::Diagnose({train_dir});
+    if (d.ok()) {
+      for (Finding& f : d->findings) report->findings.push_back(std::move(f));
+    }
+  }
+  SortFindings(&report->findings);
+}
+
+}  // namespace
+
 absl::StatusOr<Report> RunDoctor(const Options& options) {
   const double start = NowS();
   Report report;
@@ -120,89 +259,14 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
   const double total =
       options.total_budget_s > 0 ? options.total_budget_s : (options.quick ? 55.0 : 280.0);
   const double deadline = start + total;
-  auto progress = [&](const std::string& line) {
-    if (options.on_progress) options.on_progress(line);
-  };
 
   for (size_t i = 0; i < parts.size(); ++i) {
     Part part = parts[i];
-    auto extra = options.extra_args.find(part.name);
-    if (extra != options.extra_args.end()) {
-      part.argv.insert(part.argv.end(), extra->second.begin(), extra->second.end());
-    }
-    // On GPUs, comm runs one rank per NVIDIA device over NCCL (defaults only).
-    if (defaults && part.name == "comm") {
-      for (const PartOutcome& o : report.parts) {
-        int gpus = o.name == "device" ? NvidiaDevices(o) : 0;
-        if (gpus >= 1) {
-          for (size_t k = 0; k + 1 < part.argv.size(); ++k) {
-            if (part.argv[k] == "-n") part.argv[k + 1] = std::to_string(std::max(gpus, 2));
-            if (part.argv[k] == "--backend") part.argv[k + 1] = gpus >= 2 ? "nccl" : "gloo";
-          }
-        }
-      }
-      // Inside a launched job the comm part is one rank of it (`selftest comm` sees the
-      // launcher's variables): its -n must be the job's world size.
-      for (size_t k = 0; options.comm_world_size > 1 && k + 1 < part.argv.size(); ++k) {
-        if (part.argv[k] == "-n") part.argv[k + 1] = std::to_string(options.comm_world_size);
-      }
-    }
+    AddArgs(options, report, defaults, &part);
     const double left = deadline - NowS();
-    if (defaults && part.name == "env" && FingerprintTaken(report)) {
-      // Check the fingerprint just taken instead of probing the machine again.
-      part.argv.push_back(run_dir::Join(report.run_dir, run_dir::kFingerprint));
-    }
-    if (defaults && part.name == "train") {
-      // The trainer stops itself before doctor's budget would kill it; start-up, data
-      // preparation and the final evaluation come on top of its training time.
-      double budget = std::min(part.budget_s, left - kGraceS);
-      part.argv.insert(part.argv.end(),
-                       {"--max-seconds", FormatDouble(std::max(1.0, budget * 0.6), 0)});
-      // Its metrics go into this run directory (train/), where diagnose reads the curve.
-      part.argv.insert(part.argv.end(), {"--run-dir", report.run_dir});
-    }
-    PartOutcome o;
-    o.name = part.name;
-    o.argv = part.argv;
-    o.budget_s = part.budget_s;
+    AddRunArgs(report, defaults, left, &part);
     const std::string tag = absl::StrCat("[", i + 1, "/", parts.size(), "] ", part.name);
-    if (std::find(options.skip.begin(), options.skip.end(), part.name) != options.skip.end()) {
-      o.skip_reason = "skipped by --skip";
-    } else if (Interrupted()) {
-      o.skip_reason = "not run: interrupted";
-    } else if (left - kGraceS < 2) {
-      o.skip_reason =
-          absl::StrCat("not run: the doctor budget of ", FormatDouble(total, 0), " s was used up");
-    } else {
-      o.budget_s = std::min(part.budget_s, left - kGraceS);
-      progress(absl::StrCat(tag, ": running (budget ", FormatDouble(o.budget_s, 0), " s)"));
-      RunOptions ro;
-      ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.budget_s * 1000));
-      ro.kill_grace = std::chrono::milliseconds(2000);
-      ro.env[envvar::kNoProgress] = "1";
-      absl::StatusOr<RunResult> r = RunProcess(part.argv, ro);
-      if (!r.ok()) {
-        o.skip_reason = absl::StrCat("cannot start: ", r.status().message());
-      } else {
-        o.started = true;
-        o.exit_code = r->exit_code;
-        o.term_signal = r->term_signal;
-        o.timed_out = r->timed_out;
-        o.wall_s = r->wall_s;
-        o.out = std::move(r->out);
-        o.err = std::move(r->err);
-      }
-      // Anything the part left behind (ranks in their own process groups) goes now.
-      KillDescendants(std::chrono::milliseconds(500));
-      ReapExitedChildren();
-    }
-    if (o.started && Interrupted()) {
-      o.started = false;
-      o.skip_reason = "interrupted while running";
-    }
-    const std::string parts_dir = run_dir::Join(report.run_dir, run_dir::kParts);
-    WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stdout"), o.out).IgnoreError();
-    WriteFileAtomic(absl::StrCat(parts_dir, "/", part.name, ".stderr"), o.err).IgnoreError();
+    PartOutcome o = RunPart(part, options, report.run_dir, left, total, tag);
     const PartOutcome* device = nullptr;
     for (const PartOutcome& earlier : report.parts)
       if (earlier.name == "device") device = &earlier;
@@ -210,44 +274,17 @@ absl::StatusOr<Report> RunDoctor(const Options& options) {
     if (part.name == "fingerprint" && o.started && o.exit_code == 0) {
       WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kFingerprint), o.out).IgnoreError();
     }
-    // What the part found, worst first: "1 fail, 8 pass, 2 skip".
-    std::vector<std::string> found;
-    for (const char* verdict : {"fail", "warn", "pass", "skip"}) {
-      const auto n = std::count_if(checks.begin(), checks.end(),
-                                   [&](const Check& c) { return c.verdict == verdict; });
-      if (n > 0) found.push_back(absl::StrCat(n, " ", verdict));
-    }
-    if (found.empty()) found.push_back("no checks");
     if (o.started || !o.skip_reason.empty()) {
-      progress(absl::StrCat(tag, ": ", absl::StrJoin(found, ", "),
-                            o.started ? absl::StrCat(" (", FormatDouble(o.wall_s, 1), " s)")
-                                      : absl::StrCat(" (", o.skip_reason, ")")));
+      Say(options, absl::StrCat(tag, ": ", FoundSummary(checks),
+                                o.started ? absl::StrCat(" (", FormatDouble(o.wall_s, 1), " s)")
+                                          : absl::StrCat(" (", o.skip_reason, ")")));
     }
     report.checks.insert(report.checks.end(), checks.begin(), checks.end());
     report.parts.push_back(std::move(o));
   }
   report.interrupted = Interrupted();
-  for (const Check& c : report.checks) {
-    if (c.verdict == "fail")
-      ++report.failures;
-    else if (c.verdict == "warn")
-      ++report.warnings;
-    else if (c.verdict == "skip")
-      ++report.skips;
-    else
-      ++report.passes;
-  }
-  // Then diagnose: the checks' findings and, when the train part left metrics, its curve.
-  report.findings = FindingsFrom(report.checks);
-  const std::string train_dir = run_dir::Join(report.run_dir, run_dir::kTrain);
-  std::error_code ec;
-  if (std::filesystem::is_directory(train_dir, ec)) {
-    absl::StatusOr<diagnose::Report> d = diagnose::Diagnose({train_dir});
-    if (d.ok()) {
-      for (Finding& f : d->findings) report.findings.push_back(std::move(f));
-    }
-  }
-  SortFindings(&report.findings);
+  CountVerdicts(&report);
+  AddFindings(&report);
   report.wall_s = NowS() - start;
   TS_RETURN_IF_ERROR(WriteFileAtomic(run_dir::Join(report.run_dir, run_dir::kDoctorReportJson),
                                      ReportToJson(report).dump(2) + "\n"));
