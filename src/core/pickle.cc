@@ -5,6 +5,7 @@
 #include "trainscope/core/pickle.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/pickle_internal.h"
+#include "trainscope/core/status.h"
 
 namespace trainscope::pickle {
 namespace {
@@ -30,6 +32,41 @@ using Kind = Value::Kind;
 constexpr uint64_t kMaxNodesCap = uint64_t{1} << 23;      // ~1 GB of nodes at worst
 constexpr uint64_t kMaxTextBytesCap = uint64_t{1} << 30;  // text copied into the tree
 constexpr size_t kMaxLongDecimalBytes = 256;              // longer LONG1/4: hex digits
+
+// The opcode families Machine::Step dispatches to, one method each, in a 256-entry table so
+// that the dispatch stays one load and one jump.
+enum class OpFamily : uint8_t {
+  kUnknown,
+  kControl,     // PROTO, FRAME, STOP, MARK, POP, POP_MARK, DUP
+  kNumber,      // integers, floats, None, True, False
+  kText,        // strings and bytes
+  kMemo,        // GET, PUT, MEMOIZE
+  kObject,      // globals, calls, BUILD, persistent ids
+  kCollection,  // new lists, tuples, dicts, sets
+  kFill,        // APPEND(S), ADDITEMS, SETITEM(S)
+  kExtension,   // EXT1/2/4
+  kBuffer,      // NEXT_BUFFER, READONLY_BUFFER
+};
+constexpr std::array<OpFamily, 256> MakeOpFamilyTable() {
+  // The opcodes of each family, in the enum's order; NUL-terminated (no opcode is 0).
+  constexpr const char* kOps[] = {"",
+                                  "\x80\x95.(012",
+                                  "KMJ\x8a\x8bILFGN\x88\x89",
+                                  "SVTUCXB\x8c\x8d\x8e\x96",
+                                  "ghjpqr\x94",
+                                  "ci\x93R\x81\x92obPQ",
+                                  "])}d\x8f\x85\x86\x87lt\x91",
+                                  "ae\x90su",
+                                  "\x82\x83\x84",
+                                  "\x97\x98"};
+  std::array<OpFamily, 256> t = {};
+  for (size_t f = 0; f < sizeof(kOps) / sizeof(kOps[0]); ++f)
+    for (const char* c = kOps[f]; *c; ++c) t[static_cast<uint8_t>(*c)] = OpFamily(f);
+  return t;
+}
+constexpr std::array<OpFamily, 256> kOpFamilies = MakeOpFamilyTable();
+static_assert(kOpFamilies['B'] == OpFamily::kText && kOpFamilies[0x98] == OpFamily::kBuffer,
+              "an opcode list above lost a character to a hex escape");
 
 class Machine {
  public:
@@ -133,12 +170,15 @@ class Machine {
                              std::vector<Node*> kwargs);
   absl::StatusOr<Node*> WellKnown(const std::string& name, const std::vector<Node*>& args);
 
-  // --- opcodes by group
+  // --- opcodes by family (OpFamilyOf)
   absl::Status Step(bool* stop);
+  absl::Status ControlOp(bool* stop);
   absl::Status NumberOp();
   absl::Status TextOp();
   absl::Status MemoOp();
   absl::Status ObjectOp();
+  absl::Status CollectionOp();
+  absl::Status FillOp();
 
   std::string_view in_;
   Options options_;
@@ -331,6 +371,12 @@ absl::StatusOr<Node*> Machine::Call(Node* callee, const std::vector<Node*>& args
 
 absl::Status Machine::NumberOp() {
   switch (op_) {
+    case 'N':
+      return Push(none_);
+    case 0x88:
+      return Push(true_);
+    case 0x89:
+      return Push(false_);
     case 'K':
     case 'M':
     case 'J': {
@@ -576,31 +622,21 @@ absl::Status Machine::ObjectOp() {
   return Fail("internal: not an object opcode");
 }
 
-absl::Status Machine::Step(bool* stop) {
-  op_at_ = at_;
-  std::string_view b;
-  if (!Take(1, &b)) {
-    op_ = 0;
-    return absl::InvalidArgumentError(absl::StrCat("byte ", at_, ": no STOP opcode (truncated)"));
-  }
-  op_ = static_cast<uint8_t>(b[0]);
+absl::Status Machine::ControlOp(bool* stop) {
   switch (op_) {
     case 0x80: {
-      auto v = UnsignedLE(1);
-      if (!v.ok()) return v.status();
-      if (*v > 5) return Fail(absl::StrCat("unsupported protocol ", *v));
+      TS_ASSIGN_OR_RETURN(uint64_t v, UnsignedLE(1));
+      if (v > 5) return Fail(absl::StrCat("unsupported protocol ", v));
       return absl::OkStatus();
     }
     case 0x95: {
-      auto v = UnsignedLE(8);
-      if (!v.ok()) return v.status();
-      if (*v > in_.size() - at_) return Fail("a frame longer than the input (truncated)");
+      TS_ASSIGN_OR_RETURN(uint64_t v, UnsignedLE(8));
+      if (v > in_.size() - at_) return Fail("a frame longer than the input (truncated)");
       return absl::OkStatus();
     }
     case '.': {
-      auto v = Pop();
-      if (!v.ok()) return v.status();
-      stack_.push_back(*v);
+      TS_ASSIGN_OR_RETURN(Node * v, Pop());
+      stack_.push_back(v);
       *stop = true;
       return absl::OkStatus();
     }
@@ -620,53 +656,12 @@ absl::Status Machine::Step(bool* stop) {
       auto t = Top();
       return t.ok() ? Push(*t) : t.status();
     }
-    case 'N':
-      return Push(none_);
-    case 0x88:
-      return Push(true_);
-    case 0x89:
-      return Push(false_);
-    case 'K':
-    case 'M':
-    case 'J':
-    case 0x8a:
-    case 0x8b:
-    case 'I':
-    case 'L':
-    case 'F':
-    case 'G':
-      return NumberOp();
-    case 'S':
-    case 'V':
-    case 'T':
-    case 'U':
-    case 'C':
-    case 0x8c:
-    case 'X':
-    case 'B':
-    case 0x8d:
-    case 0x8e:
-    case 0x96:
-      return TextOp();
-    case 'g':
-    case 'h':
-    case 'j':
-    case 'p':
-    case 'q':
-    case 'r':
-    case 0x94:
-      return MemoOp();
-    case 'c':
-    case 'i':
-    case 0x93:
-    case 'R':
-    case 0x81:
-    case 0x92:
-    case 'o':
-    case 'b':
-    case 'P':
-    case 'Q':
-      return ObjectOp();
+  }
+  return Fail("internal: not a control opcode");
+}
+
+absl::Status Machine::CollectionOp() {
+  switch (op_) {
     case ']':
       return PushSequence(Kind::kList, {});
     case ')':
@@ -680,73 +675,92 @@ absl::Status Machine::Step(bool* stop) {
     case 0x87: {
       std::vector<Node*> items(op_ - 0x84);
       for (size_t i = items.size(); i-- > 0;) {
-        auto v = Pop();
-        if (!v.ok()) return v.status();
-        items[i] = *v;
+        TS_ASSIGN_OR_RETURN(Node * v, Pop());
+        items[i] = v;
       }
       return PushSequence(Kind::kTuple, std::move(items));
     }
     case 'l':
     case 't':
     case 0x91: {
-      auto items = PopMark();
-      if (!items.ok()) return items.status();
+      TS_ASSIGN_OR_RETURN(std::vector<Node*> items, PopMark());
       return PushSequence(op_ == 'l'   ? Kind::kList
                           : op_ == 't' ? Kind::kTuple
                                        : Kind::kSet,
-                          *std::move(items));
+                          std::move(items));
     }
     case 'd': {
-      auto items = PopMark();
-      if (!items.ok()) return items.status();
-      if (items->size() % 2) return Fail("an odd number of items");
-      auto d = New(Kind::kDict);
-      if (!d.ok()) return d.status();
-      for (size_t i = 0; i < items->size(); i += 2)
-        if (auto s = SetItem(*d, (*items)[i], (*items)[i + 1]); !s.ok()) return s;
-      return Push(*d);
+      TS_ASSIGN_OR_RETURN(std::vector<Node*> items, PopMark());
+      if (items.size() % 2) return Fail("an odd number of items");
+      TS_ASSIGN_OR_RETURN(Node * d, New(Kind::kDict));
+      for (size_t i = 0; i < items.size(); i += 2)
+        TS_RETURN_IF_ERROR(SetItem(d, items[i], items[i + 1]));
+      return Push(d);
     }
+  }
+  return Fail("internal: not a collection opcode");
+}
+
+absl::Status Machine::FillOp() {
+  switch (op_) {
     case 'a': {
-      auto v = Pop();
-      if (!v.ok()) return v.status();
-      auto target = Top();
-      if (!target.ok()) return target.status();
-      return Extend(*target, {*v}, false);
+      TS_ASSIGN_OR_RETURN(Node * v, Pop());
+      TS_ASSIGN_OR_RETURN(Node * target, Top());
+      return Extend(target, {v}, false);
     }
     case 'e':
     case 0x90: {
-      auto items = PopMark();
-      if (!items.ok()) return items.status();
-      auto target = Top();
-      if (!target.ok()) return target.status();
-      return Extend(*target, *items, op_ == 0x90);
+      TS_ASSIGN_OR_RETURN(std::vector<Node*> items, PopMark());
+      TS_ASSIGN_OR_RETURN(Node * target, Top());
+      return Extend(target, items, op_ == 0x90);
     }
     case 's': {
-      auto v = Pop();
-      if (!v.ok()) return v.status();
-      auto k = Pop();
-      if (!k.ok()) return k.status();
-      auto target = Top();
-      if (!target.ok()) return target.status();
-      return SetItem(*target, *k, *v);
+      TS_ASSIGN_OR_RETURN(Node * v, Pop());
+      TS_ASSIGN_OR_RETURN(Node * k, Pop());
+      TS_ASSIGN_OR_RETURN(Node * target, Top());
+      return SetItem(target, k, v);
     }
     case 'u': {
-      auto items = PopMark();
-      if (!items.ok()) return items.status();
-      if (items->size() % 2) return Fail("an odd number of items");
-      auto target = Top();
-      if (!target.ok()) return target.status();
-      for (size_t i = 0; i < items->size(); i += 2)
-        if (auto s = SetItem(*target, (*items)[i], (*items)[i + 1]); !s.ok()) return s;
+      TS_ASSIGN_OR_RETURN(std::vector<Node*> items, PopMark());
+      if (items.size() % 2) return Fail("an odd number of items");
+      TS_ASSIGN_OR_RETURN(Node * target, Top());
+      for (size_t i = 0; i < items.size(); i += 2)
+        TS_RETURN_IF_ERROR(SetItem(target, items[i], items[i + 1]));
       return absl::OkStatus();
     }
-    case 0x82:
-    case 0x83:
-    case 0x84:
+  }
+  return Fail("internal: not a fill opcode");
+}
+
+absl::Status Machine::Step(bool* stop) {
+  op_at_ = at_;
+  std::string_view b;
+  if (!Take(1, &b)) {
+    op_ = 0;
+    return absl::InvalidArgumentError(absl::StrCat("byte ", at_, ": no STOP opcode (truncated)"));
+  }
+  op_ = static_cast<uint8_t>(b[0]);
+  switch (kOpFamilies[op_]) {
+    case OpFamily::kControl:
+      return ControlOp(stop);
+    case OpFamily::kNumber:
+      return NumberOp();
+    case OpFamily::kText:
+      return TextOp();
+    case OpFamily::kMemo:
+      return MemoOp();
+    case OpFamily::kObject:
+      return ObjectOp();
+    case OpFamily::kCollection:
+      return CollectionOp();
+    case OpFamily::kFill:
+      return FillOp();
+    case OpFamily::kExtension:
       return Fail("extension codes (copyreg's registry) are not supported");
-    case 0x97:
-    case 0x98:
+    case OpFamily::kBuffer:
       return Fail("out-of-band buffers (protocol 5, pickle.PickleBuffer) are not supported");
+    case OpFamily::kUnknown:
+      break;
   }
   return Fail("unknown opcode");
 }

@@ -313,6 +313,162 @@ bool Better(const Strategy& a, const Strategy& b, Bottleneck bottleneck) {
   return a.zero < b.zero;
 }
 
+// The candidate values of each dimension: the options' lists, or all of them.
+struct Candidates {
+  std::vector<int> tps, pps, zeros;
+  std::vector<Recompute> recomputes;
+};
+
+Candidates CandidatesOf(const PlanOptions& o) {
+  const std::vector<int> divisors = Divisors(o.cluster.devices);
+  Candidates c;
+  c.tps = o.tp.empty() ? divisors : o.tp;
+  c.pps = o.pp.empty() ? divisors : o.pp;
+  c.zeros = o.zero.empty() ? std::vector<int>{0, 1, 2, 3} : o.zero;
+  c.recomputes =
+      o.recompute.empty()
+          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
+          : o.recompute;
+  return c;
+}
+
+bool TpOk(const PlanOptions& o, int tp) {
+  const int n = o.cluster.devices;
+  return tp <= n && n % tp == 0 && o.model.heads % tp == 0;
+}
+
+bool PpOk(const PlanOptions& o, int pp) {
+  const int n = o.cluster.devices;
+  return pp <= n && n % pp == 0 && pp <= o.model.layers && o.model.layers % pp == 0;
+}
+
+// Impossible values are named once each, with the reason.
+void RejectImpossible(const PlanOptions& o, const Candidates& c, Plan* plan) {
+  const int n = o.cluster.devices;
+  const int per_node = n / o.cluster.nodes;
+  for (int tp : c.tps) {
+    if (tp > n) {
+      plan->rejected.push_back(
+          {0, tp, 0, absl::StrCat("tp=", tp), absl::StrCat("more devices than given (", n, ")")});
+    } else if (n % tp != 0) {
+      plan->rejected.push_back(
+          {0, tp, 0, absl::StrCat("tp=", tp), absl::StrCat("does not divide --devices ", n)});
+    } else if (o.model.heads % tp != 0) {
+      plan->rejected.push_back({0, tp, 0, absl::StrCat("tp=", tp),
+                                absl::StrCat("does not divide the ", o.model.heads, " heads")});
+    } else if (tp > per_node) {
+      // Possible but slow: kept, the inter-node bandwidth prices it.
+    }
+  }
+  for (int pp : c.pps) {
+    if (pp > n) {
+      plan->rejected.push_back(
+          {0, 0, pp, absl::StrCat("pp=", pp), absl::StrCat("more devices than given (", n, ")")});
+    } else if (pp > o.model.layers) {
+      plan->rejected.push_back({0, 0, pp, absl::StrCat("pp=", pp),
+                                absl::StrCat("more stages than the ", o.model.layers, " layers")});
+    } else if (o.model.layers % pp != 0) {
+      plan->rejected.push_back(
+          {0, 0, pp, absl::StrCat("pp=", pp),
+           absl::StrCat("does not divide the ", o.model.layers, " layers into equal stages")});
+    } else if (n % pp != 0) {
+      plan->rejected.push_back(
+          {0, 0, pp, absl::StrCat("pp=", pp), absl::StrCat("does not divide --devices ", n)});
+    }
+  }
+}
+
+// Every candidate of one tp x pp layout (dp follows): the micro-batches that divide the batch
+// per data-parallel rank, x ZeRO stages (none above 0 at dp=1), x recomputation; what cannot
+// run goes to plan->rejected.
+void EvaluateLayout(const PlanOptions& o, const Candidates& c, int tp, int pp, Plan* plan) {
+  const int n = o.cluster.devices;
+  if (tp * pp > n) {
+    plan->rejected.push_back(
+        {0, tp, pp, absl::StrCat("tp=", tp, " x pp=", pp),
+         absl::StrCat("needs ", tp * pp, " devices, more than the ", n, " given")});
+    return;
+  }
+  if (n % (tp * pp) != 0) {
+    plan->rejected.push_back({0, tp, pp, absl::StrCat("tp=", tp, " x pp=", pp),
+                              absl::StrCat("does not divide --devices ", n)});
+    return;
+  }
+  const int dp = n / (tp * pp);
+  if (o.global_batch % dp != 0) {
+    plan->rejected.push_back({dp, tp, pp, absl::StrCat("dp=", dp),
+                              absl::StrCat("does not divide --global-batch ", o.global_batch)});
+    return;
+  }
+  const int per_dp = o.global_batch / dp;
+  std::vector<int> mbs = o.micro_batch;
+  if (mbs.empty()) {
+    for (int mb = 1; mb <= per_dp; mb *= 2) {
+      if (per_dp % mb == 0) mbs.push_back(mb);
+    }
+  }
+  std::vector<int> zs;
+  for (int z : c.zeros) {
+    if (z > 0 && dp == 1) continue;  // named below
+    zs.push_back(z);
+  }
+  if (dp == 1 && zs.size() < c.zeros.size()) {
+    plan->rejected.push_back(
+        {dp, tp, pp, "zero=1-3", "dp=1: ZeRO shards over data-parallel ranks, none to shard over"});
+  }
+  for (int mb : mbs) {
+    if (per_dp % mb != 0) {
+      plan->rejected.push_back(
+          {dp, tp, pp, absl::StrCat("micro_batch=", mb),
+           absl::StrCat("does not divide the ", per_dp, " sequences per data-parallel rank")});
+      continue;
+    }
+    for (int z : zs) {
+      for (Recompute r : c.recomputes) {
+        plan->strategies.push_back(Evaluate(o, plan->params, dp, tp, pp, z, r, mb));
+      }
+    }
+  }
+}
+
+// Fitting candidates first, ranked as the bottleneck says (the others by memory), and the
+// recommendation with its reason.
+void RankAndRecommend(Bottleneck bottleneck, Plan* plan) {
+  const PlanOptions& o = plan->options;
+  std::stable_sort(plan->strategies.begin(), plan->strategies.end(),
+                   [&](const Strategy& a, const Strategy& b) {
+                     if (a.fits != b.fits) return a.fits;
+                     if (!a.fits) return a.memory.total < b.memory.total;
+                     return Better(a, b, bottleneck);
+                   });
+  int rank = 0;
+  for (Strategy& s : plan->strategies) {
+    if (s.fits) s.rank = ++rank;
+  }
+  if (!plan->strategies.empty() && plan->strategies[0].fits) {
+    plan->recommended = 0;
+    const Strategy& s = plan->strategies[0];
+    const char* by = bottleneck == Bottleneck::kCommunication ? "least communication time"
+                     : bottleneck == Bottleneck::kMemory      ? "most memory headroom"
+                                                              : "shortest estimated step";
+    plan->reason = absl::StrFormat(
+        "%s of %d fitting candidates: %.3g of %.1f GB per device, %.3g GB sent per device per step "
+        "(%.3g s at the %s bandwidths), bubble %.1f%%, est. step %.3g s",
+        by, rank, s.memory.total / kBytesPerGB, o.cluster.device_memory_gb,
+        s.comm.total / kBytesPerGB, s.comm.seconds, o.cluster.bandwidth_source, 100 * s.bubble,
+        s.step_s);
+  } else if (plan->strategies.empty()) {
+    plan->reason = "no candidate: every combination was impossible (see rejected)";
+  } else {
+    const Strategy& s = plan->strategies[0];
+    plan->reason = absl::StrFormat(
+        "nothing fits in %.1f GB: the smallest candidate (dp %d, tp %d, pp %d, ZeRO %d, "
+        "recompute %s, micro-batch %d) needs %.1f GB; add devices or memory",
+        o.cluster.device_memory_gb, s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute),
+        s.micro_batch, s.memory.total / kBytesPerGB);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Plan> MakePlan(const PlanOptions& options, const Measured& measured) {
@@ -324,138 +480,15 @@ absl::StatusOr<Plan> MakePlan(const PlanOptions& options, const Measured& measur
   PlanOptions& o = plan.options;
   if (o.global_batch == 0) o.global_batch = 8 * o.cluster.devices;
   plan.params = o.model.params > 0 ? o.model.params : CountParams(o.model);
-  const int n = o.cluster.devices;
-  const std::vector<int> divisors = Divisors(n);
-  const std::vector<int> tps = o.tp.empty() ? divisors : o.tp;
-  const std::vector<int> pps = o.pp.empty() ? divisors : o.pp;
-  const std::vector<int> zeros = o.zero.empty() ? std::vector<int>{0, 1, 2, 3} : o.zero;
-  const std::vector<Recompute> recomputes =
-      o.recompute.empty()
-          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
-          : o.recompute;
-  const int per_node = n / o.cluster.nodes;
-
-  // Impossible values are named once each, with the reason.
-  for (int tp : tps) {
-    if (tp > n) {
-      plan.rejected.push_back(
-          {0, tp, 0, absl::StrCat("tp=", tp), absl::StrCat("more devices than given (", n, ")")});
-    } else if (n % tp != 0) {
-      plan.rejected.push_back(
-          {0, tp, 0, absl::StrCat("tp=", tp), absl::StrCat("does not divide --devices ", n)});
-    } else if (o.model.heads % tp != 0) {
-      plan.rejected.push_back({0, tp, 0, absl::StrCat("tp=", tp),
-                               absl::StrCat("does not divide the ", o.model.heads, " heads")});
-    } else if (tp > per_node) {
-      // Possible but slow: kept, the inter-node bandwidth prices it.
+  const Candidates c = CandidatesOf(o);
+  RejectImpossible(o, c, &plan);
+  for (int tp : c.tps) {
+    if (!TpOk(o, tp)) continue;
+    for (int pp : c.pps) {
+      if (PpOk(o, pp)) EvaluateLayout(o, c, tp, pp, &plan);
     }
   }
-  for (int pp : pps) {
-    if (pp > n) {
-      plan.rejected.push_back(
-          {0, 0, pp, absl::StrCat("pp=", pp), absl::StrCat("more devices than given (", n, ")")});
-    } else if (pp > o.model.layers) {
-      plan.rejected.push_back({0, 0, pp, absl::StrCat("pp=", pp),
-                               absl::StrCat("more stages than the ", o.model.layers, " layers")});
-    } else if (o.model.layers % pp != 0) {
-      plan.rejected.push_back(
-          {0, 0, pp, absl::StrCat("pp=", pp),
-           absl::StrCat("does not divide the ", o.model.layers, " layers into equal stages")});
-    } else if (n % pp != 0) {
-      plan.rejected.push_back(
-          {0, 0, pp, absl::StrCat("pp=", pp), absl::StrCat("does not divide --devices ", n)});
-    }
-  }
-  auto tp_ok = [&](int tp) { return tp <= n && n % tp == 0 && o.model.heads % tp == 0; };
-  auto pp_ok = [&](int pp) {
-    return pp <= n && n % pp == 0 && pp <= o.model.layers && o.model.layers % pp == 0;
-  };
-
-  for (int tp : tps) {
-    if (!tp_ok(tp)) continue;
-    for (int pp : pps) {
-      if (!pp_ok(pp)) continue;
-      if (tp * pp > n) {
-        plan.rejected.push_back(
-            {0, tp, pp, absl::StrCat("tp=", tp, " x pp=", pp),
-             absl::StrCat("needs ", tp * pp, " devices, more than the ", n, " given")});
-        continue;
-      }
-      if (n % (tp * pp) != 0) {
-        plan.rejected.push_back({0, tp, pp, absl::StrCat("tp=", tp, " x pp=", pp),
-                                 absl::StrCat("does not divide --devices ", n)});
-        continue;
-      }
-      const int dp = n / (tp * pp);
-      if (o.global_batch % dp != 0) {
-        plan.rejected.push_back({dp, tp, pp, absl::StrCat("dp=", dp),
-                                 absl::StrCat("does not divide --global-batch ", o.global_batch)});
-        continue;
-      }
-      const int per_dp = o.global_batch / dp;
-      std::vector<int> mbs = o.micro_batch;
-      if (mbs.empty()) {
-        for (int mb = 1; mb <= per_dp; mb *= 2) {
-          if (per_dp % mb == 0) mbs.push_back(mb);
-        }
-      }
-      std::vector<int> zs;
-      for (int z : zeros) {
-        if (z > 0 && dp == 1) continue;  // named below
-        zs.push_back(z);
-      }
-      if (dp == 1 && zs.size() < zeros.size()) {
-        plan.rejected.push_back({dp, tp, pp, "zero=1-3",
-                                 "dp=1: ZeRO shards over data-parallel ranks, none to shard over"});
-      }
-      for (int mb : mbs) {
-        if (per_dp % mb != 0) {
-          plan.rejected.push_back(
-              {dp, tp, pp, absl::StrCat("micro_batch=", mb),
-               absl::StrCat("does not divide the ", per_dp, " sequences per data-parallel rank")});
-          continue;
-        }
-        for (int z : zs) {
-          for (Recompute r : recomputes) {
-            plan.strategies.push_back(Evaluate(o, plan.params, dp, tp, pp, z, r, mb));
-          }
-        }
-      }
-    }
-  }
-
-  std::stable_sort(plan.strategies.begin(), plan.strategies.end(),
-                   [&](const Strategy& a, const Strategy& b) {
-                     if (a.fits != b.fits) return a.fits;
-                     if (!a.fits) return a.memory.total < b.memory.total;
-                     return Better(a, b, measured.bottleneck);
-                   });
-  int rank = 0;
-  for (Strategy& s : plan.strategies) {
-    if (s.fits) s.rank = ++rank;
-  }
-  if (!plan.strategies.empty() && plan.strategies[0].fits) {
-    plan.recommended = 0;
-    const Strategy& s = plan.strategies[0];
-    const char* by = measured.bottleneck == Bottleneck::kCommunication ? "least communication time"
-                     : measured.bottleneck == Bottleneck::kMemory      ? "most memory headroom"
-                                                                       : "shortest estimated step";
-    plan.reason = absl::StrFormat(
-        "%s of %d fitting candidates: %.3g of %.1f GB per device, %.3g GB sent per device per step "
-        "(%.3g s at the %s bandwidths), bubble %.1f%%, est. step %.3g s",
-        by, rank, s.memory.total / kBytesPerGB, o.cluster.device_memory_gb,
-        s.comm.total / kBytesPerGB, s.comm.seconds, o.cluster.bandwidth_source, 100 * s.bubble,
-        s.step_s);
-  } else if (plan.strategies.empty()) {
-    plan.reason = "no candidate: every combination was impossible (see rejected)";
-  } else {
-    const Strategy& s = plan.strategies[0];
-    plan.reason = absl::StrFormat(
-        "nothing fits in %.1f GB: the smallest candidate (dp %d, tp %d, pp %d, ZeRO %d, "
-        "recompute %s, micro-batch %d) needs %.1f GB; add devices or memory",
-        o.cluster.device_memory_gb, s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute),
-        s.micro_batch, s.memory.total / kBytesPerGB);
-  }
+  RankAndRecommend(measured.bottleneck, &plan);
   return plan;
 }
 

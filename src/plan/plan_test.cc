@@ -1,13 +1,20 @@
 #include "trainscope/plan/plan.h"
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/fake_os.h"
+#include "trainscope/plan/request.h"
 
 namespace trainscope::plan {
 namespace {
+
+// A trainscope train config: 2 layers, 2 heads, width 64, 32 tokens; 4 x 2 sequences a step.
+constexpr char kTrainConfig[] =
+    R"({"format":"trainscope.train_config","version":1,"model":{"layers":2,"heads":2,"width":64,)"
+    R"("seq_len":32},"train":{"micro_batch":4,"grad_accum":2}})";
 
 PlanOptions ZeroPaperOptions() {
   PlanOptions o;
@@ -140,10 +147,7 @@ TEST(PlanTest, RecommendsFittingAndRanksByBottleneck) {
 
 TEST(PlanTest, ReadersAndClassifier) {
   FakeOs os;
-  os.AddFile(
-      "/c.json",
-      R"({"format":"trainscope.train_config","version":1,"model":{"layers":2,"heads":2,"width":64,)"
-      R"("seq_len":32},"train":{"micro_batch":4,"grad_accum":2}})");
+  os.AddFile("/c.json", kTrainConfig);
   absl::StatusOr<ConfigModel> c = ReadTrainConfig(&os, "/c.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.layers, 2);
@@ -194,6 +198,50 @@ TEST(PlanTest, ReadersAndClassifier) {
   a["ranks"][0]["per_step"][0]["host_breakdown"] = {{"data_loading_us", 1}, {"comm_wait_us", 2}};
   EXPECT_EQ(ClassifyAnalysis(a, "x")->bottleneck, Bottleneck::kCompute);
   EXPECT_FALSE(ClassifyAnalysis(nlohmann::json::object(), "x").ok());
+}
+
+// The request's merge: the config's model and batch, shape values over it, then the
+// bandwidths (given > selftest comm > topology), then the candidate lists.
+TEST(PlanTest, ResolveOptionsMergesConfigFlagsAndBandwidths) {
+  FakeOs os;
+  os.AddFile("/c.json", kTrainConfig);
+  os.AddFile(
+      "/comm.json",
+      R"({"format":"trainscope.selftest.comm","results":[{"op":"all_reduce","bytes":1024,"busbw_gbps":3.5}]})");
+  PlanRequest r;
+  r.config = "/c.json";
+  r.model.layers = 4;  // over the config's 2
+  r.cluster.devices = 2;
+  r.cluster.nodes = 2;
+  r.cluster.device_memory_gb = 16;
+  r.comm = "/comm.json";
+  r.recompute = "none,full";
+  r.tp = {1};
+  absl::StatusOr<PlanOptions> o = ResolveOptions(&os, r);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->model.layers, 4);
+  EXPECT_EQ(o->model.hidden, 64);
+  EXPECT_EQ(o->model.mlp_ratio, 4);
+  EXPECT_EQ(o->precision, Precision::kFp32);
+  EXPECT_EQ(o->global_batch, 4 * 2 * 2);  // micro_batch x grad_accum x devices
+  EXPECT_DOUBLE_EQ(o->cluster.intra_node_gbps, 3.5);
+  EXPECT_DOUBLE_EQ(o->cluster.inter_node_gbps, 3.5);  // the ring crossed nodes: min(3.5, 12.5)
+  EXPECT_EQ(o->cluster.bandwidth_source, "/comm.json");
+  EXPECT_EQ(o->recompute, (std::vector<Recompute>{Recompute::kNone, Recompute::kFull}));
+  EXPECT_EQ(o->tp, std::vector<int>{1});
+  // A given intra-node bandwidth wins over the selftest's.
+  r.intra_node_given = true;
+  r.cluster.intra_node_gbps = 50;
+  EXPECT_DOUBLE_EQ(ResolveOptions(&os, r)->cluster.intra_node_gbps, 50);
+  // Bad values are named.
+  r.recompute = "none,";
+  EXPECT_EQ(ResolveOptions(&os, r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.recompute = "";
+  r.precision = "fp8";
+  EXPECT_NE(ResolveOptions(&os, r).status().message().find("fp8"), std::string::npos);
+  r.precision = "";
+  r.config = "/missing.json";
+  EXPECT_FALSE(ResolveOptions(&os, r).ok());
 }
 
 }  // namespace

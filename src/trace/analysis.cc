@@ -166,82 +166,82 @@ NameInfo InfoOfName(const std::string& n) {
   ni.annotation = IsAnnotationName(n);
   return ni;
 }
-}  // namespace
 
-HostView PrepareHost(const RankTrace& t) {
-  HostView hv;
+// Which events are on the analysed timeline (not CSV-only, not torch_npu's "Overlap Analysis"
+// summary tracks), whether any device event is, and the host events in file order.
+void MarkTimeline(const RankTrace& t, HostView* hv) {
   const size_t n = t.events.size();
-  hv.parent.assign(n, -1);
-  hv.timeline.assign(n, true);
   std::vector<uint32_t> summary_pids;
   for (const auto& [pid, name] : t.process_names)
     if (name == "Overlap Analysis") summary_pids.push_back(pid);
-  bool csv_only = true;
   for (size_t i = 0; i < n; ++i) {
     const Event& e = t.events[i];
-    if (e.flags & kFlagFromCsv) hv.timeline[i] = false;
+    if (e.flags & kFlagFromCsv) hv->timeline[i] = false;
     if (!summary_pids.empty() &&
         std::find(summary_pids.begin(), summary_pids.end(), e.pid) != summary_pids.end())
-      hv.timeline[i] = false;
-    if ((e.flags & kFlagDevice) && hv.timeline[i]) {
-      hv.has_device = true;
-      if (!(e.flags & kFlagFromCsv)) csv_only = false;
-    }
-    if (!(e.flags & kFlagDevice) && hv.timeline[i]) hv.order.push_back(static_cast<uint32_t>(i));
+      hv->timeline[i] = false;
+    if ((e.flags & kFlagDevice) && hv->timeline[i]) hv->has_device = true;
+    if (!(e.flags & kFlagDevice) && hv->timeline[i]) hv->order.push_back(static_cast<uint32_t>(i));
   }
-  (void)csv_only;
-  const auto& ev = t.events;
-  hv.names.resize(t.strings.size());
+}
+
+// The name rules of every distinct event name, by string id.
+void NameRules(const RankTrace& t, HostView* hv) {
+  hv->names.resize(t.strings.size());
   std::vector<bool> named(t.strings.size(), false);
-  for (const Event& e : ev) {
+  for (const Event& e : t.events) {
     if (named[e.name]) continue;
     named[e.name] = true;
     const std::string& n = t.strings.Get(e.name);
-    hv.names[e.name] = InfoOfName(n);
+    hv->names[e.name] = InfoOfName(n);
   }
-  // Group by thread keeping file order (a stable counting sort), then sort each thread's run
-  // by (ts, -dur) only when it is not already in that order (profilers mostly write in order).
+}
+
+// Group by thread keeping file order (a stable counting sort), then sort each thread's run
+// by (ts, -dur) only when it is not already in that order (profilers mostly write in order).
+void GroupByThread(const std::vector<Event>& ev, HostView* hv) {
+  absl::flat_hash_map<uint64_t, uint32_t> thread_ix;
+  std::vector<uint64_t> keys;
+  std::vector<uint32_t> tix(hv->order.size());
+  for (size_t k = 0; k < hv->order.size(); ++k) {
+    uint64_t key = ThreadKey(ev[hv->order[k]]);
+    auto [it, ins] = thread_ix.try_emplace(key, static_cast<uint32_t>(keys.size()));
+    if (ins) keys.push_back(key);
+    tix[k] = it->second;
+  }
+  // Threads in key order, so that results do not depend on file order.
+  std::vector<uint32_t> rank_of(keys.size());
   {
-    absl::flat_hash_map<uint64_t, uint32_t> thread_ix;
-    std::vector<uint64_t> keys;
-    std::vector<uint32_t> tix(hv.order.size());
-    for (size_t k = 0; k < hv.order.size(); ++k) {
-      uint64_t key = ThreadKey(ev[hv.order[k]]);
-      auto [it, ins] = thread_ix.try_emplace(key, static_cast<uint32_t>(keys.size()));
-      if (ins) keys.push_back(key);
-      tix[k] = it->second;
-    }
-    // Threads in key order, so that results do not depend on file order.
-    std::vector<uint32_t> rank_of(keys.size());
-    {
-      std::vector<uint32_t> by_key(keys.size());
-      for (uint32_t k = 0; k < keys.size(); ++k) by_key[k] = k;
-      std::sort(by_key.begin(), by_key.end(),
-                [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
-      for (uint32_t r = 0; r < by_key.size(); ++r) rank_of[by_key[r]] = r;
-    }
-    std::vector<size_t> start(keys.size() + 1, 0);
-    for (uint32_t x : tix) ++start[rank_of[x] + 1];
-    for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
-    std::vector<uint32_t> grouped(hv.order.size());
-    std::vector<size_t> pos(start.begin(), start.end() - 1);
-    for (size_t k = 0; k < hv.order.size(); ++k) grouped[pos[rank_of[tix[k]]]++] = hv.order[k];
-    auto less = [&](uint32_t a, uint32_t b) {
-      if (ev[a].ts_ns != ev[b].ts_ns) return ev[a].ts_ns < ev[b].ts_ns;
-      if (ev[a].dur_ns != ev[b].dur_ns) return ev[a].dur_ns > ev[b].dur_ns;
-      return a < b;
-    };
-    for (size_t k = 0; k + 1 < start.size(); ++k) {
-      auto b = grouped.begin() + start[k], e = grouped.begin() + start[k + 1];
-      if (!std::is_sorted(b, e, less)) std::sort(b, e, less);
-    }
-    hv.order = std::move(grouped);
+    std::vector<uint32_t> by_key(keys.size());
+    for (uint32_t k = 0; k < keys.size(); ++k) by_key[k] = k;
+    std::sort(by_key.begin(), by_key.end(),
+              [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+    for (uint32_t r = 0; r < by_key.size(); ++r) rank_of[by_key[r]] = r;
   }
-  // Nesting per thread with a stack: an event is the child of the innermost open event that
-  // contains it; partial overlaps (bad nesting) are treated as siblings.
+  std::vector<size_t> start(keys.size() + 1, 0);
+  for (uint32_t x : tix) ++start[rank_of[x] + 1];
+  for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+  std::vector<uint32_t> grouped(hv->order.size());
+  std::vector<size_t> pos(start.begin(), start.end() - 1);
+  for (size_t k = 0; k < hv->order.size(); ++k) grouped[pos[rank_of[tix[k]]]++] = hv->order[k];
+  auto less = [&](uint32_t a, uint32_t b) {
+    if (ev[a].ts_ns != ev[b].ts_ns) return ev[a].ts_ns < ev[b].ts_ns;
+    if (ev[a].dur_ns != ev[b].dur_ns) return ev[a].dur_ns > ev[b].dur_ns;
+    return a < b;
+  };
+  for (size_t k = 0; k + 1 < start.size(); ++k) {
+    auto b = grouped.begin() + start[k], e = grouped.begin() + start[k + 1];
+    if (!std::is_sorted(b, e, less)) std::sort(b, e, less);
+  }
+  hv->order = std::move(grouped);
+}
+
+// Nesting per thread with a stack: an event is the child of the innermost open event that
+// contains it; partial overlaps (bad nesting) are treated as siblings.
+void Nest(const std::vector<Event>& ev, HostView* hv) {
   std::vector<uint32_t> stack;
   uint64_t cur = ~uint64_t{0};
-  for (uint32_t i : hv.order) {
+  for (uint32_t i : hv->order) {
     const Event& e = ev[i];
     if (ThreadKey(e) != cur) {
       stack.clear();
@@ -250,44 +250,65 @@ HostView PrepareHost(const RankTrace& t) {
     while (!stack.empty() &&
            (ev[stack.back()].end_ns() <= e.ts_ns || ev[stack.back()].end_ns() < e.end_ns()))
       stack.pop_back();
-    if (!stack.empty()) hv.parent[i] = static_cast<int32_t>(stack.back());
+    if (!stack.empty()) hv->parent[i] = static_cast<int32_t>(stack.back());
     stack.push_back(i);
   }
-  // Steps: ProfilerStep#N (HTA's regex ProfilerStep\s*#\s*(\d+)).
+}
+
+// The digits after the first '#' of a step name, concatenated ("" when none).
+std::string StepDigits(const std::string& name, size_t hash) {
+  std::string digits;
+  for (size_t k = hash + 1; k < name.size(); ++k)
+    if (std::isdigit(static_cast<unsigned char>(name[k]))) digits += name[k];
+  return digits;
+}
+
+// Steps: ProfilerStep#N (HTA's regex ProfilerStep\s*#\s*(\d+)) on the thread that has the
+// most of them, by time.
+void FindSteps(const RankTrace& t, HostView* hv) {
+  const auto& ev = t.events;
   absl::flat_hash_map<uint64_t, int> step_threads;
-  for (uint32_t i : hv.order) {
-    if (!hv.names[ev[i].name].step) continue;
+  for (uint32_t i : hv->order) {
+    if (!hv->names[ev[i].name].step) continue;
     const std::string& name = t.strings.Get(ev[i].name);
     size_t h = name.find('#');
     int64_t num = 0;
     if (h == std::string::npos) continue;
-    std::string digits;
-    for (size_t k = h + 1; k < name.size(); ++k)
-      if (std::isdigit(static_cast<unsigned char>(name[k]))) digits += name[k];
+    std::string digits = StepDigits(name, h);
     if (digits.empty() || !absl::SimpleAtoi(digits, &num)) continue;
-    hv.steps.push_back(i);
+    hv->steps.push_back(i);
     ++step_threads[ThreadKey(ev[i])];
   }
   int best = 0;
   for (const auto& [k, c] : step_threads)
     if (c > best) {
       best = c;
-      hv.main_thread = k;
+      hv->main_thread = k;
     }
-  hv.steps.erase(std::remove_if(hv.steps.begin(), hv.steps.end(),
-                                [&](uint32_t i) { return ThreadKey(ev[i]) != hv.main_thread; }),
-                 hv.steps.end());
-  std::sort(hv.steps.begin(), hv.steps.end(),
+  hv->steps.erase(std::remove_if(hv->steps.begin(), hv->steps.end(),
+                                 [&](uint32_t i) { return ThreadKey(ev[i]) != hv->main_thread; }),
+                  hv->steps.end());
+  std::sort(hv->steps.begin(), hv->steps.end(),
             [&](uint32_t a, uint32_t b) { return ev[a].ts_ns < ev[b].ts_ns; });
-  for (uint32_t i : hv.steps) {
+  for (uint32_t i : hv->steps) {
     const std::string& name = t.strings.Get(ev[i].name);
-    std::string digits;
-    for (size_t k = name.find('#') + 1; k < name.size(); ++k)
-      if (std::isdigit(static_cast<unsigned char>(name[k]))) digits += name[k];
     int64_t num = 0;
-    (void)absl::SimpleAtoi(digits, &num);
-    hv.step_numbers.push_back(num);
+    (void)absl::SimpleAtoi(StepDigits(name, name.find('#')), &num);
+    hv->step_numbers.push_back(num);
   }
+}
+}  // namespace
+
+HostView PrepareHost(const RankTrace& t) {
+  HostView hv;
+  const size_t n = t.events.size();
+  hv.parent.assign(n, -1);
+  hv.timeline.assign(n, true);
+  MarkTimeline(t, &hv);
+  NameRules(t, &hv);
+  GroupByThread(t.events, &hv);
+  Nest(t.events, &hv);
+  FindSteps(t, &hv);
   return hv;
 }
 
@@ -421,6 +442,144 @@ nlohmann::json StatsJson(const ParseStats& s) {
   return j;
 }
 
+// Host collective work on any thread (gloo/c10d ops, for host-only traces), merged, and the
+// direct children of each step annotation, in time order.
+std::vector<Interval> StepChildren(const RankTrace& t, const HostView& hv,
+                                   std::vector<std::vector<uint32_t>>* children) {
+  const auto& ev = t.events;
+  std::vector<Interval> host_comm;
+  std::vector<int32_t> step_of(ev.size(), -1);
+  for (size_t k = 0; k < hv.steps.size(); ++k) step_of[hv.steps[k]] = static_cast<int32_t>(k);
+  children->assign(hv.steps.size(), {});
+  for (uint32_t i : hv.order) {
+    if (hv.parent[i] >= 0 && step_of[hv.parent[i]] >= 0)
+      (*children)[step_of[hv.parent[i]]].push_back(i);
+    if (hv.names[ev[i].name].phase == Phase::kComm)
+      host_comm.push_back({ev[i].ts_ns, ev[i].end_ns()});
+  }
+  return Union(std::move(host_comm));
+}
+
+// The analysed windows, (step number, [lo, hi)): each step annotation, or without any the
+// whole timeline as step -1.
+std::vector<std::pair<int64_t, Interval>> StepWindows(const RankTrace& t, const HostView& hv) {
+  const auto& ev = t.events;
+  std::vector<std::pair<int64_t, Interval>> windows;
+  for (size_t k = 0; k < hv.steps.size(); ++k) {
+    const Event& s = ev[hv.steps[k]];
+    windows.push_back({hv.step_numbers[k], {s.ts_ns, s.end_ns()}});
+  }
+  if (windows.empty()) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      if (!hv.timeline[i]) continue;
+      lo = std::min(lo, ev[i].ts_ns);
+      hi = std::max(hi, ev[i].end_ns());
+    }
+    if (lo < hi) windows.push_back({-1, {lo, hi}});
+  }
+  return windows;
+}
+
+// Sums over the steps of a timeline, for the host-only breakdown.
+struct HostTotals {
+  double compute = 0, comm = 0, total = 0;
+};
+
+// One StepResult per window: host phases, device busy time (or host compute) and the gap.
+HostTotals TimelineSteps(const RankTrace& t, const HostView& hv, const DeviceTimeline& dev,
+                         const std::vector<std::vector<uint32_t>>& children,
+                         const std::vector<Interval>& host_comm, RankResult* r) {
+  std::vector<std::pair<int64_t, Interval>> windows = StepWindows(t, hv);
+  int64_t t0 = windows.empty() ? 0 : windows[0].second.first;
+  HostTotals sum;
+  for (size_t k = 0; k < windows.size(); ++k) {
+    StepResult s;
+    s.step = windows[k].first;
+    auto [lo, hi] = windows[k].second;
+    s.start_us = (lo - t0) / 1e3;
+    s.step_us = (hi - lo) / 1e3;
+    if (k < hv.steps.size()) HostPhases(t, hv, hv.steps[k], children[k], host_comm, &s);
+    double host_compute = s.host_us["forward"] + s.host_us["backward"] + s.host_us["optimizer"];
+    if (hv.has_device) {
+      s.device_busy_us = LengthIn(dev.all, lo, hi) / 1e3;
+      s.comm_us = LengthIn(dev.comm, lo, hi) / 1e3;
+      s.gap_us = s.step_us - s.device_busy_us;
+    } else {
+      s.comm_us = LengthIn(host_comm, lo, hi) / 1e3;
+      s.gap_us = std::max(0.0, s.step_us - host_compute);
+    }
+    s.gap_pct = Pct(s.gap_us, s.step_us);
+    sum.compute += host_compute;
+    sum.comm += s.host_us["communication"] + s.host_us["comm_wait"];
+    sum.total += s.step_us;
+    r->steps.push_back(std::move(s));
+  }
+  return sum;
+}
+
+// Overlap on the host: collective time on other threads while the main thread computes.
+double HostOverlapPct(const RankTrace& t, const HostView& hv,
+                      const std::vector<Interval>& host_comm) {
+  const auto& ev = t.events;
+  std::vector<Interval> main_compute;
+  std::vector<bool> is_step(ev.size(), false);
+  for (uint32_t i : hv.steps) is_step[i] = true;
+  for (uint32_t i : hv.order) {
+    if (ThreadKey(ev[i]) != hv.main_thread || hv.parent[i] < 0) continue;
+    if (!is_step[hv.parent[i]]) continue;
+    Phase ph = hv.names[ev[i].name].phase;
+    if (ph == Phase::kForward || ph == Phase::kBackward || ph == Phase::kOptimizer)
+      main_compute.push_back({ev[i].ts_ns, ev[i].end_ns()});
+  }
+  main_compute = Union(std::move(main_compute));
+  return Pct(IntersectLength(host_comm, main_compute), Length(host_comm));
+}
+
+// The breakdown from the timeline itself: HTA's device figures, or on host-only traces the
+// host phases of the steps.
+void FromTimeline(const RankTrace& t, const HostView& hv, const DeviceTimeline& dev,
+                  RankResult* r) {
+  std::vector<std::vector<uint32_t>> children;
+  std::vector<Interval> host_comm = StepChildren(t, hv, &children);
+  r->basis = hv.has_device ? "device" : "host";
+  HostTotals host = TimelineSteps(t, hv, dev, children, host_comm, r);
+  if (hv.has_device) {
+    if (dev.hta_kernel_ns > 0) {
+      int64_t kt = dev.hta_kernel_ns, idle = kt - dev.hta_busy_ns, c = dev.hta_compute_ns;
+      r->kernel_time_us = kt / 1e3;
+      r->idle_us = idle / 1e3;
+      r->compute_us = c / 1e3;
+      r->non_compute_us = (kt - c - idle) / 1e3;
+    }
+    if (!dev.comm.empty())
+      r->comm_comp_overlap_pct = Pct(IntersectLength(dev.comm, dev.compute), Length(dev.comm));
+  } else {
+    r->kernel_time_us = host.total;
+    r->compute_us = std::min(host.compute, host.total);
+    r->non_compute_us = std::min(host.comm, host.total - r->compute_us);
+    r->idle_us = std::max(0.0, host.total - r->compute_us - r->non_compute_us);
+    if (!host_comm.empty() && hv.main_thread)
+      r->comm_comp_overlap_pct = HostOverlapPct(t, hv, host_comm);
+  }
+}
+
+// torch_npu's own step breakdown, shown beside the timeline analysis.
+nlohmann::json AscendStepTrace(const RankTrace& t) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const AscendStepRow& a : t.ascend_steps)
+    rows.push_back({{"step", a.step},
+                    {"computing_us", a.computing_us},
+                    {"communication_not_overlapped_us", a.comm_not_overlapped_us},
+                    {"overlapped_us", a.overlapped_us},
+                    {"communication_us", a.comm_us},
+                    {"free_us", a.free_us},
+                    {"stage_us", a.stage_us},
+                    {"bubble_us", a.bubble_us},
+                    {"preparing_us", a.preparing_us}});
+  return rows;
+}
+
 }  // namespace
 }  // namespace internal
 
@@ -456,116 +615,18 @@ RankResult AnalyzeRank(RankTrace* trace, const AnalyzeOptions& opt) {
   // HTA's definitions first: whole-us times on ns traces, the last step (and its work) out.
   if (t.fractional_ts && !opt.ns_precision) RoundTimesLikeHta(&t);
   HostView hv = PrepareHost(t);
-  const auto& ev = t.events;
   ApplyHtaStepFilter(t, opt.include_last_step, &hv);
   r.device = DeviceOf(t, hv);
   DeviceTimeline dev = CollectDeviceTimeline(t, hv);
-  std::vector<Interval>&all = dev.all, &comp = dev.compute, &comm = dev.comm;
-
-  // Host collective work on any thread (gloo/c10d ops), for host-only traces.
-  std::vector<Interval> host_comm;
-  // Direct children of each step annotation, in time order.
-  std::vector<int32_t> step_of(ev.size(), -1);
-  for (size_t k = 0; k < hv.steps.size(); ++k) step_of[hv.steps[k]] = static_cast<int32_t>(k);
-  std::vector<std::vector<uint32_t>> children(hv.steps.size());
-  for (uint32_t i : hv.order) {
-    if (hv.parent[i] >= 0 && step_of[hv.parent[i]] >= 0)
-      children[step_of[hv.parent[i]]].push_back(i);
-    if (hv.names[ev[i].name].phase == Phase::kComm)
-      host_comm.push_back({ev[i].ts_ns, ev[i].end_ns()});
-  }
-  host_comm = Union(std::move(host_comm));
-
   if (!t.ascend_steps.empty() && hv.steps.empty()) {
     FromAscendSteps(t, &r);
   } else if (!t.phase_steps.empty()) {
     FromPhaseLog(t, &r);
   } else {
-    r.basis = hv.has_device ? "device" : "host";
-    std::vector<std::pair<int64_t, Interval>> windows;
-    for (size_t k = 0; k < hv.steps.size(); ++k) {
-      const Event& s = ev[hv.steps[k]];
-      windows.push_back({hv.step_numbers[k], {s.ts_ns, s.end_ns()}});
-    }
-    if (windows.empty()) {
-      int64_t lo = INT64_MAX, hi = INT64_MIN;
-      for (size_t i = 0; i < ev.size(); ++i) {
-        if (!hv.timeline[i]) continue;
-        lo = std::min(lo, ev[i].ts_ns);
-        hi = std::max(hi, ev[i].end_ns());
-      }
-      if (lo < hi) windows.push_back({-1, {lo, hi}});
-    }
-    int64_t t0 = windows.empty() ? 0 : windows[0].second.first;
-    double host_compute_total = 0, host_comm_total = 0, host_total = 0;
-    for (size_t k = 0; k < windows.size(); ++k) {
-      StepResult s;
-      s.step = windows[k].first;
-      auto [lo, hi] = windows[k].second;
-      s.start_us = (lo - t0) / 1e3;
-      s.step_us = (hi - lo) / 1e3;
-      if (k < hv.steps.size()) HostPhases(t, hv, hv.steps[k], children[k], host_comm, &s);
-      double host_compute = s.host_us["forward"] + s.host_us["backward"] + s.host_us["optimizer"];
-      if (hv.has_device) {
-        s.device_busy_us = LengthIn(all, lo, hi) / 1e3;
-        s.comm_us = LengthIn(comm, lo, hi) / 1e3;
-        s.gap_us = s.step_us - s.device_busy_us;
-      } else {
-        s.comm_us = LengthIn(host_comm, lo, hi) / 1e3;
-        s.gap_us = std::max(0.0, s.step_us - host_compute);
-      }
-      s.gap_pct = Pct(s.gap_us, s.step_us);
-      host_compute_total += host_compute;
-      host_comm_total += s.host_us["communication"] + s.host_us["comm_wait"];
-      host_total += s.step_us;
-      r.steps.push_back(std::move(s));
-    }
-    if (hv.has_device) {
-      if (dev.hta_kernel_ns > 0) {
-        int64_t kt = dev.hta_kernel_ns, idle = kt - dev.hta_busy_ns, c = dev.hta_compute_ns;
-        r.kernel_time_us = kt / 1e3;
-        r.idle_us = idle / 1e3;
-        r.compute_us = c / 1e3;
-        r.non_compute_us = (kt - c - idle) / 1e3;
-      }
-      if (!comm.empty()) r.comm_comp_overlap_pct = Pct(IntersectLength(comm, comp), Length(comm));
-    } else {
-      r.kernel_time_us = host_total;
-      r.compute_us = std::min(host_compute_total, host_total);
-      r.non_compute_us = std::min(host_comm_total, host_total - r.compute_us);
-      r.idle_us = std::max(0.0, host_total - r.compute_us - r.non_compute_us);
-      // Overlap on the host: collective time on other threads while the main thread computes.
-      if (!host_comm.empty() && hv.main_thread) {
-        std::vector<Interval> main_compute;
-        std::vector<bool> is_step(ev.size(), false);
-        for (uint32_t i : hv.steps) is_step[i] = true;
-        for (uint32_t i : hv.order) {
-          if (ThreadKey(ev[i]) != hv.main_thread || hv.parent[i] < 0) continue;
-          if (!is_step[hv.parent[i]]) continue;
-          Phase ph = hv.names[ev[i].name].phase;
-          if (ph == Phase::kForward || ph == Phase::kBackward || ph == Phase::kOptimizer)
-            main_compute.push_back({ev[i].ts_ns, ev[i].end_ns()});
-        }
-        main_compute = Union(std::move(main_compute));
-        r.comm_comp_overlap_pct = Pct(IntersectLength(host_comm, main_compute), Length(host_comm));
-      }
-    }
+    FromTimeline(t, hv, dev, &r);
   }
-  if (!t.ascend_steps.empty() && r.basis != "ascend") {
-    // torch_npu's own step breakdown beside the timeline analysis.
-    nlohmann::json rows = nlohmann::json::array();
-    for (const AscendStepRow& a : t.ascend_steps)
-      rows.push_back({{"step", a.step},
-                      {"computing_us", a.computing_us},
-                      {"communication_not_overlapped_us", a.comm_not_overlapped_us},
-                      {"overlapped_us", a.overlapped_us},
-                      {"communication_us", a.comm_us},
-                      {"free_us", a.free_us},
-                      {"stage_us", a.stage_us},
-                      {"bubble_us", a.bubble_us},
-                      {"preparing_us", a.preparing_us}});
-    r.details["ascend_step_trace"] = rows;
-  }
+  if (!t.ascend_steps.empty() && r.basis != "ascend")
+    r.details["ascend_step_trace"] = AscendStepTrace(t);
   FinishBreakdown(t, hv, opt, &r);
   AnalyzeOperators(t, hv, opt, &r);
   r.details["kernel_types"] = dev.kernel_types;

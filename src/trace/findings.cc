@@ -139,11 +139,8 @@ void Add(RankResult* r, Severity sev, const char* code, std::string what, std::s
   r->findings.push_back(std::move(f));
 }
 
-}  // namespace
-
-void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
-  const nlohmann::json& d = r->details;
-  const std::string who = absl::StrCat("rank ", r->rank);
+// Where the step time goes: iteration gap, data loading, device idle, overlap.
+void TimeFindings(const AnalyzeOptions& opt, const std::string& who, RankResult* r) {
   // Iteration gap.
   int flagged = 0;
   double gap_sum = 0, step_sum = 0;
@@ -195,6 +192,11 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         absl::StrCat("non-compute time ", Pc(r->non_compute_pct), " of the ", r->basis, " time"),
         DeviceFix("low_overlap", r->device));
   }
+}
+
+// Kernel-level findings: fragmentation, launch overhead, shape churn.
+void KernelFindings(const std::string& who, RankResult* r) {
+  const nlohmann::json& d = r->details;
   // Fragmentation and launch overhead.
   if (d.contains("fragmentation")) {
     const auto& f = d["fragmentation"];
@@ -225,6 +227,11 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
                      " shapes)"),
         ShapeChurnWhy(r->device), DeviceFix("shape_churn", r->device));
   }
+}
+
+// Operators that should not be there: float64, CPU fallbacks, syncs, gathers, fusion.
+void SuspectFindings(const std::string& who, RankResult* r) {
+  const nlohmann::json& d = r->details;
   const auto& sus = d["suspects"];
   if (!sus["float64"].empty()) {
     Add(r, Severity::kWarning, "float64",
@@ -264,6 +271,10 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
                      f["count"].get<int64_t>(), " times)"),
         FusionEvidence(f), FusionFix(f.value("pattern", ""), r->device));
   }
+}
+
+// A trace that is cut, malformed or has invalid records.
+void InputFindings(const std::string& who, RankResult* r) {
   const ParseStats& p = r->stats;
   if (p.truncated || p.malformed > 0) {
     Add(r, Severity::kWarning, "bad_input",
@@ -285,7 +296,11 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         "the trace was edited or written by another tool: regenerate it with the profiler, or "
         "fix the fields named in the warnings (byte offsets)");
   }
-  AscendFindings(opt, r);
+}
+
+// Kernels that start before their launch call ends.
+void LaunchDelayFinding(const std::string& who, RankResult* r) {
+  const ParseStats& p = r->stats;
   if (p.negative_launch_delay > 0) {
     Add(r, Severity::kInfo, "negative_launch_delay",
         absl::StrCat(who, ": ", p.negative_launch_delay,
@@ -299,6 +314,18 @@ void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
         "launches on an idle device) or the correlation ids pair the wrong events: read this "
         "trace's launch delays with care and check the pairs on the timeline in Perfetto");
   }
+}
+
+}  // namespace
+
+void RankFindings(const AnalyzeOptions& opt, RankResult* r) {
+  const std::string who = absl::StrCat("rank ", r->rank);
+  TimeFindings(opt, who, r);
+  KernelFindings(who, r);
+  SuspectFindings(who, r);
+  InputFindings(who, r);
+  AscendFindings(opt, r);
+  LaunchDelayFinding(who, r);
 }
 
 // Stragglers (msprof-analyze's rule): a slow rank arrives late at every collective, so it is

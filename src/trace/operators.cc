@@ -127,15 +127,16 @@ std::string KnownPattern(const std::vector<std::string>& names) {
   return "";
 }
 
-}  // namespace
+// Sums over the host operators that the suspects need.
+struct HostOpSums {
+  int64_t self_total = 0;   // self time of all operators
+  int64_t gather_self = 0;  // of those, gather/scatter/index operators
+};
 
-void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
-                      RankResult* out) {
+// --- Top host operators (total and self time): d["top_operators"]. ---
+HostOpSums TopOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                        nlohmann::json* d) {
   const auto& ev = t.events;
-  nlohmann::json& d = out->details;
-  const double steps = std::max<size_t>(1, out->steps.size());
-
-  // --- Top host operators (total and self time). ---
   std::vector<bool> is_step(ev.size(), false);
   for (uint32_t i : hv.steps) is_step[i] = true;
   absl::flat_hash_map<uint32_t, Agg> ops;
@@ -143,8 +144,7 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
   std::vector<int64_t> child_ns(ev.size(), 0);
   for (uint32_t i : hv.order)
     if (hv.parent[i] >= 0) child_ns[hv.parent[i]] += ev[i].dur_ns;
-  int64_t host_self_total = 0, gather_self = 0;
-  absl::flat_hash_map<uint32_t, int64_t> gather_by_name;
+  HostOpSums sums;
   for (uint32_t i : hv.order) {
     const Event& e = ev[i];
     if (!IsHostOp(e) || is_step[i] || hv.names[e.name].annotation) continue;  // not operators
@@ -154,18 +154,25 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
     int64_t self = std::max<int64_t>(0, e.dur_ns - child_ns[i]);
     a.self_ns += self;
     op_members.push_back(i);
-    host_self_total += self;
-    if (hv.names[e.name].gather) {
-      gather_self += self;
-      gather_by_name[e.name] += self;
-    }
+    sums.self_total += self;
+    if (hv.names[e.name].gather) sums.gather_self += self;
   }
-  d["top_operators"] = TopTable(t, ops, op_members, true, opt.top_k);
+  (*d)["top_operators"] = TopTable(t, ops, op_members, true, opt.top_k);
+  return sums;
+}
 
-  // --- Device kernels. ---
+// The device kernels counted by the sections below, and their sums.
+struct Kernels {
+  std::vector<uint32_t> members;  // event indices
+  int64_t n_short = 0, short_ns = 0, total_ns = 0, gather_ns = 0;
+};
+
+// --- Device kernels: d["top_kernels"]. ---
+Kernels DeviceKernels(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                      nlohmann::json* d) {
+  const auto& ev = t.events;
   absl::flat_hash_map<uint32_t, Agg> kernels;
-  std::vector<uint32_t> k_members;
-  int64_t n_short = 0, short_ns = 0, k_total = 0, gather_kernel_ns = 0;
+  Kernels k;
   for (size_t i = 0; i < ev.size(); ++i) {
     const Event& e = ev[i];
     if (!(e.flags & kFlagDevice) || (!hv.timeline[i] && hv.has_device)) continue;
@@ -173,29 +180,24 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
     Agg& a = kernels[e.name];
     ++a.count;
     a.total_ns += e.dur_ns;
-    k_members.push_back(static_cast<uint32_t>(i));
-    k_total += e.dur_ns;
+    k.members.push_back(static_cast<uint32_t>(i));
+    k.total_ns += e.dur_ns;
     if (e.dur_ns < opt.short_kernel_ns) {
-      ++n_short;
-      short_ns += e.dur_ns;
+      ++k.n_short;
+      k.short_ns += e.dur_ns;
     }
-    if (hv.names[e.name].gather) gather_kernel_ns += e.dur_ns;
+    if (hv.names[e.name].gather) k.gather_ns += e.dur_ns;
   }
-  if (!k_members.empty()) {
-    d["top_kernels"] = TopTable(t, kernels, k_members, false, opt.top_k)["by_total"];
+  if (!k.members.empty()) {
+    (*d)["top_kernels"] = TopTable(t, kernels, k.members, false, opt.top_k)["by_total"];
   }
+  return k;
+}
 
-  // --- Fragmentation: tiny kernels, or tiny first-level operators on host-only traces. ---
-  nlohmann::json frag = {{"short_threshold_us", opt.short_kernel_ns / 1e3}};
-  if (!k_members.empty()) {
-    frag["kernels"] = static_cast<int64_t>(k_members.size());
-    frag["kernels_per_step"] = Round2(k_members.size() / steps);
-    frag["short_kernels"] = n_short;
-    frag["short_kernels_pct"] = Round2(100.0 * n_short / k_members.size());
-    frag["short_kernels_time_pct"] = Round2(k_total ? 100.0 * short_ns / k_total : 0);
-  }
-  // First-level aten operators: aten ops without an aten ancestor (what the framework
-  // dispatches; their children are its decomposition).
+// First-level aten operators: aten ops without an aten ancestor (what the framework
+// dispatches; their children are its decomposition).
+std::vector<uint32_t> FirstLevelOps(const RankTrace& t, const HostView& hv) {
+  const auto& ev = t.events;
   std::vector<uint32_t> first_level;
   for (uint32_t i : hv.order) {
     if (!hv.names[ev[i].name].aten) continue;
@@ -207,80 +209,102 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       }
     if (!nested) first_level.push_back(i);
   }
+  return first_level;
+}
+
+// --- Fragmentation: tiny kernels, or tiny first-level operators on host-only traces. ---
+nlohmann::json Fragmentation(const RankTrace& t, const AnalyzeOptions& opt, const Kernels& k,
+                             const std::vector<uint32_t>& first_level, double steps) {
+  nlohmann::json frag = {{"short_threshold_us", opt.short_kernel_ns / 1e3}};
+  if (!k.members.empty()) {
+    frag["kernels"] = static_cast<int64_t>(k.members.size());
+    frag["kernels_per_step"] = Round2(k.members.size() / steps);
+    frag["short_kernels"] = k.n_short;
+    frag["short_kernels_pct"] = Round2(100.0 * k.n_short / k.members.size());
+    frag["short_kernels_time_pct"] = Round2(k.total_ns ? 100.0 * k.short_ns / k.total_ns : 0);
+  }
   int64_t short_ops = 0;
   for (uint32_t i : first_level)
-    if (ev[i].dur_ns < opt.short_kernel_ns) ++short_ops;
+    if (t.events[i].dur_ns < opt.short_kernel_ns) ++short_ops;
   frag["operators"] = static_cast<int64_t>(first_level.size());
   frag["operators_per_step"] = Round2(first_level.size() / steps);
   frag["short_operators"] = short_ops;
   frag["short_operators_pct"] =
       Round2(first_level.empty() ? 0 : 100.0 * short_ops / first_level.size());
+  return frag;
+}
 
-  // --- Launch overhead (HTA cuda kernel launch stats): runtime launch <-> kernel by
-  // correlation; launch delay = kernel start - launch end. A kernel cannot start before its
-  // launch call returns on one clock; when it appears to (CUPTI host/device clock skew, or a
-  // correlation that pairs the wrong events) its delay is not a measurement: it is counted in
-  // negative_launch_delay and left out of the delay statistics (the two durations stay). ---
+double Mean(const std::vector<double>& v) {
+  double x = 0;
+  for (double d : v) x += d;
+  return x / v.size();
+}
+
+// The p-th percentile by rank (ceil(p/100 n)-th smallest); reorders v.
+double RankPercentile(std::vector<double>& v, double p) {
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p / 100 * v.size())) - 1);
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+// --- Launch overhead (HTA cuda kernel launch stats): runtime launch <-> kernel by
+// correlation; launch delay = kernel start - launch end. A kernel cannot start before its
+// launch call returns on one clock; when it appears to (CUPTI host/device clock skew, or a
+// correlation that pairs the wrong events) its delay is not a measurement: it is counted in
+// negative_launch_delay and left out of the delay statistics (the two durations stay). ---
+// Fills frag["launch"] and out->stats.negative_launch_delay; returns whether the trace has
+// any launch events.
+bool LaunchOverhead(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                    const Kernels& kernels, nlohmann::json* frag, RankResult* out) {
+  const auto& ev = t.events;
   absl::flat_hash_map<uint64_t, uint32_t> launches;
   for (uint32_t i : hv.order)
     if (ev[i].correlation && hv.names[ev[i].name].launch) launches[ev[i].correlation] = i;
-  if (!launches.empty()) {
-    std::vector<double> cpu, gpu, delay;
-    int64_t short_k = 0, runtime_out = 0, delay_out = 0, negative = 0;
-    for (uint32_t i : k_members) {
-      const Event& k = ev[i];
-      if (!k.correlation) continue;
-      auto it = launches.find(k.correlation);
-      if (it == launches.end()) continue;
-      const Event& l = ev[it->second];
-      cpu.push_back(l.dur_ns / 1e3);
-      gpu.push_back(k.dur_ns / 1e3);
-      if (k.dur_ns < l.dur_ns && l.dur_ns <= opt.launch_runtime_cutoff_ns) ++short_k;
-      if (l.dur_ns > opt.launch_runtime_cutoff_ns) ++runtime_out;
-      int64_t dl = k.ts_ns - l.end_ns();
-      if (dl < 0) {
-        ++negative;
-        continue;
-      }
-      delay.push_back(dl / 1e3);
-      if (dl > opt.launch_delay_cutoff_ns) ++delay_out;
+  if (launches.empty()) return false;
+  std::vector<double> cpu, gpu, delay;
+  int64_t short_k = 0, runtime_out = 0, delay_out = 0, negative = 0;
+  for (uint32_t i : kernels.members) {
+    const Event& k = ev[i];
+    if (!k.correlation) continue;
+    auto it = launches.find(k.correlation);
+    if (it == launches.end()) continue;
+    const Event& l = ev[it->second];
+    cpu.push_back(l.dur_ns / 1e3);
+    gpu.push_back(k.dur_ns / 1e3);
+    if (k.dur_ns < l.dur_ns && l.dur_ns <= opt.launch_runtime_cutoff_ns) ++short_k;
+    if (l.dur_ns > opt.launch_runtime_cutoff_ns) ++runtime_out;
+    int64_t dl = k.ts_ns - l.end_ns();
+    if (dl < 0) {
+      ++negative;
+      continue;
     }
-    out->stats.negative_launch_delay = negative;
-    if (!cpu.empty()) {
-      auto mean = [](const std::vector<double>& v) {
-        double x = 0;
-        for (double d : v) x += d;
-        return x / v.size();
-      };
-      auto pct = [](std::vector<double>& v, double p) {
-        size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p / 100 * v.size())) - 1);
-        std::nth_element(v.begin(), v.begin() + k, v.end());
-        return v[k];
-      };
-      struct {
-        double mean;
-      } sc{mean(cpu)}, sg{mean(gpu)};
-      // No valid delay at all: the percentiles are null, not a made-up 0.
-      nlohmann::json p50, p95;
-      if (!delay.empty()) {
-        p50 = Round2(pct(delay, 50));
-        p95 = Round2(pct(delay, 95));
-      }
-      frag["launch"] = {{"launches", static_cast<int64_t>(cpu.size())},
-                        {"cpu_launch_mean_us", Round2(sc.mean)},
-                        {"kernel_mean_us", Round2(sg.mean)},
-                        {"kernels_shorter_than_launch", short_k},
-                        {"kernels_shorter_than_launch_pct", Round2(100.0 * short_k / cpu.size())},
-                        {"launch_runtime_outliers", runtime_out},
-                        {"launch_delay_p50_us", p50},
-                        {"launch_delay_p95_us", p95},
-                        {"launch_delay_outliers", delay_out},
-                        {"negative_launch_delays", negative}};
-    }
+    delay.push_back(dl / 1e3);
+    if (dl > opt.launch_delay_cutoff_ns) ++delay_out;
   }
-  d["fragmentation"] = frag;
+  out->stats.negative_launch_delay = negative;
+  if (cpu.empty()) return true;
+  // No valid delay at all: the percentiles are null, not a made-up 0.
+  nlohmann::json p50, p95;
+  if (!delay.empty()) {
+    p50 = Round2(RankPercentile(delay, 50));
+    p95 = Round2(RankPercentile(delay, 95));
+  }
+  (*frag)["launch"] = {{"launches", static_cast<int64_t>(cpu.size())},
+                       {"cpu_launch_mean_us", Round2(Mean(cpu))},
+                       {"kernel_mean_us", Round2(Mean(gpu))},
+                       {"kernels_shorter_than_launch", short_k},
+                       {"kernels_shorter_than_launch_pct", Round2(100.0 * short_k / cpu.size())},
+                       {"launch_runtime_outliers", runtime_out},
+                       {"launch_delay_p50_us", p50},
+                       {"launch_delay_p95_us", p95},
+                       {"launch_delay_outliers", delay_out},
+                       {"negative_launch_delays", negative}};
+  return true;
+}
 
-  // --- Shape churn: distinct input shapes per operator. ---
+// --- Shape churn: distinct input shapes per operator. ---
+nlohmann::json ShapeChurn(const RankTrace& t, const AnalyzeOptions& opt) {
+  const auto& ev = t.events;
   absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint32_t>> shapes;
   absl::flat_hash_map<uint32_t, int64_t> shape_calls;
   for (size_t i = 0; i < ev.size(); ++i) {
@@ -295,95 +319,106 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
     return a.first != b.first ? a.first > b.first
                               : t.strings.Get(a.second) < t.strings.Get(b.second);
   });
-  d["shape_churn"] = nlohmann::json::array();
+  nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < churn.size() && static_cast<int>(i) < opt.top_k; ++i)
-    d["shape_churn"].push_back({{"name", t.strings.Get(churn[i].second)},
-                                {"distinct_shapes", churn[i].first},
-                                {"calls", shape_calls[churn[i].second]}});
+    out.push_back({{"name", t.strings.Get(churn[i].second)},
+                   {"distinct_shapes", churn[i].first},
+                   {"calls", shape_calls[churn[i].second]}});
+  return out;
+}
 
-  // --- Suspects. ---
-  nlohmann::json sus = nlohmann::json::object();
-  absl::flat_hash_map<uint32_t, Agg> f64, syncs, aicpu;
+// The top_k names of m by total time (name order on ties), with count and total.
+nlohmann::json ByTotal(const RankTrace& t, const absl::flat_hash_map<uint32_t, Agg>& m, int top_k) {
+  std::vector<std::pair<int64_t, uint32_t>> v;
+  for (const auto& [n, a] : m) v.push_back({a.total_ns, n});
+  std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first
+                              : t.strings.Get(a.second) < t.strings.Get(b.second);
+  });
+  nlohmann::json j = nlohmann::json::array();
+  for (size_t i = 0; i < v.size() && static_cast<int>(i) < top_k; ++i)
+    j.push_back({{"name", t.strings.Get(v[i].second)},
+                 {"count", m.at(v[i].second).count},
+                 {"total_us", Us(v[i].first)}});
+  return j;
+}
+
+void Count(const Event& e, Agg* a) {
+  ++a->count;
+  a->total_ns += e.dur_ns;
+}
+
+// --- Suspects: float64 operators, heavy operators run on the CPU of a device run, AI CPU
+// tasks, host-device synchronisations, the share of gather/scatter. ---
+nlohmann::json Suspects(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                        double steps, const HostOpSums& ops, const Kernels& k, bool has_launches) {
+  const auto& ev = t.events;
+  absl::flat_hash_map<uint32_t, Agg> f64, syncs, aicpu, on_cpu;
   std::vector<bool> launched(ev.size(), false);
   for (uint32_t i : hv.order) {
     if (!hv.names[ev[i].name].launch) continue;
     for (int32_t p = hv.parent[i]; p >= 0 && !launched[p]; p = hv.parent[p]) launched[p] = true;
   }
-  absl::flat_hash_map<uint32_t, Agg> on_cpu;
   for (size_t i = 0; i < ev.size(); ++i) {
     const Event& e = ev[i];
-    if (e.flags & kFlagFloat64) {
-      ++f64[e.name].count;
-      f64[e.name].total_ns += e.dur_ns;
-    }
-    if (e.flags & kFlagAiCpu && e.dur_ns >= opt.aicpu_min_task_ns) {
-      ++aicpu[e.name].count;
-      aicpu[e.name].total_ns += e.dur_ns;
-    }
+    if (e.flags & kFlagFloat64) Count(e, &f64[e.name]);
+    if (e.flags & kFlagAiCpu && e.dur_ns >= opt.aicpu_min_task_ns) Count(e, &aicpu[e.name]);
     // aten::item and friends only synchronise with a device when there is one; cuda_sync
     // events sit on the device timeline.
     if (e.cat == Category::kCudaSync || (!(e.flags & kFlagDevice) && hv.names[e.name].sync &&
-                                         (hv.has_device || !hv.names[e.name].aten))) {
-      ++syncs[e.name].count;
-      syncs[e.name].total_ns += e.dur_ns;
-    }
+                                         (hv.has_device || !hv.names[e.name].aten)))
+      Count(e, &syncs[e.name]);
     if (e.flags & kFlagDevice) continue;
     // Only where kernels are launched from the host (CUDA/HIP runtime events): on other
     // stacks a missing launch says nothing.
-    if (hv.has_device && !launches.empty() && hv.timeline[i] && !launched[i] &&
-        e.dur_ns >= 100'000 && hv.names[e.name].heavy) {
-      ++on_cpu[e.name].count;
-      on_cpu[e.name].total_ns += e.dur_ns;
-    }
+    if (hv.has_device && has_launches && hv.timeline[i] && !launched[i] && e.dur_ns >= 100'000 &&
+        hv.names[e.name].heavy)
+      Count(e, &on_cpu[e.name]);
   }
-  auto list = [&](const absl::flat_hash_map<uint32_t, Agg>& m) {
-    std::vector<std::pair<int64_t, uint32_t>> v;
-    for (const auto& [n, a] : m) v.push_back({a.total_ns, n});
-    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first > b.first
-                                : t.strings.Get(a.second) < t.strings.Get(b.second);
-    });
-    nlohmann::json j = nlohmann::json::array();
-    for (size_t i = 0; i < v.size() && static_cast<int>(i) < opt.top_k; ++i)
-      j.push_back({{"name", t.strings.Get(v[i].second)},
-                   {"count", m.at(v[i].second).count},
-                   {"total_us", Us(v[i].first)}});
-    return j;
-  };
-  sus["float64"] = list(f64);
-  sus["cpu_ops_on_device_run"] = list(on_cpu);
-  sus["ai_cpu_tasks"] = list(aicpu);
-  sus["host_device_syncs"] = list(syncs);
+  nlohmann::json sus = nlohmann::json::object();
+  sus["float64"] = ByTotal(t, f64, opt.top_k);
+  sus["cpu_ops_on_device_run"] = ByTotal(t, on_cpu, opt.top_k);
+  sus["ai_cpu_tasks"] = ByTotal(t, aicpu, opt.top_k);
+  sus["host_device_syncs"] = ByTotal(t, syncs, opt.top_k);
   int64_t sync_count = 0;
   for (const auto& [n, a] : syncs) sync_count += a.count;
   sus["host_device_syncs_per_step"] = Round2(sync_count / steps);
-  double gather_pct = k_total && hv.has_device
-                          ? 100.0 * gather_kernel_ns / k_total
-                          : (host_self_total ? 100.0 * gather_self / host_self_total : 0);
+  double gather_pct = k.total_ns && hv.has_device
+                          ? 100.0 * k.gather_ns / k.total_ns
+                          : (ops.self_total ? 100.0 * ops.gather_self / ops.self_total : 0);
   sus["gather_scatter_pct"] = Round2(gather_pct);
-  d["suspects"] = sus;
+  return sus;
+}
 
-  // --- Fusion candidates: frequent sequences of 2-3 consecutive first-level operators on one
-  // thread, all fusible (elementwise, norm, activation, conv, linear). ---
-  // A sequence inside Optimizer.step (AdamW's div > add_ > addcdiv_ when foreach=False) is
-  // the optimizer's per-parameter loop: its fix is a fused/foreach optimizer, not a fused
-  // LayerNorm, so each sequence remembers the optimizer annotation it ran under.
-  struct Seq {
-    int64_t count = 0;
-    int64_t total_ns = 0;
-    int64_t in_optimizer = 0;
-    uint32_t optimizer = 0;  // name id of the enclosing Optimizer.step annotation
-  };
-  auto optimizer_of = [&](uint32_t i) -> uint32_t {
-    for (int32_t p = hv.parent[i]; p >= 0; p = hv.parent[p])
-      if (hv.names[ev[p].name].phase == Phase::kOptimizer) return ev[p].name;
-    return 0;
-  };
-  absl::flat_hash_map<std::array<uint32_t, 3>, Seq> seqs;
+// A sequence of first-level operators. One inside Optimizer.step (AdamW's div > add_ >
+// addcdiv_ when foreach=False) is the optimizer's per-parameter loop: its fix is a
+// fused/foreach optimizer, not a fused LayerNorm, so each sequence remembers the optimizer
+// annotation it ran under.
+struct Seq {
+  int64_t count = 0;
+  int64_t total_ns = 0;
+  int64_t in_optimizer = 0;
+  uint32_t optimizer = 0;  // name id of the enclosing Optimizer.step annotation
+};
+using SeqKey = std::array<uint32_t, 3>;  // name ids, 0-padded
+
+// The name id of the Optimizer.step annotation around event i, 0 when none.
+uint32_t OptimizerOf(const RankTrace& t, const HostView& hv, uint32_t i) {
+  for (int32_t p = hv.parent[i]; p >= 0; p = hv.parent[p])
+    if (hv.names[t.events[p].name].phase == Phase::kOptimizer) return t.events[p].name;
+  return 0;
+}
+
+// Every run of 2-3 consecutive first-level operators on one thread, all fusible, not one
+// operator repeated.
+absl::flat_hash_map<SeqKey, Seq> CountSequences(const RankTrace& t, const HostView& hv,
+                                                const std::vector<uint32_t>& first_level) {
+  const auto& ev = t.events;
+  absl::flat_hash_map<SeqKey, Seq> seqs;
   for (size_t i = 0; i < first_level.size(); ++i) {
     for (int len = 2; len <= 3; ++len) {
       if (i + len > first_level.size()) break;
-      std::array<uint32_t, 3> key = {0, 0, 0};
+      SeqKey key = {0, 0, 0};
       int64_t total = 0;
       bool ok = true;
       for (int k = 0; k < len; ++k) {
@@ -399,20 +434,28 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
       Seq& s = seqs[key];
       ++s.count;
       s.total_ns += total;
-      if (uint32_t o = optimizer_of(first_level[i])) {
+      if (uint32_t o = OptimizerOf(t, hv, first_level[i])) {
         ++s.in_optimizer;
         s.optimizer = o;
       }
     }
   }
-  std::vector<std::pair<std::array<uint32_t, 3>, Seq>> sv;
-  for (const auto& kv : seqs)
+  return seqs;
+}
+
+// --- Fusion candidates: frequent sequences of 2-3 consecutive first-level operators on one
+// thread, all fusible (elementwise, norm, activation, conv, linear); the 5 with the most
+// time. ---
+nlohmann::json FusionCandidates(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                                const std::vector<uint32_t>& first_level) {
+  std::vector<std::pair<SeqKey, Seq>> sv;
+  for (const auto& kv : CountSequences(t, hv, first_level))
     if (kv.second.count >= opt.fusion_min_count) sv.push_back(kv);
   std::sort(sv.begin(), sv.end(), [&](const auto& a, const auto& b) {
     if (a.second.total_ns != b.second.total_ns) return a.second.total_ns > b.second.total_ns;
     return a.first < b.first;
   });
-  d["fusion_candidates"] = nlohmann::json::array();
+  nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < sv.size() && i < 5; ++i) {
     std::vector<std::string> names;
     std::string joined;
@@ -423,14 +466,31 @@ void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptio
     }
     const Seq& q = sv[i].second;
     const bool optimizer = 2 * q.in_optimizer > q.count;
-    nlohmann::json& c = d["fusion_candidates"].emplace_back(nlohmann::json::object());
+    nlohmann::json& c = out.emplace_back(nlohmann::json::object());
     if (optimizer) c["optimizer"] = OptimizerName(t.strings.Get(q.optimizer));
     c.update({{"sequence", joined},
               {"pattern", optimizer ? "optimizer" : KnownPattern(names)},
-              {"count", sv[i].second.count},
-              {"total_us", Us(sv[i].second.total_ns)}});
+              {"count", q.count},
+              {"total_us", Us(q.total_ns)}});
   }
-  (void)gather_by_name;
+  return out;
+}
+
+}  // namespace
+
+void AnalyzeOperators(const RankTrace& t, const HostView& hv, const AnalyzeOptions& opt,
+                      RankResult* out) {
+  nlohmann::json& d = out->details;
+  const double steps = std::max<size_t>(1, out->steps.size());
+  HostOpSums ops = TopOperators(t, hv, opt, &d);
+  Kernels kernels = DeviceKernels(t, hv, opt, &d);
+  std::vector<uint32_t> first_level = FirstLevelOps(t, hv);
+  nlohmann::json frag = Fragmentation(t, opt, kernels, first_level, steps);
+  bool has_launches = LaunchOverhead(t, hv, opt, kernels, &frag, out);
+  d["fragmentation"] = frag;
+  d["shape_churn"] = ShapeChurn(t, opt);
+  d["suspects"] = Suspects(t, hv, opt, steps, ops, kernels, has_launches);
+  d["fusion_candidates"] = FusionCandidates(t, hv, opt, first_level);
 }
 
 }  // namespace trainscope::trace::internal

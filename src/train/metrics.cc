@@ -274,6 +274,158 @@ std::string CheckFields(const json& j, std::initializer_list<Field> fields) {
   return "";
 }
 
+bool IsString(const json& v) { return v.is_string(); }
+bool IsBool(const json& v) { return v.is_boolean(); }
+bool IsArray(const json& v) { return v.is_array(); }
+
+// What the validation has seen so far, across the file's segments.
+struct MetricsScan {
+  MetricsFileInfo info;
+  int64_t last_step = 0;           // of this segment (its resumed_from_step at its header)
+  std::set<int64_t> step_numbers;  // a step a resumed run repeated counts once
+};
+
+// A header starts a segment. Each Check* returns what is wrong with one record, "" if nothing.
+std::string CheckHeader(const json& j, int64_t line_no, MetricsScan* scan) {
+  ++scan->info.segments;
+  scan->info.ended = false;
+  scan->last_step = 0;
+  if (j.contains("resumed_from_step")) {
+    if (!IsInt(j["resumed_from_step"])) return "key \"resumed_from_step\" is not an integer";
+    scan->last_step = j["resumed_from_step"].get<int64_t>();
+  } else if (line_no > 1) {
+    return "a header after line 1 without \"resumed_from_step\"";
+  }
+  if (j.value("format", "") != kMetricsFormat) return "format is not trainscope.train_metrics";
+  if (j.value("version", 0) != kMetricsVersion) return "unsupported version";
+  std::string why = CheckFields(j, {{"rank", IsInt, "an integer"},
+                                    {"world_size", IsInt, "an integer"},
+                                    {"params", IsInt, "an integer"},
+                                    {"start_unix_us", IsInt, "an integer"},
+                                    {"config", IsObject, "an object"}});
+  // Optional (files written before it existed lack it): 16 hex digits of xxh3.
+  if (why.empty() && j.contains("data_order_hash") && !IsHex16(j["data_order_hash"]))
+    why = "key \"data_order_hash\" is not 16 hex digits";
+  return why;
+}
+
+// A step record; its step must increase within the segment.
+std::string CheckStep(const json& j, MetricsScan* scan) {
+  std::string why =
+      CheckFields(j, {{"step", IsInt, "an integer"},
+                      {"loss", IsNumOrNull, "a number"},
+                      {"lr", IsNum, "a number"},
+                      {"grad_norm", IsNumOrNull, "a number"},
+                      {"tokens", IsInt, "an integer"},
+                      {"step_ms", IsNum, "a number"},
+                      {"tokens_per_s", IsNum, "a number"},
+                      {"phases_ms", IsObject, "an object"},
+                      {"comm_ms", IsNum, "a number"},
+                      {"host_rss_bytes", IsInt, "an integer"},
+                      {"device_mem_allocated_bytes", IsIntOrNull, "an integer or null"},
+                      {"device_mem_peak_bytes", IsIntOrNull, "an integer or null"}});
+  if (why.empty()) {
+    why = CheckFields(j["phases_ms"], {{"data_wait", IsNum, "a number"},
+                                       {"h2d", IsNum, "a number"},
+                                       {"forward", IsNum, "a number"},
+                                       {"backward", IsNum, "a number"},
+                                       {"comm_wait", IsNum, "a number"},
+                                       {"optimizer", IsNum, "a number"}});
+    if (!why.empty()) why = "phases_ms: " + why;
+  }
+  // Optional: steps an evaluation followed (config "eval").
+  if (why.empty() && j.contains("val_loss") && !IsNumOrNull(j["val_loss"]))
+    why = "key \"val_loss\" is not a number";
+  if (why.empty() && j.contains("eval_ms") && !IsNum(j["eval_ms"]))
+    why = "key \"eval_ms\" is not a number";
+  if (why.empty()) {
+    int64_t s = j["step"].get<int64_t>();
+    if (s <= scan->last_step) why = absl::StrCat("step ", s, " does not increase");
+    scan->last_step = s;
+    scan->step_numbers.insert(s);
+  }
+  return why;
+}
+
+// The end record of a segment: its reason, and what MetricsFileInfo::end keeps of it.
+std::string CheckEnd(const json& j, MetricsScan* scan) {
+  std::string why = CheckFields(j, {{"reason", IsString, "a string"},
+                                    {"step", IsInt, "an integer"},
+                                    {"rank", IsInt, "an integer"},
+                                    {"time_unix_us", IsInt, "an integer"},
+                                    {"elapsed_s", IsNumOrNull, "a number"}});
+  const std::string reason = why.empty() ? j["reason"].get<std::string>() : "";
+  if (why.empty() && reason != kEndDone && reason != kEndInterrupted && reason != kEndError)
+    why = absl::StrCat("end reason \"", reason, "\" is not done|interrupted|error");
+  for (const char* k : {"signal", "error"}) {
+    if (why.empty() && j.contains(k) && !j[k].is_string())
+      why = absl::StrCat("key \"", k, "\" is not a string");
+  }
+  if (why.empty()) {
+    MetricsFileInfo& info = scan->info;
+    info.ended = true;
+    info.end.reason = reason;
+    info.end.step = j["step"].get<int>();
+    info.end.rank = j["rank"].get<int>();
+    info.end.signal = j.value("signal", "");
+    info.end.error = j.value("error", "");
+    info.end.time_unix_us = j["time_unix_us"].get<int64_t>();
+    info.end.elapsed_s = j["elapsed_s"].is_number() ? j["elapsed_s"].get<double>() : 0;
+  }
+  return why;
+}
+
+std::string CheckLayerNorms(const json& j) {
+  std::string why =
+      CheckFields(j, {{"step", IsInt, "an integer"}, {"layers", IsArray, "an array"}});
+  if (why.empty()) {
+    for (const json& l : j["layers"]) {
+      why = CheckFields(l, {{"name", IsString, "a string"},
+                            {"weight_norm", IsNumOrNull, "a number"},
+                            {"grad_norm", IsNumOrNull, "a number"}});
+      if (!why.empty()) break;
+    }
+  }
+  return why;
+}
+
+// The records that change no state, by type; unknown types are an error.
+std::string CheckOther(const std::string& type, const json& j) {
+  if (type == "layer_norms") return CheckLayerNorms(j);
+  if (type == "checkpoint") {
+    return CheckFields(j, {{"step", IsInt, "an integer"},
+                           {"path", IsString, "a string"},
+                           {"bytes", IsInt, "an integer"},
+                           {"write_ms", IsNum, "a number"},
+                           {"ok", IsBool, "a boolean"}});
+  }
+  if (type == "nonfinite") {  // train/anomaly.h NonfiniteToJson
+    return CheckFields(j, {{"step", IsInt, "an integer"},
+                           {"rank", IsInt, "an integer"},
+                           {"phase", IsString, "a string"},
+                           {"module", IsString, "a string"},
+                           {"class", IsString, "a string"},
+                           {"fix", IsString, "a string"}});
+  }
+  if (type == "spike") {
+    return CheckFields(j, {{"step", IsInt, "an integer"},
+                           {"loss", IsNum, "a number"},
+                           {"threshold", IsNum, "a number"}});
+  }
+  if (type == "nonfinite_checks")
+    return CheckFields(j, {{"check_ms", IsNum, "a number"}, {"loop_ms", IsNum, "a number"}});
+  if (type == "loss_scale") {
+    return CheckFields(j, {{"step", IsInt, "an integer"},
+                           {"scale", IsNum, "a number"},
+                           {"skipped", IsBool, "a boolean"}});
+  }
+  if (type == "scalars")  // trainscope.watch's mon.log(step=...) after a step
+    return CheckFields(j, {{"step", IsInt, "an integer"}, {"scalars", IsObject, "an object"}});
+  if (type != "event" && type != "summary" && type != "error")  // free-form ones
+    return absl::StrCat("unknown type \"", type, "\"");
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
@@ -281,9 +433,8 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read metrics file"));
   std::string line;
   int64_t line_no = 0;
-  std::set<int64_t> step_numbers;  // a step a resumed run repeated counts once
-  MetricsFileInfo info;
-  int64_t last_step = 0;
+  MetricsScan scan;
+  MetricsFileInfo& info = scan.info;
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", why));
   };
@@ -299,134 +450,18 @@ absl::StatusOr<MetricsFileInfo> ValidateMetricsFile(const std::string& path) {
     if (!parsed || !j.is_object()) return bad("not a JSON object");
     if (!j.contains("type") || !j["type"].is_string()) return bad("missing string key \"type\"");
     const std::string type = j["type"];
-    std::string why;
     // A resumed run appends a new segment (header, steps from the checkpoint's step + 1,
     // end) to the file of the run it continues; only a header may follow an end record.
     if (info.ended && type != "header") return bad("a line after the end record");
     if (line_no == 1 && type != "header") return bad("first line is not the header");
-    if (type == "header") {
-      ++info.segments;
-      info.ended = false;
-      last_step = 0;
-      if (j.contains("resumed_from_step")) {
-        if (!IsInt(j["resumed_from_step"]))
-          return bad("key \"resumed_from_step\" is not an integer");
-        last_step = j["resumed_from_step"].get<int64_t>();
-      } else if (line_no > 1) {
-        return bad("a header after line 1 without \"resumed_from_step\"");
-      }
-      if (j.value("format", "") != kMetricsFormat)
-        return bad("format is not trainscope.train_metrics");
-      if (j.value("version", 0) != kMetricsVersion) return bad("unsupported version");
-      why = CheckFields(j, {{"rank", IsInt, "an integer"},
-                            {"world_size", IsInt, "an integer"},
-                            {"params", IsInt, "an integer"},
-                            {"start_unix_us", IsInt, "an integer"},
-                            {"config", [](const json& v) { return v.is_object(); }, "an object"}});
-      // Optional (files written before it existed lack it): 16 hex digits of xxh3.
-      if (why.empty() && j.contains("data_order_hash") && !IsHex16(j["data_order_hash"]))
-        why = "key \"data_order_hash\" is not 16 hex digits";
-    } else if (type == "step") {
-      why = CheckFields(j, {{"step", IsInt, "an integer"},
-                            {"loss", IsNumOrNull, "a number"},
-                            {"lr", IsNum, "a number"},
-                            {"grad_norm", IsNumOrNull, "a number"},
-                            {"tokens", IsInt, "an integer"},
-                            {"step_ms", IsNum, "a number"},
-                            {"tokens_per_s", IsNum, "a number"},
-                            {"phases_ms", [](const json& v) { return v.is_object(); }, "an object"},
-                            {"comm_ms", IsNum, "a number"},
-                            {"host_rss_bytes", IsInt, "an integer"},
-                            {"device_mem_allocated_bytes", IsIntOrNull, "an integer or null"},
-                            {"device_mem_peak_bytes", IsIntOrNull, "an integer or null"}});
-      if (why.empty()) {
-        why = CheckFields(j["phases_ms"], {{"data_wait", IsNum, "a number"},
-                                           {"h2d", IsNum, "a number"},
-                                           {"forward", IsNum, "a number"},
-                                           {"backward", IsNum, "a number"},
-                                           {"comm_wait", IsNum, "a number"},
-                                           {"optimizer", IsNum, "a number"}});
-        if (!why.empty()) why = "phases_ms: " + why;
-      }
-      // Optional: steps an evaluation followed (config "eval").
-      if (why.empty() && j.contains("val_loss") && !IsNumOrNull(j["val_loss"]))
-        why = "key \"val_loss\" is not a number";
-      if (why.empty() && j.contains("eval_ms") && !IsNum(j["eval_ms"]))
-        why = "key \"eval_ms\" is not a number";
-      if (why.empty()) {
-        int64_t s = j["step"].get<int64_t>();
-        if (s <= last_step) why = absl::StrCat("step ", s, " does not increase");
-        last_step = s;
-        step_numbers.insert(s);
-      }
-    } else if (type == "layer_norms") {
-      why = CheckFields(j, {{"step", IsInt, "an integer"},
-                            {"layers", [](const json& v) { return v.is_array(); }, "an array"}});
-      if (why.empty()) {
-        for (const json& l : j["layers"]) {
-          why = CheckFields(l, {{"name", [](const json& v) { return v.is_string(); }, "a string"},
-                                {"weight_norm", IsNumOrNull, "a number"},
-                                {"grad_norm", IsNumOrNull, "a number"}});
-          if (!why.empty()) break;
-        }
-      }
-    } else if (type == "end") {
-      why = CheckFields(j, {{"reason", [](const json& v) { return v.is_string(); }, "a string"},
-                            {"step", IsInt, "an integer"},
-                            {"rank", IsInt, "an integer"},
-                            {"time_unix_us", IsInt, "an integer"},
-                            {"elapsed_s", IsNumOrNull, "a number"}});
-      const std::string reason = why.empty() ? j["reason"].get<std::string>() : "";
-      if (why.empty() && reason != kEndDone && reason != kEndInterrupted && reason != kEndError)
-        why = absl::StrCat("end reason \"", reason, "\" is not done|interrupted|error");
-      for (const char* k : {"signal", "error"}) {
-        if (why.empty() && j.contains(k) && !j[k].is_string())
-          why = absl::StrCat("key \"", k, "\" is not a string");
-      }
-      if (why.empty()) {
-        info.ended = true;
-        info.end.reason = reason;
-        info.end.step = j["step"].get<int>();
-        info.end.rank = j["rank"].get<int>();
-        info.end.signal = j.value("signal", "");
-        info.end.error = j.value("error", "");
-        info.end.time_unix_us = j["time_unix_us"].get<int64_t>();
-        info.end.elapsed_s = j["elapsed_s"].is_number() ? j["elapsed_s"].get<double>() : 0;
-      }
-    } else if (type == "checkpoint") {
-      why = CheckFields(j, {{"step", IsInt, "an integer"},
-                            {"path", [](const json& v) { return v.is_string(); }, "a string"},
-                            {"bytes", IsInt, "an integer"},
-                            {"write_ms", IsNum, "a number"},
-                            {"ok", [](const json& v) { return v.is_boolean(); }, "a boolean"}});
-    } else if (type == "nonfinite") {  // train/anomaly.h NonfiniteToJson
-      auto is_str = [](const json& v) { return v.is_string(); };
-      why = CheckFields(j, {{"step", IsInt, "an integer"},
-                            {"rank", IsInt, "an integer"},
-                            {"phase", is_str, "a string"},
-                            {"module", is_str, "a string"},
-                            {"class", is_str, "a string"},
-                            {"fix", is_str, "a string"}});
-    } else if (type == "spike") {
-      why = CheckFields(j, {{"step", IsInt, "an integer"},
-                            {"loss", IsNum, "a number"},
-                            {"threshold", IsNum, "a number"}});
-    } else if (type == "nonfinite_checks") {
-      why = CheckFields(j, {{"check_ms", IsNum, "a number"}, {"loop_ms", IsNum, "a number"}});
-    } else if (type == "loss_scale") {
-      why =
-          CheckFields(j, {{"step", IsInt, "an integer"},
-                          {"scale", IsNum, "a number"},
-                          {"skipped", [](const json& v) { return v.is_boolean(); }, "a boolean"}});
-    } else if (type == "scalars") {  // trainscope.watch's mon.log(step=...) after a step
-      why = CheckFields(j, {{"step", IsInt, "an integer"}, {"scalars", IsObject, "an object"}});
-    } else if (type != "event" && type != "summary" && type != "error") {  // free-form ones
-      why = absl::StrCat("unknown type \"", type, "\"");
-    }
+    const std::string why = type == "header" ? CheckHeader(j, line_no, &scan)
+                            : type == "step" ? CheckStep(j, &scan)
+                            : type == "end"  ? CheckEnd(j, &scan)
+                                             : CheckOther(type, j);
     if (!why.empty()) return bad(why);
   }
   if (line_no == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty metrics file"));
-  info.steps = static_cast<int64_t>(step_numbers.size());
+  info.steps = static_cast<int64_t>(scan.step_numbers.size());
   info.state = info.ended ? info.end.reason : "running_or_killed";
   return info;
 }

@@ -88,6 +88,14 @@ class ReportCollector {
 // request). In live mode the page fetches "data.json" every 2 s and redraws with it.
 std::string RenderReportHtml(const nlohmann::json& data, const ReportOptions& options);
 
+// The summary `trainscope report` prints of a written page (format "trainscope.report",
+// version 1; docs/formats.md "Report"): `output` and `html_bytes` as given, the counts of runs,
+// ranks and points drawn, the sections, missing parts and malformed lines of `data`
+// (CollectReportData's model), the findings by severity, and what the page draws beyond the
+// fixed charts (logged scalars, checkpoint marks, trace analyses, compare reports). Pure.
+nlohmann::json ReportSummary(const nlohmann::json& data, const std::string& output,
+                             size_t html_bytes);
+
 }  // namespace trainscope::report
 
 #endif  // TRAINSCOPE_REPORT_REPORT_H_
