@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
               {"seconds", {{"read", read_s}, {"nlohmann_parse", parse_s}, {"analyze", analyze_s}}},
               {"ratio_analyze_to_parse", analyze_s / parse_s},
               {"ratio_analyze_to_read", analyze_s / read_s},
-              {"verdict", report.findings.empty() ? "" : report.findings[0].sentence},
+              {"verdict", report.findings.empty() ? "" : report.findings[0].finding.title},
               {"verdict_right", right}};
   std::printf("%s\n", out.dump(2).c_str());
   if (!keep) {

@@ -49,7 +49,7 @@ py::tuple PyClassifyNonfinite(const std::string& phase, const std::string& modul
         absl::StrCat("classify_nonfinite: wording '", wording, "': expected user or trainer")));
   }
   diagnose::NonfiniteVerdict v = diagnose::ClassifyNonfinite(e, w);
-  return py::make_tuple(std::move(v.cls), std::move(v.fix));
+  return py::make_tuple(std::move(v.cls), std::move(v.finding.fix));
 }
 
 }  // namespace

@@ -270,14 +270,14 @@ bool SchedulePlateau(const Series& series, const Trend& trend, const Stats& st, 
   Ev(r, "slope_after_share", post / pre);
   r->cls = "plateau";
   r->first_bad_step = lr[ifall].step;
-  r->severity = Severity::kWarning;
+  r->finding.severity = Severity::kWarning;
   std::string by = final_lr > 0 ? absl::StrCat(", ", Num(peak / final_lr), "x lower") : "";
-  r->sentence = absl::StrCat("the loss stalls from step ", r->first_bad_step,
-                             ", where the learning rate fell below ", Num(100 * o.lr_fall_share),
-                             "% of its peak (", Num(peak), " at step ", lr[ipeak].step, " -> ",
-                             Num(final_lr), " at the end", by, "): the loss fell ", Num(-pre),
-                             " per step before the LR halved and ", Num(-post), " per step after");
-  r->fix = kFixPlateauSchedule;
+  r->finding.title = absl::StrCat(
+      "the loss stalls from step ", r->first_bad_step, ", where the learning rate fell below ",
+      Num(100 * o.lr_fall_share), "% of its peak (", Num(peak), " at step ", lr[ipeak].step, " -> ",
+      Num(final_lr), " at the end", by, "): the loss fell ", Num(-pre),
+      " per step before the LR halved and ", Num(-post), " per step after");
+  r->finding.fix = kFixPlateauSchedule;
   return true;
 }
 
@@ -358,17 +358,17 @@ void ClassifyNonFinite(const Series& series, const Trend& trend, int64_t nan_ste
     r->cls = "diverging";
     r->nan_after_divergence = true;
     if (r->first_bad_step < 0) r->first_bad_step = r->nan_step;
-    r->severity = Severity::kError;
-    r->sentence = absl::StrCat("the loss grew from step ", r->first_bad_step,
-                               " and turned non-finite at step ", r->nan_step);
-    r->fix = kFixDiverging;
+    r->finding.severity = Severity::kError;
+    r->finding.title = absl::StrCat("the loss grew from step ", r->first_bad_step,
+                                    " and turned non-finite at step ", r->nan_step);
+    r->finding.fix = kFixDiverging;
   } else {
     r->cls = "nan_fixed_step";
     r->first_bad_step = r->nan_step;
-    r->severity = Severity::kError;
-    r->sentence = absl::StrCat("the loss turned non-finite at step ", r->nan_step,
-                               " with no warning sign before it");
-    r->fix = kFixNan;
+    r->finding.severity = Severity::kError;
+    r->finding.title = absl::StrCat("the loss turned non-finite at step ", r->nan_step,
+                                    " with no warning sign before it");
+    r->finding.fix = kFixNan;
   }
 }
 
@@ -407,11 +407,11 @@ bool Overfitting(const Series& series, const Trend& trend, const Stats& st, cons
       if ((vend - vmin) / vscale > o.overfit_rise && train_fall > o.overfit_train_fall) {
         r->cls = "overfitting";
         r->first_bad_step = val[j].step;
-        r->severity = Severity::kWarning;
-        r->sentence =
+        r->finding.severity = Severity::kWarning;
+        r->finding.title =
             absl::StrCat("validation loss rises from ", Num(vmin), " at step ", val[j].step, " to ",
                          Num(vend), " while the training loss keeps falling");
-        r->fix = kFixOverfitting;
+        r->finding.fix = kFixOverfitting;
         return true;
       }
     }
@@ -433,11 +433,11 @@ bool StallPlateau(const Trend& trend, const Stats& st, const CurveOptions& o, Cu
       Ev(r, "drop_after_share", post / total);
       r->cls = "plateau";
       r->first_bad_step = ts(k);
-      r->severity = Severity::kWarning;
-      r->sentence = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", ts(k),
-                                 " after falling ", Num(pre), " in the ", ts(k) - ts(k - st.w),
-                                 " steps before; it then moves only ", Num(post));
-      r->fix = kFixPlateau;
+      r->finding.severity = Severity::kWarning;
+      r->finding.title = absl::StrCat("the loss stalls at ", Num(st.s[k]), " from step ", ts(k),
+                                      " after falling ", Num(pre), " in the ", ts(k) - ts(k - st.w),
+                                      " steps before; it then moves only ", Num(post));
+      r->finding.fix = kFixPlateau;
       return true;
     }
   }
@@ -452,14 +452,14 @@ bool SpikeVerdict(const std::vector<double>& x, const std::vector<int64_t>& xs, 
   Ev(r, "spikes", static_cast<double>(r->spike_steps.size()));
   r->cls = "loss_spikes";
   r->first_bad_step = r->spike_steps[0];
-  r->severity = Severity::kWarning;
+  r->finding.severity = Severity::kWarning;
   std::vector<std::string> s;
   for (size_t i = 0; i < r->spike_steps.size() && i < 8; ++i)
     s.push_back(absl::StrCat(r->spike_steps[i]));
   if (r->spike_steps.size() > 8) s.push_back("...");
-  r->sentence = absl::StrCat(r->spike_steps.size(), " loss spike(s) that recover, at step(s) ",
-                             absl::StrJoin(s, ", "));
-  r->fix = kFixSpikes;
+  r->finding.title = absl::StrCat(r->spike_steps.size(), " loss spike(s) that recover, at step(s) ",
+                                  absl::StrJoin(s, ", "));
+  r->finding.fix = kFixSpikes;
   return true;
 }
 
@@ -473,7 +473,10 @@ std::string EvidenceText(const CurveResult& r) {
   return absl::StrJoin(parts, ", ");
 }
 
-CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
+namespace {
+
+// The class and its numbers, title, fix and severity (ClassifyCurve adds the rest).
+CurveResult Classify(const Series& series, const CurveOptions& o) {
   CurveResult r;
   const std::vector<Point>& pts = series.loss.empty() ? series.val_loss : series.loss;
   size_t i_nan = pts.size();
@@ -504,7 +507,7 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
 
   if (x.size() < static_cast<size_t>(o.min_points)) {
     r.cls = "too_short";
-    r.sentence = absl::StrCat("only ", x.size(), " loss values: too few to judge the curve");
+    r.finding.title = absl::StrCat("only ", x.size(), " loss values: too few to judge the curve");
     Ev(&r, "points", static_cast<double>(x.size()));
     return r;
   }
@@ -527,10 +530,10 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     Ev(&r, "rise_share", (st.end - st.min) / st.scale);
     r.cls = "diverging";
     r.first_bad_step = ts(st.imin);
-    r.severity = Severity::kError;
-    r.sentence = absl::StrCat("the loss grows from step ", r.first_bad_step, ": ", Num(st.min),
-                              " -> ", Num(st.end));
-    r.fix = kFixDiverging;
+    r.finding.severity = Severity::kError;
+    r.finding.title = absl::StrCat("the loss grows from step ", r.first_bad_step, ": ", Num(st.min),
+                                   " -> ", Num(st.end));
+    r.finding.fix = kFixDiverging;
     return r;
   }
 
@@ -544,11 +547,11 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
     Ev(&r, "rise_rho", rho);
     r.cls = "unstable";
     r.first_bad_step = step(first);
-    r.severity = Severity::kError;
-    r.sentence =
+    r.finding.severity = Severity::kError;
+    r.finding.title =
         absl::StrCat("the loss explodes from step ", r.first_bad_step, " to ",
                      Num(st.max / st.scale), "x its start and oscillates (end ", Num(st.end), ")");
-    r.fix = kFixUnstable;
+    r.finding.fix = kFixUnstable;
     return r;
   }
 
@@ -557,10 +560,10 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
       st.start - st.min < 2 * o.not_learning_drop * st.scale) {
     r.cls = "not_learning";
     r.first_bad_step = ts(0);
-    r.severity = Severity::kError;
-    r.sentence = absl::StrCat("the loss does not fall: ", Num(st.start), " -> ", Num(st.end),
-                              " over ", x.size(), " values");
-    r.fix = kFixNotLearning;
+    r.finding.severity = Severity::kError;
+    r.finding.title = absl::StrCat("the loss does not fall: ", Num(st.start), " -> ", Num(st.end),
+                                   " over ", x.size(), " values");
+    r.finding.fix = kFixNotLearning;
     return r;
   }
 
@@ -577,9 +580,18 @@ CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
   if (SpikeVerdict(x, xs, sigma, o, &r)) return r;
 
   r.cls = "healthy";
-  r.severity = Severity::kInfo;
-  r.sentence = absl::StrCat("the loss curve looks healthy: ", Num(st.start), " -> ", Num(st.end),
-                            " over ", x.size(), " values");
+  r.finding.severity = Severity::kInfo;
+  r.finding.title = absl::StrCat("the loss curve looks healthy: ", Num(st.start), " -> ",
+                                 Num(st.end), " over ", x.size(), " values");
+  return r;
+}
+
+}  // namespace
+
+CurveResult ClassifyCurve(const Series& series, const CurveOptions& o) {
+  CurveResult r = Classify(series, o);
+  r.finding.id = absl::StrCat("curve.", r.cls);
+  r.finding.evidence = EvidenceText(r);
   return r;
 }
 

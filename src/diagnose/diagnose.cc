@@ -177,8 +177,8 @@ void SeriesFacts(const Series& s, Facts run, const RunResult& r, Evidence* ev) {
   }
   AddLrSafeZone(&run);
   run["curve.class"] = Value::String(r.curve.cls);
-  run["curve.sentence"] = Value::String(r.curve.sentence);
-  run["curve.evidence"] = Value::String(EvidenceText(r.curve));
+  run["curve.sentence"] = Value::String(r.curve.finding.title);
+  run["curve.evidence"] = Value::String(r.curve.finding.evidence);
   run["curve.nan_after_divergence"] = Value::Bool(r.curve.nan_after_divergence);
   if (r.curve.first_bad_step >= 0)
     run["curve.first_bad_step"] = Value::Number(r.curve.first_bad_step);
@@ -188,8 +188,7 @@ void SeriesFacts(const Series& s, Facts run, const RunResult& r, Evidence* ev) {
   ev->engine.runs.push_back(std::move(run));
   // Not problems, so not rules: the healthy verdict and a curve too short to judge.
   if (r.curve.cls == "healthy" || r.curve.cls == "too_short") {
-    ev->notes.push_back({r.curve.severity, absl::StrCat("curve.", r.curve.cls), r.curve.sentence,
-                         EvidenceText(r.curve), r.curve.fix, r.path, r.rank});
+    ev->notes.push_back(r.curve.finding);
   }
 }
 
@@ -313,6 +312,8 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   r.first_bad = s->first_bad;
   r.end_reason = s->end_reason;
   r.curve = ClassifyCurve(*s, o.curve);
+  r.curve.finding.where = r.path;
+  r.curve.finding.rank = r.rank;
   SeriesFacts(*s, std::move(line_facts), r, ev);
   if (r.bad_records > 0) {
     ev->notes.push_back({Severity::kInfo, "input.bad_records",
@@ -418,7 +419,7 @@ json ReportToJson(const Report& rep) {
         {"class", r.curve.cls},
         {"first_bad_step", r.curve.first_bad_step >= 0 ? json(r.curve.first_bad_step) : json()},
         {"evidence", ev},
-        {"fix", r.curve.fix}};
+        {"fix", r.curve.finding.fix}};
     if (r.curve.nan_step >= 0) c["nan_step"] = r.curve.nan_step;
     if (r.curve.cls == "diverging") c["nan_after_divergence"] = r.curve.nan_after_divergence;
     if (r.curve.cls == "loss_spikes") c["spike_steps"] = r.curve.spike_steps;

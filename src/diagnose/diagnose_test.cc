@@ -161,7 +161,8 @@ TEST(Curve, HealthyIsHealthyForManySeedsAndScales) {
   for (unsigned seed = 1; seed <= 20; ++seed) {
     Series s = Healthy(seed);
     CurveResult r = ClassifyCurve(s);
-    EXPECT_EQ(r.cls, "healthy") << "seed " << seed << ": " << r.sentence << " " << EvidenceText(r);
+    EXPECT_EQ(r.cls, "healthy") << "seed " << seed << ": " << r.finding.title << " "
+                                << EvidenceText(r);
     for (Point& p : s.loss) p.value *= 1000;  // scale-free
     for (Point& p : s.val_loss) p.value *= 1000;
     EXPECT_EQ(ClassifyCurve(s).cls, "healthy") << "seed " << seed << " x1000";
@@ -171,7 +172,10 @@ TEST(Curve, HealthyIsHealthyForManySeedsAndScales) {
 TEST(Curve, LongRunsUseBinsAndStayHealthy) {
   Series s = Healthy(9, 50000);
   CurveResult r = ClassifyCurve(s);
-  EXPECT_EQ(r.cls, "healthy") << r.sentence << " " << EvidenceText(r);
+  EXPECT_EQ(r.cls, "healthy") << r.finding.title << " " << EvidenceText(r);
+  EXPECT_EQ(r.finding.id, "curve.healthy");
+  EXPECT_EQ(r.finding.severity, Severity::kInfo);
+  EXPECT_EQ(r.finding.evidence, EvidenceText(r));
   // A spike in a long run is still found at its own step.
   s.loss[30000].value *= 3;
   r = ClassifyCurve(s);
@@ -254,9 +258,9 @@ TEST(Curve, ScheduleThatEndsEarlyIsAPlateauAtTheLrFall) {
     ASSERT_EQ(r.cls, "plateau") << "seed " << seed << ": " << EvidenceText(r);
     EXPECT_EQ(r.first_bad_step, 144);  // 1e-3 x 6/140 < 5% of the peak from step 144 on
     EXPECT_NE(EvidenceText(r).find("lr_fall_step 144, lr_final 0"), std::string::npos);
-    EXPECT_NE(r.sentence.find("fell below 5% of its peak (0.001 at step 10 -> 0 at the end)"),
+    EXPECT_NE(r.finding.title.find("fell below 5% of its peak (0.001 at step 10 -> 0 at the end)"),
               std::string::npos)
-        << r.sentence;
+        << r.finding.title;
   }
 }
 
@@ -309,7 +313,7 @@ TEST(Curve, ConsecutiveSpikesListEveryStep) {
   EXPECT_EQ(r.spike_steps, (std::vector<int64_t>{100, 101, 200}));
   EXPECT_NE(EvidenceText(r).find("spikes 3, spike_steps [100, 101, 200]"), std::string::npos)
       << EvidenceText(r);
-  EXPECT_NE(r.sentence.find("at step(s) 100, 101, 200"), std::string::npos) << r.sentence;
+  EXPECT_NE(r.finding.title.find("at step(s) 100, 101, 200"), std::string::npos) << r.finding.title;
 
   // One bad batch whose after-effect fades (the next step under half its excess): one step.
   Series fade = Healthy(2);

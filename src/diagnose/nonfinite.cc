@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -68,11 +69,50 @@ LrJump FindLrJump(const std::vector<std::pair<int, double>>& history) {
   return jump;
 }
 
+namespace {
+
+// "the backward gradient of module blocks.1.fc (parameter blocks.1.fc.bias) turned non-finite".
+std::string WhatTurnedNonfinite(const NonfiniteEvidence& e) {
+  const std::string module = e.module.empty() ? "an unknown module" : "module " + e.module;
+  const std::string param = e.parameter.empty() ? "" : " (parameter " + e.parameter + ")";
+  switch (e.phase) {
+    case NonfinitePhase::kForward:
+      return absl::StrCat("the forward output of ", module, " turned non-finite from finite input");
+    case NonfinitePhase::kBackward:
+      return absl::StrCat("the backward gradient of ", module, param, " turned non-finite");
+    case NonfinitePhase::kLoss:
+      return absl::StrCat("the loss turned non-finite from finite logits (", module, ")");
+    case NonfinitePhase::kOptimizer:
+      return absl::StrCat("the optimizer step made ", module, param, " non-finite");
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string NonfiniteTitle(const NonfiniteEvidence& e) {
+  return absl::StrCat("non-finite values at step ", e.step, " on rank ", e.rank, ": ",
+                      WhatTurnedNonfinite(e));
+}
+
+std::string NonfiniteEvidenceText(const NonfiniteEvidence& e) {
+  const char* repro = !e.replayed      ? "not replayed"
+                      : e.reproducible ? "reproducible"
+                                       : "not reproducible";
+  return absl::StrCat("phase ", NonfinitePhaseName(e.phase), ", ", repro);
+}
+
+namespace {
+
+struct ClassAndFix {
+  std::string cls, fix;
+};
+
 // The rules in the order of the header's list: evidence that explains the others comes first
 // (a replay that did not reproduce says nothing about the model; weights that were already
 // non-finite make every later symptom a consequence), then the causes with a number behind
 // them (fp16 range, LR jump, grad-norm trend, diverged activations), then the phase alone.
-NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e, const NonfiniteWording& w) {
+ClassAndFix ApplyRules(const NonfiniteEvidence& e, const NonfiniteWording& w) {
   const std::string where = e.module.empty() ? std::string("the model") : e.module;
   if (e.replayed && !e.reproducible) {
     return {"transient",
@@ -148,6 +188,22 @@ NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e, const NonfiniteWo
                        e.replayed && e.reproducible ? ", reproducibly" : "",
                        ": inspect it (division, log, sqrt, softmax of an all -inf row); with "
                        "fp16, try bf16 or a larger initial loss scale")};
+}
+
+}  // namespace
+
+NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e, const NonfiniteWording& w) {
+  ClassAndFix rule = ApplyRules(e, w);
+  NonfiniteVerdict v;
+  v.cls = std::move(rule.cls);
+  v.finding.severity = Severity::kError;
+  v.finding.id = "nonfinite." + v.cls;
+  v.finding.title = NonfiniteTitle(e);
+  v.finding.evidence = NonfiniteEvidenceText(e);
+  v.finding.fix = std::move(rule.fix);
+  v.finding.where = e.module;
+  v.finding.rank = e.rank;
+  return v;
 }
 
 }  // namespace trainscope::diagnose

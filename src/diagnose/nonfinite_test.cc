@@ -45,45 +45,49 @@ TEST(NonfiniteClassify, EachRule) {
   e.module = "wte";
   e.embedding_output = true;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "bad_data");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("samples"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("samples"));
+  EXPECT_EQ(ClassifyNonfinite(e).finding.id, "nonfinite.bad_data");
+  EXPECT_EQ(ClassifyNonfinite(e).finding.severity, Severity::kError);
+  EXPECT_EQ(ClassifyNonfinite(e).finding.where, "wte");
+  EXPECT_EQ(ClassifyNonfinite(e).finding.title, NonfiniteTitle(e));
 
   e = NonfiniteBaseEvidence();
   e.module = "0";
   e.input_nonfinite = true;  // a NaN feature in the batch: data, not the first operation
   EXPECT_EQ(ClassifyNonfinite(e).cls, "bad_data");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("samples"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("samples"));
 
   // "reproducibly" only for a step that two replays reproduced (issue 33: a backward that was
   // not replayed was called reproducible).
   e = NonfiniteBaseEvidence();
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("reproducibly"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("reproducibly"));
   e.phase = NonfinitePhase::kBackward;
   e.replayed = false;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "operator");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, Not(HasSubstr("reproducibl")));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, Not(HasSubstr("reproducibl")));
 
   e = NonfiniteBaseEvidence();
   e.fp16 = true;
   e.max_abs_activation = 70000;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "fp16_overflow");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("bf16"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("bf16"));
   e.fp16 = false;  // the same magnitude is no overflow in fp32
   EXPECT_EQ(ClassifyNonfinite(e).cls, "operator");
   e.max_abs_activation = 1e28;  // but this is divergence
   EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("diverged"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("diverged"));
 
   e = NonfiniteBaseEvidence();
   e.phase = NonfinitePhase::kOptimizer;
   e.replayed = false;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");  // the update itself overflowed
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("update itself"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("update itself"));
 
   e = NonfiniteBaseEvidence();  // forward at the step after an LR jump
   e.lr_jump = 1e30;
   e.lr_jump_step = 6;
   EXPECT_EQ(ClassifyNonfinite(e).cls, "lr_too_high");
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("jumped 1e+30x at step 6"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("jumped 1e+30x at step 6"));
   e.lr_jump = 4;  // under 5x: a schedule, not a jump
   EXPECT_EQ(ClassifyNonfinite(e).cls, "operator");
 
@@ -97,7 +101,7 @@ TEST(NonfiniteClassify, EachRule) {
 
   e = NonfiniteBaseEvidence();
   e.phase = NonfinitePhase::kLoss;
-  EXPECT_THAT(ClassifyNonfinite(e).fix, HasSubstr("targets"));
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix, HasSubstr("targets"));
 }
 
 // First match wins: each earlier rule's evidence added to a later rule's keeps the earlier
@@ -168,57 +172,57 @@ TEST(NonfiniteClassify, Wordings) {
   NonfiniteEvidence e = NonfiniteBaseEvidence();
   e.fp16 = true;
   e.max_abs_activation = 70000;
-  EXPECT_EQ(ClassifyNonfinite(e, trainer).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, trainer).finding.fix,
             "activations of blocks.0.fc reach 7e+04, beyond fp16's 65504: train in bf16 "
             "(train.precision), or keep blocks.0.fc in fp32");
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix,
             "activations of blocks.0.fc reach 7e+04, beyond fp16's 65504: train in bf16, or "
             "keep blocks.0.fc in fp32");
 
   e = NonfiniteBaseEvidence();
   e.lr_jump = 10;
   e.lr_jump_step = 6;
-  EXPECT_EQ(ClassifyNonfinite(e).fix,
+  EXPECT_EQ(ClassifyNonfinite(e).finding.fix,
             "the learning rate jumped 10x at step 6: lower optim.lr or lengthen "
             "optim.warmup_steps (check the LR schedule)");
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix,
             "the learning rate jumped 10x at step 6: lower the learning rate or lengthen the "
             "warm-up (check the LR schedule)");
 
   e = NonfiniteBaseEvidence();
   e.grad_norms = {1.0, 1.0, 1.0, 20.0};
-  EXPECT_EQ(ClassifyNonfinite(e).fix,
+  EXPECT_EQ(ClassifyNonfinite(e).finding.fix,
             "the gradient norm rose 20x over the recent median before this step: clip harder "
             "(lower optim.grad_clip) or lower optim.lr");
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix,
             "the gradient norm rose 20x over the recent median before this step: clip harder "
             "or lower the learning rate");
 
   e = NonfiniteBaseEvidence();
   e.max_abs_activation = 3e12;
-  EXPECT_EQ(ClassifyNonfinite(e).fix,
+  EXPECT_EQ(ClassifyNonfinite(e).finding.fix,
             "activations reached 3e+12 before turning non-finite, so the weights diverged: "
             "lower optim.lr (0.001 at this step) or clip harder (optim.grad_clip)");
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix,
             "activations reached 3e+12 before turning non-finite, so the weights diverged: "
             "lower the learning rate (0.001 at this step) or clip harder");
 
   e = NonfiniteBaseEvidence();
   e.phase = NonfinitePhase::kOptimizer;
   e.replayed = false;
-  EXPECT_EQ(ClassifyNonfinite(e).fix,
+  EXPECT_EQ(ClassifyNonfinite(e).finding.fix,
             "finite gradients gave non-finite weights, so the update itself overflowed: lower "
             "optim.lr (and check optim.eps is not tiny)");
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix,
             "finite gradients gave non-finite weights, so the update itself overflowed: lower "
             "the learning rate (and check the optimizer's eps is not tiny)");
 
   e = NonfiniteBaseEvidence();
   e.phase = NonfinitePhase::kLoss;
-  EXPECT_EQ(ClassifyNonfinite(e).fix,
+  EXPECT_EQ(ClassifyNonfinite(e).finding.fix,
             "the logits are finite but the loss is not: check the targets (ids outside the "
             "vocabulary) and the loss function");
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix,
             "the model's output is finite but the loss is not: check the targets (ids outside "
             "the vocabulary) and the loss function");
 
@@ -226,11 +230,11 @@ TEST(NonfiniteClassify, Wordings) {
   e = NonfiniteBaseEvidence();
   e.phase = NonfinitePhase::kBackward;
   e.module = "";
-  EXPECT_EQ(ClassifyNonfinite(e, user).fix, ClassifyNonfinite(e, trainer).fix);
-  EXPECT_THAT(ClassifyNonfinite(e).fix,
+  EXPECT_EQ(ClassifyNonfinite(e, user).finding.fix, ClassifyNonfinite(e, trainer).finding.fix);
+  EXPECT_THAT(ClassifyNonfinite(e).finding.fix,
               HasSubstr("an operation in the model turns finite gradients into NaN/Inf"));
   for (const NonfiniteWording& w : {trainer, user}) {
-    EXPECT_THAT(ClassifyNonfinite(e, w).fix, Not(HasSubstr("  ")));
+    EXPECT_THAT(ClassifyNonfinite(e, w).finding.fix, Not(HasSubstr("  ")));
   }
 }
 

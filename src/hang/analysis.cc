@@ -147,7 +147,7 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g, const std::vector
   GroupWalk hidden_walk(hidden, slots);
   if (all_wait_seq >= 0) {
     Candidate c = hidden_walk.MissingDump(all_wait_seq, all_waiting, corrupt_names);
-    c.finding.evidence +=
+    c.hang.finding.evidence +=
         "; every member with a dump waits in it, so the member they wait for is among the "
         "ranks without a dump (this dump format names no group's members)";
     out->push_back(std::move(c));
@@ -163,13 +163,13 @@ void WalkGroup(const std::vector<Dump>& dumps, const Group& g, const std::vector
     return;
   Candidate c = hidden_walk.MissingDump(last->collective_seq_id, {d.rank}, corrupt_names);
   const std::string who = RanksLabel(absent);
-  c.finding.waiting_ranks = {d.rank};
-  c.finding.sentence = who + " left no dump; rank " + std::to_string(d.rank) +
-                       "'s last collective, " + last->op + " #" +
-                       std::to_string(last->collective_seq_id) + " of " + GroupLabel(g) +
-                       ", has no other member with a dump, so rank " + std::to_string(d.rank) +
-                       " stopped there because of " + who + " (a peer that is gone ends it).";
-  c.finding.evidence +=
+  c.hang.waiting_ranks = {d.rank};
+  c.hang.finding.title = who + " left no dump; rank " + std::to_string(d.rank) +
+                         "'s last collective, " + last->op + " #" +
+                         std::to_string(last->collective_seq_id) + " of " + GroupLabel(g) +
+                         ", has no other member with a dump, so rank " + std::to_string(d.rank) +
+                         " stopped there because of " + who + " (a peer that is gone ends it).";
+  c.hang.finding.evidence +=
       "; no other dump holds the group, so its other members are among the ranks without a "
       "dump (this dump format names no group's members)";
   out->push_back(std::move(c));
@@ -325,7 +325,7 @@ std::optional<Candidate> StepDivergence(const std::vector<Dump>& dumps, const Gr
                     std::find(keys.begin() + static_cast<long>(ref_prefix.size()), keys.end(),
                               StepKey(ce)) != keys.end());
   Candidate c;
-  HangFinding& f = c.finding;
+  HangFinding& f = c.hang;
   f.pg = g.name;
   f.pg_desc = g.desc;
   f.collective_seq_id = k;
@@ -345,31 +345,32 @@ std::optional<Candidate> StepDivergence(const std::vector<Dump>& dumps, const Gr
            : m == MatchState::kDtypeMismatch ? FindingKind::kDtypeMismatch
                                              : FindingKind::kSizeMismatch;
   if (skip) {
-    f.sentence = RanksLabel(culprits) + " skipped " + re.op + at + Site(re) + ", which " +
-                 RanksLabel(ref) + " issued, and went on with its next collective " + ce.op +
-                 Site(ce) + "; " + waits +
-                 " for it there. This is where the ranks' collectives "
-                 "first part; the errors and timeouts after it follow from it.";
+    f.finding.title = RanksLabel(culprits) + " skipped " + re.op + at + Site(re) + ", which " +
+                      RanksLabel(ref) + " issued, and went on with its next collective " + ce.op +
+                      Site(ce) + "; " + waits +
+                      " for it there. This is where the ranks' collectives "
+                      "first part; the errors and timeouts after it follow from it.";
   } else {
-    f.sentence = RanksLabel(culprits) + " issued " + ce.op + " " + ShapesText(ce.input_sizes) +
-                 Site(ce) + " as" + at + " where " + RanksLabel(ref) + " issued " + re.op + " " +
-                 ShapesText(re.input_sizes) + Site(re) +
-                 ", as in the steps before. This is "
-                 "where the ranks' collectives first part.";
+    f.finding.title = RanksLabel(culprits) + " issued " + ce.op + " " + ShapesText(ce.input_sizes) +
+                      Site(ce) + " as" + at + " where " + RanksLabel(ref) + " issued " + re.op +
+                      " " + ShapesText(re.input_sizes) + Site(re) +
+                      ", as in the steps before. This is "
+                      "where the ranks' collectives first part.";
   }
-  f.evidence = "steps " + std::to_string(history.begin()->first) + "-" +
-               std::to_string(history.rbegin()->first) +
-               " issued the same collectives on every "
-               "rank; at step " +
-               std::to_string(ce.step) + " the collectives of " + RanksLabel(ref) +
-               " so far begin like an earlier step's, those of " + RanksLabel(culprits) +
-               " (up to #" + std::to_string(k) + " " + ce.op + " " + ShapesText(ce.input_sizes) +
-               ") like none";
-  f.fix = "look at the code path of " + RanksLabel(culprits) + " in step " +
-          std::to_string(ce.step) + (re.caller.empty() ? "" : " around " + re.caller) +
-          ": a rank-dependent or data-dependent branch (an early continue, an `if rank ...`) "
-          "left the collective out or called another; every rank must issue the same "
-          "collectives in the same order";
+  f.finding.evidence = "steps " + std::to_string(history.begin()->first) + "-" +
+                       std::to_string(history.rbegin()->first) +
+                       " issued the same collectives on every "
+                       "rank; at step " +
+                       std::to_string(ce.step) + " the collectives of " + RanksLabel(ref) +
+                       " so far begin like an earlier step's, those of " + RanksLabel(culprits) +
+                       " (up to #" + std::to_string(k) + " " + ce.op + " " +
+                       ShapesText(ce.input_sizes) + ") like none";
+  f.finding.fix =
+      "look at the code path of " + RanksLabel(culprits) + " in step " + std::to_string(ce.step) +
+      (re.caller.empty() ? "" : " around " + re.caller) +
+      ": a rank-dependent or data-dependent branch (an early continue, an `if rank ...`) "
+      "left the collective out or called another; every rank must issue the same "
+      "collectives in the same order";
   return c;
 }
 
@@ -380,8 +381,8 @@ void LeadWithStepDivergence(const std::vector<Dump>& dumps, const Group& g, size
   std::optional<Candidate> c = StepDivergence(dumps, g);
   if (!c) return;
   for (size_t i = first; i < out->size(); ++i) {
-    HangFinding& f = (*out)[i].finding;
-    if (f.kind == FindingKind::kMissingDump || f.collective_seq_id != c->finding.collective_seq_id)
+    HangFinding& f = (*out)[i].hang;
+    if (f.kind == FindingKind::kMissingDump || f.collective_seq_id != c->hang.collective_seq_id)
       continue;
     if (c->time_ns <= 0) c->time_ns = (*out)[i].time_ns;
     (*out)[i] = std::move(*c);
@@ -407,27 +408,27 @@ std::vector<HangFinding> FindProblems(const std::vector<Dump>& dumps,
   // The waits before duplicates are merged: each waiting rank waits for each culprit.
   for (const Candidate& c : all) {
     if (waits == nullptr) break;
-    for (int w : c.finding.waiting_ranks)
-      for (int b : c.finding.culprit_ranks)
+    for (int w : c.hang.waiting_ranks)
+      for (int b : c.hang.culprit_ranks)
         if (w != b) waits->push_back({w, b});
   }
   // One missing_dump finding per set of missing ranks: the one where others wait, in the
   // largest group.
   std::vector<Candidate> kept;
   for (Candidate& c : all) {
-    if (c.finding.kind != FindingKind::kMissingDump) {
+    if (c.hang.kind != FindingKind::kMissingDump) {
       kept.push_back(std::move(c));
       continue;
     }
     auto same = std::find_if(kept.begin(), kept.end(), [&](const Candidate& k) {
-      return k.finding.kind == FindingKind::kMissingDump &&
-             k.finding.culprit_ranks == c.finding.culprit_ranks;
+      return k.hang.kind == FindingKind::kMissingDump &&
+             k.hang.culprit_ranks == c.hang.culprit_ranks;
     });
     if (same == kept.end()) {
       kept.push_back(std::move(c));
-    } else if ((same->finding.collective_seq_id < 0 && c.finding.collective_seq_id >= 0) ||
-               (c.finding.collective_seq_id >= 0 &&
-                c.finding.waiting_ranks.size() > same->finding.waiting_ranks.size())) {
+    } else if ((same->hang.collective_seq_id < 0 && c.hang.collective_seq_id >= 0) ||
+               (c.hang.collective_seq_id >= 0 &&
+                c.hang.waiting_ranks.size() > same->hang.waiting_ranks.size())) {
       *same = std::move(c);
     }
   }
@@ -439,7 +440,7 @@ std::vector<HangFinding> FindProblems(const std::vector<Dump>& dumps,
     return ta < tb;
   });
   std::vector<HangFinding> findings;
-  for (Candidate& c : kept) findings.push_back(std::move(c.finding));
+  for (Candidate& c : kept) findings.push_back(std::move(c.hang));
   return findings;
 }
 

@@ -53,6 +53,24 @@ absl::Status ListInputs(const std::string& path, std::vector<std::string>* files
   return absl::OkStatus();
 }
 
+// The Finding's fields that follow from the kind and the location (the text is written
+// where the finding is made).
+void DescribeFinding(HangFinding* h) {
+  Finding& f = h->finding;
+  // A missing dump leaves the verdict open; every other kind is the hang's cause.
+  // (long_task_after_collective names no rank: where the time went is for the user to see.)
+  f.severity =
+      h->kind == FindingKind::kMissingDump || h->kind == FindingKind::kLongTaskAfterCollective
+          ? Severity::kWarning
+          : Severity::kError;
+  f.id = absl::StrCat("hang.", FindingKindName(h->kind));
+  std::string seq = h->collective_seq_id >= 0 ? absl::StrCat("collective #", h->collective_seq_id)
+                                              : absl::StrCat("p2p #", h->p2p_seq_id);
+  f.where = absl::StrCat("process group ", h->pg, h->pg_desc.empty() ? "" : " (" + h->pg_desc + ")",
+                         ", ", seq, h->op.empty() ? "" : " " + h->op);
+  f.rank = h->culprit_ranks.size() == 1 ? h->culprit_ranks[0] : -1;
+}
+
 void ReadOne(const std::string& file, std::vector<Dump>* dumps, InputCounts* counts) {
   ++counts->files_read;
   struct stat st;
@@ -96,25 +114,7 @@ std::string StacksPath(const std::string& run_dir, int rank) {
 
 std::vector<Finding> FindingsFrom(const Report& report) {
   std::vector<Finding> out;
-  for (const HangFinding& h : report.findings) {
-    Finding f;
-    // A missing dump leaves the verdict open; every other kind is the hang's cause.
-    // (long_task_after_collective names no rank: where the time went is for the user to see.)
-    f.severity =
-        h.kind == FindingKind::kMissingDump || h.kind == FindingKind::kLongTaskAfterCollective
-            ? Severity::kWarning
-            : Severity::kError;
-    f.id = absl::StrCat("hang.", FindingKindName(h.kind));
-    f.title = h.sentence;
-    f.evidence = h.evidence;
-    f.fix = h.fix;
-    std::string seq = h.collective_seq_id >= 0 ? absl::StrCat("collective #", h.collective_seq_id)
-                                               : absl::StrCat("p2p #", h.p2p_seq_id);
-    f.where = absl::StrCat("process group ", h.pg, h.pg_desc.empty() ? "" : " (" + h.pg_desc + ")",
-                           ", ", seq, h.op.empty() ? "" : " " + h.op);
-    if (h.culprit_ranks.size() == 1) f.rank = h.culprit_ranks[0];
-    out.push_back(std::move(f));
-  }
+  for (const HangFinding& h : report.findings) out.push_back(h.finding);
   return out;
 }
 
@@ -171,6 +171,7 @@ Report AnalyzeDumps(std::vector<Dump> dumps, InputCounts counts, const AnalyzeOp
   if (options.mismatch_cap >= 0 &&
       report.findings.size() > static_cast<size_t>(options.mismatch_cap))
     report.findings.resize(options.mismatch_cap);
+  for (HangFinding& h : report.findings) DescribeFinding(&h);
   report.problem = !report.findings.empty();
   return report;
 }

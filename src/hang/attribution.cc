@@ -83,7 +83,7 @@ HangFinding Base(const Group& g, FindingKind kind) {
   f.kind = kind;
   f.pg = g.name;
   f.pg_desc = g.desc;
-  f.fix = KindFix(kind);
+  f.finding.fix = KindFix(kind);
   return f;
 }
 
@@ -291,14 +291,14 @@ std::optional<Candidate> GroupWalk::StateMismatch(int64_t seq, const std::vector
   v.culprits = scheduled;
   v.ref_ranks = started;
   Candidate c = Build(seq, v);
-  c.finding.kind = FindingKind::kStateMismatch;
-  c.finding.fix = KindFix(FindingKind::kStateMismatch);
+  c.hang.kind = FindingKind::kStateMismatch;
+  c.hang.finding.fix = KindFix(FindingKind::kStateMismatch);
   const std::string op = SlotAt(v.culprits.front(), seq).ops.front()->op;
-  c.finding.sentence = RanksLabel(scheduled) + " entered " + op + " #" + std::to_string(seq) +
-                       " of " + GroupLabel(g_) + " but never started it, while " +
-                       RanksLabel(started) + " did.";
-  c.finding.evidence = "state scheduled on " + RanksLabel(scheduled) + ", started on " +
-                       RanksLabel(started) + "; every earlier collective of the group matched";
+  c.hang.finding.title = RanksLabel(scheduled) + " entered " + op + " #" + std::to_string(seq) +
+                         " of " + GroupLabel(g_) + " but never started it, while " +
+                         RanksLabel(started) + " did.";
+  c.hang.finding.evidence = "state scheduled on " + RanksLabel(scheduled) + ", started on " +
+                            RanksLabel(started) + "; every earlier collective of the group matched";
   return c;
 }
 
@@ -320,13 +320,13 @@ std::optional<Candidate> GroupWalk::Compare(int64_t seq) {
   std::optional<Verdict> v = Attribute(seq, parts);
   if (!v) return std::nullopt;
   Candidate c = Build(seq, *v);
-  if (c.finding.sentence.empty()) return std::nullopt;  // only the caller tags differ
+  if (c.hang.finding.title.empty()) return std::nullopt;  // only the caller tags differ
   return c;
 }
 
 Candidate GroupWalk::Build(int64_t seq, const Verdict& v) {
   Candidate c;
-  HangFinding& f = c.finding;
+  HangFinding& f = c.hang;
   f = Base(g_, FindingKind::kNotJoined);
   f.collective_seq_id = seq;
   f.culprit_ranks = v.culprits;
@@ -343,12 +343,12 @@ Candidate GroupWalk::Build(int64_t seq, const Verdict& v) {
   const std::string culprit_where = Where(cs).empty() ? "" : " (" + Quoted(Where(cs)) + ")";
   const std::string basis = "; reference: " + v.method;
   if (v.skip) {
-    f.sentence = RanksLabel(v.culprits) + " skipped " + f.op + num + ", issued by " +
-                 RanksLabel(v.ref_ranks) + ref_where + ", and issued its next collective " +
-                 cs->ops.front()->op + culprit_where + " in its place; " + Wait(v.ref_ranks);
-    f.evidence = "at #" + std::to_string(seq) + " " + RanksLabel(v.culprits) + " issued " +
-                 OpsText(*cs) + " where the others issued " + OpsText(*rs) +
-                 ", which matches what comes next" + basis;
+    f.finding.title = RanksLabel(v.culprits) + " skipped " + f.op + num + ", issued by " +
+                      RanksLabel(v.ref_ranks) + ref_where + ", and issued its next collective " +
+                      cs->ops.front()->op + culprit_where + " in its place; " + Wait(v.ref_ranks);
+    f.finding.evidence = "at #" + std::to_string(seq) + " " + RanksLabel(v.culprits) + " issued " +
+                         OpsText(*cs) + " where the others issued " + OpsText(*rs) +
+                         ", which matches what comes next" + basis;
     return c;
   }
   std::string why;
@@ -369,34 +369,35 @@ Candidate GroupWalk::Build(int64_t seq, const Verdict& v) {
   switch (worst) {
     case MatchState::kTypeMismatch:
       f.kind = FindingKind::kTypeMismatch;
-      f.sentence = RanksLabel(v.culprits) + " issued " + ce.op + " as" + num + " where " +
-                   RanksLabel(v.ref_ranks) + " issued " + re.op + ref_where + ".";
+      f.finding.title = RanksLabel(v.culprits) + " issued " + ce.op + " as" + num + " where " +
+                        RanksLabel(v.ref_ranks) + " issued " + re.op + ref_where + ".";
       break;
     case MatchState::kSizeMismatch:
       f.kind = FindingKind::kSizeMismatch;
-      f.sentence = RanksLabel(v.culprits) + " called " + re.op + num + " with sizes " +
-                   ShapesText(ce.input_sizes) + " -> " + ShapesText(ce.output_sizes) + " where " +
-                   RanksLabel(v.ref_ranks) + " used " + ShapesText(re.input_sizes) + " -> " +
-                   ShapesText(re.output_sizes) + ref_where + ".";
+      f.finding.title = RanksLabel(v.culprits) + " called " + re.op + num + " with sizes " +
+                        ShapesText(ce.input_sizes) + " -> " + ShapesText(ce.output_sizes) +
+                        " where " + RanksLabel(v.ref_ranks) + " used " +
+                        ShapesText(re.input_sizes) + " -> " + ShapesText(re.output_sizes) +
+                        ref_where + ".";
       break;
     case MatchState::kDtypeMismatch:
       f.kind = FindingKind::kDtypeMismatch;
-      f.sentence = RanksLabel(v.culprits) + " called " + re.op + num + " with dtypes " +
-                   DtypesText(ce.input_dtypes) + " where " + RanksLabel(v.ref_ranks) + " used " +
-                   DtypesText(re.input_dtypes) + ref_where + ".";
+      f.finding.title = RanksLabel(v.culprits) + " called " + re.op + num + " with dtypes " +
+                        DtypesText(ce.input_dtypes) + " where " + RanksLabel(v.ref_ranks) +
+                        " used " + DtypesText(re.input_dtypes) + ref_where + ".";
       break;
     default:
       return c;  // same ops: only the caller tags differ, nothing proven
   }
-  f.fix = KindFix(f.kind);
-  f.evidence = why + basis;
+  f.finding.fix = KindFix(f.kind);
+  f.finding.evidence = why + basis;
   return c;
 }
 
 Candidate GroupWalk::NotJoined(int64_t seq, const std::vector<int>& behind,
                                const std::vector<int>& have) {
   Candidate c;
-  HangFinding& f = c.finding;
+  HangFinding& f = c.hang;
   f = Base(g_, FindingKind::kNotJoined);
   f.collective_seq_id = seq;
   f.culprit_ranks = behind;
@@ -413,13 +414,13 @@ Candidate GroupWalk::NotJoined(int64_t seq, const std::vector<int>& behind,
     last += (last.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + ": " + l;
     if (f.caller.empty() && !it->second.empty()) f.caller = Where(&it->second.rbegin()->second);
   }
-  f.sentence = RanksLabel(behind) + " never joined " + f.op + " #" + std::to_string(seq) + " of " +
-               GroupLabel(g_) + ", issued by the others" +
-               (Where(&rs).empty() ? "" : " at " + Quoted(Where(&rs))) + "; " +
-               Wait(f.waiting_ranks.empty() ? have : f.waiting_ranks);
-  f.evidence = "last collective of the group issued by " + last + "; " + RanksLabel(have) +
-               " issued #" + std::to_string(seq) + " (state " + rs.ops.back()->state + ")";
-  f.fix =
+  f.finding.title = RanksLabel(behind) + " never joined " + f.op + " #" + std::to_string(seq) +
+                    " of " + GroupLabel(g_) + ", issued by the others" +
+                    (Where(&rs).empty() ? "" : " at " + Quoted(Where(&rs))) + "; " +
+                    Wait(f.waiting_ranks.empty() ? have : f.waiting_ranks);
+  f.finding.evidence = "last collective of the group issued by " + last + "; " + RanksLabel(have) +
+                       " issued #" + std::to_string(seq) + " (state " + rs.ops.back()->state + ")";
+  f.finding.fix =
       "the rank was elsewhere when the others entered the collective: look at its thread "
       "stacks (hang/stacks.rank" +
       std::to_string(behind.front()) +
@@ -431,7 +432,7 @@ Candidate GroupWalk::NotJoined(int64_t seq, const std::vector<int>& behind,
 Candidate GroupWalk::MissingDump(int64_t seq, const std::vector<int>& waiting,
                                  const std::vector<std::string>& corrupt_names) {
   Candidate c;
-  HangFinding& f = c.finding;
+  HangFinding& f = c.hang;
   f = Base(g_, FindingKind::kMissingDump);
   f.collective_seq_id = seq;
   f.culprit_ranks = g_.missing;
@@ -445,27 +446,27 @@ Candidate GroupWalk::MissingDump(int64_t seq, const std::vector<int>& waiting,
     f.op = rs->ops.front()->op;
     f.caller = Where(rs);
     c.time_ns = Created(rs);
-    f.sentence = who + " left no dump; " + RanksLabel(f.waiting_ranks) +
-                 (f.waiting_ranks.size() == 1 ? " waits in " : " wait in ") + f.op + " #" +
-                 std::to_string(seq) + " of " + GroupLabel(g_) +
-                 (f.caller.empty() ? "" : " at " + Quoted(f.caller)) + ", so what " + who +
-                 " did is unknown (the analysis is incomplete).";
+    f.finding.title = who + " left no dump; " + RanksLabel(f.waiting_ranks) +
+                      (f.waiting_ranks.size() == 1 ? " waits in " : " wait in ") + f.op + " #" +
+                      std::to_string(seq) + " of " + GroupLabel(g_) +
+                      (f.caller.empty() ? "" : " at " + Quoted(f.caller)) + ", so what " + who +
+                      " did is unknown (the analysis is incomplete).";
   } else {
-    f.sentence = who + " of " + GroupLabel(g_) +
-                 " left no dump, so what it did is unknown (the analysis is incomplete).";
+    f.finding.title = who + " of " + GroupLabel(g_) +
+                      " left no dump, so what it did is unknown (the analysis is incomplete).";
   }
-  f.evidence = "members of " + GroupLabel(g_) +
-               (g_.from_config ? " per pg_config: " : " known from the dumps: ") +
-               RanksLabel(g_.members).substr(g_.members.size() == 1 ? 5 : 6) +
-               "; dumps found for " +
-               (g_.with_dump.empty() ? std::string("none") : RanksLabel(g_.with_dump)) +
-               (unusable.empty() ? "" : "; unusable dump files: " + unusable);
+  f.finding.evidence = "members of " + GroupLabel(g_) +
+                       (g_.from_config ? " per pg_config: " : " known from the dumps: ") +
+                       RanksLabel(g_.members).substr(g_.members.size() == 1 ? 5 : 6) +
+                       "; dumps found for " +
+                       (g_.with_dump.empty() ? std::string("none") : RanksLabel(g_.with_dump)) +
+                       (unusable.empty() ? "" : "; unusable dump files: " + unusable);
   return c;
 }
 
 Candidate P2pNotJoined(const Group& g, const Entry& e, int never, int waiting) {
   Candidate c;
-  HangFinding& f = c.finding;
+  HangFinding& f = c.hang;
   f = Base(g, FindingKind::kNotJoined);
   f.p2p_seq_id = e.p2p_seq_id;
   f.op = e.op;
@@ -474,14 +475,14 @@ Candidate P2pNotJoined(const Group& g, const Entry& e, int never, int waiting) {
   f.caller = !e.caller.empty() ? e.caller : e.frames;
   c.time_ns = e.time_created_ns;
   const char* counter = e.op == "send" ? "recv" : "send";
-  f.sentence = "rank " + std::to_string(never) + " never posted the " + counter +
-               " matching rank " + std::to_string(waiting) + "'s " + e.op + " (p2p #" +
-               std::to_string(e.p2p_seq_id) + " of " + GroupLabel(g) + ")" +
-               (f.caller.empty() ? "" : " at " + Quoted(f.caller)) + "; rank " +
-               std::to_string(waiting) + " waits in it.";
-  f.evidence = "no pending " + std::string(counter) + " on rank " + std::to_string(never) +
-               " for the pending " + e.profiling_name + " (state " + e.state + ")";
-  f.fix =
+  f.finding.title = "rank " + std::to_string(never) + " never posted the " + counter +
+                    " matching rank " + std::to_string(waiting) + "'s " + e.op + " (p2p #" +
+                    std::to_string(e.p2p_seq_id) + " of " + GroupLabel(g) + ")" +
+                    (f.caller.empty() ? "" : " at " + Quoted(f.caller)) + "; rank " +
+                    std::to_string(waiting) + " waits in it.";
+  f.finding.evidence = "no pending " + std::string(counter) + " on rank " + std::to_string(never) +
+                       " for the pending " + e.profiling_name + " (state " + e.state + ")";
+  f.finding.fix =
       "every send needs the matching recv on its peer, in the same order: look for a "
       "rank-dependent branch around the call site (pipeline schedules: the two stages' "
       "schedules must agree)";
@@ -491,7 +492,7 @@ Candidate P2pNotJoined(const Group& g, const Entry& e, int never, int waiting) {
 Candidate P2pMismatch(const Group& g, const Entry& send, const Entry& recv,
                       std::pair<int, int> src_dst, FindingKind kind) {
   Candidate c;
-  HangFinding& f = c.finding;
+  HangFinding& f = c.hang;
   f = Base(g, kind);
   f.p2p_seq_id = send.p2p_seq_id;
   f.op = "send";
@@ -502,10 +503,10 @@ Candidate P2pMismatch(const Group& g, const Entry& send, const Entry& recv,
   bool size = kind == FindingKind::kSizeMismatch;
   std::string a = size ? ShapesText(send.input_sizes) : DtypesText(send.input_dtypes);
   std::string b = size ? ShapesText(recv.output_sizes) : DtypesText(recv.output_dtypes);
-  f.sentence = "rank " + std::to_string(src_dst.first) + " sends " + a + " to rank " +
-               std::to_string(src_dst.second) + ", which receives " + b + " (p2p #" +
-               std::to_string(send.p2p_seq_id) + " of " + GroupLabel(g) + ").";
-  f.evidence = send.profiling_name + " vs " + recv.profiling_name;
+  f.finding.title = "rank " + std::to_string(src_dst.first) + " sends " + a + " to rank " +
+                    std::to_string(src_dst.second) + ", which receives " + b + " (p2p #" +
+                    std::to_string(send.p2p_seq_id) + " of " + GroupLabel(g) + ").";
+  f.finding.evidence = send.profiling_name + " vs " + recv.profiling_name;
   return c;
 }
 

@@ -34,7 +34,7 @@ struct Slot {
 };
 
 struct Candidate {
-  HangFinding finding;
+  HangFinding hang;
   int64_t time_ns = 0;  // when the first involved entry was created (0: unknown)
 };
 

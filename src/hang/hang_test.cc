@@ -23,12 +23,12 @@ using testing::E;
 void ExpectFinding(const Report& r, FindingKind kind, std::vector<int> culprits, int64_t seq) {
   ASSERT_FALSE(r.findings.empty()) << ReportToJson(r).dump(2);
   const HangFinding& f = r.findings[0];
-  EXPECT_EQ(FindingKindName(f.kind), std::string(FindingKindName(kind))) << f.sentence;
-  EXPECT_EQ(f.culprit_ranks, culprits) << f.sentence << " / " << f.evidence;
-  EXPECT_EQ(f.collective_seq_id, seq) << f.sentence;
+  EXPECT_EQ(FindingKindName(f.kind), std::string(FindingKindName(kind))) << f.finding.title;
+  EXPECT_EQ(f.culprit_ranks, culprits) << f.finding.title << " / " << f.finding.evidence;
+  EXPECT_EQ(f.collective_seq_id, seq) << f.finding.title;
   EXPECT_TRUE(r.problem);
-  EXPECT_FALSE(f.sentence.empty());
-  EXPECT_FALSE(f.fix.empty());
+  EXPECT_FALSE(f.finding.title.empty());
+  EXPECT_FALSE(f.finding.fix.empty());
 }
 
 TEST(HangRead, SniffsJsonPickleAndJunk) {
@@ -149,9 +149,10 @@ TEST(HangAnalysis, RankBehindNeverJoined) {
     ExpectFinding(r, FindingKind::kNotJoined, {culprit}, 9);
     EXPECT_EQ(r.findings[0].waiting_ranks, std::vector<int>{1 - culprit});
     EXPECT_EQ(r.findings[0].caller, "step 5 grad bucket 0");
-    EXPECT_NE(r.findings[0].sentence.find("never joined all_reduce #9 of group 0 (default_pg)"),
-              std::string::npos)
-        << r.findings[0].sentence;
+    EXPECT_NE(
+        r.findings[0].finding.title.find("never joined all_reduce #9 of group 0 (default_pg)"),
+        std::string::npos)
+        << r.findings[0].finding.title;
   }
 }
 
@@ -177,8 +178,8 @@ TEST(HangAnalysis, SkippedCollectiveTwoRanks) {
       Report r = Analyze(
           {DumpJson(0, culprit == 0 ? bad : good, 2), DumpJson(1, culprit == 1 ? bad : good, 2)});
       ExpectFinding(r, FindingKind::kNotJoined, {culprit}, 13);
-      EXPECT_NE(r.findings[0].sentence.find("skipped"), std::string::npos)
-          << r.findings[0].sentence;
+      EXPECT_NE(r.findings[0].finding.title.find("skipped"), std::string::npos)
+          << r.findings[0].finding.title;
     }
   }
 }
@@ -275,7 +276,7 @@ TEST(HangAnalysis, TieWithoutEvidenceSaysItGuessed) {
   b.in = b.out = {{8}};
   Report r = Analyze({DumpJson(0, {a}, 2), DumpJson(1, {b}, 2)});
   ExpectFinding(r, FindingKind::kSizeMismatch, {1}, 1);
-  EXPECT_NE(r.findings[0].evidence.find("guess"), std::string::npos);
+  EXPECT_NE(r.findings[0].finding.evidence.find("guess"), std::string::npos);
 }
 
 TEST(HangAnalysis, StateMismatch) {
@@ -298,7 +299,7 @@ TEST(HangAnalysis, MissingDump) {
   Report r = Analyze({DumpJson(0, a, 4), DumpJson(1, a, 4), DumpJson(3, a, 4)});
   ExpectFinding(r, FindingKind::kMissingDump, {2}, 4);
   EXPECT_EQ(r.findings[0].waiting_ranks, (std::vector<int>{0, 1, 3}));
-  EXPECT_NE(r.findings[0].sentence.find("incomplete"), std::string::npos);
+  EXPECT_NE(r.findings[0].finding.title.find("incomplete"), std::string::npos);
 }
 
 // torch 2.15's gloo dumps: pg_config {"": ...} (the group registered before it was named),

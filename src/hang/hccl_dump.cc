@@ -168,17 +168,17 @@ HangFinding ComputeStuck(const Verdict& v, const std::string& prefix) {
   f.culprit_ranks = v.culprits;
   const std::string& where = f.caller;
   const std::string after = v.culprit_last ? OpName(*v.culprit_last) : "its last collective";
-  f.sentence = absl::StrCat(Ranks(v.culprits), " was still computing after ", after, " while ",
-                            Ranks(v.waiting), " waited in ", OpLabel(*v.ref),
-                            where.empty() ? "" : " (called at " + where + ")",
-                            ": its computation took too long and the others' HCCL task timed "
-                            "out (Ascend flight recorder class 1).");
-  f.evidence = absl::StrCat(
+  f.finding.title = absl::StrCat(Ranks(v.culprits), " was still computing after ", after, " while ",
+                                 Ranks(v.waiting), " waited in ", OpLabel(*v.ref),
+                                 where.empty() ? "" : " (called at " + where + ")",
+                                 ": its computation took too long and the others' HCCL task timed "
+                                 "out (Ascend flight recorder class 1).");
+  f.finding.evidence = absl::StrCat(
       "last entry of ", Ranks(v.culprits), ": ", after, " #",
       v.culprit_last ? v.culprit_last->collective_seq_id : -1, " completed (record id ",
       v.culprit_last ? v.culprit_last->record_id : -1, "); last entry of ", Ranks(v.waiting), ": ",
       OpLabel(*v.ref), " ", v.ref->state, " (record id ", v.ref->record_id, ")");
-  f.fix = absl::StrCat(
+  f.finding.fix = absl::StrCat(
       "see where ", Ranks(v.culprits), " was: the Python stacks torch_npu wrote next to its dump (",
       prefix, v.culprits.front(),
       "_py_traceback) and its plog (~/ascend/log/debug/plog) for an operator that never "
@@ -193,16 +193,16 @@ HangFinding ComputeStuck(const Verdict& v, const std::string& prefix) {
 HangFinding LongTask(const Verdict& v) {
   HangFinding f = FromRef(FindingKind::kLongTaskAfterCollective, v, v.ranks);
   const std::string& where = f.caller;
-  f.sentence = absl::StrCat(
+  f.finding.title = absl::StrCat(
       "every rank of group ", v.ref->pg_name, " completed its last collective, the latest being ",
       OpName(*v.ref), " #", v.ref->collective_seq_id,
       where.empty() ? "" : " (called at " + where + ")",
       ", and none issued another: the non-communication work after it took too long (Ascend "
       "flight recorder class 2).");
-  f.evidence =
+  f.finding.evidence =
       absl::StrCat("last entries of ", Ranks(v.ranks), ": completed; the latest completion is ",
                    OpLabel(*v.ref), " (record id ", v.ref->record_id, ")");
-  f.fix = absl::StrCat(
+  f.finding.fix = absl::StrCat(
       "look at what every rank runs after ", OpName(*v.ref), where.empty() ? "" : " at " + where,
       ": a device operator that does not finish (plog: EZ9999 AI Core / AI CPU exception; "
       "npu-smi info shows AICore(%) stuck), host work (data loading, a checkpoint save, "
@@ -216,15 +216,15 @@ HangFinding LongTask(const Verdict& v) {
 HangFinding CollectiveTimeout(const Verdict& v) {
   HangFinding f = FromRef(FindingKind::kCollectiveTimeout, v, v.ranks);
   const std::string& where = f.caller;
-  f.sentence =
+  f.finding.title =
       absl::StrCat("every rank of group ", v.ref->pg_name, " entered ", OpName(*v.ref), " #",
                    v.ref->collective_seq_id, where.empty() ? "" : " (called at " + where + ")",
                    " and none saw it complete: the collective itself executed too "
                    "slowly and timed out (Ascend flight recorder class 3).");
-  f.evidence = absl::StrCat("last entries of ", Ranks(v.ranks), ": ", OpName(*v.ref),
-                            ", record id ", v.ref->record_id, ", state ", v.ref->state,
-                            " on every rank; the ranks agree, so the wait is inside HCCL");
-  f.fix = absl::StrCat(
+  f.finding.evidence = absl::StrCat("last entries of ", Ranks(v.ranks), ": ", OpName(*v.ref),
+                                    ", record id ", v.ref->record_id, ", state ", v.ref->state,
+                                    " on every rank; the ranks agree, so the wait is inside HCCL");
+  f.finding.fix = absl::StrCat(
       "the ranks agree on the collective, so look at the links and the device: the plog of "
       "every rank for EI0002 (notify wait timeout), EI0013 (RoCE ERROR CQE: network or a peer "
       "gone) and its 'Cluster Exception Location'; the NICs with hccn_tool -i <device> -link "
@@ -292,10 +292,10 @@ void AddHcclTimeoutClasses(const std::vector<Dump>& dumps, Report* report) {
       }
       // The matching not_joined finding says the same, with the cross-group root: it keeps
       // its place and root fields, in Ascend's words.
-      size_t at = report->root_cause.find(same->sentence);
+      size_t at = report->root_cause.find(same->finding.title);
       if (at != std::string::npos)
-        report->root_cause.replace(at, same->sentence.size(), n.sentence);
-      n.evidence += "; " + same->evidence;
+        report->root_cause.replace(at, same->finding.title.size(), n.finding.title);
+      n.finding.evidence += "; " + same->finding.evidence;
       n.root = same->root;
       n.consequence_of = same->consequence_of;
       n.consequence = same->consequence;

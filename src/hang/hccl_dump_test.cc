@@ -86,11 +86,13 @@ TEST(HcclTimeoutClasses, ComputeStuckReplacesNotJoined) {
   EXPECT_EQ(f.culprit_ranks, std::vector<int>{1});
   EXPECT_EQ(f.waiting_ranks, std::vector<int>{0});
   EXPECT_EQ(f.collective_seq_id, 2);
-  EXPECT_NE(f.sentence.find("rank 1 was still computing after all_reduce"), std::string::npos);
-  EXPECT_NE(f.fix.find("hccl_trace_rank_1_py_traceback"), std::string::npos);
+  EXPECT_NE(f.finding.title.find("rank 1 was still computing after all_reduce"), std::string::npos);
+  EXPECT_NE(f.finding.fix.find("hccl_trace_rank_1_py_traceback"), std::string::npos);
   EXPECT_NE(r.root_cause.find("still computing"), std::string::npos);
   EXPECT_EQ(r.details["hccl_timeout"][0]["class"], "compute_stuck");
   EXPECT_EQ(FindingsFrom(r)[0].id, "hang.compute_stuck");
+  EXPECT_EQ(f.finding.id, "hang.compute_stuck");
+  EXPECT_EQ(FindingsFrom(r)[0].title, f.finding.title);
 }
 
 TEST(HcclTimeoutClasses, AllCompletedIsALongTaskAfterTheLatest) {
@@ -114,7 +116,7 @@ TEST(HcclTimeoutClasses, AllPendingInOneCollectiveTimedOut) {
   ASSERT_EQ(r.findings.size(), 1u);
   EXPECT_EQ(r.findings[0].kind, FindingKind::kCollectiveTimeout);
   EXPECT_EQ(r.findings[0].waiting_ranks, (std::vector<int>{0, 1}));
-  EXPECT_NE(r.findings[0].fix.find("HCCL_EXEC_TIMEOUT"), std::string::npos);
+  EXPECT_NE(r.findings[0].finding.fix.find("HCCL_EXEC_TIMEOUT"), std::string::npos);
 }
 
 TEST(HcclTimeoutClasses, PendingInDifferentCollectivesIsUnrecognized) {

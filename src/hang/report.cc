@@ -153,9 +153,9 @@ nlohmann::json ReportToJson(const Report& report) {
     j["culprit_ranks"] = f.culprit_ranks;
     j["waiting_ranks"] = f.waiting_ranks;
     j["caller"] = f.caller;
-    j["sentence"] = f.sentence;
-    j["evidence"] = f.evidence;
-    j["fix"] = f.fix;
+    j["sentence"] = f.finding.title;
+    j["evidence"] = f.finding.evidence;
+    j["fix"] = f.finding.fix;
     j["root"] = f.root;
     j["consequence_of"] = f.consequence_of;
     j["consequence"] = f.consequence;
@@ -182,10 +182,11 @@ std::string FormatReportText(const Report& report) {
     const HangFinding& f = report.findings[i];
     if (!f.root && !report.root_ranks.empty() && (i == 0 || report.findings[i - 1].root))
       out += "Consequences:\n";
-    out += Wrap(std::to_string(i + 1) + ". [" + FindingKindName(f.kind) + "]", f.sentence, "   ");
+    out +=
+        Wrap(std::to_string(i + 1) + ". [" + FindingKindName(f.kind) + "]", f.finding.title, "   ");
     if (!f.consequence.empty()) out += Wrap("   consequence:", f.consequence, "     ");
-    if (!f.evidence.empty()) out += Wrap("   evidence:", f.evidence, "     ");
-    if (!f.fix.empty()) out += Wrap("   fix:", f.fix, "     ");
+    if (!f.finding.evidence.empty()) out += Wrap("   evidence:", f.finding.evidence, "     ");
+    if (!f.finding.fix.empty()) out += Wrap("   fix:", f.finding.fix, "     ");
   }
   out += "\n";
   if (!in.empty()) {

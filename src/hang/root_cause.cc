@@ -127,8 +127,8 @@ void OrderByRootCause(const std::vector<WaitFor>& waits, Report* report) {
     if (best) {
       std::vector<int> kept, others;
       for (int c : best->culprit_ranks) (roots.count(c) ? kept : others).push_back(c);
-      best->sentence += " (" + RanksLabel(others) + Verb(others, " waits", " wait") +
-                        " elsewhere: a consequence.)";
+      best->finding.title += " (" + RanksLabel(others) + Verb(others, " waits", " wait") +
+                             " elsewhere: a consequence.)";
       best->culprit_ranks = kept;
       best->root = true;
       best->consequence_of.clear();
@@ -160,7 +160,7 @@ void OrderByRootCause(const std::vector<WaitFor>& waits, Report* report) {
       blocked_list.empty() ? "" : Verb(root_list, " blocks ", " block ") + RanksLabel(blocked_list);
   const HangFinding& first = findings.front();
   report->root_cause = "Root cause: " + RanksLabel(root_list) + " (" + why + ")" + blocks +
-                       (first.root ? "; " + first.sentence : ".");
+                       (first.root ? "; " + first.finding.title : ".");
 }
 
 }  // namespace trainscope::hang::internal

@@ -91,9 +91,9 @@ TEST(HangRootCause, PipelineWaitsLeadToTheStoppedRank) {
   // The pending receives are consequences: rank 2 waits for rank 0, which waits for rank 1.
   bool recv_on_2 = false;
   for (const HangFinding& f : r.findings) {
-    EXPECT_NE(f.kind, FindingKind::kSizeMismatch) << f.sentence;
+    EXPECT_NE(f.kind, FindingKind::kSizeMismatch) << f.finding.title;
     if (f.root) continue;
-    EXPECT_EQ(f.consequence_of, std::vector<int>({1})) << f.sentence;
+    EXPECT_EQ(f.consequence_of, std::vector<int>({1})) << f.finding.title;
     if (f.op == "recv" && f.waiting_ranks == std::vector<int>({2})) {
       recv_on_2 = true;
       EXPECT_NE(f.consequence.find("because of rank 1"), std::string::npos) << f.consequence;
@@ -125,7 +125,7 @@ TEST(HangRootCause, AllToAllSizesAreNeverAMismatch) {
   }
   Report r = Analyze(docs);
   for (const HangFinding& f : r.findings)
-    EXPECT_NE(f.kind, FindingKind::kSizeMismatch) << f.sentence;
+    EXPECT_NE(f.kind, FindingKind::kSizeMismatch) << f.finding.title;
   EXPECT_EQ(r.root_ranks, std::vector<int>({3})) << ReportToJson(r).dump(2);
   ASSERT_FALSE(r.findings.empty());
   EXPECT_EQ(r.findings[0].culprit_ranks, std::vector<int>({3}));
@@ -175,8 +175,8 @@ TEST(HangRootCause, FirstFindingBlamesOnlyRoots) {
   ASSERT_FALSE(r.findings.empty());
   EXPECT_TRUE(r.findings[0].root);
   EXPECT_EQ(r.findings[0].culprit_ranks, std::vector<int>({1})) << j.dump(2);
-  EXPECT_NE(r.findings[0].sentence.find("rank 3 waits elsewhere"), std::string::npos)
-      << r.findings[0].sentence;
+  EXPECT_NE(r.findings[0].finding.title.find("rank 3 waits elsewhere"), std::string::npos)
+      << r.findings[0].finding.title;
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ void CollectFindings(const std::string& dir, const std::string& name, json* run,
     auto pin = [&](int64_t step, const std::string& kind) {
       if (step < 0) return;
       (*run)["pins"].push_back(
-          {{"kind", kind}, {"step", step}, {"rank", r.rank}, {"text", r.curve.sentence}});
+          {{"kind", kind}, {"step", step}, {"rank", r.rank}, {"text", r.curve.finding.title}});
     };
     pin(r.curve.first_bad_step, "first_bad");
     pin(r.curve.nan_step, "nan");

@@ -86,7 +86,7 @@ nlohmann::json NonfiniteToJson(const NonfiniteEvidence& e, const NonfiniteVerdic
                       {"parameter", e.parameter},
                       {"class", v.cls},
                       {"reproducible", nullptr},
-                      {"fix", v.fix},
+                      {"fix", v.finding.fix},
                       {"samples", e.sample_ids},
                       {"max_abs_activation", e.max_abs_activation},
                       {"lr", e.lr},
@@ -96,32 +96,8 @@ nlohmann::json NonfiniteToJson(const NonfiniteEvidence& e, const NonfiniteVerdic
 }
 
 std::string NonfiniteSentence(const NonfiniteEvidence& e, const NonfiniteVerdict& v) {
-  std::string what;
-  const std::string module = e.module.empty() ? "an unknown module" : "module " + e.module;
-  switch (e.phase) {
-    case NonfinitePhase::kForward:
-      what = absl::StrCat("the forward output of ", module, " turned non-finite from finite input");
-      break;
-    case NonfinitePhase::kBackward:
-      what = absl::StrCat("the backward gradient of ", module,
-                          e.parameter.empty() ? "" : " (parameter " + e.parameter + ")",
-                          " turned non-finite");
-      break;
-    case NonfinitePhase::kLoss:
-      what = absl::StrCat("the loss turned non-finite from finite logits (", module, ")");
-      break;
-    case NonfinitePhase::kOptimizer:
-      what = absl::StrCat("the optimizer step made ", module,
-                          e.parameter.empty() ? "" : " (parameter " + e.parameter + ")",
-                          " non-finite");
-      break;
-  }
-  const char* repro = !e.replayed      ? "not replayed"
-                      : e.reproducible ? "reproducible"
-                                       : "not reproducible";
-  return absl::StrCat("non-finite values at step ", e.step, " on rank ", e.rank, ": ", what,
-                      " (phase ", NonfinitePhaseName(e.phase), ", ", repro, ", class ", v.cls,
-                      "); fix: ", v.fix);
+  return absl::StrCat(diagnose::NonfiniteTitle(e), " (", diagnose::NonfiniteEvidenceText(e),
+                      ", class ", v.cls, "); fix: ", v.finding.fix);
 }
 
 absl::Status ValidateLossScalerOptions(const LossScalerOptions& o) {

@@ -47,9 +47,10 @@ struct CurveResult {
   std::vector<int64_t> spike_steps;  // every step of every spike (consecutive ones each)
   // The numbers behind the verdict, name -> value, in a fixed order (window, slopes, ratios).
   std::vector<std::pair<std::string, double>> evidence;
-  std::string sentence;  // what is wrong (or that it looks healthy)
-  std::string fix;
-  Severity severity = Severity::kInfo;
+  // The verdict: id "curve.<cls>", title what is wrong (or that it looks healthy), evidence
+  // EvidenceText, the fix ("" for healthy and too_short), severity error / warning / info.
+  // where and rank are left to the caller (it knows the file).
+  Finding finding;
 };
 
 CurveResult ClassifyCurve(const Series& series, const CurveOptions& options = {});

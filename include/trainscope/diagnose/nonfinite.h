@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/finding.h"
 
 namespace trainscope::diagnose {
 
@@ -62,7 +63,10 @@ struct NonfiniteVerdict {
   // "operator" (a specific operation turns finite input non-finite, reproducibly),
   // "transient" (not reproducible with the same state and batch).
   std::string cls;
-  std::string fix;  // one sentence: what to change
+  // What is wrong and what to change: id "nonfinite.<cls>", an error; title NonfiniteTitle,
+  // evidence NonfiniteEvidenceText; fix one sentence: what to change (in the wording's
+  // names); where the module ("" when unknown), rank the evidence's rank.
+  Finding finding;
 };
 
 // How a fix names the settings it tells the user to change: the reference trainer's config
@@ -89,6 +93,13 @@ struct NonfiniteWording {
 // phase -> lr_too_high; loss phase or else operator.
 NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e,
                                    const NonfiniteWording& wording = NonfiniteWording::Trainer());
+
+// What turned non-finite, where: "non-finite values at step 7 on rank 1: the backward
+// gradient of module blocks.1.fc (parameter blocks.1.fc.bias) turned non-finite".
+std::string NonfiniteTitle(const NonfiniteEvidence& e);
+// The phase and what the replay showed: "phase backward, reproducible" (or "not replayed",
+// "not reproducible").
+std::string NonfiniteEvidenceText(const NonfiniteEvidence& e);
 
 // The grad-norm trend rule on its own: the last finite norm over the median of the finite ones
 // before it (0 when fewer than 3 finite norms, or when that median is not positive).

@@ -64,10 +64,12 @@ struct HangFinding {
   std::string op;                  // "all_reduce", "send", ...
   std::vector<int> culprit_ranks;  // global ranks
   std::vector<int> waiting_ranks;
-  std::string caller;    // the culprit's caller tag, or its frames, when recorded
-  std::string sentence;  // the one-sentence verdict printed first
-  std::string evidence;
-  std::string fix;
+  std::string caller;  // the culprit's caller tag, or its frames, when recorded
+  // What is wrong, the evidence and what to do: title is the one-sentence verdict printed
+  // first ("sentence" in the JSON); id "hang.<kind>"; where the group and sequence number;
+  // rank the culprit when there is one; an error, except missing_dump and
+  // long_task_after_collective, which are warnings.
+  Finding finding;
   // Across process groups (see Report::root_ranks): true for the finding that names the root;
   // the others are its consequences: the root ranks their waiting ranks wait for, in the end,
   // and a sentence ("ranks 0, 5 wait in all_reduce #3 of group 1 because of rank 4").
@@ -103,9 +105,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
 
 // {"problem", "findings": [...], ...}: the JSON contract (docs/formats.md).
 nlohmann::json ReportToJson(const Report& report);
-// The findings as core Findings (id "hang.<kind>", title = the verdict sentence, where = the
-// group and sequence number, rank = the culprit when there is one): errors, except
-// missing_dump, which is a warning. Order kept (most likely root cause first).
+// Every finding's HangFinding::finding, in order (most likely root cause first).
 std::vector<Finding> FindingsFrom(const Report& report);
 
 // One sentence per finding, then a per-rank table of the last collectives; fits 120 columns.
