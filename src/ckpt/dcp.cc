@@ -332,24 +332,30 @@ absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStora
   if (!DcpShape(&args[2], &out.shape) || !DcpShape(&args[3], &stride) ||
       stride.size() != out.shape.size())
     return bad("data.pkl: size and stride are not tuples of ints of one length");
-  // Row-major: each dimension's stride is the product of the sizes after it (a size-1
-  // dimension's stride does not matter).
-  uint64_t numel = 1;
+  // Row-major when each dimension's stride is the product of the sizes after it (a size-1
+  // dimension's stride does not matter); else the elements span up to the last one.
+  uint64_t numel = 1, span = 1;
+  bool row_major = true;
   for (size_t i = out.shape.size(); i-- > 0;) {
-    if (out.shape[i] != 1 && stride[i] != numel)
-      return absl::UnimplementedError(absl::StrCat(path, ": a non-contiguous tensor"));
-    if (__builtin_mul_overflow(numel, out.shape[i], &numel)) return bad("data.pkl: size overflows");
+    row_major = row_major && (out.shape[i] == 1 || stride[i] == numel);
+    uint64_t reach = 0;
+    if (__builtin_mul_overflow(numel, out.shape[i], &numel) ||
+        (out.shape[i] > 0 && (__builtin_mul_overflow(out.shape[i] - 1, stride[i], &reach) ||
+                              __builtin_add_overflow(span, reach, &span))))
+      return bad("data.pkl: size overflows");
   }
+  if (!row_major) out.stride = stride;
+  if (numel == 0 || row_major) span = numel;
   const uint64_t elem = DTypeBits(dtype) / 8, first = static_cast<uint64_t>(args[1].integer);
   const DcpArchiveMember* data = member("data/" + pid.items[2].text);
   uint64_t need = 0;
-  if (!data || __builtin_add_overflow(first, numel, &need) ||
+  if (!data || __builtin_add_overflow(first, span, &need) ||
       __builtin_mul_overflow(need, elem, &need) || need > data->size) {
     return bad(absl::StrCat("storage \"data/", pid.items[2].text, "\" is missing or shorter than ",
-                            numel, " elements from element ", first));
+                            span, " elements from element ", first));
   }
   out.offset = data->offset + first * elem;
-  out.bytes = numel * elem;
+  out.bytes = span * elem;
   return out;
 }
 

@@ -72,6 +72,10 @@ struct DcpChunkData {
   std::string file;             // path of the .distcp file
   std::string dtype;            // safetensors spelling ("F32", "BF16"), as ToDoubles takes it
   std::vector<uint64_t> shape;  // the chunk's sizes
+  // The elements' strides when they are not row-major (a transposed or expanded tensor):
+  // element (i0, i1, ...) is at i0 * stride[0] + i1 * stride[1] + ... from `offset`, and
+  // `bytes` spans the last one. Empty: row-major, `bytes` = the elements' bytes in order.
+  std::vector<uint64_t> stride;
   uint64_t offset = 0, bytes = 0;
 };
 
@@ -80,7 +84,7 @@ struct DcpChunkData {
 // ReadDcpArchive; InvalidArgument "<file>: bytes [A, B): ..." when the archive is not a
 // torch.save of one tensor or its storage is shorter than the tensor; Unimplemented for
 // what is not decoded here: a storage type other than the float, integer and bool ones,
-// a non-contiguous layout, a big-endian archive.
+// a big-endian archive. A strided layout is read (DcpChunkData::stride).
 absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStorage& s);
 
 }  // namespace trainscope::ckpt

@@ -84,7 +84,8 @@ absl::Status CompareDcpTensor(const std::string& dir_a, const DcpEntry& a, const
     for (const auto* c : {&ca, &cb}) {
       if (!c->ok() && !absl::IsUnimplemented(c->status())) return c->status();
     }
-    paired = ca.ok() && cb.ok() && ca->shape == cb->shape && ca->dtype == cb->dtype;
+    paired = ca.ok() && cb.ok() && ca->shape == cb->shape && ca->dtype == cb->dtype &&
+             ca->stride.empty() && cb->stride.empty();
     if (paired) {
       TS_RETURN_IF_ERROR(CompareValues({ca->file, ca->dtype, ca->offset, ca->bytes},
                                        {cb->file, cb->dtype, cb->offset, cb->bytes}, d, o));

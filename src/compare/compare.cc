@@ -38,13 +38,6 @@ bool FloatGroup(const std::string& d) {
   return d == "float16" || d == "float32" || d == "float64" || d == "bfloat16";
 }
 
-// torch.float32 and MindSpore's Float32 alike: "float32".
-std::string Normalized(std::string d) {
-  if (d.rfind("torch.", 0) == 0) d = d.substr(6);
-  std::transform(d.begin(), d.end(), d.begin(), ::tolower);
-  return d;
-}
-
 // Rows paired by their place in the entry ("input.0", "weight"); like msprobe, a pair whose
 // dtypes differ outside the float group (float16/32/64, bfloat16) has no bench row.
 void PairRows(Mode mode, const Dump& da, const Dump& db, const Options& o, EntryCompare* e,
@@ -56,7 +49,8 @@ void PairRows(Mode mode, const Dump& da, const Dump& db, const Options& o, Entry
     RowCompare r;
     r.a = &t;
     if (auto it = b_rows.find(t.suffix); it != b_rows.end()) {
-      const std::string x = Normalized(DtypeText(&t)), y = Normalized(DtypeText(it->second));
+      const std::string x = NormalizedDtype(DtypeText(&t)),
+                        y = NormalizedDtype(DtypeText(it->second));
       if (x == y || (FloatGroup(x) && FloatGroup(y))) r.b = it->second;
     }
     CompareRow(mode, da, db, o, &r, report);

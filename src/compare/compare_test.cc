@@ -147,6 +147,36 @@ TEST(CompareDump, RowsNamedAsMsprobeNamesThem) {
   EXPECT_TRUE(std::isnan(d->entries[1].rows[1].stats[3]));  // a bare NaN literal
 }
 
+// torch.save writes a view's strides and its whole storage: a transposed, an expanded
+// (stride 0) and a sliced (storage offset 4) tensor read in row-major order, as torch.load
+// then .flatten() gives them (tests/data/compare/strided, made by torch 2.15).
+TEST(CompareDump, StridedTensorFilesReadInRowMajorOrder) {
+  const std::string dir = std::string(TS_SOURCE_DIR) + "/tests/data/compare/strided/";
+  auto t = ReadTensorFile(dir + "transposed.pt");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->shape, (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(t->values, (std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  auto e = ReadTensorFile(dir + "expanded.pt");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->dtype, "torch.float64");
+  EXPECT_EQ(e->values, (std::vector<double>{0, 1, 2, 0, 1, 2}));
+  auto s = ReadTensorFile(dir + "sliced.pt");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(s->values, (std::vector<double>{4, 6, 8, 10}));
+}
+
+// MindSpore (Float32, mindspore.bfloat16), numpy (float32) and torch spellings meet.
+TEST(CompareDump, DtypesOfTheFrameworksNormalizeAlike) {
+  EXPECT_EQ(NormalizedDtype("torch.bfloat16"), NormalizedDtype("BFloat16"));
+  EXPECT_EQ(NormalizedDtype("mindspore.float32"), "float32");
+  EXPECT_EQ(NormalizedDtype("Float32"), NormalizedDtype("torch.float32"));
+  EXPECT_EQ(NormalizedDtype("Float"), "float32");
+  EXPECT_EQ(NormalizedDtype("Int64"), NormalizedDtype("torch.int64"));
+  EXPECT_EQ(NormalizedDtype("UInt8"), "uint8");
+  EXPECT_NE(NormalizedDtype("Float16"), NormalizedDtype("torch.float32"));
+}
+
 TEST(CompareDump, CutFileKeepsCompleteEntries) {
   const std::string full = DumpText("1.5", "3.0");
   const size_t cut = full.find("\"Functional.relu.0.forward\"") + 40;

@@ -58,6 +58,31 @@ const char* TorchDtype(const std::string& st) {
   return "";
 }
 
+// A strided tensor's elements in row-major order: `span` holds the storage from the first
+// element to the last; element (i0, i1, ...) is at sum(i_k * stride[k]).
+std::vector<double> Gather(const std::vector<double>& span, const std::vector<uint64_t>& shape,
+                           const std::vector<uint64_t>& stride) {
+  uint64_t numel = 1;
+  for (uint64_t d : shape) numel *= d;
+  std::vector<double> out;
+  out.reserve(numel);
+  if (numel == 0) return out;
+  std::vector<uint64_t> index(shape.size(), 0);
+  uint64_t at = 0;
+  for (uint64_t n = 0; n < numel; ++n) {
+    out.push_back(span[at]);
+    for (size_t k = shape.size(); k-- > 0;) {  // the next index, last dimension fastest
+      if (++index[k] < shape[k]) {
+        at += stride[k];
+        break;
+      }
+      at -= (shape[k] - 1) * stride[k];
+      index[k] = 0;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<TensorData> ReadPt(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(path + ": cannot open");
@@ -75,6 +100,7 @@ absl::StatusOr<TensorData> ReadPt(const std::string& path) {
   TensorData out;
   if (!ckpt::ToDoubles(chunk.dtype, bytes.data(), bytes.size(), &out.values))
     return absl::UnimplementedError(absl::StrCat(path, ": dtype ", chunk.dtype));
+  if (!chunk.stride.empty()) out.values = Gather(out.values, chunk.shape, chunk.stride);
   for (uint64_t d : chunk.shape) out.shape.push_back(static_cast<int64_t>(d));
   out.dtype = TorchDtype(chunk.dtype);
   return out;

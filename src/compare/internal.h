@@ -37,6 +37,9 @@ void CompareRow(Mode mode, const Dump& a, const Dump& b, const Options& options,
 // A row's columns as msprobe's csv writes them: "N/A" for a None row (and a row's missing
 // requires_grad), "[32, 3, 224, 224]", "[]" for a non-tensor value.
 std::string DtypeText(const Tensor* t);
+// One spelling for a dtype across frameworks: torch.float32, MindSpore's Float32 and
+// mindspore.float32, numpy's float32 all give "float32" (lower case, prefix dropped).
+std::string NormalizedDtype(std::string d);
 std::string ShapeText(const Tensor* t);
 std::string ReqGradText(const Tensor* t);
 

@@ -13,6 +13,7 @@
 // all-gather / reduce-scatter style collectives).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +76,22 @@ const std::string& Cosine(const RowCompare& r) { return r.metric_text[0]; }
 
 std::string DtypeText(const Tensor* t) {
   return !t || t->kind == Tensor::Kind::kNone ? "N/A" : t->dtype;
+}
+
+std::string NormalizedDtype(std::string d) {
+  for (const char* prefix : {"torch.", "mindspore.", "numpy.", "np."}) {
+    if (d.rfind(prefix, 0) == 0) {
+      d = d.substr(std::strlen(prefix));
+      break;
+    }
+  }
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (d == "float") return "float32";  // MindSpore's mstype.float_ / torch.float
+  if (d == "half") return "float16";
+  if (d == "double") return "float64";
+  if (d == "long") return "int64";
+  if (d == "int") return "int32";
+  return d;
 }
 
 std::string ShapeText(const Tensor* t) {
@@ -163,7 +180,7 @@ void ApplyResultRules(Mode mode, EntryCompare* e) {
       if (!r->b) continue;
       const std::string& bn = r->b->name;
       if (bn.find("qkv") == std::string::npos && bn.find("gate_up") == std::string::npos &&
-          DtypeText(r->a) != DtypeText(r->b))
+          NormalizedDtype(DtypeText(r->a)) != NormalizedDtype(DtypeText(r->b)))
         Set(r, 2, "error: The dtype of NPU and Bench are inconsistent.");
       if (ShapeText(r->a) != ShapeText(r->b))
         Set(r, 2, "error: The shape of NPU and Bench are inconsistent.");
