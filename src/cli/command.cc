@@ -230,10 +230,6 @@ void ConfigureRoot(CLI::App& app) {
   });
 }
 
-}  // namespace trainscope::cli
-
-namespace trainscope::cli {
-
 bool IsTorchVerb(int argc, char** argv) {
   // The verb is the first argument that is not a root flag.
   int i = 1;

@@ -25,7 +25,7 @@ bool ProgressEnabled(std::FILE* sink) {
   if (sink == nullptr) return false;
   const char* off = getenv(envvar::kNoProgress);
   if (off && !strcmp(off, "1")) return false;
-  const char* on = getenv("TRAINSCOPE_PROGRESS");
+  const char* on = getenv(envvar::kProgress);
   if (on && !strcmp(on, "1")) return true;
   return isatty(fileno(sink));
 }

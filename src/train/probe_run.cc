@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/stats.h"
@@ -230,7 +231,7 @@ int64_t DeviceMemoryLimitBytes(Os* os, int cuda_index, std::string* source) {
   // cuda:N counts the visible devices; nvidia-smi -i takes the physical index or a UUID.
   std::string id = std::to_string(cuda_index);
   std::string visible;
-  if (os->GetEnv("CUDA_VISIBLE_DEVICES", &visible) && !visible.empty()) {
+  if (os->GetEnv(envvar::kCudaVisibleDevices, &visible) && !visible.empty()) {
     std::vector<std::string> ids = absl::StrSplit(visible, ',', absl::SkipWhitespace());
     if (cuda_index >= static_cast<int>(ids.size())) return -1;
     id = std::string(absl::StripAsciiWhitespace(ids[cuda_index]));

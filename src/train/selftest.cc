@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 
@@ -62,7 +63,7 @@ absl::StatusOr<SelftestResult> RunSelftestTrain(const SelftestOptions& options) 
   TrainOptions to;
   to.run_dir = options.run_dir;
   if (to.run_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
+    const char* tmp = std::getenv(envvar::kTmpDir);
     std::string templ = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/trainscope-selftest-XXXXXX");
     if (mkdtemp(templ.data()) == nullptr) {
       return absl::InternalError(absl::StrCat("cannot create a directory like ", templ));
