@@ -1,38 +1,29 @@
-// `trainscope train --config FILE [--run-dir DIR] [--resume latest|PATH]`: the reference trainer;
-// `--sweep-workers` and `--probe-batch` measure it over several settings.
+// `trainscope train`: the reference trainer (`--sweep-workers`, `--probe-batch` measure it). A
+// shell: flags -> train::ApplyOverrides, the process's signal handlers and allocator policy ->
+// train::Train (or SweepWorkers, ProbeBatch) -> print what train/train_run.h renders.
 #include <malloc.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <exception>
-#include <filesystem>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <vector>
 
-#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "cli/command.h"
 #include "cli/stop_signals.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/comm/join.h"
-#include "trainscope/core/env_vars.h"
 #include "trainscope/core/exit.h"
-#include "trainscope/core/finding.h"
-#include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
 #include "trainscope/core/subprocess.h"
-#include "trainscope/core/table.h"
-#include "trainscope/diagnose/diagnose.h"
 #include "trainscope/train/config.h"
+#include "trainscope/train/dump.h"
 #include "trainscope/train/probe.h"
+#include "trainscope/train/train_run.h"
 #include "trainscope/train/trainer.h"
 
 namespace trainscope::cli {
@@ -42,99 +33,31 @@ struct TrainFlags {
   std::string config;
   std::string run_dir;
   bool json = false;
-  int steps = 0;
-  double max_seconds = -1;
+  train::TrainOverrides overrides;  // --steps, --max-seconds, --comm-timeout, ...
   std::string backend = "gloo";
   bool sweep = false;
   std::string sweep_values = "0,1,2,4";
   int sweep_steps = 20;
-  double comm_timeout_s = -1;  // -1: comm.timeout_s of the config
-  std::string compression;     // "": comm.compression of the config
   std::vector<std::string> inject;
   std::string resume;  // "", "latest" or a checkpoint path
-  std::string device;  // "": train.device of the config
-  double device_tflops = 0;
-  // --probe-batch (train/probe.h)
-  bool probe = false;
-  int probe_steps = 5;
-  double probe_memory_limit_gb = 0;  // 0: detect
-  int probe_ranks = 1;
-  int probe_global_batch = 0;  // 0: the config's
+  bool probe = false;  // --probe-batch (train/probe.h)
+  train::ProbeRequest probe_request;
+  std::string dump_steps;  // --dump (train/dump.h), with --dump-mode and --dump-level
+  train::DumpOptions dump;
 };
 
-// An exception thrown on a thread nobody can catch on (gloo's network thread raises when
-// ranks disagree on a collective's size) ends in std::terminate: first let the running
-// trainer's comm watchdog dump and end the rank like any comm failure (exit 1, one line),
-// then fall back to the previous handler (ParseAndRun's "internal error", exit 3).
+// An exception on a thread nobody catches on (gloo's, when ranks disagree on a size) ends in
+// std::terminate: the trainer's comm watchdog dumps and ends the rank as any comm failure
+// (exit 1), else the previous handler runs (ParseAndRun's "internal error", exit 3).
 std::terminate_handler g_previous_terminate = nullptr;
 
 [[noreturn]] void TerminateWithHangDump() {
-  std::string what = "an exception escaped an engine thread";
-  if (std::exception_ptr e = std::current_exception()) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      what = absl::StrCat("an engine thread threw: ", ex.what());
-    } catch (...) {
-    }
-  }
-  (void)train::DumpOnFatalError(what);  // calls on_comm_timeout (exits) when it dumped
+  (void)train::DumpOnFatalException(std::current_exception());  // exits when it dumped
   if (g_previous_terminate != nullptr) g_previous_terminate();
   std::abort();
 }
 
-std::string DefaultRunDir() {
-  std::string dir;
-  if (Os::Default()->GetEnv(envvar::kRunDir, &dir) && !dir.empty()) return dir;
-  std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return absl::StrCat("trainscope-runs/train-", buf);
-}
-
-std::string Pct(double part, double whole) {
-  return whole > 0 ? FormatDouble(100.0 * part / whole, 1) + "%" : "-";
-}
-
-void PrintResult(const train::TrainResult& r, const std::string& run_dir) {
-  std::printf("train: %d steps on %d rank(s), %s params, %s, %d threads%s\n", r.steps, r.world_size,
-              FormatCount(r.params).c_str(), r.precision.c_str(), r.threads,
-              r.stopped_by_time ? " (stopped at train.max_seconds)" : "");
-  std::printf("loss %s -> %s   tokens/s %s   step %s ms\n", FormatDouble(r.loss_start, 3).c_str(),
-              FormatDouble(r.loss_end, 3).c_str(),
-              FormatCount(static_cast<long long>(r.tokens_per_s)).c_str(),
-              FormatDouble(r.mean_step_ms, 1).c_str());
-  if (r.eval && r.evaluations > 0) {
-    std::printf("val_loss %s (lowest %s at step %d; %d evaluations on %s held-out tokens)\n",
-                FormatDouble(r.val_loss_last, 3).c_str(), FormatDouble(r.val_loss_min, 3).c_str(),
-                r.val_loss_min_step, r.evaluations,
-                FormatCount(static_cast<long long>(r.val_corpus.tokens)).c_str());
-  }
-  Table t({"phase", "ms/step", "share"});
-  const train::PhaseTimes& p = r.mean_phases;
-  const double total = r.mean_step_ms;
-  auto row = [&](const char* name, double ms) {
-    t.AddRow({name, FormatDouble(ms, 2), Pct(ms, total)});
-  };
-  row("data_wait", p.data_wait_ms);
-  row("h2d", p.h2d_ms);
-  row("forward", p.forward_ms);
-  row("backward", p.backward_ms);
-  row("comm_wait", p.comm_wait_ms);
-  row("optimizer", p.optimizer_ms);
-  row("other", std::max(0.0, total - p.Sum()));
-  std::printf("%s", t.Render().c_str());
-  std::printf("loader: %s\n", r.loader.message.c_str());
-  if (r.corpus.bad_records + r.corpus.missing_text_field > 0) {
-    std::printf("corpus: %lld bad records, %lld without a text field skipped (first: %s)\n",
-                static_cast<long long>(r.corpus.bad_records),
-                static_cast<long long>(r.corpus.missing_text_field),
-                r.corpus.first_bad_record.c_str());
-  }
-  std::printf("run dir: %s   metrics: %s\n", run_dir.c_str(),
-              r.metrics_path.empty() ? "(observability off)" : r.metrics_path.c_str());
-  std::printf("weights xxh3_64: %s\n", r.weights_checksum.c_str());
-}
+void PrintErr(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
 // `--probe-batch`: each candidate micro-batch is a child `trainscope train` of a few steps
 // (train/probe.h); the table or --json, exit 0 with a recommendation, 1 without.
@@ -145,91 +68,79 @@ int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const s
                              absl::InvalidArgumentError("--probe-batch cannot be combined with "
                                                         "--sweep-workers, --resume or --inject"));
   }
-  train::ProbeOptions o;
-  o.steps = f.probe_steps;
-  o.warmup_steps = f.probe_steps >= 4 ? 2 : 1;
-  o.ranks = f.probe_ranks;
-  o.global_batch = f.probe_global_batch;
-  if (f.probe_memory_limit_gb > 0) {
-    o.memory_limit_bytes = static_cast<int64_t>(f.probe_memory_limit_gb * 1e9);
-  }
-  o.binary = SelfExecutablePath();
-  o.work_dir = run_dir::Join(run_dir::Join(run_dir, run_dir::kTrain), "probe");
-  o.on_progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  train::ProbeOptions o = train::ProbeOptionsFor(f.probe_request, SelfExecutablePath(), run_dir);
+  o.on_progress = PrintErr;
   auto report = train::ProbeBatch(config, o, Os::Default());
   if (!report.ok()) return ReportAndExitCode("train", report.status());
-  if (f.json) {
-    nlohmann::json j = train::ProbeReportToJson(*report);
-    j["config"] = path;
-    j["run_dir"] = run_dir;
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf("%s", train::RenderProbeReport(*report).c_str());
-    std::printf("candidate runs: %s\n", o.work_dir.c_str());
-  }
+  std::printf("%s", (f.json ? train::ProbeRunJson(*report, path, run_dir).dump(2) + "\n"
+                            : absl::StrCat(train::RenderProbeReport(*report),
+                                           "candidate runs: ", o.work_dir, "\n"))
+                        .c_str());
   return report->recommended >= 0 ? kExitOk : kExitProblems;
 }
 
-// Allocator policy of a training process (train.keep_host_memory; the trainer library leaves
-// the allocator alone). Every step frees and reallocates the same few MB of activations.
-// glibc's default returns freed memory at the heap top to the kernel (trim) and serves
-// blocks over its adaptive mmap threshold with fresh mappings, so each step pays page
-// faults and page zeroing again: 5x the faults of the same loop under Python (whose small
-// objects pin the heap top), and 4-6% of the step on 2 cores. Keep freed memory in the
-// process instead: blocks up to 32 MB (glibc's maximum threshold) come from the heap, and
-// the heap shrinks only past 1 GB of free top. Set before the model is built.
+// `--sweep-workers`: one short single-rank run per data.num_workers value, the best one.
+int RunSweep(const TrainFlags& f, const train::TrainConfig& config, train::TrainOptions o,
+             const StopOnSignals& signals) {
+  auto values = train::ParseSweepValues(f.sweep_values);
+  if (!values.ok()) return ReportAndExitCode("train", values.status());
+  o.on_step = nullptr;
+  auto rows = train::SweepWorkers(config, o, *values, f.sweep_steps);
+  if (!rows.ok()) return signals.ExitCode("train", rows.status());
+  std::printf("%s", (f.json ? train::SweepToJson(*rows).dump(2) + "\n"
+                            : train::RenderSweep(*rows, f.sweep_steps))
+                        .c_str());
+  return kExitOk;
+}
+
+// A failed run ends with diagnose's reading of the metrics it left; a non-finite step's --json
+// has the localisation record under "nonfinite" (the error line is its one-sentence verdict).
+int ReportFailure(const TrainFlags& f, const absl::Status& status, const std::string& run_dir,
+                  const StopOnSignals& signals) {
+  const std::vector<Finding> findings = train::DiagnoseFailedRun(status, run_dir);
+  const nlohmann::json j = f.json ? train::FailedRunJson(status, run_dir, findings) : nullptr;
+  if (!j.is_null()) std::printf("%s\n", j.dump(2).c_str());
+  const int code = signals.ExitCode("train", status);
+  std::fprintf(stderr, "%s", train::RenderFailureFindings(findings, run_dir).c_str());
+  return code;
+}
+
+// Allocator policy of a training process (train.keep_host_memory; the library leaves it
+// alone): glibc's default trims and mmaps the few MB of activations each step frees, so each
+// step pays the page faults again (4-6% of the step on 2 cores). Blocks up to 32 MB come from
+// the heap, which shrinks only past 1 GB of free top. Set before the model is built.
 void KeepFreedHostMemory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 int RunTrain(const TrainFlags& f) {
-  std::string path = f.config;
-  if (path.empty()) {
-    path = train::FindBundledConfig("default.json");
-    if (path.empty()) {
-      return ReportAndExitCode("train", absl::NotFoundError("bundled configs/default.json not "
-                                                            "found; pass --config FILE"));
-    }
-  }
-  auto config = train::LoadTrainConfig(path);
+  absl::StatusOr<std::string> path = train::ConfigPathOrDefault(f.config);
+  if (!path.ok()) return ReportAndExitCode("train", path.status());
+  auto config = train::LoadTrainConfig(*path);
   if (!config.ok()) return ReportAndExitCode("train", config.status());
   if (config->train.keep_host_memory) KeepFreedHostMemory();
-  // SIGINT/SIGTERM/SIGHUP stop the trainer between steps; it ends the metrics file with an
-  // "end" record and the exit code is 128 + the signal (stop_signals.h).
+  // SIGINT/SIGTERM/SIGHUP stop the trainer between steps (exit 128 + the signal).
   StopOnSignals signals;
   // SIGUSR1: the comm watchdog dumps the flight recorder and stacks (the launcher asks);
   // caught only once the watchdog runs (before that, a dump cannot be written).
   std::optional<DumpOnSignal> dump_signal;
   auto inject = train::ParseInjections(f.inject);
   if (!inject.ok()) return ReportAndExitCode("train", inject.status());
-  if (f.comm_timeout_s != -1) {
-    if (!(f.comm_timeout_s > 0 && f.comm_timeout_s <= train::kMaxCommTimeoutS)) {
-      return ReportAndExitCode(
-          "train", absl::InvalidArgumentError(absl::StrCat("--comm-timeout ", f.comm_timeout_s,
-                                                           ": must be in (0, ",
-                                                           train::kMaxCommTimeoutS, "] seconds")));
-    }
-    config->comm.timeout_s = f.comm_timeout_s;
-  }
-  if (!f.compression.empty()) config->comm.compression = f.compression;
-  if (!f.device.empty()) config->train.device = f.device;
-  if (f.device_tflops > 0) config->train.device_tflops = f.device_tflops;
-  if (absl::Status v = train::ValidateTrainConfig(*config); !v.ok()) {
-    return ReportAndExitCode("train", v);
-  }
-  if (f.steps > 0) config->train.steps = f.steps;
-  if (f.max_seconds >= 0) config->train.max_seconds = f.max_seconds;
+  const absl::Status overridden = train::ApplyOverrides(f.overrides, &*config);
+  if (!overridden.ok()) return ReportAndExitCode("train", overridden);
+  auto dump = train::ResolveDumpOptions(f.dump_steps, f.dump, config->train.steps);
+  if (!dump.ok()) return ReportAndExitCode("train", dump.status());
   // One writer per run directory (core/run_dir_lock.h), held until we exit: a second
   // trainer on a directory in use exits 2 naming the holder, before it writes anything. The
   // ranks of one job share a job id (TRAINSCOPE_JOB_ID from `trainscope launch`, else the
   // rendezvous endpoint): the first to arrive holds the lock, the others join it.
-  const std::string run_dir = f.run_dir.empty() ? DefaultRunDir() : f.run_dir;
+  const std::string run_dir = f.run_dir.empty() ? train::DefaultRunDir() : f.run_dir;
   run_dir::LockOptions lock_options;
   lock_options.job_id = run_dir::CurrentJobId();
   absl::StatusOr<run_dir::RunDirLock> lock = run_dir::LockRunDir(run_dir, lock_options);
   if (!lock.ok()) return ReportAndExitCode("train", lock.status());
-  if (f.probe) return RunProbeBatch(f, *config, path, run_dir);
+  if (f.probe) return RunProbeBatch(f, *config, *path, run_dir);
   train::TrainOptions o;
   o.run_dir = run_dir;
   o.comm_backend = f.backend;
@@ -238,7 +149,8 @@ int RunTrain(const TrainFlags& f) {
   o.on_watchdog_started = [&dump_signal] { dump_signal.emplace(); };
   o.inject = *std::move(inject);
   o.resume = f.resume;
-  o.on_notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  o.dump = *std::move(dump);
+  o.on_notice = PrintErr;
   // A stuck or failed collective ends the rank at once, the dumps already on disk: one line
   // naming the op and its sequence number, exit 1 (a blocked training thread cannot unwind).
   g_previous_terminate = std::set_terminate(TerminateWithHangDump);
@@ -248,122 +160,16 @@ int RunTrain(const TrainFlags& f) {
     std::fflush(stderr);
     ::_exit(kExitProblems);
   };
-  const int log_every = config->train.log_every;
-  const int total = config->train.steps;
-  o.on_step = [log_every, total](const train::StepRecord& s) {
-    // Every log_every-th step, and every step an evaluation followed (its val_loss).
-    if (!s.has_val &&
-        (log_every <= 0 || (s.step % log_every != 0 && s.step != 1 && s.step != total))) {
-      return;
-    }
-    const std::string val =
-        s.has_val ? absl::StrCat("  val_loss ", FormatDouble(s.val_loss, 4)) : "";
-    std::fprintf(
-        stderr, "step %d/%d  loss %.4f%s  lr %.2e  grad_norm %.3f  tokens/s %s  data %s  comm %s\n",
-        s.step, total, s.loss, val.c_str(), s.lr, s.grad_norm,
-        FormatCount(static_cast<long long>(s.tokens_per_s)).c_str(),
-        Pct(s.phases.data_wait_ms, s.step_ms).c_str(),
-        Pct(s.phases.comm_wait_ms, s.step_ms).c_str());
+  o.on_step = [log_every = config->train.log_every,
+               total = config->train.steps](const train::StepRecord& s) {
+    std::fprintf(stderr, "%s", train::StepProgressLine(s, total, log_every).c_str());
   };
-  if (f.sweep) {
-    std::vector<int> values;
-    for (absl::string_view v : absl::StrSplit(f.sweep_values, ',', absl::SkipEmpty())) {
-      int n = 0;
-      if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 64) {
-        return ReportAndExitCode("train", absl::InvalidArgumentError(absl::StrCat(
-                                              "--sweep-values: \"", v, "\" is not 0..64")));
-      }
-      values.push_back(n);
-    }
-    o.on_step = nullptr;
-    auto rows = train::SweepWorkers(*config, o, values, f.sweep_steps);
-    if (!rows.ok()) return signals.ExitCode("train", rows.status());
-    size_t best = 0;
-    for (size_t i = 1; i < rows->size(); ++i) {
-      if ((*rows)[i].tokens_per_s > (*rows)[best].tokens_per_s * 1.02) best = i;
-    }
-    if (f.json) {
-      nlohmann::json j = {{"sweep", nlohmann::json::array()},
-                          {"best_num_workers", (*rows)[best].num_workers}};
-      for (const auto& r : *rows) {
-        j["sweep"].push_back({{"num_workers", r.num_workers},
-                              {"step_ms", r.step_ms},
-                              {"data_wait_fraction", r.data_wait_fraction},
-                              {"tokens_per_s", r.tokens_per_s}});
-      }
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      Table t({"num_workers", "step ms", "data wait", "tokens/s"});
-      for (const auto& r : *rows) {
-        t.AddRow({std::to_string(r.num_workers), FormatDouble(r.step_ms, 1),
-                  FormatDouble(100 * r.data_wait_fraction, 1) + "%",
-                  FormatCount(static_cast<long long>(r.tokens_per_s))});
-      }
-      std::printf("%s", t.Render().c_str());
-      std::printf("best: data.num_workers = %d (%s tokens/s over %d steps each)\n",
-                  (*rows)[best].num_workers,
-                  FormatCount(static_cast<long long>((*rows)[best].tokens_per_s)).c_str(),
-                  f.sweep_steps);
-    }
-    return kExitOk;
-  }
+  if (f.sweep) return RunSweep(f, *config, o, signals);
   auto r = train::Train(*config, o);
-  if (!r.ok()) {
-    // A failed run ends with diagnose's reading of the metrics it left (rank 0; not for a
-    // run stopped by a signal or one that never got to write metrics).
-    // Rank 0 of whichever launcher started us (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK...).
-    auto world = comm::JoinOptionsFromEnvironment();
-    const bool rank0 = !world.ok() || world->comm.rank == 0;
-    std::vector<Finding> findings;
-    if (rank0 && r.status().code() != absl::StatusCode::kCancelled) {
-      const std::string train_dir = run_dir::Join(o.run_dir, run_dir::kTrain);
-      std::error_code ec;
-      if (std::filesystem::is_directory(train_dir, ec)) {
-        if (auto d = diagnose::Diagnose({train_dir}); d.ok()) findings = d->findings;
-      }
-    }
-    // A non-finite step: --json carries the localisation record under "nonfinite"; the
-    // error line (stderr) is its one-sentence verdict.
-    if (auto payload = r.status().GetPayload(train::kNonfinitePayload); payload && f.json) {
-      nlohmann::json nonfinite;  // our own record; null if it ever failed the shared policy
-      if (!ParseJsonText(std::string(*payload), kJsonMaxDepth, &nonfinite, nullptr)) {
-        nonfinite = nullptr;
-      }
-      nlohmann::json j = {{"error", std::string(r.status().message())},
-                          {"run_dir", o.run_dir},
-                          {"nonfinite", std::move(nonfinite)}};
-      j["findings"] = nlohmann::json::array();
-      for (const Finding& fd : findings) j["findings"].push_back(FindingToJson(fd));
-      std::printf("%s\n", j.dump(2).c_str());
-    }
-    const int code = signals.ExitCode("train", r.status());
-    int shown = 0;
-    for (const Finding& fd : findings) {
-      if (fd.severity == Severity::kInfo) continue;
-      if (shown++ == 0) std::fprintf(stderr, "diagnose (%s):\n", o.run_dir.c_str());
-      std::fprintf(stderr, "  %s: %s (%s)\n", SeverityName(fd.severity), fd.title.c_str(),
-                   fd.id.c_str());
-      if (!fd.fix.empty()) std::fprintf(stderr, "    fix: %s\n", fd.fix.c_str());
-    }
-    return code;
-  }
-  if (f.json) {
-    nlohmann::json j = train::TrainResultToJson(*r);
-    j["run_dir"] = o.run_dir;
-    j["config"] = path;
-    // This process's peak RSS (what wait4 and /usr/bin/time report; the batch-size probe
-    // reads it from its child runs). Linux reports kilobytes.
-    rusage usage{};
-    if (getrusage(RUSAGE_SELF, &usage) == 0) {
-      j["peak_rss_bytes"] = static_cast<int64_t>(usage.ru_maxrss) * 1024;
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-  } else if (r->rank == 0) {
-    PrintResult(*r, o.run_dir);
-  } else {
-    std::printf("train: rank %d done, %d steps, weights xxh3_64 %s\n", r->rank, r->steps,
-                r->weights_checksum.c_str());
-  }
+  if (!r.ok()) return ReportFailure(f, r.status(), o.run_dir, signals);
+  std::printf("%s", (f.json ? train::TrainRunJson(*r, o.run_dir, *path).dump(2) + "\n"
+                            : train::RenderTrainResult(*r, o.run_dir))
+                        .c_str());
   return kExitOk;
 }
 
@@ -379,20 +185,21 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
       "--run-dir", flags->run_dir,
       "run directory (default: $TRAINSCOPE_RUN_DIR, else trainscope-runs/train-<time>)");
   cmd->add_flag("--json", flags->json, "print the result as JSON");
-  cmd->add_option("--steps", flags->steps, "override train.steps")->check(kPositiveNumber);
-  cmd->add_option("--max-seconds", flags->max_seconds, "override train.max_seconds")
+  cmd->add_option("--steps", flags->overrides.steps, "override train.steps")
+      ->check(kPositiveNumber);
+  cmd->add_option("--max-seconds", flags->overrides.max_seconds, "override train.max_seconds")
       ->check(kNonNegativeNumber);
   cmd->add_option("--backend", flags->backend, "comm backend for data-parallel runs (gloo|mpi)");
-  cmd->add_option("--device", flags->device,
+  cmd->add_option("--device", flags->overrides.device,
                   "train on cpu, cuda or cuda:N (overrides train.device)");
-  cmd->add_option("--device-tflops", flags->device_tflops,
+  cmd->add_option("--device-tflops", flags->overrides.device_tflops,
                   "the device's peak TFLOP/s, MFU's denominator (overrides train.device_tflops)")
       ->check(kPositiveNumber);
-  cmd->add_option("--comm-timeout", flags->comm_timeout_s,
+  cmd->add_option("--comm-timeout", flags->overrides.comm_timeout_s,
                   "seconds a collective may take before the rank dumps its flight recorder and "
                   "stacks to <run dir>/hang/ and exits 1 (overrides comm.timeout_s, default "
                   "600)");
-  cmd->add_option("--compression", flags->compression,
+  cmd->add_option("--compression", flags->overrides.compression,
                   "gradient compression of data-parallel runs: none|fp16|bf16|powersgd|topk "
                   "(overrides comm.compression)");
   cmd->add_option("--inject", flags->inject,
@@ -408,6 +215,11 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                   "continue from a checkpoint: 'latest' (the newest complete one in the run's "
                   "checkpoint folder; a fresh start when there is none) or a step-<N> path; "
                   "metrics are appended to the same run directory");
+  cmd->add_option("--dump", flags->dump_steps,
+                  "op dumps of these steps (3, 1,4 or 2-5) in msprobe's layout under <run "
+                  "dir>/dump/step<N>/rank<R>, for `trainscope compare A/dump B/dump`");
+  cmd->add_option("--dump-mode", flags->dump.mode, "statistics (default), tensor (.pt files), md5");
+  cmd->add_option("--dump-level", flags->dump.level, "L0 (modules, default) or mix (+ functions)");
   cmd->add_flag("--sweep-workers", flags->sweep,
                 "measure step time for several data.num_workers values and report the best");
   cmd->add_option("--sweep-values", flags->sweep_values, "num_workers values to sweep (0,1,2,4)");
@@ -417,18 +229,18 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
                 "find the micro-batch: run a few steps per candidate (each a child run), growing "
                 "from a safe guess and stopping before the memory limit; recommend micro-batch "
                 "and accumulation (<= 16) for the config's global batch (exit 1: nothing fits)");
-  cmd->add_option("--probe-steps", flags->probe_steps,
+  cmd->add_option("--probe-steps", flags->probe_request.steps,
                   "steps per probe candidate (5; the first 2 are warm-up)")
       ->check(CLI::Range(2, 1000));
-  cmd->add_option("--probe-memory-limit", flags->probe_memory_limit_gb,
+  cmd->add_option("--probe-memory-limit", flags->probe_request.memory_limit_gb,
                   "memory one rank may use, GB = 1e9 bytes (default: train.device cuda: the "
                   "GPU's free memory (nvidia-smi); cpu: min(MemAvailable, cgroup room) / "
                   "--probe-ranks)")
       ->check(kPositiveNumber);
-  cmd->add_option("--probe-ranks", flags->probe_ranks,
+  cmd->add_option("--probe-ranks", flags->probe_request.ranks,
                   "data-parallel ranks of the real run on this machine (1)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--probe-global-batch", flags->probe_global_batch,
+  cmd->add_option("--probe-global-batch", flags->probe_request.global_batch,
                   "sequences per optimizer step, all ranks (default: the config's micro_batch x "
                   "grad_accum x --probe-ranks)")
       ->check(kPositiveNumber);

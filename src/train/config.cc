@@ -313,6 +313,136 @@ double DevicePeakTflops(const std::string& device_name, const std::string& preci
   return 0;
 }
 
+namespace {
+
+// One binder per config section: the keys of the section's JSON object and the fields they set.
+void BindModel(ModelConfig* m, Section* s) {
+  s->Int("layers", &m->layers);
+  s->Int("heads", &m->heads);
+  s->Int("width", &m->width);
+  s->Int("seq_len", &m->seq_len);
+  s->Int("vocab", &m->vocab);
+  s->Int("mlp_ratio", &m->mlp_ratio);
+  s->Bool("tied_head", &m->tied_head);
+}
+
+void BindData(DataConfig* d, Section* s) {
+  s->Strings("corpus", &d->corpus);
+  s->String("format", &d->format);
+  s->String("text_field", &d->text_field);
+  s->String("tokenizer", &d->tokenizer);
+  s->Int("num_workers", &d->num_workers);
+  s->Int("prefetch", &d->prefetch);
+  s->Double("worker_delay_ms", &d->worker_delay_ms);
+}
+
+void BindEval(EvalConfig* e, Section* s) {
+  s->Double("fraction", &e->fraction);
+  s->Strings("corpus", &e->corpus);
+  s->Int("every_steps", &e->every_steps);
+  s->Int("batches", &e->batches);
+}
+
+void BindOptim(OptimConfig* o, Section* s) {
+  s->Double("lr", &o->lr);
+  s->Double("min_lr", &o->min_lr);
+  s->Int("warmup_steps", &o->warmup_steps);
+  s->Double("weight_decay", &o->weight_decay);
+  s->Double("beta1", &o->beta1);
+  s->Double("beta2", &o->beta2);
+  s->Double("eps", &o->eps);
+  s->Double("grad_clip", &o->grad_clip);
+}
+
+void BindRun(RunConfig* r, Section* s) {
+  s->Int("steps", &r->steps);
+  s->Int("micro_batch", &r->micro_batch);
+  s->Int("grad_accum", &r->grad_accum);
+  s->U64("seed", &r->seed);
+  s->Bool("deterministic", &r->deterministic);
+  s->Int("threads", &r->threads);
+  s->String("precision", &r->precision);
+  s->String("device", &r->device);
+  s->Double("device_tflops", &r->device_tflops);
+  s->Double("max_seconds", &r->max_seconds);
+  s->Int("log_every", &r->log_every);
+  s->Int("layer_norms_every", &r->layer_norms_every);
+  s->Bool("observability", &r->observability);
+  s->Bool("tensorboard", &r->tensorboard);
+  s->Bool("keep_host_memory", &r->keep_host_memory);
+  s->Double("bucket_mb", &r->bucket_mb);
+  s->Double("target_loss", &r->target_loss);
+}
+
+void BindComm(CommConfig* c, Section* s) {
+  s->Double("timeout_s", &c->timeout_s);
+  s->String("compression", &c->compression);
+  s->Int("powersgd_rank", &c->powersgd_rank);
+  s->Double("topk_ratio", &c->topk_ratio);
+  s->Int("compression_warmup_steps", &c->compression_warmup_steps);
+}
+
+void BindCheckpoint(CheckpointConfig* c, Section* s) {
+  s->Int("every_steps", &c->every_steps);
+  s->Int("keep", &c->keep);
+  s->Bool("async", &c->async);
+  s->String("dir", &c->dir);
+}
+
+void BindAnomaly(AnomalyConfig* a, Section* s) {
+  s->Bool("nonfinite_checks", &a->nonfinite_checks);
+  s->String("spike_rule", &a->spike.rule);
+  s->Int("spike_window", &a->spike.window);
+  s->Int("spike_min_samples", &a->spike.min_samples);
+  s->Double("spike_k", &a->spike.k);
+  s->Double("spike_factor", &a->spike.factor);
+  s->Bool("spike_checkpoint", &a->spike_checkpoint);
+}
+
+void BindFp16(LossScalerOptions* f, Section* s) {
+  s->Double("initial_scale", &f->initial_scale);
+  s->Int("growth_interval", &f->growth_interval);
+  s->Double("growth_factor", &f->growth_factor);
+  s->Double("backoff_factor", &f->backoff_factor);
+  s->Int("hysteresis", &f->hysteresis);
+  s->Double("min_scale", &f->min_scale);
+}
+
+// The top-level keys that are not sections: "format" and "version" must name this format,
+// "comment" is free text. Unknown keys are an error listing the known ones.
+absl::Status CheckTopLevelKey(const std::string& src, const std::string& k, const json& v) {
+  if (k == "format") {
+    if (!v.is_string() || v.get<std::string>() != "trainscope.train_config")
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ": key \"format\": expected \"trainscope.train_config\", got ", Excerpt(v.dump())));
+  } else if (k == "version") {
+    if (!v.is_number_integer() || v.get<int64_t>() != 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat(src, ": key \"version\": expected 1, got ", Excerpt(v.dump())));
+  } else if (k != "comment") {  // free text, ignored
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": key \"", Excerpt(k),
+                     "\": unknown key (known: format, version, comment, model, data, optim, "
+                     "train, comm, checkpoint, anomaly, fp16, eval)"));
+  }
+  return absl::OkStatus();
+}
+
+// Corpus and tokenizer paths relative to the config file's directory.
+void ResolveRelativePaths(const std::string& source, TrainConfig* c) {
+  if (source.empty()) return;
+  std::filesystem::path dir = std::filesystem::path(source).parent_path();
+  for (std::vector<std::string>* paths : {&c->data.corpus, &c->eval.corpus}) {
+    for (std::string& p : *paths) {
+      if (!p.empty() && p[0] != '/') p = (dir / p).lexically_normal().string();
+    }
+  }
+  if (c->data.tokenizer != "byte" && !c->data.tokenizer.empty() && c->data.tokenizer[0] != '/')
+    c->data.tokenizer = (dir / c->data.tokenizer).lexically_normal().string();
+}
+
+}  // namespace
+
 absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std::string& source) {
   TrainConfig c;
   c.source = source;
@@ -327,123 +457,48 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& text, const std:
   Section model(src, "model"), data(src, "data"), optim(src, "optim"), train(src, "train"),
       comm(src, "comm"), ckpt(src, "checkpoint"), anomaly(src, "anomaly"), fp16(src, "fp16"),
       eval(src, "eval");
-  model.Int("layers", &c.model.layers);
-  model.Int("heads", &c.model.heads);
-  model.Int("width", &c.model.width);
-  model.Int("seq_len", &c.model.seq_len);
-  model.Int("vocab", &c.model.vocab);
-  model.Int("mlp_ratio", &c.model.mlp_ratio);
-  model.Bool("tied_head", &c.model.tied_head);
-  data.Strings("corpus", &c.data.corpus);
-  data.String("format", &c.data.format);
-  data.String("text_field", &c.data.text_field);
-  data.String("tokenizer", &c.data.tokenizer);
-  data.Int("num_workers", &c.data.num_workers);
-  data.Int("prefetch", &c.data.prefetch);
-  data.Double("worker_delay_ms", &c.data.worker_delay_ms);
-  eval.Double("fraction", &c.eval.fraction);
-  eval.Strings("corpus", &c.eval.corpus);
-  eval.Int("every_steps", &c.eval.every_steps);
-  eval.Int("batches", &c.eval.batches);
-  optim.Double("lr", &c.optim.lr);
-  optim.Double("min_lr", &c.optim.min_lr);
-  optim.Int("warmup_steps", &c.optim.warmup_steps);
-  optim.Double("weight_decay", &c.optim.weight_decay);
-  optim.Double("beta1", &c.optim.beta1);
-  optim.Double("beta2", &c.optim.beta2);
-  optim.Double("eps", &c.optim.eps);
-  optim.Double("grad_clip", &c.optim.grad_clip);
-  train.Int("steps", &c.train.steps);
-  train.Int("micro_batch", &c.train.micro_batch);
-  train.Int("grad_accum", &c.train.grad_accum);
-  train.U64("seed", &c.train.seed);
-  train.Bool("deterministic", &c.train.deterministic);
-  train.Int("threads", &c.train.threads);
-  train.String("precision", &c.train.precision);
-  train.String("device", &c.train.device);
-  train.Double("device_tflops", &c.train.device_tflops);
-  train.Double("max_seconds", &c.train.max_seconds);
-  train.Int("log_every", &c.train.log_every);
-  train.Int("layer_norms_every", &c.train.layer_norms_every);
-  train.Bool("observability", &c.train.observability);
-  train.Bool("tensorboard", &c.train.tensorboard);
-  train.Bool("keep_host_memory", &c.train.keep_host_memory);
-  train.Double("bucket_mb", &c.train.bucket_mb);
-  train.Double("target_loss", &c.train.target_loss);
-  comm.Double("timeout_s", &c.comm.timeout_s);
-  comm.String("compression", &c.comm.compression);
-  comm.Int("powersgd_rank", &c.comm.powersgd_rank);
-  comm.Double("topk_ratio", &c.comm.topk_ratio);
-  comm.Int("compression_warmup_steps", &c.comm.compression_warmup_steps);
-  ckpt.Int("every_steps", &c.checkpoint.every_steps);
-  ckpt.Int("keep", &c.checkpoint.keep);
-  ckpt.Bool("async", &c.checkpoint.async);
-  ckpt.String("dir", &c.checkpoint.dir);
-  anomaly.Bool("nonfinite_checks", &c.anomaly.nonfinite_checks);
-  anomaly.String("spike_rule", &c.anomaly.spike.rule);
-  anomaly.Int("spike_window", &c.anomaly.spike.window);
-  anomaly.Int("spike_min_samples", &c.anomaly.spike.min_samples);
-  anomaly.Double("spike_k", &c.anomaly.spike.k);
-  anomaly.Double("spike_factor", &c.anomaly.spike.factor);
-  anomaly.Bool("spike_checkpoint", &c.anomaly.spike_checkpoint);
-  fp16.Double("initial_scale", &c.fp16.initial_scale);
-  fp16.Int("growth_interval", &c.fp16.growth_interval);
-  fp16.Double("growth_factor", &c.fp16.growth_factor);
-  fp16.Double("backoff_factor", &c.fp16.backoff_factor);
-  fp16.Int("hysteresis", &c.fp16.hysteresis);
-  fp16.Double("min_scale", &c.fp16.min_scale);
-
+  BindModel(&c.model, &model);
+  BindData(&c.data, &data);
+  BindEval(&c.eval, &eval);
+  BindOptim(&c.optim, &optim);
+  BindRun(&c.train, &train);
+  BindComm(&c.comm, &comm);
+  BindCheckpoint(&c.checkpoint, &ckpt);
+  BindAnomaly(&c.anomaly, &anomaly);
+  BindFp16(&c.fp16, &fp16);
+  const std::map<std::string, Section*> sections = {
+      {"model", &model},     {"data", &data}, {"optim", &optim},
+      {"train", &train},     {"comm", &comm}, {"checkpoint", &ckpt},
+      {"anomaly", &anomaly}, {"fp16", &fp16}, {"eval", &eval}};
+  // In the file's key order (nlohmann's: sorted), so the first error is the same every time.
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "model") {
-      TS_RETURN_IF_ERROR(model.Apply(it.value()));
-    } else if (k == "data") {
-      TS_RETURN_IF_ERROR(data.Apply(it.value()));
-    } else if (k == "optim") {
-      TS_RETURN_IF_ERROR(optim.Apply(it.value()));
-    } else if (k == "train") {
-      TS_RETURN_IF_ERROR(train.Apply(it.value()));
-    } else if (k == "comm") {
-      TS_RETURN_IF_ERROR(comm.Apply(it.value()));
-    } else if (k == "checkpoint") {
-      TS_RETURN_IF_ERROR(ckpt.Apply(it.value()));
-    } else if (k == "anomaly") {
-      TS_RETURN_IF_ERROR(anomaly.Apply(it.value()));
-    } else if (k == "fp16") {
-      TS_RETURN_IF_ERROR(fp16.Apply(it.value()));
-    } else if (k == "eval") {
-      TS_RETURN_IF_ERROR(eval.Apply(it.value()));
-    } else if (k == "format") {
-      if (!it.value().is_string() || it.value().get<std::string>() != "trainscope.train_config")
-        return absl::InvalidArgumentError(
-            absl::StrCat(src, ": key \"format\": expected \"trainscope.train_config\", got ",
-                         Excerpt(it.value().dump())));
-    } else if (k == "version") {
-      if (!it.value().is_number_integer() || it.value().get<int64_t>() != 1)
-        return absl::InvalidArgumentError(
-            absl::StrCat(src, ": key \"version\": expected 1, got ", Excerpt(it.value().dump())));
-    } else if (k == "comment") {
-      // free text, ignored
+    auto section = sections.find(it.key());
+    if (section != sections.end()) {
+      TS_RETURN_IF_ERROR(section->second->Apply(it.value()));
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(src, ": key \"", Excerpt(k),
-                       "\": unknown key (known: format, version, comment, model, data, optim, "
-                       "train, comm, checkpoint, anomaly, fp16, eval)"));
+      TS_RETURN_IF_ERROR(CheckTopLevelKey(src, it.key(), it.value()));
     }
   }
-  // Corpus paths relative to the config file's directory.
-  if (!source.empty()) {
-    std::filesystem::path dir = std::filesystem::path(source).parent_path();
-    for (std::vector<std::string>* paths : {&c.data.corpus, &c.eval.corpus}) {
-      for (std::string& p : *paths) {
-        if (!p.empty() && p[0] != '/') p = (dir / p).lexically_normal().string();
-      }
-    }
-    if (c.data.tokenizer != "byte" && !c.data.tokenizer.empty() && c.data.tokenizer[0] != '/')
-      c.data.tokenizer = (dir / c.data.tokenizer).lexically_normal().string();
-  }
+  ResolveRelativePaths(source, &c);
   TS_RETURN_IF_ERROR(ValidateTrainConfig(c));
   return c;
+}
+
+absl::Status ApplyOverrides(const TrainOverrides& o, TrainConfig* config) {
+  if (o.comm_timeout_s != -1) {
+    if (!(o.comm_timeout_s > 0 && o.comm_timeout_s <= kMaxCommTimeoutS)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--comm-timeout ", o.comm_timeout_s, ": must be in (0, ", kMaxCommTimeoutS, "] seconds"));
+    }
+    config->comm.timeout_s = o.comm_timeout_s;
+  }
+  if (!o.compression.empty()) config->comm.compression = o.compression;
+  if (!o.device.empty()) config->train.device = o.device;
+  if (o.device_tflops > 0) config->train.device_tflops = o.device_tflops;
+  TS_RETURN_IF_ERROR(ValidateTrainConfig(*config));
+  if (o.steps > 0) config->train.steps = o.steps;
+  if (o.max_seconds >= 0) config->train.max_seconds = o.max_seconds;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
@@ -627,6 +682,15 @@ std::string FindBundledConfig(const std::string& name) {
     if (access(c.c_str(), R_OK) == 0) return c;
   }
   return "";
+}
+
+absl::StatusOr<std::string> ConfigPathOrDefault(const std::string& path) {
+  if (!path.empty()) return path;
+  std::string bundled = FindBundledConfig("default.json");
+  if (bundled.empty()) {
+    return absl::NotFoundError("bundled configs/default.json not found; pass --config FILE");
+  }
+  return bundled;
 }
 
 }  // namespace trainscope::train

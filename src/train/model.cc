@@ -52,8 +52,8 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ca
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
   const int64_t d = c / heads_;
   // Attention. LayerNorm runs on fp32 input even under autocast.
-  torch::Tensor h = Tap(0, ln1_(x.to(torch::kFloat)));
-  torch::Tensor qkv = Tap(1, qkv_(h));  // (B, T, 3C)
+  torch::Tensor h = Tap(0, ln1_(In(0, x.to(torch::kFloat))));
+  torch::Tensor qkv = Tap(1, qkv_(In(1, h)));  // (B, T, 3C)
   std::vector<torch::Tensor> parts = qkv.split(c, /*dim=*/2);
   auto heads = [&](const torch::Tensor& z) { return z.view({b, t, heads_, d}).transpose(1, 2); };
   torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, D)
@@ -63,10 +63,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ca
   att = torch::softmax(att, -1);            // (B, H, T, T)
   torch::Tensor y = torch::matmul(att, v);  // (B, H, T, D)
   y = Tap(2, y.transpose(1, 2).contiguous().view({b, t, c}));
-  torch::Tensor out = x + Tap(3, proj_(y));
+  torch::Tensor out = x + Tap(3, proj_(In(3, y)));
   // MLP.
-  torch::Tensor f = Tap(5, fc_(Tap(4, ln2_(out.to(torch::kFloat)))));
-  torch::Tensor m = Tap(7, fc_proj_(Tap(6, F::gelu(f))));
+  torch::Tensor f = Tap(5, fc_(In(5, Tap(4, ln2_(In(4, out.to(torch::kFloat)))))));
+  torch::Tensor m = Tap(7, fc_proj_(In(7, Tap(6, F::gelu(In(6, f))))));
   return out + m;
 }
 
@@ -92,10 +92,13 @@ GptImpl::GptImpl(const ModelConfig& c, int vocab) : config_(c), vocab_(vocab) {
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t t = tokens.size(1);
   torch::Tensor pos = torch::arange(t, tokens.options().dtype(torch::kLong));
-  torch::Tensor x = Tap(0, wte_(tokens)) + Tap(1, wpe_(pos));  // (B, T, C), fp32
+  // Two statements: the taps see wte before wpe (an operator's operands have no order).
+  torch::Tensor x = Tap(0, wte_(In(0, tokens)));
+  x = x + Tap(1, wpe_(In(1, pos)));  // (B, T, C), fp32
   for (const auto& m : *blocks_) x = m->as<Block>()->forward(x, causal_mask_);
   const int n = static_cast<int>(blocks_->size());
-  x = Tap(2 + n * kSitesPerBlock, ln_f_(x.to(torch::kFloat)));
+  x = Tap(2 + n * kSitesPerBlock, ln_f_(In(2 + n * kSitesPerBlock, x.to(torch::kFloat))));
+  x = In(3 + n * kSitesPerBlock, x);
   torch::Tensor logits = head_ ? head_(x) : F::linear(x, wte_->weight);  // (B, T, V)
   return Tap(3 + n * kSitesPerBlock, logits.to(torch::kFloat));
 }

@@ -19,13 +19,18 @@
 namespace trainscope::train {
 
 // A hook on every module output, in execution order (nonfinite.cc: the non-finite checks'
-// replay probes, fp16 emulation, --inject faults). Out() gets site `site` (an index into
-// GptImpl::SiteNames()) and returns the tensor the model continues with. Called on the
-// training thread during forward.
+// replay probes, fp16 emulation, --inject faults; dump_tap.cc: --dump). Out() gets site
+// `site` (an index into GptImpl::SiteNames()) and returns the tensor the model continues
+// with; In() gets the site's input before it runs (every site but the attention core) and
+// returns what the site gets. Called on the training thread during forward.
 class ModelTap {
  public:
   virtual ~ModelTap() = default;
   virtual torch::Tensor Out(int site, torch::Tensor y) = 0;
+  virtual torch::Tensor In(int site, torch::Tensor x) {
+    (void)site;
+    return x;
+  }
 };
 
 // Sites per block, in execution order: blocks.<L>.<name>.
@@ -47,6 +52,9 @@ class BlockImpl : public torch::nn::Module {
  private:
   torch::Tensor Tap(int k, torch::Tensor y) {
     return tap_ != nullptr ? tap_->Out(first_site_ + k, std::move(y)) : y;
+  }
+  torch::Tensor In(int k, torch::Tensor x) {
+    return tap_ != nullptr ? tap_->In(first_site_ + k, std::move(x)) : x;
   }
   ModelTap* tap_ = nullptr;  // not owned
   int first_site_ = 0;
@@ -78,6 +86,9 @@ class GptImpl : public torch::nn::Module {
  private:
   torch::Tensor Tap(int site, torch::Tensor y) {
     return tap_ != nullptr ? tap_->Out(site, std::move(y)) : y;
+  }
+  torch::Tensor In(int site, torch::Tensor x) {
+    return tap_ != nullptr ? tap_->In(site, std::move(x)) : x;
   }
   ModelTap* tap_ = nullptr;
   ModelConfig config_;

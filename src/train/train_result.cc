@@ -98,6 +98,7 @@ json TrainResultToJson(const TrainResult& r) {
         {"val_loss_last", finite(r.val_loss_last)}, {"val_loss_min", finite(r.val_loss_min)},
         {"val_loss_min_step", r.val_loss_min_step}};
   }
+  if (!r.dump_dir.empty()) j["dump"] = {{"dir", r.dump_dir}, {"steps", r.dump_steps}};
   return j;
 }
 

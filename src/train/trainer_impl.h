@@ -1,6 +1,8 @@
 // The Trainer class behind Train() (private to the train module; includes libtorch, so only
-// trainer.cc and trainer_eval.cc include it). One object per Train() call, used from the
-// training thread only.
+// trainer.cc, trainer_checkpoint.cc and trainer_eval.cc include it). One object per Train()
+// call, used from the training thread only. Its libtorch-free parts are in trainer_world.h
+// (World, RunState, stopping, setup decisions) and trainer_summary.h (the loop's sums, the
+// result's figures and files).
 //
 //   Run()  = Init() -> [Restore()] -> for each step: RunStep() -> MaybeCheckpoint()
 //            -> Summarize()
@@ -22,8 +24,6 @@
 
 #include <torch/torch.h>
 
-#include <atomic>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,8 +33,11 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "train/checkpointer.h"
+#include "train/dump_tap.h"
 #include "train/model.h"
 #include "train/nonfinite.h"
+#include "train/trainer_summary.h"
+#include "train/trainer_world.h"
 #include "trainscope/core/os.h"
 #include "trainscope/tokenizer/tokenizer.h"
 #include "trainscope/train/anomaly.h"
@@ -42,57 +45,9 @@
 #ifdef TS_TRAIN_WITH_COMM
 #include "train/comm_seam.h"
 #include "train/ddp.h"
-#include "trainscope/comm/comm.h"
-#include "trainscope/comm/join.h"
-#include "trainscope/comm/watchdog.h"
 #endif
 
 namespace trainscope::train {
-
-using TrainClock = std::chrono::steady_clock;
-
-#ifdef TS_TRAIN_WITH_COMM
-// Sums the durations of the communicator's ops (called from its progress thread).
-class CommTimer : public comm::OpObserver {
- public:
-  void OnStart(const comm::OpRecord&) override {}
-  void OnEnd(const comm::OpRecord& r) override { busy_ns_ += r.end_ns - r.start_ns; }
-  double TakeMs() { return busy_ns_.exchange(0) / 1e6; }
-
- private:
-  std::atomic<int64_t> busy_ns_{0};
-};
-#endif
-
-// This process's place in the job, and its communicator (data-parallel runs).
-struct World {
-  int rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;
-#ifdef TS_TRAIN_WITH_COMM
-  // Declared before comm: outlives the communicator that calls it.
-  std::unique_ptr<CommTimer> timer = std::make_unique<CommTimer>();
-  std::unique_ptr<comm::Communicator> comm;
-#endif
-};
-
-// What Train() needs to end the metrics file whatever way the Trainer leaves: set by the
-// training thread, read by Train() afterwards and by the stop watchdog meanwhile.
-struct RunState {
-  const TrainClock::time_point start = TrainClock::now();
-  std::unique_ptr<MetricsWriter> metrics;       // owned here so it outlives the Trainer
-  std::atomic<MetricsWriter*> writer{nullptr};  // metrics.get() once the header is written
-  std::atomic<int> rank{0};
-  std::atomic<int> steps_done{0};  // optimizer steps completed (the last step's number)
-  std::atomic<double> estimate_bytes{0};
-#ifdef TS_TRAIN_WITH_COMM
-  // Last member: stopped first, while the rest of the state its callback touches lives.
-  std::unique_ptr<comm::Watchdog> watchdog;
-#endif
-  std::atomic<void*> watchdog_ptr{nullptr};  // watchdog.get() once started (other threads)
-
-  EndRecord End(const char* reason) const;
-};
 
 // What one optimizer step produced, handed from phase to phase.
 struct StepContext {
@@ -131,7 +86,16 @@ class Trainer {
   // ---- setup ----
   // World, config, model, optimizer, comm, resume, metrics file, loader.
   absl::Status Init();
+  // The job (world_, the comm watchdog) and the --inject faults it allows.
+  absl::Status JoinJob();
+  // The validated config, device, tokenizer, memory check, corpus and validation corpus.
+  absl::Status LoadInputs();
   absl::Status BuildModelAndOptimizer();
+  // Data-parallel runs: the comm seam and GradSync, the parameter broadcast, the restored
+  // gradient compressor's state.
+  absl::Status StartGradSync();
+  // The non-finite guard, the spike rule and the fp16 loss scaler.
+  void SetUpAnomalies();
   absl::Status OpenMetrics();
 
   // ---- step ----
@@ -165,10 +129,9 @@ class Trainer {
   // returns, flagged in meta.json (never pruned), `extra` under meta.json "extra".
   // Returns the checkpoint's path on rank 0, "" on the others.
   absl::StatusOr<std::string> SaveCheckpoint(int step, bool anomaly, const nlohmann::json& extra);
-  // Resolves options.resume ("latest" or a path) to a checkpoint, the same on every rank;
-  // "" when there is none (a fresh start). Errors: a PATH that is not a complete, intact
-  // checkpoint (InvalidArgument naming the problem and the newest good checkpoint).
-  absl::StatusOr<std::string> ResolveResume();
+  // Every rank's RankState(step) serialised, in rank order, on every rank (an all-gather in
+  // data-parallel runs; collective).
+  absl::StatusOr<std::vector<std::string>> GatherRankStates(int step);
   // Loads model, optimizer, step, this rank's RNG state and data position from `path`.
   absl::Status Restore(const std::string& path);
   // This rank's small state (RNG, data position) as JSON, and its inverse.
@@ -189,6 +152,8 @@ class Trainer {
   absl::Status CheckSpike(const StepContext& s);
 
   // ---- summarize ----
+  // Waits for a save in flight, fills result_ (SummarizeLoop, device memory, weights
+  // checksum), writes the run's files (WriteRunFiles); a final barrier in data-parallel runs.
   absl::StatusOr<TrainResult> Summarize();
 
   // Constant after construction.
@@ -226,6 +191,9 @@ class Trainer {
   // Anomalies: the non-finite guard (checks, fp16 emulation, numeric --inject faults; null
   // when none of these is on), the spike rule, and the fp16 loss scaler (fp16 only).
   std::unique_ptr<NonfiniteGuard> guard_;
+  // --dump (train/dump.h): wraps the guard's tap during the dumped steps; declared after the
+  // guard, so destroyed before it.
+  std::unique_ptr<DumpTap> dump_;
   std::unique_ptr<SpikeDetector> spike_;
   std::unique_ptr<LossScaler> scaler_;
   bool fp16_ = false;
@@ -234,11 +202,7 @@ class Trainer {
   // The loop's running sums.
   TrainResult result_;
   TrainClock::time_point loop_start_;
-  PhaseTimes phase_sum_;
-  double step_ms_sum_ = 0, tokens_sum_ = 0, comm_sum_ = 0;
-  double obs_sum_ = 0;  // time spent in observability code (norms, RSS, metrics lines)
-  int timed_steps_ = 0;
-  std::vector<double> timed_step_ms_;
+  LoopSums sums_;
 };
 
 }  // namespace trainscope::train

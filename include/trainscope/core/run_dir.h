@@ -13,6 +13,7 @@
 //     data/                                       data scan reports
 //     trace/                                      profiler traces
 //     compare/                                    compare --json reports (dumps or runs)
+//     dump/step<N>/rank<R>/                       train --dump's op dumps (msprobe's layout)
 //
 // Every writer (doctor, launch, train, hang) takes its paths from here; launch, train and the
 // Python writers also take the directory's lock first (run_dir_lock.h).
@@ -33,6 +34,7 @@ inline constexpr char kCheckpoints[] = "checkpoints";
 inline constexpr char kData[] = "data";
 inline constexpr char kTrace[] = "trace";
 inline constexpr char kCompare[] = "compare";  // `compare --json` reports the report shows
+inline constexpr char kDump[] = "dump";        // train --dump's op dumps (train/dump.h)
 inline constexpr char kParts[] = "parts";
 // Inside kTrain: the TensorBoard event files, one folder per rank (`tensorboard --logdir
 // <run>/train/tb` shows each rank as a run).

@@ -201,6 +201,22 @@ absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
 // after editing a config in code.
 absl::Status ValidateTrainConfig(const TrainConfig& config);
 
+// Overrides of config keys from `trainscope train`'s flags; a field left at its default
+// overrides nothing.
+struct TrainOverrides {
+  int steps = 0;               // --steps: train.steps when > 0
+  double max_seconds = -1;     // --max-seconds: train.max_seconds when >= 0
+  double comm_timeout_s = -1;  // --comm-timeout: comm.timeout_s unless -1
+  std::string compression;     // --compression: comm.compression unless ""
+  std::string device;          // --device: train.device unless ""
+  double device_tflops = 0;    // --device-tflops: train.device_tflops when > 0
+};
+// Applies `overrides` to *config and checks the result (ValidateTrainConfig); train.steps and
+// train.max_seconds are applied after the check (their flags check their own range).
+// InvalidArgument for a comm_timeout_s outside (0, kMaxCommTimeoutS] (naming --comm-timeout)
+// and ValidateTrainConfig's errors.
+absl::Status ApplyOverrides(const TrainOverrides& overrides, TrainConfig* config);
+
 // The full config with every key (the form written to the run directory).
 nlohmann::json TrainConfigToJson(const TrainConfig& config);
 
@@ -234,6 +250,9 @@ int64_t AvailableHostMemoryBytes(Os* os);
 // Bundled config files (configs/<name>): looked up next to the executable
 // (../share/trainscope/configs) then in the source tree. Empty when not found.
 std::string FindBundledConfig(const std::string& name);
+// `path`, or the bundled configs/default.json when `path` is "" (NotFound when that is not
+// found: "bundled configs/default.json not found; pass --config FILE").
+absl::StatusOr<std::string> ConfigPathOrDefault(const std::string& path);
 
 }  // namespace trainscope::train
 

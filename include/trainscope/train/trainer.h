@@ -25,6 +25,7 @@
 #include "nlohmann/json_fwd.hpp"
 #include "trainscope/train/config.h"
 #include "trainscope/train/data.h"
+#include "trainscope/train/dump.h"
 #include "trainscope/train/inject.h"
 #include "trainscope/train/metrics.h"
 
@@ -92,6 +93,9 @@ struct TrainOptions {
   // One-line notices for the user (rank 0 only): where the run resumes from, or that it
   // starts fresh. May be empty.
   std::function<void(const std::string&)> on_notice;
+  // Op dumps of these steps in msprobe's layout under <run_dir>/dump (train/dump.h); every
+  // rank writes its own. Empty steps: none.
+  DumpOptions dump;
 };
 
 struct TrainResult {
@@ -138,6 +142,9 @@ struct TrainResult {
   int resumed_from_step = 0;
   std::string resumed_from;
   int checkpoints_saved = 0;
+  // --dump: the folder of the op dumps (<run_dir>/dump) and the steps written; "" / 0 without.
+  std::string dump_dir;
+  int dump_steps = 0;
   double checkpoint_blocked_ms = 0;
   double checkpoint_snapshot_ms = 0;  // copying the state to host memory, all saves
   // Validation (config "eval"; the JSON's "eval" object, absent without it): the held-out
