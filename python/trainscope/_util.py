@@ -3,24 +3,30 @@ import os
 import threading
 import time
 
+from . import _core
 from ._errors import Error
 
-# Per-rank file names, as include/trainscope/core/run_dir.h lays a run directory out.
-TRAIN_DIR = "train"
-HANG_DIR = "hang"
-CHECKPOINTS_DIR = "checkpoints"
+# The run directory's layout is the C++ one (include/trainscope/core/run_dir.h, through _core):
+# Python spells none of its names.
+TRAIN_DIR = _core.RUN_DIR_PARTS["train"]
+HANG_DIR = _core.RUN_DIR_PARTS["hang"]
+CHECKPOINTS_DIR = _core.RUN_DIR_PARTS["checkpoints"]
 
 
 def metrics_path(run_dir, rank):
-    return os.path.join(run_dir, TRAIN_DIR, "metrics.rank%d.jsonl" % rank)
+    return _core.metrics_path(str(run_dir), rank)
+
+
+def tensorboard_dir(run_dir, rank):
+    return _core.tensorboard_dir(str(run_dir), rank)
 
 
 def hang_dump_path(run_dir, rank):
-    return os.path.join(run_dir, HANG_DIR, "flight_recorder.rank%d.json" % rank)
+    return _core.hang_dump_path(str(run_dir), rank)
 
 
 def hang_stacks_path(run_dir, rank):
-    return os.path.join(run_dir, HANG_DIR, "stacks.rank%d.txt" % rank)
+    return _core.hang_stacks_path(str(run_dir), rank)
 
 
 def _dist():

@@ -155,7 +155,7 @@ class Monitor:
         if tensorboard:  # train/tb/rank<R>/, as `trainscope train` writes (a new file each run)
             try:
                 self._tb = _core.TensorBoardWriter(
-                    os.path.join(self.run_dir, "train", "tb", "rank%d" % self.rank))
+                    _util.tensorboard_dir(self.run_dir, self.rank))
             except Error as e:
                 self._file.close()
                 self._release()
