@@ -65,6 +65,53 @@ TEST(TopoParse, OlderDriverNicColumnsAndAscend) {
   EXPECT_EQ(a.devices[7].cpu_affinity, "72-95");
 }
 
+// Real 910B outputs (tests/data/README.md "topo/"): a header that starts at column 0, a legend
+// without NA, NPUs of one CPU affinity not side by side.
+TEST(TopoParse, AscendRealOutputs) {
+  Topology b = Parse("ascend_910b_8npu_blog.txt");
+  ASSERT_EQ(b.devices.size(), 8u);
+  EXPECT_EQ(b.vendor, "ascend");
+  EXPECT_TRUE(b.nics.empty());
+  for (size_t i = 0; i < 8; ++i)
+    for (size_t j = 0; j < 8; ++j)
+      EXPECT_EQ(b.links[i][j].cls, i == j ? LinkClass::kSelf : LinkClass::kHccs) << i << "," << j;
+  EXPECT_EQ(b.devices[1].cpu_affinity, "0-23");
+  EXPECT_EQ(b.devices[5].cpu_affinity, "48-71");
+  Topology s = Parse("ascend_910b_8npu.txt");
+  EXPECT_EQ(s.devices[1].cpu_affinity, "144-167");
+}
+
+// Atlas A3 (sglang#30453): the header names the dies by physical id, Arm prints no CPU
+// Affinity, and newer legends name HCCS links XLink.
+TEST(TopoParse, AscendA3PhysicalIds) {
+  Topology t = Parse("ascend_a3_2die_phyid.txt");
+  ASSERT_EQ(t.devices.size(), 2u);
+  EXPECT_EQ(t.vendor, "ascend");
+  EXPECT_EQ(t.devices[0].name, "Phy-ID12");
+  EXPECT_EQ(t.devices[0].index, 0);
+  EXPECT_EQ(t.devices[0].physical_id, 12);
+  EXPECT_EQ(t.devices[1].physical_id, 13);
+  EXPECT_EQ(t.links[0][1].cls, LinkClass::kSio);
+  EXPECT_EQ(t.devices[0].cpu_affinity, "");
+  EXPECT_EQ(t.devices[1].cpu_affinity, "");
+  const std::string x =
+      "\t   Phy-ID4    Phy-ID6    Phy-ID7    \n"
+      "Phy-ID4    X          XLink      XLink_SW   \n"
+      "Phy-ID6    XLink      X          XLink      \n"
+      "Phy-ID7    XLink_SW   XLink      X          \n";
+  absl::StatusOr<Topology> a = ParseTopology(x, "a3");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->links[0][1].cls, LinkClass::kHccs);
+  EXPECT_EQ(a->links[0][1].token, "XLink");
+  EXPECT_EQ(a->links[2][0].cls, LinkClass::kHccsSw);
+  EXPECT_EQ(a->devices[2].physical_id, 7);
+  // Physical ids must increase.
+  absl::StatusOr<Topology> d =
+      ParseTopology("Phy-ID6 Phy-ID4\nPhy-ID6 X SIO\nPhy-ID4 SIO X\n", "d");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("d:1: column 'Phy-ID4'"), std::string::npos) << d.status();
+}
+
 TEST(TopoParse, ErrorsNameTheLine) {
   absl::StatusOr<Topology> t = ParseTopology(Fixture("malformed_truncated_row.txt"), "bad.txt");
   ASSERT_FALSE(t.ok());

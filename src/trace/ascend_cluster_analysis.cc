@@ -451,6 +451,80 @@ void WaitFinding(const std::vector<RankWait>& waits, int slow_rank, Report* rep)
   rep->findings.push_back(std::move(f));
 }
 
+// RDMA retransmission (advisor communication_retransmission_checker.py, rdma_analysis.yaml
+// min_retransmission_time 4000 ms): per (group, op, step) over the ranks' records, the op
+// retransmitted when its shortest Elapse Time is at least 4000 ms (shorter: the ranks were out
+// of step, not a lost packet) and its longest RDMA Transit Time is over 4000 ms. The ranks
+// named are those with RDMA traffic whose transit is over 4000 ms.
+struct Retransmission {
+  std::string group, op;
+  int64_t step = -1;
+  double min_elapse_ms = 0, max_transit_ms = 0;
+  std::vector<int> ranks;
+};
+
+std::vector<Retransmission> Retransmissions(const ClusterInput& in) {
+  constexpr double kMinMs = 4000;
+  std::map<std::tuple<std::string, std::string, int64_t>, std::vector<const ClusterCommRecord*>>
+      ops;
+  for (const ClusterCommRecord& c : in.comm)
+    if (!c.total) ops[{c.group, c.op, c.step}].push_back(&c);
+  std::vector<Retransmission> out;
+  for (const auto& [key, recs] : ops) {
+    Retransmission x{std::get<0>(key), std::get<1>(key), std::get<2>(key), recs[0]->elapse_ms, 0};
+    for (const ClusterCommRecord* c : recs) {
+      x.min_elapse_ms = std::min(x.min_elapse_ms, c->elapse_ms);
+      auto it = c->transport.find("RDMA");
+      if (it == c->transport.end()) continue;
+      x.max_transit_ms = std::max(x.max_transit_ms, it->second.second);
+      if (it->second.first > 0 && it->second.second > kMinMs) x.ranks.push_back(c->rank);
+    }
+    if (x.min_elapse_ms < kMinMs || x.max_transit_ms <= kMinMs) continue;
+    std::sort(x.ranks.begin(), x.ranks.end());
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// The cross-rank rule replaces the per-rank one (ascend_rules_findings.cc, which sees one
+// rank's elapse only) for the ranks the communication records cover.
+void RetransmissionFinding(const ClusterInput& in, Report* rep) {
+  std::set<int> covered;
+  for (const ClusterCommRecord& c : in.comm) covered.insert(c.rank);
+  for (RankResult& r : rep->ranks) {
+    if (!covered.count(r.rank)) continue;
+    r.findings.erase(std::remove_if(r.findings.begin(), r.findings.end(),
+                                    [](const Finding& f) { return f.id == "rdma_retransmission"; }),
+                     r.findings.end());
+  }
+  const std::vector<Retransmission> found = Retransmissions(in);
+  if (found.empty()) return;
+  const Retransmission* worst = &found[0];
+  std::set<int> ranks;
+  for (const Retransmission& x : found) {
+    if (x.max_transit_ms > worst->max_transit_ms) worst = &x;
+    ranks.insert(x.ranks.begin(), x.ranks.end());
+  }
+  Finding f;
+  f.severity = Severity::kError;
+  f.id = "rdma_retransmission";
+  if (!worst->ranks.empty()) f.rank = worst->ranks[0];
+  f.title =
+      absl::StrCat(found.size(), found.size() == 1 ? " communication op" : " communication ops",
+                   " retransmitted over RDMA (ranks ", absl::StrJoin(ranks, ", "), ")");
+  f.evidence = absl::StrCat(
+      "longest: ", worst->op, " of group ", worst->group,
+      worst->step >= 0 ? absl::StrCat(", step ", worst->step) : "",
+      absl::StrFormat(": RDMA transit %.1f ms, shortest elapse over its ranks %.1f ms",
+                      worst->max_transit_ms, worst->min_elapse_ms),
+      "; advisor rdma_analysis.yaml: shortest elapse at least 4000 ms and a transit over 4000 ms");
+  f.fix =
+      "check the RoCE network: switch PFC/ECN settings against HCCL_RDMA_TC/HCCL_RDMA_SL, link "
+      "errors with hccn_tool -i <dev> -stat -g; HCCL_RDMA_TIMEOUT and HCCL_RDMA_RETRY_CNT set "
+      "how long and how often a lost packet is retried";
+  rep->findings.push_back(std::move(f));
+}
+
 nlohmann::json RowJson(const ClusterRow& r) {
   nlohmann::json j = {
       {"step", r.step},
@@ -578,6 +652,7 @@ void AnalyzeCluster(const ClusterInput& in, const AnalyzeOptions& opt, Report* r
                          {"wait_ratio", R4(w.Ratio())},
                          {"synchronization_ratio", R4(w.SyncRatio())}});
   WaitFinding(waits, slow.rank, rep);
+  RetransmissionFinding(in, rep);
   rep->cluster = std::move(j);
 }
 

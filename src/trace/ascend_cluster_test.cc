@@ -105,5 +105,66 @@ TEST(AscendCluster, NothingReadableIsAnError) {
   EXPECT_NE(std::string(in.status().message()).find("line 1"), std::string::npos);
 }
 
+// RDMA retransmission across ranks (advisor communication_retransmission_checker.py): an op's
+// RDMA transit over 4000 ms counts only when its shortest elapse over the ranks is at least
+// 4000 ms; the cluster's finding replaces the per-rank ones of the ranks it covers.
+TEST(AscendCluster, RdmaRetransmissionNeedsEveryRankSlow) {
+  auto rec = [](const std::string& op, int rank, double elapse_ms, double rdma_ms) {
+    ClusterCommRecord c;
+    c.group = "(0, 1)";
+    c.step = 3;
+    c.op = op;
+    c.rank = rank;
+    c.elapse_ms = elapse_ms;
+    c.transit_ms = rdma_ms;
+    c.transport["RDMA"] = {16.0, rdma_ms};
+    return c;
+  };
+  ClusterInput in;
+  in.source = "cluster_analysis_output";
+  // Both ranks spent over 4 s in the op and rank 0's RDMA transit took 4.2 s: retransmission.
+  in.comm.push_back(rec("hcom_allReduce__1", 0, 4500, 4200));
+  in.comm.push_back(rec("hcom_allReduce__1", 1, 4300, 120));
+  // Rank 1 left this one after 0.9 s: the ranks were out of step, not a lost packet.
+  in.comm.push_back(rec("hcom_allReduce__2", 0, 5000, 4800));
+  in.comm.push_back(rec("hcom_allReduce__2", 1, 900, 150));
+  ClusterCommRecord total = rec("Total Op Info", 1, 9000, 9000);
+  total.total = true;
+  in.comm.push_back(total);
+  Report rep;
+  for (int r : {0, 1, 2}) {
+    RankResult rr;
+    rr.rank = r;
+    Finding f;
+    f.id = "rdma_retransmission";
+    f.rank = r;
+    rr.findings.push_back(f);
+    rep.ranks.push_back(rr);
+  }
+  AnalyzeCluster(in, {}, &rep);
+  EXPECT_TRUE(rep.ranks[0].findings.empty());
+  EXPECT_TRUE(rep.ranks[1].findings.empty());
+  EXPECT_EQ(rep.ranks[2].findings.size(), 1u);  // not in the communication records
+  int n = 0;
+  for (const Finding& f : rep.findings) {
+    if (f.id != "rdma_retransmission") continue;
+    ++n;
+    EXPECT_EQ(f.rank, 0);
+    EXPECT_NE(f.title.find("1 communication op retransmitted over RDMA (ranks 0)"),
+              std::string::npos)
+        << f.title;
+    EXPECT_NE(f.evidence.find("hcom_allReduce__1 of group (0, 1), step 3"), std::string::npos)
+        << f.evidence;
+    EXPECT_NE(f.evidence.find("shortest elapse over its ranks 4300.0 ms"), std::string::npos)
+        << f.evidence;
+  }
+  EXPECT_EQ(n, 1);
+  // Rank 1's elapse under 4000 ms in the first op too: nothing.
+  in.comm[1].elapse_ms = 3999;
+  Report quiet;
+  AnalyzeCluster(in, {}, &quiet);
+  for (const Finding& f : quiet.findings) EXPECT_NE(f.id, "rdma_retransmission");
+}
+
 }  // namespace
 }  // namespace trainscope::trace::internal

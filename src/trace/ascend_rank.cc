@@ -139,13 +139,56 @@ absl::Status ReadJsonFile(const std::string& path, nlohmann::json* j) {
   return absl::OkStatus();
 }
 
+// The rated AI Core frequency of a device info file ("DeviceInfo": [{"aic_frequency": "1850",
+// ...}], a string or a number, MHz); 0 when absent. msprof-analyze's advisor reads it from
+// PROF_*/device_*/info.json.* (advisor/dataset/profiling/device_info.py).
+double AicFrequencyMhz(const nlohmann::json& j) {
+  auto it = j.find("DeviceInfo");
+  if (it == j.end() || !it->is_array()) return 0;
+  for (const nlohmann::json& dev : *it) {
+    if (!dev.is_object() || !dev.contains("aic_frequency")) continue;
+    const nlohmann::json& f = dev["aic_frequency"];
+    double mhz = 0;
+    if (f.is_number()) mhz = f.get<double>();
+    if (f.is_string() && !absl::SimpleAtod(f.get<std::string>(), &mhz)) mhz = 0;
+    if (mhz > 0 && mhz < 1e5) return mhz;
+  }
+  return 0;
+}
+
+// PROF_*/device_*/info.json.<n> (not the .done markers) of the msprof raw data beside
+// ASCEND_PROFILER_OUTPUT: the rated AI Core frequency.
+void ReadDeviceInfo(const std::string& parent, const std::string& prof, RankTrace* t) {
+  AscendRankData* d = AscendData(t);
+  for (const std::string& dev : AscList(parent + "/" + prof)) {
+    const std::string dir = parent + "/" + prof + "/" + dev;
+    if (!absl::StartsWith(dev, "device_") || !AscIsDir(dir)) continue;
+    for (const std::string& n : AscList(dir)) {
+      if (!absl::StartsWith(n, "info.json.") || absl::EndsWith(n, "done")) continue;
+      const std::string rel = prof + "/" + dev + "/" + n;
+      nlohmann::json j;
+      absl::Status s = ReadJsonFile(dir + "/" + n, &j);
+      if (!s.ok()) {
+        FileError(t, rel, s);
+        continue;
+      }
+      if (double mhz = AicFrequencyMhz(j); mhz > 0 && d->aic_rated_mhz <= 0) {
+        d->aic_rated_mhz = mhz;
+        d->files_read.push_back(rel);
+      }
+    }
+  }
+}
+
 // profiler_info_{rank}.json ("rank_id") and profiler_metadata.json (ENV_VARIABLES,
-// distributed_args.world_size) beside ASCEND_PROFILER_OUTPUT.
+// distributed_args.world_size) beside ASCEND_PROFILER_OUTPUT; PROF_*/ for the device info.
 void ReadInfoFiles(const std::string& parent, RankTrace* t) {
   AscendRankData* d = AscendData(t);
   for (const std::string& n : AscList(parent)) {
     const std::string path = parent + "/" + n;
-    if (absl::StartsWith(n, "profiler_info") && absl::EndsWith(n, ".json")) {
+    if (absl::StartsWith(n, "PROF_") && AscIsDir(path)) {
+      ReadDeviceInfo(parent, n, t);
+    } else if (absl::StartsWith(n, "profiler_info") && absl::EndsWith(n, ".json")) {
       nlohmann::json j;
       absl::Status s = ReadJsonFile(path, &j);
       if (!s.ok()) {
@@ -153,6 +196,7 @@ void ReadInfoFiles(const std::string& parent, RankTrace* t) {
         continue;
       }
       d->files_read.push_back(n);
+      if (double mhz = AicFrequencyMhz(j); mhz > 0) d->aic_rated_mhz = mhz;
       int r = -1, v = -1;
       auto it = j.find("rank_id");
       if (it != j.end() && it->is_number_integer() && it->get<int64_t>() >= 0 &&

@@ -88,7 +88,11 @@ struct AscendRankData {
   double peak_allocated_mb = 0, peak_reserved_mb = 0, peak_module_reserved_mb = 0;
   int64_t memory_rows = 0;
   std::map<std::string, std::string> env;  // profiler_metadata.json ENV_VARIABLES
-  std::vector<int64_t> aicore_freq_mhz;    // AICORE_FREQ samples (.db)
+  // AI Core frequency samples: AICORE_FREQ (.db) or trace_view.json's "AI Core Freq" counter.
+  std::vector<int64_t> aicore_freq_mhz;
+  // The rated AI Core frequency, MHz (DeviceInfo aic_frequency of PROF_*/device_*/info.json.*
+  // or profiler_info_*.json); 0 when the folder does not give it.
+  double aic_rated_mhz = 0;
   // Overlap Analysis totals (trace_view lanes or the OVERLAP_ANALYSIS table), us; < 0 absent.
   double ov_computing_us = -1, ov_comm_us = -1, ov_comm_not_overlapped_us = -1, ov_free_us = -1;
 };

@@ -49,6 +49,9 @@ TEST(AscendRank, TextExportEveryFile) {
     EXPECT_TRUE(RankContains(d.files_read, f)) << f;
   EXPECT_EQ(d.unknown_files, std::vector<std::string>{"api_statistic.csv"});
   EXPECT_TRUE(d.file_errors.empty());
+  // trace_view.json's "AI Core Freq" counter events (ph "C"); no device info: no rating.
+  EXPECT_EQ(d.aicore_freq_mhz, (std::vector<int64_t>{1800, 1800}));
+  EXPECT_EQ(d.aic_rated_mhz, 0);
   ASSERT_EQ(t->ascend_steps.size(), 1u);
   EXPECT_EQ(t->ascend_steps[0].step, 50);
   EXPECT_NEAR(t->ascend_steps[0].preparing_us, 17902.5, 1e-9);

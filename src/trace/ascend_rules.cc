@@ -118,6 +118,22 @@ void HostApiEvidence(const RankTrace& t, const AnalyzeOptions& opt, nlohmann::js
       {"events", data_events}, {"max_us", data_max_us}, {"events_over_threshold", data_slow}};
 }
 
+// AI Core frequency samples against the chip's rated frequency (advisor AICoreFreqChecker:
+// aic_frequency of the device info), else against the highest sample; a sample is low when it
+// is more than 5% under (config.ini frequency_threshold 0.05). "rated_mhz" only when given.
+nlohmann::json FrequencyEvidence(const AscendRankData& d) {
+  const std::vector<int64_t>& f = d.aicore_freq_mhz;
+  const int64_t mx = *std::max_element(f.begin(), f.end());
+  const int64_t mn = *std::min_element(f.begin(), f.end());
+  const double ref = d.aic_rated_mhz > 0 ? d.aic_rated_mhz : static_cast<double>(mx);
+  int64_t below = 0;
+  for (int64_t x : f) below += x < ref * (1 - 0.05);
+  nlohmann::json j = {
+      {"samples", f.size()}, {"max_mhz", mx}, {"min_mhz", mn}, {"samples_below", below}};
+  if (d.aic_rated_mhz > 0) j["rated_mhz"] = d.aic_rated_mhz;
+  return j;
+}
+
 // Communication ops: totals, per transport, and the advisor's packet statistic (PacketChecker:
 // an op with SDMA (RDMA) traffic is small when its transit size is under 16 MB (1 MB)).
 nlohmann::json CommEvidence(const AscendRankData& d) {
@@ -130,6 +146,11 @@ nlohmann::json CommEvidence(const AscendRankData& d) {
     int64_t under_baseline = 0;
     double max_time = 0;
     std::string max_time_op;
+    // RDMA ops that may have retransmitted (rdma_analysis.yaml min_retransmission_time 4000 ms):
+    // transit over 4000 ms in an op that itself took at least 4000 ms.
+    int64_t retrans = 0;
+    double retrans_max = 0;
+    std::string retrans_op;
   };
   std::map<std::string, Tr> tr;
   for (const AscendCommOp& op : d.comm_ops) {
@@ -162,6 +183,13 @@ nlohmann::json CommEvidence(const AscendRankData& d) {
         s.max_time = x.time_ms;
         s.max_time_op = op.name;
       }
+      if (x.transport == "RDMA" && x.time_ms > 4000 && op.elapse_ms >= 4000) {
+        ++s.retrans;
+        if (x.time_ms > s.retrans_max) {
+          s.retrans_max = x.time_ms;
+          s.retrans_op = op.name;
+        }
+      }
     }
   }
   c["elapse_ms"] = elapse;
@@ -186,6 +214,9 @@ nlohmann::json CommEvidence(const AscendRankData& d) {
                  {"min_bandwidth_op", s.min_bw_op},
                  {"max_transit_ms", s.max_time},
                  {"max_transit_op", s.max_time_op}};
+    if (s.retrans > 0)
+      per[name]["retransmission"] = {
+          {"ops", s.retrans}, {"max_transit_ms", s.retrans_max}, {"op", s.retrans_op}};
   }
   c["transports"] = per;
   // communication_matrix.json: links per transport type.
@@ -304,16 +335,7 @@ void AscendDetails(const RankTrace& t, const HostView& hv, const AnalyzeOptions&
       a["op_statistic"] = {
           {"op_types", d->op_stats.size()}, {"total_us", all_us}, {"ai_cpu_us", ai_cpu_us}};
     }
-    if (!d->aicore_freq_mhz.empty()) {
-      int64_t mx = *std::max_element(d->aicore_freq_mhz.begin(), d->aicore_freq_mhz.end());
-      int64_t mn = *std::min_element(d->aicore_freq_mhz.begin(), d->aicore_freq_mhz.end());
-      int64_t below = 0;
-      for (int64_t f : d->aicore_freq_mhz) below += f < mx * (1 - 0.05);  // frequency_threshold
-      a["aicore_freq"] = {{"samples", d->aicore_freq_mhz.size()},
-                          {"max_mhz", mx},
-                          {"min_mhz", mn},
-                          {"samples_below", below}};
-    }
+    if (!d->aicore_freq_mhz.empty()) a["aicore_freq"] = FrequencyEvidence(*d);
     if (!d->env.empty()) a["env"] = d->env;
   }
   r->details["ascend"] = std::move(a);

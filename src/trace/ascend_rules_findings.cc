@@ -136,8 +136,10 @@ void Packets(const nlohmann::json& a, const std::string& who, RankResult* r) {
 }
 
 // Bandwidth: SDMA ops of 16 MB or more under 0.8 x 18 GB/s (advisor bandwidth_contention.yaml
-// sdma_baseline 18, threshold 0.8); RDMA ops whose transit takes over 4000 ms (rdma_analysis.yaml:
-// retransmission).
+// sdma_baseline 18, threshold 0.8); RDMA ops whose transit takes over 4000 ms in an op of at
+// least 4000 ms (rdma_analysis.yaml min_retransmission_time: retransmission). The advisor takes
+// the shortest elapse over the op's ranks; one rank's is its own (the cluster view applies the
+// rule across ranks and replaces this finding: ascend_cluster_analysis.cc).
 void Bandwidth(const nlohmann::json& a, const std::string& who, RankResult* r) {
   if (!a.contains("communication")) return;
   const auto& tr = a["communication"]["transports"];
@@ -156,14 +158,15 @@ void Bandwidth(const nlohmann::json& a, const std::string& who, RankResult* r) {
            "HCCL_OP_EXPANSION_MODE=AIV expands collectives on the vector cores for small and "
            "medium messages");
   }
-  if (tr.contains("RDMA") && tr["RDMA"]["max_transit_ms"].get<double>() > 4000) {
-    const auto& x = tr["RDMA"];
+  if (tr.contains("RDMA") && tr["RDMA"].contains("retransmission")) {
+    const auto& x = tr["RDMA"]["retransmission"];
     AscAdd(
         r, Severity::kError, "rdma_retransmission",
         absl::StrCat(who, ": an RDMA transfer took ", AscF1(x["max_transit_ms"].get<double>()),
                      " ms: retransmission"),
-        absl::StrCat(x["max_transit_op"].get<std::string>(),
-                     "; advisor rdma_analysis.yaml: a single transfer over 4000 ms"),
+        absl::StrCat(x["op"].get<std::string>(),
+                     "; advisor rdma_analysis.yaml: a single transfer over 4000 ms in an op of at "
+                     "least 4000 ms"),
         "check the RoCE network: switch PFC/ECN settings against HCCL_RDMA_TC/HCCL_RDMA_SL, "
         "link errors with hccn_tool -i <dev> -stat -g; HCCL_RDMA_TIMEOUT and HCCL_RDMA_RETRY_CNT "
         "set how long and how often a lost packet is retried");
@@ -205,17 +208,24 @@ void Dataloader(const nlohmann::json& a, const std::string& who, RankResult* r) 
 }
 
 // AICoreFreqChecker (advisor config.ini frequency_threshold 0.05): samples more than 5% under
-// the highest observed AI Core frequency.
+// the chip's rated AI Core frequency (the device info's aic_frequency), else under the highest
+// one observed.
 void Frequency(const nlohmann::json& a, const std::string& who, RankResult* r) {
   if (!a.contains("aicore_freq") || a["aicore_freq"]["samples_below"].get<int64_t>() == 0) return;
   const auto& f = a["aicore_freq"];
-  AscAdd(r, Severity::kWarning, "aicore_frequency",
-         absl::StrCat(who, ": the AI Core frequency drops to ", f["min_mhz"].get<int64_t>(),
-                      " MHz (max ", f["max_mhz"].get<int64_t>(), " MHz)"),
-         absl::StrCat(f["samples_below"].get<int64_t>(), " of ", f["samples"].get<size_t>(),
-                      " samples more than 5% under the maximum (advisor frequency_threshold)"),
-         "the NPU throttles: check its temperature and power with npu-smi info -t power -i <id> "
-         "and npu-smi info -t temp, the cooling and power capping of the node");
+  const bool rated = f.contains("rated_mhz");
+  AscAdd(
+      r, Severity::kWarning, "aicore_frequency",
+      absl::StrCat(who, ": the AI Core frequency drops to ", f["min_mhz"].get<int64_t>(), " MHz (",
+                   rated ? absl::StrCat("rated ", AscF1(f["rated_mhz"].get<double>()))
+                         : absl::StrCat("max ", f["max_mhz"].get<int64_t>()),
+                   " MHz)"),
+      absl::StrCat(f["samples_below"].get<int64_t>(), " of ", f["samples"].get<size_t>(),
+                   " samples more than 5% under the ",
+                   rated ? "rated frequency (device info aic_frequency)" : "maximum",
+                   " (advisor frequency_threshold)"),
+      "the NPU throttles: check its temperature and power with npu-smi info -t power -i <id> "
+      "and npu-smi info -t temp, the cooling and power capping of the node");
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 
 #include <dirent.h>
 
+#include <filesystem>
 #include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "trace/trace_test_util.h"
 #include "trainscope/trace/analysis.h"
 
 namespace trainscope::trace {
@@ -40,11 +42,12 @@ TEST(AscendRules, FireOnEvidenceQuietWithout) {
       {"ascend_aicpu", {"ai_cpu"}, {"op_compile", "small_packets", "dynamic_shape"}},
       // msinsight level-1 text export: 19 online compilations (9% of the step), every task
       // dynamic, two all-reduce SDMA transfers of 28+ MB under 14.4 GB/s; no AI CPU task,
-      // no small packet, 2 of 191 launches followed by a stream sync, dataloader under 10 ms.
+      // no small packet, 2 of 191 launches followed by a stream sync, dataloader under 10 ms,
+      // its two AI Core Freq counter samples at a constant 1800 MHz.
       {"ascend_text/rank0_ascend_pt",
        {"op_compile", "dynamic_shape", "low_bandwidth"},
        {"ai_cpu", "small_packets", "synchronize_stream", "slow_dataloader", "rdma_retransmission",
-        "files_not_read"}},
+        "aicore_frequency", "files_not_read"}},
       // The same model's SQLite export: compilations (18% of the step), SDMA under the
       // baseline; a constant 1800 MHz AI Core clock.
       {"ascend_db/rank0_ascend_pt",
@@ -100,14 +103,16 @@ TEST(AscendRules, ThresholdsOfTheOtherRules) {
   EXPECT_FALSE(run({{"dataloader", dl}}).count("slow_dataloader"));
   nlohmann::json fq = {{"samples", 3}, {"max_mhz", 1800}, {"min_mhz", 1600}, {"samples_below", 1}};
   EXPECT_TRUE(run({{"aicore_freq", fq}}).count("aicore_frequency"));
+  // RDMA: a transit over 4000 ms alone is not enough (an op of at least 4000 ms too, which
+  // CommEvidence records as "retransmission").
   nlohmann::json rdma = {{"ops_under_baseline", 0},
                          {"max_transit_ms", 4100.0},
                          {"max_transit_op", "hcom_send@1"},
                          {"small_ratio", 0.0}};
-  EXPECT_TRUE(
-      run({{"communication", {{"transports", {{"RDMA", rdma}}}}}}).count("rdma_retransmission"));
-  rdma["max_transit_ms"] = 3900.0;
   EXPECT_FALSE(
+      run({{"communication", {{"transports", {{"RDMA", rdma}}}}}}).count("rdma_retransmission"));
+  rdma["retransmission"] = {{"ops", 1}, {"max_transit_ms", 4100.0}, {"op", "hcom_send@1"}};
+  EXPECT_TRUE(
       run({{"communication", {{"transports", {{"RDMA", rdma}}}}}}).count("rdma_retransmission"));
   // Not an Ascend trace: no Ascend rule.
   RankResult cuda;
@@ -115,6 +120,65 @@ TEST(AscendRules, ThresholdsOfTheOtherRules) {
   cuda.details["ascend"] = {{"dataloader", {{"events_over_threshold", 1}, {"max_us", 2e4}}}};
   internal::AscendFindings(AnalyzeOptions{}, &cuda);
   EXPECT_TRUE(cuda.findings.empty());
+}
+
+// A torch_npu folder whose trace_view.json has the AI Core frequency as counter events (ph "C",
+// as msprof-analyze's advisor tests write them), with and without the device info's rated
+// frequency (PROF_*/device_*/info.json.0 aic_frequency).
+std::string FreqFolder(const std::string& name, const std::vector<int>& mhz, int rated) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::TempDir() + "/" + name + "_ascend_pt";
+  fs::create_directories(dir + "/ASCEND_PROFILER_OUTPUT");
+  std::string tv =
+      "[{\"name\":\"process_name\",\"pid\":9,\"tid\":0,\"ph\":\"M\","
+      "\"args\":{\"name\":\"AI Core Freq\"}},"
+      "{\"ph\":\"X\",\"name\":\"ProfilerStep#1\",\"pid\":1,\"tid\":1,"
+      "\"ts\":\"1699529623106000.000\",\"dur\":5000}";
+  for (size_t i = 0; i < mhz.size(); ++i)
+    tv += absl::StrCat(",{\"name\":\"AI Core Freq\",\"ts\":\"16995296231060", i, "0.061\",",
+                       "\"pid\":9,\"tid\":0,\"args\":{\"MHz\":", mhz[i], "},\"ph\":\"C\"}");
+  testing::WriteFile(dir + "/ASCEND_PROFILER_OUTPUT/trace_view.json", tv + "]");
+  testing::WriteFile(dir + "/profiler_info_0.json", "{\"rank_id\": 0}");
+  if (rated > 0) {
+    fs::create_directories(dir + "/PROF_000001_20240415174447255_OAANHDOMMJMHGIFC/device_0");
+    testing::WriteFile(dir + "/PROF_000001_20240415174447255_OAANHDOMMJMHGIFC/device_0/info.json.0",
+                       absl::StrCat("{\"DeviceInfo\": [{\"id\": 0, \"ai_core_num\": 25, "
+                                    "\"aic_frequency\": \"",
+                                    rated, "\"}]}"));
+  }
+  return dir;
+}
+
+TEST(AscendRules, FrequencyCountersOfTraceView) {
+  auto analyse = [](const std::string& dir, nlohmann::json* freq) {
+    auto rep = AnalyzePaths({dir});
+    EXPECT_TRUE(rep.ok()) << rep.status();
+    std::vector<Finding> out;
+    if (!rep.ok() || rep->ranks.empty()) return out;
+    *freq = rep->ranks[0].details["ascend"].value("aicore_freq", nlohmann::json());
+    for (const Finding& f : rep->ranks[0].findings)
+      if (f.id == "aicore_frequency") out.push_back(f);
+    return out;
+  };
+  nlohmann::json fq;
+  // Against the highest sample: 1600 is 11% under 1800.
+  std::vector<Finding> f = analyse(FreqFolder("drop", {1800, 1800, 1600, 1800}, 0), &fq);
+  EXPECT_EQ(fq["samples"], 4);
+  EXPECT_EQ(fq["samples_below"], 1);
+  EXPECT_FALSE(fq.contains("rated_mhz"));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("drops to 1600 MHz (max 1800 MHz)"), std::string::npos) << f[0].title;
+  // A flat clock stays quiet without a rating, and at 1800 against a rated 1850 (2.7% under).
+  EXPECT_TRUE(analyse(FreqFolder("flat", {1750, 1750, 1750}, 0), &fq).empty());
+  EXPECT_EQ(fq["samples_below"], 0);
+  EXPECT_TRUE(analyse(FreqFolder("flat_rated", {1800, 1800}, 1850), &fq).empty());
+  EXPECT_EQ(fq["rated_mhz"], 1850.0);
+  // A flat 1750 under a rated 1850 (5.4% under) is a drop the maximum alone cannot show.
+  f = analyse(FreqFolder("low_rated", {1750, 1750, 1750}, 1850), &fq);
+  EXPECT_EQ(fq["samples_below"], 3);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("(rated 1850.0 MHz)"), std::string::npos) << f[0].title;
+  EXPECT_NE(f[0].evidence.find("rated frequency"), std::string::npos) << f[0].evidence;
 }
 
 // Every Ascend sample (tests/data/trace/ascend*): no CUDA, NCCL or Nsight advice.

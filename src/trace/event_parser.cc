@@ -1,13 +1,16 @@
 #include "trace/event_parser.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iterator>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "trace/ascend_rank.h"
 #include "trace/chrome_reader.h"
 #include "trainscope/core/status.h"
 
@@ -344,7 +347,26 @@ struct RawEvent {
   bool args_not_object = false;
   bool collective = false;
   std::string_view meta_value, input_dims, input_type;
+  std::string_view mhz;  // args.MHz of a counter ("AI Core Freq" of torch_npu), raw token
 };
+
+namespace {
+
+// torch_npu's trace_view.json has the AI Core frequency as a counter ("AI Core Freq", args.MHz);
+// the Ascend frequency rule reads its samples (ascend_rules.cc). Kept only when the trace is
+// read as part of a torch_npu folder (RankTrace::ascend exists); still counted in other_phases.
+void KeepCounter(const RawEvent& r, RankTrace* out) {
+  if (!out->ascend || r.name.text != "AI Core Freq") return;
+  std::string v(r.mhz);
+  absl::StripAsciiWhitespace(&v);
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+  double mhz = 0;
+  if (!absl::SimpleAtod(v, &mhz) || !(mhz > 0) || mhz > 1e5) return;
+  std::vector<int64_t>& samples = out->ascend->aicore_freq_mhz;
+  if (samples.size() < 100000) samples.push_back(static_cast<int64_t>(std::llround(mhz)));
+}
+
+}  // namespace
 
 simdjson::error_code EventParser::ReadArgs(od::object args, RawEvent* r) {
   for (auto af_result : args) {
@@ -387,6 +409,8 @@ simdjson::error_code EventParser::ReadArgs(od::object args, RawEvent* r) {
       r->collective = true;
     } else if (ak == "name" || ak == "labels") {
       err = ScalarText(av, &r->meta_value);
+    } else if (ak == "MHz") {
+      r->mhz = av.raw_json_token();  // checked only for an AI Core Freq counter (KeepCounter)
     }
     if (err) return err;
   }
@@ -460,6 +484,7 @@ simdjson::error_code EventParser::Parse(od::object obj, int64_t offset) {
   }
   if (ph != "X") {
     ++out_->stats.other_phases;
+    if (ph == "C") KeepCounter(r, out_);
     return SUCCESS;
   }
   StoreComplete(r, offset);

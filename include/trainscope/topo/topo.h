@@ -73,8 +73,9 @@ double LinkGbps(const Link& link, const BandwidthModel& model);
 int LinkCloseness(const Link& link);
 
 struct Device {
-  int index = 0;             // GPU<index> / NPU<index>
-  std::string name;          // "GPU3", "NPU3"
+  int index = 0;             // GPU<index> / NPU<index>; the position (0..n-1) for Phy-ID<n>
+  int physical_id = -1;      // Phy-ID<n> (npu-smi on Atlas A3): n; -1 otherwise
+  std::string name;          // "GPU3", "NPU3", "Phy-ID12"
   std::string cpu_affinity;  // "0-55,112-167", "" when not printed, "N/A" as printed
   std::string numa_affinity;
 };
@@ -97,7 +98,8 @@ struct Topology {
 // tabs or aligned spaces, the legend blocks and trailing blanks are fine). `file` names the
 // input in errors. InvalidArgument "FILE:LINE: why" for a missing header, a row with the wrong
 // number of cells, a non-X diagonal, an asymmetric pair, a malformed cell, devices not
-// numbered 0..n-1; an uppercase token it does not know is kept as kUnknown.
+// numbered 0..n-1 (Phy-ID<n> columns: ids not increasing); an uppercase token it does not
+// know is kept as kUnknown. XLink / XLink_SW (newer npu-smi) read as HCCS / HCCS_SW.
 absl::StatusOr<Topology> ParseTopology(const std::string& text, const std::string& file);
 
 // Runs `nvidia-smi topo -m`, else `npu-smi info -t topo` (whichever is on PATH), each limited
