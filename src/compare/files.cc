@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "ckpt/dcp.h"
 #include "compare/internal.h"
 #include "trainscope/ckpt/safetensors.h"
+#include "trainscope/ckpt/torch_save.h"
 #include "trainscope/compare/dump.h"
 #include "trainscope/core/paths.h"
 
@@ -84,14 +84,7 @@ std::vector<double> Gather(const std::vector<double>& span, const std::vector<ui
 }
 
 absl::StatusOr<TensorData> ReadPt(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(path + ": cannot open");
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  ckpt::DcpStorage s;
-  s.file = slash == std::string::npos ? path : path.substr(slash + 1);
-  s.length = static_cast<uint64_t>(st.st_size);
-  TS_ASSIGN_OR_RETURN(ckpt::DcpChunkData chunk, ckpt::ReadDcpChunk(dir, s));
+  TS_ASSIGN_OR_RETURN(ckpt::TorchSaveTensor chunk, ckpt::LocateTorchSaveTensor(path));
   std::ifstream in(path, std::ios::binary);
   std::string bytes(chunk.bytes, '\0');
   in.seekg(static_cast<std::streamoff>(chunk.offset));
