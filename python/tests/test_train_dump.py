@@ -79,6 +79,12 @@ def test_rerun_agrees_and_bf16_diverges_at_first_matmul(tmp_path):
     assert first["name"] == "Module.blocks.0.qkv.Linear.forward.0", first
     assert first["kind"] == "output"
 
+    # On the run directories: the per-layer norms part at step 1, and the advice names the
+    # two runs' op dumps.
+    runs = compare(c, a, expect=1)
+    fixes = " ".join(f["fix"] for f in runs["findings"])
+    assert "trainscope compare %s %s" % (os.path.join(c, "dump"), os.path.join(a, "dump")) in fixes
+
     need_msprobe()
     rows = msprobe_compare(os.path.join(c, "dump", "step1"), os.path.join(a, "dump", "step1"),
                            str(tmp_path / "msprobe"))

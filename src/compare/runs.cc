@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
 #include "trainscope/diagnose/series.h"
@@ -35,10 +36,8 @@ absl::StatusOr<std::string> MetricsFileOf(const std::string& path) {
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
       if (!run_dir::IsTrainMetricsName(name)) continue;
-      // metrics.rank<R>.jsonl
-      int rank = 0;
-      const size_t at = name.find("rank") + 4, dot = name.find('.', at);
-      if (!absl::SimpleAtoi(name.substr(at, dot - at), &rank)) continue;
+      const int rank = run_dir::RankFromFileName(name);
+      if (rank < 0) continue;
       if (best_rank < 0 || rank < best_rank) best_rank = rank, best = e.path().string();
     }
     if (!best.empty()) return best;
@@ -205,7 +204,23 @@ void JudgeLayers(const LayerTable& a, const LayerTable& b, const RunsOptions& o,
   }
 }
 
-void AddFindings(RunsReport* r) {
+// The op dumps of `run` (`trainscope train --dump`: <run>/dump), "" when it has none.
+std::string DumpsOf(const std::string& run) {
+  const std::string d = run_dir::Join(run, run_dir::kDump);
+  return IsDirectory(d) ? d : "";
+}
+
+// What to run next for the first op that differs at `step`.
+std::string DumpAdvice(int64_t step, const std::string& dump_a, const std::string& dump_b) {
+  if (!dump_a.empty() && !dump_b.empty()) {
+    return absl::StrCat("both runs have op dumps, run `trainscope compare ", dump_a, " ", dump_b,
+                        "` (dump step ", step, " if theirs are of other steps)");
+  }
+  return absl::StrCat("dump both at step ", step, " (`trainscope train --dump ", step,
+                      "`, trainscope.dump or msprobe) and run trainscope compare on the dumps");
+}
+
+void AddFindings(const std::string& dump_a, const std::string& dump_b, RunsReport* r) {
   if (r->diverge_step >= 0) {
     Finding f;
     f.severity = Severity::kError;
@@ -224,10 +239,9 @@ void AddFindings(RunsReport* r) {
       f.title = absl::StrCat(
           "the loss curves part at step ", r->diverge_step,
           r->diverge_kind == "nonfinite" ? " (one turns non-finite)" : ", beyond their noise");
-      f.fix = absl::StrCat(
-          "the runs compute differently from step ", r->diverge_step,
-          ": dump both at that step (trainscope.dump or msprobe) and run trainscope compare "
-          "on the dumps for the first op that differs; the layer named below is where to look");
+      f.fix = absl::StrCat("the runs compute differently from step ", r->diverge_step, ": ",
+                           DumpAdvice(r->diverge_step, dump_a, dump_b),
+                           "; the layer named below is where to look");
     }
     r->findings.push_back(std::move(f));
   }
@@ -242,10 +256,9 @@ void AddFindings(RunsReport* r) {
                      r->layer_step, " (", r->layers_differing, " norms differ there)");
     f.evidence = absl::StrCat(d.field, " ", FormatDouble(d.a, 6), " vs ", FormatDouble(d.b, 6),
                               ", relative ", FormatDouble(d.relative, 6));
-    f.fix =
-        "compare that layer's forward and backward in op dumps of this step (trainscope.dump "
-        "on both runs, trainscope compare); a dtype or fused kernel of that module is the usual "
-        "cause";
+    f.fix = absl::StrCat("compare that layer's forward and backward op by op: ",
+                         DumpAdvice(r->layer_step, dump_a, dump_b),
+                         "; a dtype or fused kernel of that module is the usual cause");
     r->findings.push_back(std::move(f));
   }
 }
@@ -289,7 +302,7 @@ absl::StatusOr<RunsReport> CompareRuns(const std::string& a, const std::string& 
   if (r.layers.size() > static_cast<size_t>(std::max(o.top, 1)))
     r.layers.resize(std::max(o.top, 1));
   r.diverged = r.diverge_step >= 0 || r.layer_step >= 0;
-  AddFindings(&r);
+  AddFindings(DumpsOf(a), DumpsOf(b), &r);
   return r;
 }
 
