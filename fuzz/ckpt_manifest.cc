@@ -1,6 +1,8 @@
 // ckpt: one of our checkpoint directories built from the input (SplitTwo: manifest.json,
 // then model.safetensors), checked, inspected (safetensors header + tensor statistics),
-// printed, and diffed against itself. Also the bare safetensors header parser.
+// printed, and diffed against itself. Also the bare safetensors header parser (the one shared
+// reader, core/safetensors.h, with ckpt's wording of its errors; safetensors_fuzzer feeds it
+// whole files through `data stats`).
 #include <cstdint>
 #include <filesystem>
 #include <string>

@@ -1,12 +1,9 @@
-// safetensors header rules follow the reference reader (huggingface/safetensors
-// Metadata::validate): entries sorted by offset must tile the data section exactly.
+// safetensors for the checkpoint commands: the header is read by the one shared reader
+// (core/safetensors.h), whose structured errors are worded here as ckpt has always worded
+// them; the encoder, the value decoding and the statistics are ckpt's own.
 #include "trainscope/ckpt/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 
@@ -21,29 +18,7 @@ namespace trainscope::ckpt {
 namespace {
 
 using json = nlohmann::json;
-
-struct DTypeInfo {
-  const char* name;
-  int bits;
-  char kind;  // 'f' float, 'h' f16, 'b' bf16, 'i' signed, 'u' unsigned, '?' bool, 0 opaque
-};
-
-const DTypeInfo* Find(std::string_view s) {
-  static const DTypeInfo kTypes[] = {
-      {"F64", 64, 'f'},      {"F32", 32, 'f'},      {"F16", 16, 'h'},  {"BF16", 16, 'b'},
-      {"I64", 64, 'i'},      {"I32", 32, 'i'},      {"I16", 16, 'i'},  {"I8", 8, 'i'},
-      {"U64", 64, 'u'},      {"U32", 32, 'u'},      {"U16", 16, 'u'},  {"U8", 8, 'u'},
-      {"BOOL", 8, '?'},      {"F8_E5M2", 8, 0},     {"F8_E4M3", 8, 0}, {"F8_E8M0", 8, 0},
-      {"F8_E4M3FNUZ", 8, 0}, {"F8_E5M2FNUZ", 8, 0}, {"C64", 64, 0},    {"F4", 4, 0},
-      {"F6_E2M3", 6, 0},     {"F6_E3M2", 6, 0},
-  };
-  for (const auto& d : kTypes) {
-    if (s == d.name) return &d;
-  }
-  return nullptr;
-}
-
-bool MulOk(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+using safetensors::HeaderProblem;
 
 std::string ShapeForError(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -52,167 +27,138 @@ std::string ShapeForError(const std::vector<uint64_t>& shape) {
 }
 
 // Expected byte size of dtype x shape; error text in *why when it cannot be computed.
-bool ByteSize(const DTypeInfo& d, const std::vector<uint64_t>& shape, uint64_t* bytes,
+bool ByteSize(const safetensors::DType& d, const std::vector<uint64_t>& shape, uint64_t* bytes,
               std::string* why) {
-  uint64_t n = 1;
-  for (uint64_t x : shape) {
-    if (!MulOk(n, x, &n)) return *why = "the element count overflows 64 bits", false;
+  uint64_t count = 0;
+  const HeaderProblem p = safetensors::ElementCount(shape, &count)
+                              ? safetensors::ByteSize(d, count, bytes)
+                              : HeaderProblem::kCountOverflow;
+  if (p == HeaderProblem::kPartialBytes) {
+    *why = "is not a whole number of bytes";
+  } else if (p != HeaderProblem::kNone) {
+    *why = safetensors::OverflowText(p);
   }
-  uint64_t bits = 0;
-  if (!MulOk(n, static_cast<uint64_t>(d.bits), &bits)) {
-    return *why = "the byte size overflows 64 bits", false;
-  }
-  if (bits % 8) return *why = "is not a whole number of bytes", false;
-  *bytes = bits / 8;
-  return true;
+  return p == HeaderProblem::kNone;
 }
 
-absl::StatusOr<TensorEntry> ParseEntry(const std::string& path, const std::string& name,
-                                       const json& v, uint64_t data_start, uint64_t data_len) {
-  auto bad = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor \"", name, "\": ", what));
-  };
-  if (!v.is_object()) return bad("expected an object with dtype, shape and data_offsets");
-  TensorEntry e;
-  e.name = name;
-  auto dt = v.find("dtype");
-  if (dt == v.end() || !dt->is_string()) return bad("dtype: missing or not a string");
-  e.dtype = dt->get<std::string>();
-  auto sh = v.find("shape");
-  if (sh == v.end() || !sh->is_array()) return bad("shape: missing or not an array");
-  for (const json& d : *sh) {
-    if (!d.is_number_unsigned()) return bad("shape: a dimension is not a non-negative integer");
-    e.shape.push_back(d.get<uint64_t>());
+// What is wrong with one tensor's entry, after "<path>: tensor \"<name>\": ".
+std::string EntryProblem(const safetensors::HeaderError& e) {
+  const safetensors::Entry& t = e.tensor;
+  const std::string range = absl::StrCat("data_offsets [", t.begin, ", ", t.end, "]");
+  const std::string shape = absl::StrCat("shape ", ShapeForError(t.shape), " of ", t.dtype);
+  switch (e.problem) {
+    case HeaderProblem::kEntryNotObject:
+      return "expected an object with dtype, shape and data_offsets";
+    case HeaderProblem::kFieldMissing:
+    case HeaderProblem::kFieldType:
+      if (e.field == "dtype") return "dtype: missing or not a string";
+      if (e.field == "shape") return "shape: missing or not an array";
+      return "data_offsets: expected [begin, end], two non-negative integers";
+    case HeaderProblem::kDimension:
+      return "shape: a dimension is not a non-negative integer";
+    case HeaderProblem::kOffsetsReversed:
+      return absl::StrCat(range, " end before they begin");
+    case HeaderProblem::kOffsetsPastEnd:
+      return absl::StrCat(range, " end past the data section (", e.data_len, " bytes)");
+    case HeaderProblem::kCountOverflow:
+    case HeaderProblem::kBytesOverflow:
+      return absl::StrCat(shape, ": ", safetensors::OverflowText(e.problem));
+    case HeaderProblem::kPartialBytes:
+      return absl::StrCat(shape, ": is not a whole number of bytes");
+    default:  // kSizeMismatch
+      return absl::StrCat(shape, " needs ", e.want_bytes, " bytes, data_offsets span ",
+                          t.end - t.begin);
   }
-  auto off = v.find("data_offsets");
-  if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-      !(*off)[1].is_number_unsigned()) {
-    return bad("data_offsets: expected [begin, end], two non-negative integers");
-  }
-  const uint64_t b = (*off)[0].get<uint64_t>(), en = (*off)[1].get<uint64_t>();
-  if (en < b) return bad(absl::StrCat("data_offsets [", b, ", ", en, "] end before they begin"));
-  if (en > data_len) {
-    return bad(absl::StrCat("data_offsets [", b, ", ", en, "] end past the data section (",
-                            data_len, " bytes)"));
-  }
-  if (const DTypeInfo* d = Find(e.dtype)) {
-    uint64_t want = 0;
-    std::string why;
-    if (!ByteSize(*d, e.shape, &want, &why)) {
-      return bad(absl::StrCat("shape ", ShapeForError(e.shape), " of ", e.dtype, ": ", why));
-    }
-    if (want != en - b) {
-      return bad(absl::StrCat("shape ", ShapeForError(e.shape), " of ", e.dtype, " needs ", want,
-                              " bytes, data_offsets span ", en - b));
-    }
-  }
-  e.begin = data_start + b;
-  e.end = data_start + en;
-  return e;
 }
+
+// The reader's error as ckpt words it: "<path>: <what>".
+absl::Status HeaderStatus(const std::string& path, const safetensors::HeaderError& e) {
+  auto invalid = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+  };
+  switch (e.problem) {
+    case HeaderProblem::kTooShort:
+      return absl::DataLossError(absl::StrCat(path, ": shorter than the 8-byte header length"));
+    case HeaderProblem::kLengthOverLimit:
+      return invalid(absl::StrCat("header length ", e.header_bytes,
+                                  " is over the format's limit (not a safetensors file?)"));
+    case HeaderProblem::kLengthPastEnd:
+      return absl::DataLossError(absl::StrCat(path, ": header length ", e.header_bytes,
+                                              " runs past the end of the file (", e.file_size,
+                                              " bytes; truncated?)"));
+    case HeaderProblem::kJson:
+      return invalid(absl::StrCat(
+          "byte ", e.byte, ": the safetensors header is ",
+          e.json.too_deep ? absl::StrCat("nested deeper than ", kJsonMaxDepth, " levels")
+                          : absl::StrCat("not valid JSON: ", e.json.what)));
+    case HeaderProblem::kNotObject:
+      return invalid("the safetensors header is not a JSON object");
+    case HeaderProblem::kMetadataNotObject:
+      return invalid("__metadata__ is not an object");
+    case HeaderProblem::kMetadataNotString:
+      return invalid(absl::StrCat("__metadata__ \"", e.key, "\" is not a string"));
+    case HeaderProblem::kOverlap:
+      return invalid(absl::StrCat("tensor \"", e.tensor.name, "\" overlaps the tensor before it"));
+    case HeaderProblem::kGap:
+      return invalid(absl::StrCat("tensor \"", e.tensor.name, "\" leaves a gap of ",
+                                  e.tensor.begin - e.at, " bytes before it"));
+    case HeaderProblem::kTrailing:
+      return absl::DataLossError(absl::StrCat(path, ": the tensors cover ", e.at,
+                                              " data bytes but the file has ", e.data_len));
+    default:
+      return invalid(absl::StrCat("tensor \"", e.tensor.name, "\": ", EntryProblem(e)));
+  }
+}
+
+// The shared reader's header with ckpt's absolute offsets.
+Header FromShared(const safetensors::Header& s) {
+  Header h;
+  h.header_bytes = s.header_bytes;
+  h.data_start = s.data_start;
+  h.metadata = s.metadata;
+  for (const safetensors::Entry& e : s.tensors) {
+    h.tensors.push_back({e.name, e.dtype, e.shape, s.data_start + e.begin, s.data_start + e.end});
+  }
+  return h;
+}
+
+// ckpt checks the element count only where the dtype, and so the byte size, is known.
+constexpr safetensors::ParseOptions kParseOptions{/*count_unknown_dtypes=*/false};
 
 }  // namespace
 
 int DTypeBits(std::string_view dtype) {
-  const DTypeInfo* d = Find(dtype);
+  const safetensors::DType* d = safetensors::FindDType(dtype);
   return d ? d->bits : 0;
 }
 
 bool DTypeDecodable(std::string_view dtype) {
-  const DTypeInfo* d = Find(dtype);
+  const safetensors::DType* d = safetensors::FindDType(dtype);
   return d && d->kind != 0;
 }
 
 absl::StatusOr<Header> ParseHeader(const std::string& path, std::string_view json_text,
                                    uint64_t file_size) {
-  Header h;
-  h.header_bytes = json_text.size();
-  h.data_start = 8 + h.header_bytes;
-  if (h.data_start > file_size) {
-    return absl::DataLossError(absl::StrCat(path, ": header of ", h.header_bytes,
+  safetensors::Header h;
+  safetensors::HeaderError e;
+  if (safetensors::ParseHeader(json_text, file_size, kParseOptions, &h, &e)) return FromShared(h);
+  if (e.problem == HeaderProblem::kLengthPastEnd) {  // the text given is longer than the file
+    return absl::DataLossError(absl::StrCat(path, ": header of ", e.header_bytes,
                                             " bytes runs past the end of the file (", file_size,
                                             " bytes)"));
   }
-  const uint64_t data_len = file_size - h.data_start;
-  json j;
-  if (JsonTextError e; !ParseJsonText(json_text, kJsonMaxDepth, &j, &e)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": byte ", 8 + e.byte, ": the safetensors header is ",
-                     e.too_deep ? absl::StrCat("nested deeper than ", kJsonMaxDepth, " levels")
-                                : absl::StrCat("not valid JSON: ", e.what)));
-  }
-  if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the safetensors header is not a JSON object"));
-  }
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": __metadata__ is not an object"));
-      }
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(path, ": __metadata__ \"", m.key(), "\" is not a string"));
-        }
-        h.metadata[m.key()] = m->get<std::string>();
-      }
-      continue;
-    }
-    auto e = ParseEntry(path, it.key(), *it, h.data_start, data_len);
-    if (!e.ok()) return e.status();
-    h.tensors.push_back(std::move(*e));
-  }
-  // Sorted by offset, the entries must tile [data_start, file_size) exactly.
-  std::vector<const TensorEntry*> by_off;
-  for (const auto& t : h.tensors) by_off.push_back(&t);
-  std::sort(by_off.begin(), by_off.end(), [](const TensorEntry* a, const TensorEntry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  uint64_t at = h.data_start;
-  for (const TensorEntry* t : by_off) {
-    if (t->begin < at) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor \"", t->name, "\" overlaps the tensor before it"));
-    }
-    if (t->begin > at) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor \"", t->name, "\" leaves a gap of ", t->begin - at, " bytes before it"));
-    }
-    at = t->end;
-  }
-  if (at != file_size) {
-    return absl::DataLossError(absl::StrCat(path, ": the tensors cover ", at - h.data_start,
-                                            " data bytes but the file has ", data_len));
-  }
-  std::sort(h.tensors.begin(), h.tensors.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.name < b.name; });
-  return h;
+  return HeaderStatus(path, e);
 }
 
 absl::StatusOr<Header> ReadHeader(const std::string& path) {
   auto f = File::Open(path);
   if (!f.ok()) return f.status();
-  const uint64_t size = f->size();
-  if (size < 8) {
-    return absl::DataLossError(absl::StrCat(path, ": shorter than the 8-byte header length"));
-  }
-  unsigned char len_bytes[8];
-  if (auto s = f->ReadAt(0, 8, reinterpret_cast<char*>(len_bytes)); !s.ok()) return s;
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": header length ", n, " is over the format's limit (not a safetensors file?)"));
-  }
-  if (n > size - 8) {
-    return absl::DataLossError(absl::StrCat(path, ": header length ", n,
-                                            " runs past the end of the file (", size,
-                                            " bytes; truncated?)"));
-  }
-  std::string text(n, '\0');
-  if (auto s = f->ReadAt(8, n, text.data()); !s.ok()) return s;
-  return ParseHeader(path, text, size);
+  auto read = safetensors::ReadHeader(
+      f->size(), [&](uint64_t at, size_t n, char* buf) { return f->ReadAt(at, n, buf); },
+      kParseOptions);
+  if (!read.ok()) return read.status();
+  if (!read->ok()) return HeaderStatus(path, read->error);
+  return FromShared(read->header);
 }
 
 absl::StatusOr<std::string> EncodeHeader(const std::vector<TensorView>& tensors,
@@ -221,7 +167,7 @@ absl::StatusOr<std::string> EncodeHeader(const std::vector<TensorView>& tensors,
   if (!metadata.empty()) j["__metadata__"] = metadata;
   uint64_t at = 0;
   for (const TensorView& t : tensors) {
-    const DTypeInfo* d = Find(t.dtype);
+    const safetensors::DType* d = safetensors::FindDType(t.dtype);
     if (!d) return absl::InvalidArgumentError(absl::StrCat(t.name, ": unknown dtype ", t.dtype));
     uint64_t want = 0;
     std::string why;
@@ -260,7 +206,7 @@ void Decode(const char* p, uint64_t n, double* out) {
 }  // namespace
 
 bool ToDoubles(std::string_view dtype, const char* data, uint64_t bytes, std::vector<double>* out) {
-  const DTypeInfo* d = Find(dtype);
+  const safetensors::DType* d = safetensors::FindDType(dtype);
   if (!d || !d->kind) return false;
   const uint64_t size = d->bits / 8, n = bytes / size;
   // Written in place after one resize: a compare of two gigabyte dumps decodes every element.

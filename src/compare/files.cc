@@ -16,6 +16,7 @@
 #include "trainscope/ckpt/torch_save.h"
 #include "trainscope/compare/dump.h"
 #include "trainscope/core/paths.h"
+#include "trainscope/core/safetensors.h"
 
 namespace trainscope::compare {
 namespace {
@@ -46,16 +47,11 @@ std::string Base(const std::string& p) {
 
 bool LooksLikeStep(const std::string& n) { return n.rfind("step", 0) == 0; }
 
-// torch.save storage dtypes (safetensors spelling) and numpy descr codes in torch spelling.
-const char* TorchDtype(const std::string& st) {
-  static const std::pair<const char*, const char*> kNames[] = {
-      {"F64", "torch.float64"},   {"F32", "torch.float32"}, {"F16", "torch.float16"},
-      {"BF16", "torch.bfloat16"}, {"I64", "torch.int64"},   {"I32", "torch.int32"},
-      {"I16", "torch.int16"},     {"I8", "torch.int8"},     {"U8", "torch.uint8"},
-      {"BOOL", "torch.bool"}};
-  for (const auto& [a, b] : kNames)
-    if (st == a) return b;
-  return "";
+// A torch.save storage dtype (safetensors spelling) in torch spelling: "torch." and numpy's
+// name from the one safetensors dtype table; "" for a dtype numpy has no name for.
+std::string TorchDtype(const std::string& st) {
+  const safetensors::DType* d = safetensors::FindDType(st);
+  return d && d->kind ? absl::StrCat("torch.", d->numpy) : "";
 }
 
 // A strided tensor's elements in row-major order: `span` holds the storage from the first
@@ -135,16 +131,16 @@ absl::StatusOr<TensorData> ReadNpy(const std::string& path) {
       descr.end());
   if (field("fortran_order").find("True") != std::string::npos)
     return absl::UnimplementedError(path + ": a Fortran-order array");
-  static const std::pair<const char*, std::pair<const char*, const char*>> kDescr[] = {
-      {"<f8", {"F64", "float64"}}, {"<f4", {"F32", "float32"}}, {"<f2", {"F16", "float16"}},
-      {"<i8", {"I64", "int64"}},   {"<i4", {"I32", "int32"}},   {"<i2", {"I16", "int16"}},
-      {"|i1", {"I8", "int8"}},     {"|u1", {"U8", "uint8"}},    {"|b1", {"BOOL", "bool"}}};
-  const std::pair<const char*, const char*>* dt = nullptr;
-  for (const auto& [code, names] : kDescr)
-    if (descr == code) dt = &names;
+  // numpy descr codes in safetensors spelling; numpy's names come from the dtype table.
+  static const std::pair<const char*, const char*> kDescr[] = {
+      {"<f8", "F64"}, {"<f4", "F32"}, {"<f2", "F16"}, {"<i8", "I64"}, {"<i4", "I32"},
+      {"<i2", "I16"}, {"|i1", "I8"},  {"|u1", "U8"},  {"|b1", "BOOL"}};
+  const safetensors::DType* dt = nullptr;
+  for (const auto& [code, name] : kDescr)
+    if (descr == code) dt = safetensors::FindDType(name);
   if (!dt) return absl::UnimplementedError(absl::StrCat(path, ": dtype '", descr, "'"));
   TensorData out;
-  out.dtype = dt->second;
+  out.dtype = dt->numpy;
   std::string shape = field("shape");
   uint64_t numel = 1;
   for (absl::string_view part : absl::StrSplit(shape, absl::ByAnyChar("(), "), absl::SkipEmpty())) {
@@ -155,9 +151,9 @@ absl::StatusOr<TensorData> ReadNpy(const std::string& path) {
     out.shape.push_back(d);
     numel *= static_cast<uint64_t>(d);
   }
-  const uint64_t need = numel * (ckpt::DTypeBits(dt->first) / 8);
+  const uint64_t need = numel * (dt->bits / 8);
   if (need > text.size() - at - hlen) return bad("data shorter than its shape");
-  ckpt::ToDoubles(dt->first, text.data() + at + hlen, need, &out.values);
+  ckpt::ToDoubles(dt->name, text.data() + at + hlen, need, &out.values);
   return out;
 }
 

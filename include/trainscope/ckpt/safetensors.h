@@ -1,7 +1,9 @@
 // safetensors: header parsing, validation and encoding, and per-tensor statistics.
 // Layout (huggingface/safetensors): u64 little-endian header length N, N bytes of UTF-8 JSON
 // {"<name>": {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__": {str: str}},
-// then the data section; offsets are relative to byte 8+N. Pure functions, thread-safe;
+// then the data section; offsets are relative to byte 8+N. The header is read and validated
+// by the one shared reader and dtype table (core/safetensors.h); this is ckpt's view of it,
+// with absolute offsets and ckpt's wording of its errors. Pure functions, thread-safe;
 // nothing here aborts on bad input: every error is a Status whose message names the file.
 #ifndef TRAINSCOPE_CKPT_SAFETENSORS_H_
 #define TRAINSCOPE_CKPT_SAFETENSORS_H_
@@ -13,14 +15,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/safetensors.h"
 
 namespace trainscope::ckpt {
 
 // The format's own limit on N (decimal 100 MB).
-inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+inline constexpr uint64_t kMaxHeaderBytes = safetensors::kMaxHeaderBytes;
 
-// Element size of a safetensors dtype string in bits; 0 for a dtype this build does not
-// know (its size is then not checked, and no statistics are computed).
+// Element size of a safetensors dtype string in bits (safetensors::FindDType); 0 for a
+// dtype this build does not know (its size is then not checked, and no statistics are computed).
 int DTypeBits(std::string_view dtype);
 // True for dtypes whose values ComputeStats decodes (F64 F32 F16 BF16, integers, BOOL).
 bool DTypeDecodable(std::string_view dtype);
