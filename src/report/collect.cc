@@ -1,18 +1,19 @@
 // The parts of the report's data model (collect.h): what each run directory holds, read into
 // the model (docs/formats.md "Report"); ReportCollector (collector.cc) assembles them. Each
 // part is read by its own module's reader where one exists (diagnose for findings, hang for
-// the analysis of flight-recorder dumps); the documents other verbs wrote (data scan, trace
-// analysis, doctor report, fingerprint) are read as they are, reduced to what the page draws. A
-// part that is absent or unreadable is listed in "missing", never an error.
+// the flight-recorder dumps and their analysis); the documents other verbs wrote (data scan,
+// trace analysis, doctor report, fingerprint) are read as they are, reduced to what the page
+// draws. Files diagnose already read in the collection are taken from it (run_files.h), the
+// others read through core/os.h; the profiler traces (trace::AnalyzePaths) and the metrics
+// files (RankMetricsReader, which reads on incrementally) stream from their files. A part
+// that is absent or unreadable is listed in "missing", never an error.
 #include "report/collect.h"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -21,9 +22,11 @@
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/core/formats.h"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/hang/analyze.h"
+#include "trainscope/hang/dump.h"
 #include "trainscope/report/report.h"
 #include "trainscope/trace/analysis.h"
 
@@ -37,42 +40,23 @@ constexpr size_t kCollectMaxCollectives = 200;  // per rank, the last ones
 constexpr size_t kCollectMaxTopOps = 15;
 constexpr size_t kCollectMaxFingerprintRows = 120;
 
-// The files in dir (not recursive) whose name satisfies pred, sorted by name.
+// The regular files in dir (not recursive) whose name satisfies pred (all when null), sorted
+// by name. Listed through core/os.h; whether an entry is a regular file is asked of
+// std::filesystem (core/os.h has no stat).
 std::vector<std::string> CollectFiles(const std::string& dir,
                                       bool (*pred)(const std::string& name)) {
   std::vector<std::string> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (e.is_regular_file(ec) && pred(name)) out.push_back(e.path().string());
+  absl::StatusOr<std::vector<std::string>> names = Os::Default()->ListDir(dir);
+  if (!names.ok()) return out;
+  for (const std::string& name : *names) {
+    const std::string path = run_dir::Join(dir, name);
+    std::error_code ec;
+    if ((pred == nullptr || pred(name)) && fs::is_regular_file(path, ec)) out.push_back(path);
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 
-bool IsDumpName(const std::string& n) {
-  return absl::StartsWith(n, "flight_recorder.rank") && absl::EndsWith(n, ".json");
-}
 bool IsJsonName(const std::string& n) { return absl::EndsWith(n, ".json"); }
-
-// A JSON document, or null with *why set.
-json CollectReadJson(const std::string& path, std::string* why) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *why = "cannot open";
-    return nullptr;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  if (JsonTextError e; !ParseJsonText(text.str(), kJsonMaxDepth, &j, &e)) {
-    *why = e.too_deep ? absl::StrCat("JSON nested deeper than ", kJsonMaxDepth, " at byte ", e.byte)
-                      : absl::StrCat("not valid JSON at byte ", e.byte);
-    return nullptr;
-  }
-  return j;
-}
 
 void AddMissing(json* data, const std::string& run, const std::string& part,
                 const std::string& why) {
@@ -92,13 +76,14 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
                                                                    : cache->files.erase(it);
   }
   if (files.empty()) {
-    AddMissing(data, name, "metrics", "no train/metrics.rank<R>.jsonl");
+    AddMissing(data, name, "metrics", "no " + run_dir::TrainMetricsPattern());
     return;
   }
   for (const std::string& file : files) {
     MetricsCache::File& f = cache->files.try_emplace(file, file).first->second;
     const int64_t parsed = f.reader.bytes_parsed(), full = f.reader.full_reads();
-    const bool ok = f.reader.Update();
+    const bool ok = f.taken || f.reader.Update();  // taken: parsed from diagnose's bytes
+    f.taken = false;
     cache->bytes_parsed += f.reader.bytes_parsed() - parsed;
     cache->full_reads += f.reader.full_reads() - full;
     const RankMetrics& m = f.reader.metrics();
@@ -147,8 +132,12 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
 
 // Diagnose's findings over the whole run directory, and its curve verdicts pinned at their
 // steps (spikes, first NaN, first bad step).
-void CollectFindings(const std::string& dir, const std::string& name, json* run, json* data) {
-  absl::StatusOr<diagnose::Report> rep = diagnose::Diagnose({dir});
+void CollectFindings(const std::string& dir, const std::string& name, RunFiles* files,
+                     MetricsCache* metrics, json* run, json* data) {
+  diagnose::Options options;
+  options.on_file = [files, metrics](const std::string& path, std::string_view bytes,
+                                     const json* doc) { files->Take(path, bytes, doc, metrics); };
+  absl::StatusOr<diagnose::Report> rep = diagnose::Diagnose({dir}, options);
   if (!rep.ok()) {
     AddMissing(data, name, "findings", std::string(rep.status().message()));
     return;
@@ -166,53 +155,86 @@ void CollectFindings(const std::string& dir, const std::string& name, json* run,
   }
 }
 
+namespace {
+
+// One rank's dump as the page draws it: its last collectives, times from t0 (the earliest
+// creation time over the drawn dumps). Our recorder writes duration_ms for a completed entry
+// as the discovered completion less the discovered start (comm/flight_recorder.cc), which
+// hang::Entry keeps; PyTorch's duration_ms (CUDA-event timing, when enabled) it does not: 0.
+json CollectHangRank(const hang::Dump& d, int64_t t0) {
+  json entries = json::array();
+  const size_t n = d.entries.size();
+  for (size_t i = n > kCollectMaxCollectives ? n - kCollectMaxCollectives : 0; i < n; ++i) {
+    const hang::Entry& e = d.entries[i];
+    std::string op = e.profiling_name;
+    if (size_t p = op.find(':'); p != std::string::npos) op = op.substr(p + 1);
+    const int64_t t = e.time_created_ns;
+    const bool timed = d.ours && e.state == "completed";
+    entries.push_back({{"seq", e.collective_seq_id},
+                       {"pg", e.pg_id},
+                       {"op", op},
+                       {"t_ms", t0 >= 0 && t > 0 ? (t - t0) / 1e6 : 0.0},
+                       {"dur_ms", timed ? (e.time_completed_ns - e.time_started_ns) / 1e6 : 0.0},
+                       {"state", e.state},
+                       {"caller", e.caller}});
+  }
+  return {{"rank", d.rank}, {"entries", std::move(entries)}};
+}
+
+}  // namespace
+
 // The flight recorder: per rank, the last collectives; the stuck ones from the analysis.
-void CollectHang(const std::string& dir, const std::string& name, json* run, json* data) {
-  std::string hang_dir = run_dir::Join(dir, run_dir::kHang);
-  std::vector<std::string> dumps = CollectFiles(hang_dir, IsDumpName);
-  if (dumps.empty()) {
-    AddMissing(data, name, "flight_recorder", "no hang/flight_recorder.rank<R>.json");
+// Every file of hang/ is read once, by the hang module's reader, and the dumps read are
+// analysed (hang::AnalyzeDumps) as `hang analyze RUN/hang` reads that folder; the dumps named
+// flight_recorder.rank<R>.json are drawn, and such a file that is no usable dump is missing.
+void CollectHang(const std::string& dir, const std::string& name, RunFiles* files, json* run,
+                 json* data) {
+  const std::string hang_dir = run_dir::Join(dir, run_dir::kHang);
+  const std::vector<std::string> paths = CollectFiles(hang_dir, nullptr);
+  auto named = [](const std::string& p) {
+    return run_dir::IsHangDumpName(fs::path(p).filename().string());
+  };
+  if (std::none_of(paths.begin(), paths.end(), named)) {
+    AddMissing(data, name, "flight_recorder", "no " + run_dir::HangDumpPattern());
     return;
   }
-  json hang = {{"ranks", json::array()}, {"stuck", json::array()}};
-  int64_t t0 = -1;
-  std::vector<json> docs;
-  for (const std::string& f : dumps) {
-    std::string why;
-    json d = CollectReadJson(f, &why);
-    if (!d.is_object() || !d.contains("entries") || !d["entries"].is_array()) {
-      AddMissing(data, name, "flight_recorder", f + ": " + (why.empty() ? "no entries" : why));
+  std::vector<hang::Dump> dumps;
+  std::vector<size_t> drawn;  // indices into dumps
+  hang::InputCounts counts;
+  for (const std::string& f : paths) {
+    ++counts.files_read;
+    absl::StatusOr<std::string> bytes = files->ReadFile(f);
+    hang::ReadResult r;
+    if (bytes.ok()) {
+      r = hang::ReadDumpBytes(*bytes, f);
+    } else {
+      r.outcome = hang::ReadOutcome::kCorrupt;
+      r.reason = std::string(bytes.status().message());
+    }
+    if (r.outcome == hang::ReadOutcome::kDump) {
+      r.dump.file = f;
+      if (named(f)) drawn.push_back(dumps.size());
+      dumps.push_back(std::move(r.dump));
       continue;
     }
-    for (const json& e : d["entries"]) {
-      int64_t t = JsonValueOr(e, "time_created_ns", int64_t{0});
-      if (t > 0 && (t0 < 0 || t < t0)) t0 = t;
-    }
-    docs.push_back(std::move(d));
+    (r.outcome == hang::ReadOutcome::kCorrupt ? counts.corrupt : counts.skipped)
+        .push_back({f, r.reason});
+    if (named(f)) AddMissing(data, name, "flight_recorder", f + ": " + r.reason);
   }
-  for (const json& d : docs) {
-    json entries = json::array();
-    const json& all = d["entries"];
-    size_t from = all.size() > kCollectMaxCollectives ? all.size() - kCollectMaxCollectives : 0;
-    for (size_t i = from; i < all.size(); ++i) {
-      const json& e = all[i];
-      std::string op = JsonValueOr(e, "profiling_name", std::string());
-      if (size_t p = op.find(':'); p != std::string::npos) op = op.substr(p + 1);
-      int64_t t = JsonValueOr(e, "time_created_ns", int64_t{0});
-      entries.push_back({{"seq", JsonValueOr(e, "collective_seq_id", int64_t{0})},
-                         {"pg", JsonValueOr(e, "pg_id", 0)},
-                         {"op", op},
-                         {"t_ms", t0 >= 0 && t > 0 ? (t - t0) / 1e6 : 0.0},
-                         {"dur_ms", JsonValueOr(e, "duration_ms", 0.0)},
-                         {"state", JsonValueOr(e, "state", std::string())},
-                         {"caller", JsonValueOr(e, "caller", std::string())}});
+  int64_t t0 = -1;
+  for (size_t i : drawn) {
+    for (const hang::Entry& e : dumps[i].entries) {
+      if (e.time_created_ns > 0 && (t0 < 0 || e.time_created_ns < t0)) t0 = e.time_created_ns;
     }
-    hang["ranks"].push_back(
-        {{"rank", JsonValueOr(d, "rank", -1)}, {"entries", std::move(entries)}});
   }
-  absl::StatusOr<hang::Report> analysis = hang::AnalyzePaths({hang_dir});
-  if (analysis.ok()) {
-    json aj = hang::ReportToJson(*analysis);
+  json hang = {{"ranks", json::array()}, {"stuck", json::array()}};
+  for (size_t i : drawn) hang["ranks"].push_back(CollectHangRank(dumps[i], t0));
+  if (dumps.empty()) {
+    AddMissing(data, name, "hang_analysis",
+               absl::StrCat(hang_dir, ": no flight recorder dump found (", counts.files_read,
+                            " files read)"));
+  } else {
+    json aj = hang::ReportToJson(hang::AnalyzeDumps(std::move(dumps), std::move(counts), {}));
     for (const json& f : JsonValueOr(aj, "findings", json::array())) {
       hang["stuck"].push_back({{"kind", JsonValueOr(f, "kind", "")},
                                {"pg", JsonValueOr(f, "pg", "")},
@@ -222,8 +244,6 @@ void CollectHang(const std::string& dir, const std::string& name, json* run, jso
                                {"waiting_ranks", JsonValueOr(f, "waiting_ranks", json::array())},
                                {"sentence", JsonValueOr(f, "sentence", "")}});
     }
-  } else {
-    AddMissing(data, name, "hang_analysis", std::string(analysis.status().message()));
   }
   (*run)["hang"] = std::move(hang);
 }
@@ -232,12 +252,12 @@ namespace {
 
 // Documents under a folder (or at the top) recognised by their "format".
 std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
-                                                      const std::string& format) {
+                                                      const std::string& format, RunFiles* files) {
   std::vector<std::pair<std::string, json>> out;
   for (const std::string& f : CollectFiles(dir, IsJsonName)) {
     std::string why;
     if (IsProfilerTraceName(fs::path(f).filename().string())) continue;  // a raw trace
-    json j = CollectReadJson(f, &why);
+    json j = files->ReadJson(f, &why);
     if (j.is_object() && JsonValueOr(j, "format", "") == format) out.emplace_back(f, std::move(j));
   }
   return out;
@@ -245,8 +265,9 @@ std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
 
 }  // namespace
 
-void CollectCompares(const std::string& dir, json* run) {
-  for (auto& [file, j] : CollectDocs(run_dir::Join(dir, run_dir::kCompare), formats::kCompare)) {
+void CollectCompares(const std::string& dir, RunFiles* files, json* run) {
+  for (auto& [file, j] :
+       CollectDocs(run_dir::Join(dir, run_dir::kCompare), formats::kCompare, files)) {
     json first = JsonValueOr(j, "first_divergence", json());
     if (first.is_object()) first.erase("metrics");  // the page shows where, not every figure
     (*run)["compares"].push_back(
@@ -259,8 +280,10 @@ void CollectCompares(const std::string& dir, json* run) {
   }
 }
 
-void CollectDataScans(const std::string& dir, const std::string& name, json* run, json* data) {
-  for (auto& [file, j] : CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan)) {
+void CollectDataScans(const std::string& dir, const std::string& name, RunFiles* files, json* run,
+                      json* data) {
+  for (auto& [file, j] :
+       CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan, files)) {
     json lengths = json::object();
     for (const char* k : {"chars", "tokens"}) {
       if (j.contains("length") && j["length"].contains(k)) {
@@ -276,7 +299,8 @@ void CollectDataScans(const std::string& dir, const std::string& name, json* run
          {"batch_duplicates", JsonValueOr(j, "batch_duplicates", json::object())}});
   }
   if (!run->contains("data_scans")) {
-    AddMissing(data, name, "data_scan", "no trainscope.data.scan document under data/");
+    AddMissing(data, name, "data_scan",
+               absl::StrCat("no ", formats::kDataScan, " document under ", run_dir::kData, "/"));
   }
 }
 
@@ -311,17 +335,15 @@ bool IsProfilerTraceName(const std::string& n) {
 
 std::vector<std::string> ProfilerTraceFolders(const std::string& dir) {
   std::vector<std::string> out = {dir};
-  for (const char* sub : {run_dir::kTrace, kProfilerDir}) {
+  for (const char* sub : {run_dir::kTrace, run_dir::kProfiler}) {
     const std::string top = run_dir::Join(dir, sub);
     std::error_code ec;
     if (!fs::is_directory(top, ec)) continue;
     out.push_back(top);
-    std::vector<std::string> inner;
-    for (const auto& e : fs::directory_iterator(top, ec)) {
-      if (e.is_directory(ec)) inner.push_back(e.path().string());
+    absl::StatusOr<std::vector<std::string>> names = Os::Default()->ListDir(top);  // sorted
+    for (const std::string& n : names.ok() ? *names : std::vector<std::string>()) {
+      if (fs::is_directory(run_dir::Join(top, n), ec)) out.push_back(run_dir::Join(top, n));
     }
-    std::sort(inner.begin(), inner.end());
-    out.insert(out.end(), inner.begin(), inner.end());
   }
   return out;
 }
@@ -329,9 +351,10 @@ std::vector<std::string> ProfilerTraceFolders(const std::string& dir) {
 // The analyses other verbs saved under trace/, then the torch.profiler traces found in the
 // run directory (ProfilerTraceFolders), each folder's analysed as `trace analyze FILES...`
 // would (trace::AnalyzePaths, default options): one entry per folder.
-void CollectTraces(const std::string& dir, const std::string& name, json* run, json* data) {
+void CollectTraces(const std::string& dir, const std::string& name, RunFiles* files, json* run,
+                   json* data) {
   for (auto& [file, j] :
-       CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis)) {
+       CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis, files)) {
     (*run)["traces"].push_back(CollectTraceEntry(fs::relative(file, dir).string(), "analysis", j));
   }
   for (const std::string& folder : ProfilerTraceFolders(dir)) {
@@ -350,8 +373,9 @@ void CollectTraces(const std::string& dir, const std::string& name, json* run, j
   }
   if (!run->contains("traces")) {
     AddMissing(data, name, "trace",
-               "no trainscope.trace.analysis document under trace/ and no profiler trace "
-               "(*.pt.trace.json) in the run directory, trace/ or profiler/");
+               absl::StrCat("no ", formats::kTraceAnalysis, " document under ", run_dir::kTrace,
+                            "/ and no profiler trace (*.pt.trace.json) in the run directory, ",
+                            run_dir::kTrace, "/ or ", run_dir::kProfiler, "/"));
   }
 }
 
@@ -400,11 +424,12 @@ void CollectFlatten(const json& j, const std::string& prefix, json* rows) {
 
 }  // namespace
 
-void CollectDoctorAndEnv(const std::string& dir, const std::string& name, json* run, json* data) {
+void CollectDoctorAndEnv(const std::string& dir, const std::string& name, RunFiles* files,
+                         json* run, json* data) {
   std::string why;
   std::string doctor_path = run_dir::Join(dir, run_dir::kDoctorReportJson);
-  if (fs::exists(doctor_path)) {
-    json d = CollectReadJson(doctor_path, &why);
+  if (Os::Default()->FileExists(doctor_path)) {
+    json d = files->ReadJson(doctor_path, &why);
     if (d.is_object() && JsonValueOr(d, "format", "") == formats::kDoctor) {
       (*run)["doctor"] = {{"passed", JsonValueOr(d, "passed", false)},
                           {"summary", JsonValueOr(d, "summary", json::object())},
@@ -414,11 +439,11 @@ void CollectDoctorAndEnv(const std::string& dir, const std::string& name, json* 
                  doctor_path + ": " + (why.empty() ? "not a doctor report" : why));
     }
   } else {
-    AddMissing(data, name, "doctor", "no report.json");
+    AddMissing(data, name, "doctor", absl::StrCat("no ", run_dir::kDoctorReportJson));
   }
   std::string fp_path = run_dir::Join(dir, run_dir::kFingerprint);
-  if (fs::exists(fp_path)) {
-    json f = CollectReadJson(fp_path, &why);
+  if (Os::Default()->FileExists(fp_path)) {
+    json f = files->ReadJson(fp_path, &why);
     if (f.is_object()) {
       json rows = json::array();
       CollectFlatten(f, "", &rows);
@@ -427,7 +452,7 @@ void CollectDoctorAndEnv(const std::string& dir, const std::string& name, json* 
       AddMissing(data, name, "fingerprint", fp_path + ": " + why);
     }
   } else {
-    AddMissing(data, name, "fingerprint", "no fingerprint.json");
+    AddMissing(data, name, "fingerprint", absl::StrCat("no ", run_dir::kFingerprint));
   }
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "report/collect.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/report/report.h"
 
@@ -109,8 +110,11 @@ struct ReportCollector::State {
   };
 
   struct Run {
+    Run(std::string dir_path, std::string run_name)
+        : dir(dir_path), name(std::move(run_name)), files(std::move(dir_path)) {}
     std::string dir, name;
     MetricsCache metrics;
+    RunFiles files;  // what diagnose read in the current collection
     Part findings, hang, data_scans, traces, compares, checkpoints, doctor_env;
     std::string findings_appended;  // the appended files' stamp when findings were made
     std::chrono::steady_clock::time_point diagnosed_at;
@@ -164,8 +168,9 @@ void ReportCollector::State::Findings(Run* r) {
   }
   r->findings_stale = false;
   r->findings.valid = false;
-  CollectorRefresh(&r->findings, std::move(other), &stats.diagnoses,
-                   [r](json* run, json* data) { CollectFindings(r->dir, r->name, run, data); });
+  CollectorRefresh(&r->findings, std::move(other), &stats.diagnoses, [r](json* run, json* data) {
+    CollectFindings(r->dir, r->name, &r->files, &r->metrics, run, data);
+  });
   r->findings_appended = std::move(appended);
   r->diagnosed_at = std::chrono::steady_clock::now();
   r->diagnose_s = std::chrono::duration<double>(r->diagnosed_at - now).count();
@@ -182,10 +187,7 @@ ReportCollector::ReportCollector(std::vector<std::string> run_dirs, ReportOption
     if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
     if (std::count(names.begin(), names.end(), name)) name = absl::StrCat(name, "#", names.size());
     names.push_back(name);
-    State::Run r;
-    r.dir = std::move(dir);
-    r.name = std::move(name);
-    state_->runs.push_back(std::move(r));
+    state_->runs.emplace_back(std::move(dir), std::move(name));
   }
 }
 
@@ -196,6 +198,8 @@ ReportCollector::Stats ReportCollector::stats() const {
   for (const State::Run& r : state_->runs) {
     s.metrics_bytes_parsed += r.metrics.bytes_parsed;
     s.metrics_full_reads += r.metrics.full_reads;
+    s.files_from_diagnose += r.files.taken();
+    s.files_read += r.files.read();
   }
   return s;
 }
@@ -217,8 +221,8 @@ absl::StatusOr<json> ReportCollector::Collect() {
   }
   ++st.stats.collections;
   json data = {
-      {"format", "trainscope.report.data"}, {"version", 1},   {"runs", json::array()},
-      {"missing", json::array()},           {"malformed", 0}, {"malformed_lines", json::array()}};
+      {"format", formats::kReportData}, {"version", 1},   {"runs", json::array()},
+      {"missing", json::array()},       {"malformed", 0}, {"malformed_lines", json::array()}};
   const size_t max_points = static_cast<size_t>(std::max(st.options.max_points, 16));
   for (State::Run& r : st.runs) {
     json run = {{"name", r.name},
@@ -226,23 +230,24 @@ absl::StatusOr<json> ReportCollector::Collect() {
                 {"events", json::array()},
                 {"pins", json::array()},
                 {"findings", json::array()}};
+    st.Findings(&r);  // first: the parts below take the files it read (RunFiles)
     CollectMetrics(r.dir, r.name, max_points, &r.metrics, &run, &data);
-    st.Findings(&r);
     CollectorApply(r.findings, &run, &data);
     const std::string& dir = r.dir;
     const std::string& name = r.name;
+    RunFiles* files = &r.files;
     int64_t* rereads = &st.stats.parts_read;
     CollectorRefresh(&r.hang, DirStamp(run_dir::Join(dir, run_dir::kHang), kCollectorHangDepth),
-                     rereads, [&](json* j, json* d) { CollectHang(dir, name, j, d); });
+                     rereads, [&](json* j, json* d) { CollectHang(dir, name, files, j, d); });
     CollectorApply(r.hang, &run, &data);
     CollectorRefresh(&r.data_scans, DirStamp(run_dir::Join(dir, run_dir::kData), 0), rereads,
-                     [&](json* j, json* d) { CollectDataScans(dir, name, j, d); });
+                     [&](json* j, json* d) { CollectDataScans(dir, name, files, j, d); });
     CollectorApply(r.data_scans, &run, &data);
     CollectorRefresh(&r.traces, CollectorTraceStamp(dir), rereads,
-                     [&](json* j, json* d) { CollectTraces(dir, name, j, d); });
+                     [&](json* j, json* d) { CollectTraces(dir, name, files, j, d); });
     CollectorApply(r.traces, &run, &data);
     CollectorRefresh(&r.compares, DirStamp(run_dir::Join(dir, run_dir::kCompare), 0), rereads,
-                     [&](json* j, json*) { CollectCompares(dir, j); });
+                     [&](json* j, json*) { CollectCompares(dir, files, j); });
     CollectorApply(r.compares, &run, &data);
     CollectorRefresh(&r.checkpoints, DirStamp(run_dir::Join(dir, run_dir::kCheckpoints), 0),
                      rereads, [&](json* j, json*) { CollectCheckpoints(dir, j); });
@@ -251,8 +256,9 @@ absl::StatusOr<json> ReportCollector::Collect() {
     CollectorStatLine(run_dir::Join(dir, run_dir::kDoctorReportJson), &doc_stamp);
     CollectorStatLine(run_dir::Join(dir, run_dir::kFingerprint), &doc_stamp);
     CollectorRefresh(&r.doctor_env, std::move(doc_stamp), rereads,
-                     [&](json* j, json* d) { CollectDoctorAndEnv(dir, name, j, d); });
+                     [&](json* j, json* d) { CollectDoctorAndEnv(dir, name, files, j, d); });
     CollectorApply(r.doctor_env, &run, &data);
+    r.files.Clear();
     data["runs"].push_back(std::move(run));
   }
   std::string title = st.options.title;

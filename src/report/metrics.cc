@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <iterator>
 #include <numeric>
 
@@ -312,6 +312,18 @@ bool RankMetricsReader::Update() {
     Reset();
     ++full_reads_;
   }
+  return ReadOn(dev, ino, size, [&](uint64_t off, size_t n) { return ReaderPread(f.fd, off, n); });
+}
+
+bool RankMetricsReader::UpdateFromBytes(std::string_view bytes, uint64_t dev, uint64_t ino) {
+  Reset();
+  ++full_reads_;
+  return ReadOn(dev, ino, bytes.size(),
+                [&](uint64_t off, size_t n) { return std::string(bytes.substr(off, n)); });
+}
+
+bool RankMetricsReader::ReadOn(uint64_t dev, uint64_t ino, uint64_t size,
+                               const std::function<std::string(uint64_t, size_t)>& read) {
   opened_ = true;
   dev_ = dev;
   ino_ = ino;
@@ -327,7 +339,7 @@ bool RankMetricsReader::Update() {
   std::string buf;  // bytes from offset_ not yet parsed
   uint64_t pos = offset_;
   while (pos < size) {
-    std::string chunk = ReaderPread(f.fd, pos, std::min<uint64_t>(kReaderChunkBytes, size - pos));
+    std::string chunk = read(pos, std::min<uint64_t>(kReaderChunkBytes, size - pos));
     if (chunk.empty()) break;  // shrank while read: the next Update() sees it
     pos += chunk.size();
     buf += chunk;
@@ -358,9 +370,9 @@ bool RankMetricsReader::Update() {
     ++m_.lines;
     m_.truncated_last_line = true;  // a writer mid-line (a live or killed run)
   }
-  head_ = ReaderPread(f.fd, 0, std::min<uint64_t>(kReaderCheckBytes, offset_));
+  head_ = read(0, std::min<uint64_t>(kReaderCheckBytes, offset_));
   const uint64_t n_last = std::min<uint64_t>(kReaderCheckBytes, offset_);
-  last_ = ReaderPread(f.fd, offset_ - n_last, n_last);
+  last_ = read(offset_ - n_last, n_last);
   ++version_;
   return true;
 }

@@ -108,6 +108,11 @@ class RankMetricsReader {
   // be opened or read (then metrics() is empty but for `malformed_examples[0]`, which says
   // why; the next Update() reads it from the start). Blocking file reads, no timeout.
   bool Update();
+  // Brings metrics() to what Update() on a fresh reader gives, from the whole file's bytes
+  // that another reader holds (diagnose, in the same collection: the file is then read once).
+  // `dev` and `ino` identify the file for the next Update() (0, 0: unknown; it then reads the
+  // file from the start). False as Update() when the parser cannot be set up.
+  bool UpdateFromBytes(std::string_view bytes, uint64_t dev, uint64_t ino);
   const RankMetrics& metrics() const { return m_; }
   // Incremented by each Update() that read bytes or failed: metrics() may have changed.
   int64_t version() const { return version_; }
@@ -118,6 +123,10 @@ class RankMetricsReader {
  private:
   struct Row;
   void Reset();
+  // Parses the bytes from offset_ up to `size` that read(offset, n) gives (Update: pread of
+  // the file; UpdateFromBytes: the bytes given).
+  bool ReadOn(uint64_t dev, uint64_t ino, uint64_t size,
+              const std::function<std::string(uint64_t offset, size_t n)>& read);
   bool SameFileAsBefore(int fd, uint64_t dev, uint64_t ino, uint64_t size);
   // One line (without its newline) of the file: counted, and its record applied (step
   // records into *rows). An unterminated line that is not a JSON object is not taken:

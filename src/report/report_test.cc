@@ -172,6 +172,64 @@ TEST_F(ReportTest, FlightRecorderDoctorAndFingerprint) {
   }
 }
 
+// Diagnose reads every file of the run; the parts take what it read instead of reading it
+// again (RunFiles), and the page is what it was.
+TEST_F(ReportTest, EachFileIsReadOnce) {
+  std::string dir = MakeRun("once", 2, 5, -1);
+  const char* src = std::getenv("TS_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "TS_SOURCE_DIR not set (ctest sets it)";
+  fs::copy(fs::path(src) / "tests/data/hang/run_dir/hang", fs::path(dir) / "hang",
+           fs::copy_options::recursive);  // two dumps, two stacks files
+  std::ofstream(fs::path(dir) / "report.json")
+      << json({{"format", "trainscope.doctor"}, {"passed", true}, {"checks", json::array()}});
+  std::ofstream(fs::path(dir) / "fingerprint.json")
+      << json({{"format", "trainscope.env.fingerprint"}, {"host", {{"kernel", "6.1"}}}});
+  CollectorOptions every_time;
+  every_time.findings_backoff = 0;
+  ReportCollector collector({dir}, {}, every_time);
+  auto data = collector.Collect();
+  ASSERT_TRUE(data.ok()) << data.status();
+  const ReportCollector::Stats s = collector.stats();
+  EXPECT_EQ(s.files_read, 0);
+  EXPECT_EQ(s.files_from_diagnose, 2 + 4 + 2);  // metrics, hang/, doctor report, fingerprint
+  EXPECT_EQ(s.metrics_full_reads, 2);
+  const json& run = (*data)["runs"][0];
+  EXPECT_EQ(run["ranks"].size(), 2u);
+  EXPECT_EQ(run["hang"]["stuck"].size(), 1u) << run["hang"];
+  EXPECT_TRUE(run["doctor"]["passed"].get<bool>());
+  EXPECT_EQ(run["fingerprint"][1], json::array({"host.kernel", "6.1"}));
+  // Appended lines: read on from where the bytes diagnose gave ended, not from the start.
+  std::ofstream(fs::path(dir) / "train" / "metrics.rank0.jsonl", std::ios::app)
+      << R"({"type": "step", "step": 6, "loss": 1.0})"
+      << "\n";
+  ASSERT_TRUE(collector.Collect().ok());
+  EXPECT_EQ(collector.stats().metrics_full_reads, 2);
+  auto full = CollectReportData({dir}, {});
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ((*full)["runs"][0]["ranks"][0]["steps"], 6);
+}
+
+TEST_F(ReportTest, MetricsFromBytesEqualTheFileRead) {
+  std::string dir = MakeRun("bytes", 1, 7, 3, {"{not json"});
+  const std::string file = (fs::path(dir) / "train" / "metrics.rank0.jsonl").string();
+  std::ofstream(file, std::ios::app) << R"({"type": "step", "step": 8, "lo)";  // mid-line
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  RankMetricsReader from_file(file), from_bytes(file);
+  ASSERT_TRUE(from_file.Update());
+  ASSERT_TRUE(from_bytes.UpdateFromBytes(bytes, 0, 0));
+  EXPECT_EQ(RankMetricsToJson(from_bytes.metrics(), 100),
+            RankMetricsToJson(from_file.metrics(), 100));
+  EXPECT_EQ(from_bytes.metrics().events, from_file.metrics().events);
+  EXPECT_EQ(from_bytes.metrics().malformed_examples, from_file.metrics().malformed_examples);
+  EXPECT_EQ(from_bytes.bytes_parsed(), from_file.bytes_parsed());
+  // Unknown identity (0, 0): the next Update() reads the file from the start.
+  ASSERT_TRUE(from_bytes.Update());
+  EXPECT_EQ(from_bytes.full_reads(), 2);
+  EXPECT_EQ(RankMetricsToJson(from_bytes.metrics(), 100),
+            RankMetricsToJson(from_file.metrics(), 100));
+}
+
 TEST_F(ReportTest, TruncatedLastLineIsNotMalformed) {
   std::string dir = MakeRun("live", 1, 5, -1);
   std::ofstream(fs::path(dir) / "train" / "metrics.rank0.jsonl", std::ios::app)

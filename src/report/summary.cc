@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "trainscope/core/formats.h"
 #include "trainscope/report/report.h"
 
 namespace trainscope::report {
@@ -77,7 +78,7 @@ json ReportSummary(const json& data, const std::string& output, size_t html_byte
       }
     }
   }
-  json summary = {{"format", "trainscope.report"},
+  json summary = {{"format", formats::kReport},
                   {"version", 1},
                   {"output", output},
                   {"html_bytes", html_bytes},

@@ -22,8 +22,10 @@
 #ifndef TRAINSCOPE_DIAGNOSE_DIAGNOSE_H_
 #define TRAINSCOPE_DIAGNOSE_DIAGNOSE_H_
 
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +39,13 @@ namespace trainscope::diagnose {
 struct Options {
   CurveOptions curve;
   std::string rules_file;  // a rule file (rules.h); "" = the bundled rules
+  // For a caller that needs the same files (the report, report/collect.cc), so that each is
+  // read once: called for every file diagnose reads, on the calling thread, in walk order,
+  // with its bytes and, when diagnose parsed it as a JSON document, that document (else
+  // nullptr); both valid during the call only. Not called for what diagnose only lists
+  // (checkpoint folders). Empty: nobody is told.
+  std::function<void(const std::string& path, std::string_view bytes, const nlohmann::json* doc)>
+      on_file;
 };
 
 // One metrics series and its class.

@@ -72,6 +72,11 @@ class ReportCollector {
     int64_t metrics_full_reads = 0;    // metrics files read from their start
     int64_t diagnoses = 0;             // times diagnose ran
     int64_t parts_read = 0;            // other parts read (first, or because their files changed)
+    // Files diagnose read that the parts took from it instead of reading them again (metrics
+    // files included), and files the parts read themselves (diagnose did not run in that
+    // collection, or did not read or parse them).
+    int64_t files_from_diagnose = 0;
+    int64_t files_read = 0;
   };
   Stats stats() const;
   // True when the last Collect() kept findings older than the metrics (the backoff): call
