@@ -17,6 +17,7 @@
 #include "trainscope/ckpt/safetensors.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 
 namespace py = pybind11;
 
@@ -154,14 +155,15 @@ py::tuple CkptRead(const std::string& path, const std::string& part, bool verify
           std::filesystem::exists(file) || part == "model"
               ? ckpt::ReadSafetensors(file)
               : absl::StatusOr<std::vector<ckpt::TensorData>>(std::vector<ckpt::TensorData>{});
-    meta_text = Os::Default()->ReadFile(absl::StrCat(path, "/meta.json"));
+    meta_text = Os::Default()->ReadFile(absl::StrCat(path, "/", run_dir::kCheckpointMeta));
   }
   ThrowIfError(check);
   std::vector<ckpt::TensorData> list = ValueOrThrow(std::move(tensors));
   nlohmann::json meta;
   if (!ParseJsonText(ValueOrThrow(std::move(meta_text)), kJsonMaxDepth, &meta, nullptr) ||
       !meta.is_object()) {
-    throw StatusError(absl::DataLossError(absl::StrCat(path, "/meta.json: not a JSON object")));
+    throw StatusError(absl::DataLossError(
+        absl::StrCat(path, "/", run_dir::kCheckpointMeta, ": not a JSON object")));
   }
   py::list out;
   for (ckpt::TensorData& t : list) {

@@ -53,15 +53,22 @@ def test_planted_bf16_module_is_first_divergence(tmp_path):
     # msprobe's first divergence: the first row, in execution order, that is not "pass".
     bad = [r for r in rows if r["Result"] != "pass"]
     assert bad and bad[0]["NPU Name"].startswith(first["name"] + ".output.")
+    assert same_metrics(rows, report) > 100
+
+
+def same_metrics(rows, report, results=False):
+    """Asserts msprobe's csv rows carry our per-row metrics (within 1e-6), and with `results`
+    our pass/warning/error too; returns how many numbers were compared."""
     ours = {row["name"]: row for e in report["entries"] for row in e.get("rows", [])}
     compared = 0
     for r in rows:
         mine = ours.get(r["NPU Name"])
         assert mine is not None, r["NPU Name"]
+        assert not results or mine["result"] == r["Result"], (r["NPU Name"], mine["result"])
         for col, key in METRICS:
             x, y = number(r[col]), number(mine.get(key))
             assert (x is None) == (y is None), (r["NPU Name"], col, r[col], mine.get(key))
             if x is not None:
                 assert abs(x - y) <= 1e-6 * max(1.0, abs(x)), (r["NPU Name"], col, x, y)
                 compared += 1
-    assert compared > 100
+    return compared

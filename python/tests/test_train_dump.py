@@ -10,7 +10,7 @@ import pytest
 
 from conftest import trainscope_binary
 from test_dump import msprobe_compare, need_msprobe
-from test_dump_compare import METRICS, number
+from test_dump_compare import same_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "..", "..", "tests", "data", "train", "tiny_config.json")
@@ -94,18 +94,7 @@ def test_rerun_agrees_and_bf16_diverges_at_first_matmul(tmp_path):
     ours = {row["name"]: row for e in report["entries"] for row in e.get("rows", [])}
     bad = [r for r in rows if r["Result"] != "pass"]
     assert bad and [r for r in rows if ours[r["NPU Name"]]["result"] != "pass"][0] == bad[0]
-    compared = 0
-    for r in rows:
-        mine = ours.get(r["NPU Name"])
-        assert mine is not None, r["NPU Name"]
-        assert mine["result"] == r["Result"], (r["NPU Name"], mine["result"], r["Result"])
-        for col, key in METRICS:
-            x, y = number(r[col]), number(mine.get(key))
-            assert (x is None) == (y is None), (r["NPU Name"], col, r[col], mine.get(key))
-            if x is not None:
-                assert abs(x - y) <= 1e-6 * max(1.0, abs(x)), (r["NPU Name"], col, x, y)
-                compared += 1
-    assert compared > 100
+    assert same_metrics(rows, report, results=True) > 100
 
 
 def test_statistics_and_md5_modes_and_bad_steps(tmp_path):

@@ -1,7 +1,6 @@
 """Helpers shared by watch, distributed.record and checkpoint: rank, run directory, clock."""
 import os
 import threading
-import time
 
 from . import _core
 from ._errors import Error
@@ -11,6 +10,7 @@ from ._errors import Error
 TRAIN_DIR = _core.RUN_DIR_PARTS["train"]
 HANG_DIR = _core.RUN_DIR_PARTS["hang"]
 CHECKPOINTS_DIR = _core.RUN_DIR_PARTS["checkpoints"]
+CHECKPOINT_MANIFEST = _core.RUN_DIR_FILES["checkpoint_manifest"]
 
 
 def metrics_path(run_dir, rank):
@@ -64,15 +64,14 @@ def default_store():
 
 def resolve_run_dir(run_dir):
     """run_dir, else $TRAINSCOPE_RUN_DIR (set by `trainscope launch`), else
-    trainscope-runs/train-<UTC YYYYmmdd-HHMMSS> as `trainscope train` names it; with
+    runs/train-<UTC YYYYmmdd-HHMMSS>-<pid> as `trainscope train` names it; with
     torch.distributed initialised every rank takes rank 0's name (through the c10d store)."""
     if run_dir:
         return str(run_dir)
     env = os.environ.get("TRAINSCOPE_RUN_DIR")
     if env:
         return env
-    name = os.path.join("trainscope-runs",
-                        "train-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    name = _core.default_run_dir(TRAIN_DIR)
     store = default_store()
     rank, world = rank_and_world()
     if store is None or world == 1:

@@ -42,8 +42,8 @@ import torch
 from . import _api, _core, _dtensor as _dt, _util
 from ._errors import Error
 
-FORMAT = "trainscope.python_state"
-VERSION = 1
+FORMAT = _core.FORMATS["python_state"]
+VERSION = _core.FORMAT_VERSIONS[FORMAT]
 
 _TO_ST = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16",
           torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
@@ -277,7 +277,7 @@ def load(path, restore_rng=True, map_location=None, strict=False):
     the damaged tensor), not ours, strict and a newer checkpoint is damaged or unfinished."""
     p = str(path)
     skipped = []
-    if not os.path.exists(os.path.join(p, "manifest.json")):
+    if not os.path.exists(os.path.join(p, _util.CHECKPOINT_MANIFEST)):
         found, skipped = _find_latest(p)
         why = "; ".join("%s: %s" % (s.path, s.reason) for s in skipped)
         if skipped and strict:
@@ -313,6 +313,6 @@ def verify(path):
     """`trainscope ckpt verify --json`'s dict for checkpoint folder `path` (latest one of a run
     directory); its "ok" says whether every file matches the manifest."""
     p = str(path)
-    if not os.path.exists(os.path.join(p, "manifest.json")):
+    if not os.path.exists(os.path.join(p, _util.CHECKPOINT_MANIFEST)):
         p = latest(p) or p
     return _api.ckpt_verify(p)

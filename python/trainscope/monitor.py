@@ -23,8 +23,8 @@ from . import _core, _ddp, _dtensor as _dt, _util
 from ._errors import Error, NonFiniteError
 from . import nonfinite as _nf
 
-FORMAT = "trainscope.train_metrics"
-VERSION = 1
+FORMAT = _core.FORMATS["train_metrics"]
+VERSION = _core.FORMAT_VERSIONS[FORMAT]
 _PHASES = ("data_wait", "h2d", "forward", "backward", "comm_wait", "optimizer")
 _PHASE_ALIASES = {"data": "data_wait"}
 _GRAD_NORM_HISTORY = 16

@@ -131,8 +131,8 @@ struct Writer {
 };
 
 bool ValidJsonName(const std::string& n) {
-  return !n.empty() && n.find('/') == std::string::npos && n != "meta.json" &&
-         n != "manifest.json" && n[0] != '.' && absl::EndsWith(n, ".json");
+  return !n.empty() && n.find('/') == std::string::npos && n != run_dir::kCheckpointMeta &&
+         n != run_dir::kCheckpointManifest && n[0] != '.' && absl::EndsWith(n, ".json");
 }
 
 // [anomaly-]step-<N> or [anomaly-]step-<N>.tmp-<pid>: the step, or -1.
@@ -140,9 +140,9 @@ int64_t StepFromName(const std::string& name, bool* tmp) {
   *tmp = false;
   std::string rest = name;
   if (absl::StartsWith(rest, kAnomalyPrefix)) rest = rest.substr(sizeof(kAnomalyPrefix) - 1);
-  if (!absl::StartsWith(rest, "step-")) return -1;
-  rest = rest.substr(5);
-  size_t t = rest.find(".tmp-");
+  if (!absl::StartsWith(rest, run_dir::kCheckpointStepPrefix)) return -1;
+  rest = rest.substr(sizeof(run_dir::kCheckpointStepPrefix) - 1);
+  size_t t = rest.find(run_dir::kCheckpointTmpInfix);
   if (t != std::string::npos) {
     *tmp = true;
     rest = rest.substr(0, t);
@@ -254,10 +254,6 @@ bool IsExtraTensorFileName(const std::string& n) {
          n != "optimizer.safetensors" && n[0] != '.' && absl::EndsWith(n, ".safetensors");
 }
 
-std::string CheckpointDirName(int64_t step, bool anomaly) {
-  return absl::StrCat(anomaly ? kAnomalyPrefix : "", "step-", step);
-}
-
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointData& data,
                                             const WriteOptions& options) {
   for (const auto& [name, blob] : data.json_files) {
@@ -278,7 +274,7 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
   if (fs::exists(final_path, ec)) {
     return absl::AlreadyExistsError(absl::StrCat(final_path, ": a checkpoint of this step exists"));
   }
-  Writer w{absl::StrCat(final_path, ".tmp-", ::getpid()), options};
+  Writer w{absl::StrCat(final_path, run_dir::kCheckpointTmpInfix, ::getpid()), options};
   fs::remove_all(w.tmp, ec);  // a leftover of an earlier process with our pid
   if (::mkdir(w.tmp.c_str(), 0755) != 0) return ErrnoStatus(w.tmp, "cannot create");
   if (auto s = w.PutTensors("model.safetensors", data.model); !s.ok()) return s;
@@ -295,12 +291,12 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
       {"format", kCheckpointFormat},   {"version", kCheckpointVersion},   {"step", data.step},
       {"world_size", data.world_size}, {"config_hash", data.config_hash}, {"anomaly", data.anomaly},
       {"extra", data.meta_extra}};
-  if (auto s = w.PutText("meta.json", meta.dump(2) + "\n"); !s.ok()) return s;
+  if (auto s = w.PutText(run_dir::kCheckpointMeta, meta.dump(2) + "\n"); !s.ok()) return s;
   json manifest = {{"format", kManifestFormat},
                    {"version", kCheckpointVersion},
                    {"step", data.step},
                    {"files", w.files}};
-  if (auto s = w.PutText("manifest.json", manifest.dump(2) + "\n"); !s.ok()) return s;
+  if (auto s = w.PutText(run_dir::kCheckpointManifest, manifest.dump(2) + "\n"); !s.ok()) return s;
   if (options.fsync) {
     if (auto s = FsyncDir(w.tmp); !s.ok()) return s;
   }
@@ -318,8 +314,8 @@ bool LooksLikeCheckpoint(const std::string& path) {
   if (!fs::is_directory(path, ec)) return false;
   bool tmp;
   if (StepFromName(fs::path(path).filename().string(), &tmp) >= 0) return true;
-  for (const char* f : {"/meta.json", "/manifest.json"}) {
-    auto j = ReadJsonFile(path + f);
+  for (const char* f : {run_dir::kCheckpointMeta, run_dir::kCheckpointManifest}) {
+    auto j = ReadJsonFile(absl::StrCat(path, "/", f));
     if (j.ok() && j->is_object()) {
       const std::string fmt = StringMember(*j, "format");
       if (fmt == kCheckpointFormat || fmt == kManifestFormat) return true;
@@ -337,13 +333,14 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
   auto problem = [&](const std::string& file, std::string what) {
     r.problems.push_back({file, std::move(what)});
   };
-  auto meta = ReadJsonFile(path + "/meta.json");
+  const std::string meta_path = absl::StrCat(path, "/", run_dir::kCheckpointMeta);
+  auto meta = ReadJsonFile(meta_path);
   if (meta.ok() && meta->is_object()) {
     if (meta->contains("step") && (*meta)["step"].is_number_integer()) r.step = (*meta)["step"];
     auto anomaly = meta->find("anomaly");
     r.anomaly = anomaly != meta->end() && anomaly->is_boolean() && anomaly->get<bool>();
   }
-  const std::string mpath = path + "/manifest.json";
+  const std::string mpath = absl::StrCat(path, "/", run_dir::kCheckpointManifest);
   std::error_code ec;
   if (tmp || !fs::exists(mpath, ec)) {
     r.incomplete = true;
@@ -412,11 +409,12 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
       }
     }
     // A hash matches the bytes the writer wrote, not that they are what resume can read.
-    if (absl::EndsWith(name, ".json") && name != "meta.json" && name != "manifest.json") {
+    if (absl::EndsWith(name, ".json") && name != run_dir::kCheckpointMeta &&
+        name != run_dir::kCheckpointManifest) {
       if (std::string why = JsonFileProblem(file, name); !why.empty()) problem(file, why);
     }
   }
-  if (std::string why = MetaProblem(meta); !why.empty()) problem(path + "/meta.json", why);
+  if (std::string why = MetaProblem(meta); !why.empty()) problem(meta_path, why);
   return r;
 }
 
@@ -444,7 +442,8 @@ absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash)
     return absl::NotFoundError(absl::StrCat(run_dir, ": no such directory"));
   }
   std::string dir = run_dir;
-  if (fs::is_directory(run_dir + "/checkpoints", ec)) dir = run_dir + "/checkpoints";
+  const std::string checkpoints = absl::StrCat(run_dir, "/", run_dir::kCheckpoints);
+  if (fs::is_directory(checkpoints, ec)) dir = checkpoints;
   Latest latest;
   for (const std::string& p : ListCheckpointDirs(dir)) {
     // Anomaly checkpoints (a loss spike, or the last good state before a non-finite step)
@@ -518,12 +517,14 @@ absl::StatusOr<std::vector<std::string>> Prune(const std::string& dir, int keep)
     const std::string name = it->path().filename().string();
     bool tmp = false;
     int pid = 0;
-    const size_t at = name.find(".tmp-");
+    const size_t at = name.find(run_dir::kCheckpointTmpInfix);
     // A temporary directory of a writer that is gone (killed mid-save).
-    const bool dead_writer = StepFromName(name, &tmp) >= 0 && tmp &&
-                             absl::SimpleAtoi(name.substr(at + 5), &pid) && pid > 0 &&
-                             pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
-    if (dead_writer || (absl::StartsWith(name, "step-") && absl::StrContains(name, ".deleting-"))) {
+    const bool dead_writer =
+        StepFromName(name, &tmp) >= 0 && tmp &&
+        absl::SimpleAtoi(name.substr(at + sizeof(run_dir::kCheckpointTmpInfix) - 1), &pid) &&
+        pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (dead_writer || (absl::StartsWith(name, run_dir::kCheckpointStepPrefix) &&
+                        absl::StrContains(name, ".deleting-"))) {
       std::error_code ec2;
       fs::remove_all(it->path(), ec2);
     }

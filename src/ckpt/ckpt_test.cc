@@ -251,6 +251,27 @@ TEST_F(CkptTest, DamageIsLocatedToTheTensorOrTheHeader) {
   EXPECT_EQ(NewestGood(*reports)->path, dir_ + "/step-1");
 }
 
+TEST(CkptFindings, EveryProblemIsAFindingOfItsKind) {
+  CheckpointReport ok, bad, unfinished;
+  bad.problems = {{"/c/step-3/optimizer.safetensors", "corrupt: tensor \"w\": hash mismatch", "w"},
+                  {"/c/step-3/model.safetensors", "non-finite: tensor \"b\" has 2 NaN", ""},
+                  {"/c/step-4", "incomplete: a chunk's .distcp file is missing", ""}};
+  unfinished.incomplete = true;  // an unfinished save without a problem: nothing to say
+  const std::vector<Finding> f = FindingsFrom({ok, bad, unfinished});
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].id, "ckpt.corrupt");
+  EXPECT_EQ(f[0].severity, Severity::kError);
+  EXPECT_EQ(f[0].title, bad.problems[0].problem);
+  EXPECT_EQ(f[0].where, "/c/step-3/optimizer.safetensors");
+  EXPECT_EQ(f[0].evidence, "tensor \"w\"");
+  EXPECT_NE(f[0].fix.find("newest good checkpoint"), std::string::npos);
+  EXPECT_EQ(f[1].id, "ckpt.non_finite");
+  EXPECT_EQ(f[1].severity, Severity::kError);
+  EXPECT_EQ(f[1].evidence, "");
+  EXPECT_EQ(f[2].id, "ckpt.incomplete");
+  EXPECT_EQ(f[2].severity, Severity::kWarning);
+}
+
 TEST_F(CkptTest, HashMismatchAndTruncation) {
   auto p = WriteCheckpoint(dir_, Data(3), Fast());
   ASSERT_TRUE(p.ok());

@@ -390,7 +390,7 @@ absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& pat
   std::string dir = path;
   if (IsDir(path) && !IsFile(Join(path, kIndexName)) && !IsFile(Join(path, ".metadata")) &&
       !LooksLikeCheckpoint(path)) {
-    if (IsDir(Join(path, "checkpoints"))) dir = Join(path, "checkpoints");
+    if (IsDir(Join(path, run_dir::kCheckpoints))) dir = Join(path, run_dir::kCheckpoints);
     std::vector<std::string> dirs = ListCheckpointDirs(dir);
     if (!dirs.empty()) {
       std::reverse(dirs.begin(), dirs.end());  // oldest first reads naturally

@@ -46,6 +46,35 @@ std::string CheckpointReport::status() const {
   return missing_data ? "incomplete" : "corrupt";
 }
 
+std::vector<Finding> FindingsFrom(const std::vector<CheckpointReport>& reports) {
+  std::vector<Finding> out;
+  for (const CheckpointReport& r : reports) {
+    for (const Problem& p : r.problems) {
+      Finding f;
+      f.title = p.problem;
+      f.where = p.file;
+      if (!p.tensor.empty()) f.evidence = absl::StrCat("tensor \"", p.tensor, "\"");
+      if (absl::StartsWith(p.problem, "incomplete:")) {
+        f.severity = Severity::kWarning;
+        f.id = "ckpt.incomplete";
+        f.fix =
+            "resume from the newest good checkpoint (`trainscope ckpt verify` names it); "
+            "this one is an unfinished save, not damaged bytes";
+      } else {
+        const bool nonfinite = absl::StartsWith(p.problem, "non-finite:");
+        f.severity = Severity::kError;
+        f.id = nonfinite ? "ckpt.non_finite" : "ckpt.corrupt";
+        f.fix = nonfinite ? "do not resume from it: the saved state holds NaN/Inf; resume from "
+                            "an earlier checkpoint and look at the steps before it was saved"
+                          : "do not resume from it: resume from the newest good checkpoint "
+                            "(`trainscope ckpt verify` names it)";
+      }
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
 const CheckpointReport* NewestGood(const std::vector<CheckpointReport>& reports) {
   const CheckpointReport* best = nullptr;
   for (const CheckpointReport& r : reports) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 #include "trainscope/core/progress.h"
 
 namespace trainscope::cli {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::cli {

@@ -1,6 +1,6 @@
 // The CLI is thin: main.cc builds the CLI11 tree and each <verb>_command.cc adds its
 // subcommand. A command's callback does the work through its module's library and stores
-// the exit code (core/exit.h) in the context; main() returns it.
+// the exit code (cli/exit.h) in the context; main() returns it.
 #ifndef TRAINSCOPE_CLI_COMMAND_H_
 #define TRAINSCOPE_CLI_COMMAND_H_
 

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "cli/exit.h"
 #include "trainscope/compare/compare.h"
 #include "trainscope/compare/runs.h"
-#include "trainscope/core/exit.h"
 
 namespace trainscope::cli {
 namespace {

@@ -1,15 +1,14 @@
 // `trainscope data scan | clean | pack | compare | stats` (issue 6): the flags of data/verbs.h's
 // verbs, and the process settings the executable keeps: the stop signals that remove
-// temporary files, SIGPIPE, the progress of ranks other than 0.
-#include <signal.h>
-
+// temporary files, where the communicator's notices go, the progress of ranks other than 0.
 #include <cstdio>
 #include <string>
 
+#include "cli/comm_host.h"
 #include "cli/command.h"
+#include "cli/exit.h"
 #include "cli/temp_file_signals.h"
 #include "trainscope/comm/comm.h"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/progress.h"
 #include "trainscope/core/status.h"
 #include "trainscope/data/verbs.h"
@@ -31,7 +30,7 @@ void AddDistFlags(CLI::App* cmd, data::DistributedRun* d) {
   cmd->add_option("--comm-timeout", d->timeout_s,
                   "with --distributed: seconds a rank waits for the others in one exchange")
       ->check(kPositiveNumber);
-  d->before_connect = [] { ::signal(SIGPIPE, SIG_IGN); };  // a dead peer: an op error
+  d->comm_host = TerminalCommHost();  // SIGPIPE is ignored since main(): a dead peer, an op error
   d->on_joined = [](const comm::Communicator& c) {
     if (c.rank() != 0) SetProgressSink(nullptr);
   };
@@ -72,7 +71,7 @@ struct CorpusFlags {
   }
 };
 
-// Prints a verb's report, returns its exit code (core/exit.h; strict_error: 2, after the report).
+// Prints a verb's report, returns its exit code (cli/exit.h; strict_error: 2, after the report).
 int Finish(const char* verb, const absl::StatusOr<data::VerbResult>& r) {
   if (!r.ok()) return ReportAndExitCode(std::string("data ") + verb, r.status());
   std::fwrite(r->output.data(), 1, r->output.size(), stdout);

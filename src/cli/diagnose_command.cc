@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/exit.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/exit.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/diagnose/rules.h"
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_split.h"
 #include "cli/command.h"
+#include "cli/exit.h"
 #include "trainscope/comm/join.h"
 #include "trainscope/core/env_vars.h"
-#include "trainscope/core/exit.h"
 #include "trainscope/doctor/doctor.h"
 #include "trainscope/doctor/interrupt.h"
 
@@ -42,7 +42,7 @@ void RegisterDoctorCommand(CLI::App& parent, CommandContext& ctx) {
   // For tests: extra arguments for one part, e.g. --part-args "comm=--inject-error".
   cmd->add_option("--part-args", args->part_args, "PART=ARGS (space separated)")->group("");
   cmd->callback([&ctx, args] {
-    doctor::InstallInterruptHandler();
+    doctor::InterruptHandler interrupts;  // for the run: Ctrl-C kills what doctor started
     doctor::Options opt;
     opt.self_exe = ctx.argv0;
     opt.run_dir = args->run_dir;

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/command.h"
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/env/check.h"
 #include "trainscope/env/diff.h"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 
 namespace trainscope::cli {
 namespace {

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/command.h"
+#include "cli/exit.h"
 #include "trainscope/core/env_vars.h"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/launch/launch.h"
 #include "trainscope/launch/topo_placement.h"
@@ -90,14 +90,14 @@ int ReportJob(const LaunchFlags& f, const launch::LaunchResult& r) {
   }
   if (r.first_failed_rank >= 0) {
     const launch::RankStatus* bad = launch::FindRank(r, r.first_failed_rank);
-    const launch::FailureText text = launch::DescribeFailure(r);
-    std::fprintf(stderr, "trainscope launch: error: %s\n", text.error.c_str());
+    const Finding text = launch::DescribeFailure(r);
+    std::fprintf(stderr, "trainscope launch: error: %s\n", text.title.c_str());
     if (bad != nullptr) {
       std::fprintf(stderr, "last %zu lines of rank %d (%s, %s):\n", bad->tail.size(), bad->rank,
                    bad->stdout_log.c_str(), bad->stderr_log.c_str());
       for (const auto& line : bad->tail) std::fprintf(stderr, "  | %s\n", line.c_str());
     }
-    std::fprintf(stderr, "hint: %s\n", text.hint.c_str());
+    std::fprintf(stderr, "hint: %s\n", text.fix.c_str());
     PrintHangVerdict(r);
     return kExitProblems;
   }

@@ -12,16 +12,17 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/ckpt_command.h"
+#include "cli/comm_host.h"
 #include "cli/command.h"
 #include "cli/compare_command.h"
 #include "cli/diagnose_command.h"
+#include "cli/exit.h"
 #include "cli/hang_command.h"
 #include "cli/plan_command.h"
 #include "cli/report_command.h"
 #include "cli/serve_command.h"
 #include "cli/topo_command.h"
 #include "trainscope/core/env_vars.h"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/progress.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/data/reader.h"
@@ -45,7 +46,7 @@ int ExecTorchBinary(const std::string& self, char** argv) {
   std::fprintf(stderr, "trainscope: error: cannot start %s: %s\n", torch_exe.c_str(),
                std::strerror(errno));
   std::fprintf(stderr, "hint: build it with scripts/build (it is built with libtorch)\n");
-  return trainscope::kExitUsage;
+  return trainscope::cli::kExitUsage;
 }
 
 // Help-only entries for the verbs that trainscope-torch runs.
@@ -70,9 +71,11 @@ void SetAllocatorPolicy() {
 
 int main(int argc, char** argv) {
   SetAllocatorPolicy();
-  // The executable owns the terminal and the signals (the library leaves them alone): long
-  // work shows progress on stderr, and a mapped corpus that shrinks mid-scan is a one-line
-  // error naming it (exit 2) instead of a bare "Bus error".
+  // The executable owns the terminal and the signals (the library leaves them alone): a peer
+  // that died is a comm op error naming it, not a SIGPIPE death (inherited by the
+  // trainscope-torch exec), long work shows progress on stderr, and a mapped corpus that
+  // shrinks mid-scan is a one-line error naming it (exit 2) instead of a bare "Bus error".
+  trainscope::cli::IgnoreSigpipe();
   trainscope::SetProgressSink(stderr);
   trainscope::data::InstallMappedInputSigbusHandler();
   using trainscope::cli::CommandContext;

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cli/exit.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/plan/plan.h"
 #include "trainscope/plan/request.h"

@@ -3,6 +3,8 @@
 // drawn and the parts missing; --json prints the same as one JSON object.
 #include "cli/report_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,7 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
+#include "trainscope/core/os.h"
+#include "trainscope/core/paths.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
 #include "trainscope/report/report.h"
@@ -71,14 +75,19 @@ int RunReport(const ReportArgs& a) {
   absl::StatusOr<nlohmann::json> data = report::CollectReportData(a.run_dirs, options);
   if (!data.ok()) return ReportAndExitCode("report", data.status());
   std::string html = report::RenderReportHtml(*data, options);
-  std::string out = a.output.empty() ? run_dir::Join(a.run_dirs[0], "report.html") : a.output;
-  {
-    std::ofstream f(out, std::ios::binary | std::ios::trunc);
-    f << html;
-    f.close();
-    if (!f) {
-      return ReportAndExitCode("report", absl::PermissionDeniedError(out + ": cannot write"));
-    }
+  std::string out =
+      a.output.empty() ? run_dir::Join(a.run_dirs[0], run_dir::kReportHtml) : a.output;
+  // A new or regular file is replaced atomically; a device or pipe (-o /dev/stdout) is written.
+  const bool special = ::access(out.c_str(), F_OK) == 0 && !IsRegularFile(out);
+  bool written = false;
+  if (special) {
+    std::ofstream f(out, std::ios::binary);
+    written = static_cast<bool>(f << html) && static_cast<bool>(f.flush());
+  } else {
+    written = WriteFileAtomic(out, html).ok();
+  }
+  if (!written) {
+    return ReportAndExitCode("report", absl::PermissionDeniedError(out + ": cannot write"));
   }
   const nlohmann::json summary = report::ReportSummary(*data, out, html.size());
   if (a.json) {

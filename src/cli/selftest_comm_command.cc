@@ -7,7 +7,8 @@
 // for mpi (comm/selftest_job.h). Rank 0 prints the nccl-tests style table (or --json); exit
 // 0 passed, 1 failed. With --sweep-env it runs that whole measurement once per value of each
 // variable (comm/env_sweep.h) and prints which value was best. This file parses the flags,
-// prints, and keeps the process settings: SIGPIPE, the stack dump and SIGUSR1 handlers.
+// prints, and keeps the process settings: the stack dump and SIGUSR1 handlers, where the
+// communicator's notices go (cli/comm_host.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,7 +21,9 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "cli/comm_host.h"
 #include "cli/command.h"
+#include "cli/exit.h"
 #include "cli/stop_signals.h"
 #include "trainscope/comm/comm.h"
 #include "trainscope/comm/env_sweep.h"
@@ -28,7 +31,6 @@
 #include "trainscope/comm/selftest_job.h"
 #include "trainscope/comm/watchdog.h"
 #include "trainscope/core/env_vars.h"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/stacks.h"
 #include "trainscope/launch/launch.h"
 
@@ -66,24 +68,9 @@ std::unique_ptr<comm::Watchdog> StartWatchdog(const comm::Communicator& c) {
   if (!wo) return nullptr;
   (void)InstallStackDumpHandler(StackDumpSignalNumber());
   wo->dump_request = DumpOnSignal::requests();
-  wo->on_timeout = [](const std::string& message) {
-    std::fprintf(stderr, "trainscope %s: error: %s\n", kVerb, message.c_str());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    ::_exit(kExitProblems);
-  };
+  wo->on_timeout = ExitOnCommTimeout(kVerb);
   auto w = comm::Watchdog::Start(*std::move(wo));
   return w.ok() ? std::move(w).value() : nullptr;
-}
-
-// A peer that dies makes the backend's socket writes fail with EPIPE; the signal would kill
-// this rank instead of letting the op return an error naming the peer. The comm library
-// leaves signals alone: the executable ignores SIGPIPE, unless it was caught.
-void IgnoreSigpipeForComm() {
-  struct sigaction old {};
-  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    signal(SIGPIPE, SIG_IGN);
-  }
 }
 
 int Fail(const absl::Status& st) {
@@ -106,7 +93,7 @@ comm::SelftestOutput Output() {
 
 // Runs as one rank of an existing world.
 int RunRank(const comm::SelftestJobOptions& jo) {
-  auto c = comm::JoinSelftestWorld(jo, IgnoreSigpipeForComm);
+  auto c = comm::JoinSelftestWorld(jo);  // SIGPIPE is ignored since main()
   if (!c.ok()) return Fail(c.status());
   if ((*c)->rank() == jo.inject_crash_rank) ::raise(SIGKILL);
   std::unique_ptr<comm::Watchdog> watchdog = StartWatchdog(**c);
@@ -171,6 +158,7 @@ std::optional<int> ParseJob(CommFlags* f) {
 int RunSelftestComm(CommFlags f, const std::string& self) {
   comm::SelftestJobOptions& jo = f.job;
   jo.self = self;
+  jo.comm_host = TerminalCommHost();
   if (jo.backend.empty()) jo.backend = comm::DefaultSelftestBackend();
   if (auto st = comm::CheckSelftestBackend(jo.backend); !st.ok()) return Fail(st);
   if (std::optional<int> usage = ParseJob(&f)) return *usage;

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/device/device.h"
 

@@ -3,9 +3,9 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/exit.h"
 #include "cli/stop_signals.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/table.h"
 #include "trainscope/train/selftest.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "cli/exit.h"
 #include "cli/stop_signals.h"
-#include "trainscope/core/exit.h"
 #include "trainscope/report/serve.h"
 
 namespace trainscope::cli {

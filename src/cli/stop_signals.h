@@ -19,7 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 
 namespace trainscope::cli {
 

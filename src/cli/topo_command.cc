@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "cli/exit.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/topo/topo.h"
 

@@ -1,11 +1,10 @@
 // trainscope-torch: the verbs of trainscope that link libtorch (train, selftest train,
 // selftest device). Users run them as `trainscope <verb>`, which execs this binary with the
 // same argv; running it directly works too.
-#include <signal.h>
-
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "cli/comm_host.h"
 #include "cli/command.h"
 #include "cli/stop_signals.h"
 #include "trainscope/core/progress.h"
@@ -13,15 +12,12 @@
 #include "trainscope/core/subprocess.h"
 
 int main(int argc, char** argv) {
+  // The trainer's communicator writes to peers' sockets: a dead peer must be an op error
+  // naming it, not a SIGPIPE death (the comm library leaves signals alone).
+  trainscope::cli::IgnoreSigpipe();
   // Hang reports list every thread's stack (core/stacks.h); the executable owns signals.
   (void)trainscope::InstallStackDumpHandler(trainscope::cli::StackDumpSignalNumber());
   trainscope::SetProgressSink(stderr);  // the library never writes progress on its own
-  // The trainer's communicator writes to peers' sockets: a dead peer must be an op error
-  // naming it, not a SIGPIPE death (the comm library leaves signals alone).
-  struct sigaction old_pipe {};
-  if (sigaction(SIGPIPE, nullptr, &old_pipe) == 0 && old_pipe.sa_handler == SIG_DFL) {
-    signal(SIGPIPE, SIG_IGN);
-  }
   trainscope::cli::CommandContext ctx;
   ctx.argv0 = trainscope::SelfExecutablePath();
   if (ctx.argv0.empty()) ctx.argv0 = argv[0];

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/command.h"
-#include "trainscope/core/exit.h"
+#include "cli/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"

@@ -2,7 +2,6 @@
 // shell: flags -> train::ApplyOverrides, the process's signal handlers and allocator policy ->
 // train::Train (or SweepWorkers, ProbeBatch) -> print what train/train_run.h renders.
 #include <malloc.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,10 +11,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/comm_host.h"
 #include "cli/command.h"
+#include "cli/exit.h"
 #include "cli/stop_signals.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/exit.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
@@ -57,8 +57,6 @@ std::terminate_handler g_previous_terminate = nullptr;
   std::abort();
 }
 
-void PrintErr(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
-
 // `--probe-batch`: each candidate micro-batch is a child `trainscope train` of a few steps
 // (train/probe.h); the table or --json, exit 0 with a recommendation, 1 without.
 int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const std::string& path,
@@ -69,7 +67,7 @@ int RunProbeBatch(const TrainFlags& f, const train::TrainConfig& config, const s
                                                         "--sweep-workers, --resume or --inject"));
   }
   train::ProbeOptions o = train::ProbeOptionsFor(f.probe_request, SelfExecutablePath(), run_dir);
-  o.on_progress = PrintErr;
+  o.on_progress = StderrLines("");
   auto report = train::ProbeBatch(config, o, Os::Default());
   if (!report.ok()) return ReportAndExitCode("train", report.status());
   std::printf("%s", (f.json ? train::ProbeRunJson(*report, path, run_dir).dump(2) + "\n"
@@ -150,16 +148,13 @@ int RunTrain(const TrainFlags& f) {
   o.inject = *std::move(inject);
   o.resume = f.resume;
   o.dump = *std::move(dump);
-  o.on_notice = PrintErr;
+  o.on_notice = StderrLines("");
+  o.on_rank_notice = StderrLines("trainscope train: ");  // every rank's (an --inject firing)
+  o.comm_host = TerminalCommHost();
   // A stuck or failed collective ends the rank at once, the dumps already on disk: one line
   // naming the op and its sequence number, exit 1 (a blocked training thread cannot unwind).
   g_previous_terminate = std::set_terminate(TerminateWithHangDump);
-  o.on_comm_timeout = [](const std::string& message) {
-    std::fprintf(stderr, "trainscope train: error: %s\n", message.c_str());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    ::_exit(kExitProblems);
-  };
+  o.on_comm_timeout = ExitOnCommTimeout("train");
   o.on_step = [log_every = config->train.log_every,
                total = config->train.steps](const train::StepRecord& s) {
     std::fprintf(stderr, "%s", train::StepProgressLine(s, total, log_every).c_str());
@@ -181,9 +176,8 @@ void RegisterTrainCommand(CLI::App& parent, CommandContext& ctx) {
       "train", "reference LLM trainer (GPT decoder on libtorch) with per-rank step metrics");
   cmd->add_option("--config", flags->config,
                   "trainer config JSON (docs/formats.md); default: bundled configs/default.json");
-  cmd->add_option(
-      "--run-dir", flags->run_dir,
-      "run directory (default: $TRAINSCOPE_RUN_DIR, else trainscope-runs/train-<time>)");
+  cmd->add_option("--run-dir", flags->run_dir,
+                  "run directory (default: $TRAINSCOPE_RUN_DIR, else runs/train-<UTC time>-<pid>)");
   cmd->add_flag("--json", flags->json, "print the result as JSON");
   cmd->add_option("--steps", flags->overrides.steps, "override train.steps")
       ->check(kPositiveNumber);

@@ -926,5 +926,41 @@ TEST(SelftestTest, MinBusBwFails) {
   EXPECT_THAT(reps[0].reason, HasSubstr("under --min-busbw"));
 }
 
+TEST(SelftestTest, AFailedReportIsOneFindingNamingItsRule) {
+  SelftestReport rep;
+  rep.backend = "gloo";
+  rep.world_size = 2;
+  rep.rows.resize(2);
+  EXPECT_TRUE(FindingsFrom(rep).empty());  // passed
+
+  rep.passed = false;
+  rep.reason = "all_reduce at 1024 B returned 3 wrong element(s) (float32: 3); ...";
+  rep.rows[1].wrong = 3;
+  std::vector<Finding> f = FindingsFrom(rep);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kError);
+  EXPECT_EQ(f[0].id, "comm.wrong_results");
+  EXPECT_EQ(f[0].title, rep.reason);
+  EXPECT_EQ(f[0].evidence, "gloo x 2 ranks: 3 wrong element(s) in 2 measurements");
+  EXPECT_THAT(f[0].fix, HasSubstr("do not train on this machine"));
+
+  rep.rows[1].wrong = 0;
+  rep.slow_ranks = {1};
+  rep.rank_memcpy_gbps = {40, 10.5};
+  rep.reason = "rank 1 is markedly slower: ...";
+  f = FindingsFrom(rep);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "comm.slow_rank");
+  EXPECT_EQ(f[0].rank, 1);
+  EXPECT_EQ(f[0].evidence, "gloo x 2 ranks: memcpy GB/s per rank 40.00, 10.50");
+
+  rep.options.min_busbw_gbps = 5;  // the floor failed first: the slow rank is not the reason
+  rep.reason = "all_reduce busbw 1.000 GB/s at 1024 B is under --min-busbw 5.000 GB/s";
+  f = FindingsFrom(rep);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "comm.low_busbw");
+  EXPECT_EQ(f[0].rank, -1);
+}
+
 }  // namespace
 }  // namespace trainscope::comm

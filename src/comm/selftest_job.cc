@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/comm/join.h"
-#include "trainscope/core/exit.h"
+#include "trainscope/core/env_vars.h"
 #include "trainscope/core/subprocess.h"
 #include "trainscope/core/table.h"
 #include "trainscope/launch/launch.h"
@@ -32,6 +32,9 @@ namespace trainscope::comm {
 namespace {
 
 constexpr char kUsagePayload[] = "trainscope.selftest_comm.usage";
+// The exit code of a rank whose test ran and failed (the executable's "found problems", 1):
+// a failed verdict its rank 0 already explained, unlike a rank that died.
+constexpr int kRankFailedVerdict = 1;
 
 absl::Status UsageError(const std::string& message) {
   absl::Status st = absl::InvalidArgumentError(message);
@@ -78,8 +81,8 @@ absl::StatusOr<bool> RunUnderMpirun(const SelftestJobOptions& o, const SelftestO
   Write(output.err, r->err);
   if (r->ok()) return true;
   MpirunFailure why = ParseMpirunFailure(r->err + "\n" + r->out);
-  const bool verdict =
-      why.rank >= 0 ? why.exit_code == kExitProblems : r->exited && r->exit_code == kExitProblems;
+  const bool verdict = why.rank >= 0 ? why.exit_code == kRankFailedVerdict
+                                     : r->exited && r->exit_code == kRankFailedVerdict;
   if (!verdict) {
     std::string what =
         why.sentence.empty()
@@ -114,8 +117,11 @@ std::string LaunchFailureReport(const launch::LaunchResult& r, const std::string
 absl::StatusOr<bool> RunUnderLaunch(const SelftestJobOptions& o, const SelftestOutput& output) {
   const int n = RanksToStart(o);
   const std::vector<size_t>& sizes = o.selftest.sizes;
-  char tmpl[] = "/tmp/trainscope-selftest-comm-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) return UsageError("cannot create a temporary run directory");
+  const char* tmp = std::getenv(envvar::kTmpDir);
+  std::string tmpl = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/trainscope-selftest-comm-XXXXXX");
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return UsageError("cannot create a temporary run directory");
+  }
   launch::LaunchOptions lo;
   lo.argv = SelftestRankArgv(o);
   lo.nproc_per_node = n;
@@ -139,7 +145,9 @@ absl::StatusOr<bool> RunUnderLaunch(const SelftestJobOptions& o, const SelftestO
   if (output.live_stdout != nullptr) std::fflush(output.live_stdout);
   bool verdict_only = true;  // every failing rank just reported a failed check (exit 1)
   for (const auto& s : r->ranks) {
-    if (s.failed() && !(s.exited && s.exit_code == 1) && !s.stopped_by_us) verdict_only = false;
+    if (s.failed() && !(s.exited && s.exit_code == kRankFailedVerdict) && !s.stopped_by_us) {
+      verdict_only = false;
+    }
   }
   if (r->ok()) {
     std::error_code ec;
@@ -254,22 +262,21 @@ std::vector<std::string> SelftestRankArgv(const SelftestJobOptions& o) {
   return a;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> JoinSelftestWorld(
-    const SelftestJobOptions& o, const std::function<void()>& before_connect) {
+absl::StatusOr<std::unique_ptr<Communicator>> JoinSelftestWorld(const SelftestJobOptions& o) {
   JoinRequest req;
   req.defaults.backend = o.backend;
+  req.defaults.host = o.comm_host;
   if (o.timeout_s > 0) {
     req.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   }
   req.name_rank_in_errors = false;
-  req.before_connect = [&o, &before_connect](const JoinOptions& jo) {
+  req.before_connect = [&o](const JoinOptions& jo) {
     const CommOptions& co = jo.comm;
     if (o.nranks > 0 && o.nranks != co.world_size && o.backend != "mpi") {
       return UsageError(absl::StrCat("world sizes disagree: -n ", o.nranks,
                                      " but this process is rank ", co.rank, " of ",
                                      jo.world_size_var, "=", co.world_size));
     }
-    if (before_connect) before_connect();
     return absl::OkStatus();
   };
   auto world = JoinFromEnvironment(req);

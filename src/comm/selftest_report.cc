@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/comm/selftest.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope::comm {
 namespace {
@@ -177,7 +178,7 @@ MpirunFailure ParseMpirunFailure(const std::string& text) {
 
 std::string SelftestJson(const SelftestReport& rep) {
   nlohmann::json j;
-  j["format"] = "trainscope.selftest.comm";
+  j["format"] = formats::kSelftestComm;
   j["version"] = 1;
   j["backend"] = rep.backend;
   j["world_size"] = rep.world_size;
@@ -216,6 +217,45 @@ std::string SelftestJson(const SelftestReport& rep) {
   }
   j["results"] = std::move(rows);
   return j.dump(2);
+}
+
+// The rule that failed, in JudgeSelftest's order: wrong results, then the bandwidth floor,
+// then slow ranks (whose reason starts "rank <q> is markedly slower").
+std::vector<Finding> FindingsFrom(const SelftestReport& rep) {
+  if (rep.passed) return {};
+  Finding f;
+  f.severity = Severity::kError;
+  f.title = rep.reason;
+  const std::string world = absl::StrCat(rep.backend, " x ", rep.world_size, " ranks");
+  int64_t wrong = 0;
+  for (const SelftestRow& row : rep.rows) wrong += row.wrong;
+  if (wrong > 0) {
+    f.id = "comm.wrong_results";
+    f.evidence =
+        absl::StrCat(world, ": ", wrong, " wrong element(s) in ", rep.rows.size(), " measurements");
+    f.fix =
+        "do not train on this machine: rerun `trainscope selftest comm` with each backend and "
+        "check the interconnect and the library versions (`trainscope env check`)";
+  } else if (!rep.slow_ranks.empty() &&
+             rep.reason.rfind(absl::StrCat("rank ", rep.slow_ranks.front(), " "), 0) == 0) {
+    f.id = "comm.slow_rank";
+    f.rank = rep.slow_ranks.front();
+    f.evidence =
+        absl::StrCat(world, ": memcpy GB/s per rank ",
+                     absl::StrJoin(rep.rank_memcpy_gbps, ", ", [](std::string* out, double gbps) {
+                       absl::StrAppend(out, absl::StrFormat("%.2f", gbps));
+                     }));
+    f.fix =
+        "check the slow rank's core binding, NUMA placement and the other processes on its "
+        "host: one slow rank makes the whole job slow";
+  } else {
+    f.id = "comm.low_busbw";
+    f.evidence = absl::StrFormat("%s: --min-busbw %.3f GB/s", world, rep.options.min_busbw_gbps);
+    f.fix =
+        "check the interconnect between the ranks (`trainscope topo`) and the backend's "
+        "environment (`trainscope env check`)";
+  }
+  return {f};
 }
 
 }  // namespace trainscope::comm

@@ -221,18 +221,19 @@ struct StoreSession {
 };
 
 // Starts the server on rank 0, bound to master_addr (resolved; one address, not 0.0.0.0)
-// at master_port, connects and greets; the job token is JobTokenFromEnvironment(). On
-// rank 0 the first refused connection of each kind is reported as one line on stderr
-// ("trainscope: rendezvous store: ..."). Errors: Unavailable (port in use, store
-// unreachable), InvalidArgument (world sizes disagree, duplicate rank, master_addr not an
-// address of rank 0's host), PermissionDenied (this rank's job token is not rank 0's).
+// at master_port, connects and greets; the job token is JobTokenFromEnvironment(). No host
+// to tell (CommHost::notice): refused connections are counted, not reported. Errors:
+// Unavailable (port in use, store unreachable), InvalidArgument (world sizes disagree,
+// duplicate rank, master_addr not an address of rank 0's host), PermissionDenied (this
+// rank's job token is not rank 0's).
 absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const std::string& master_addr,
                                                         int master_port, int rank, int world_size,
                                                         std::chrono::milliseconds timeout);
 // The same from a communicator's options (master_addr, master_port, rank, world_size,
 // timeout), with their job token (CommOptions::job_token; unset: the environment's) and, on
 // rank 0, their on_store_listening hook, called with the bound address before rank 0
-// connects (its error is returned as is). What the backends call.
+// connects (its error is returned as is), and their host's notice, which hears of the first
+// refused connection of each kind ("rendezvous store: ..."). What the backends call.
 absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const CommOptions& options);
 
 }  // namespace trainscope::comm

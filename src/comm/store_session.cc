@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,9 +48,7 @@ absl::StatusOr<std::unique_ptr<StoreSession>> JoinStore(const CommOptions& optio
     so.port = master_port;
     so.world_size = world_size;
     so.token = token;
-    so.log = [](const std::string& line) {
-      std::fprintf(stderr, "trainscope: %s\n", line.c_str());
-    };
+    so.log = options.host.notice;  // the first refused connection of each kind
     auto server = TcpStoreServer::Start(so);
     if (!server.ok()) return server.status();
     session->server = std::move(*server);

@@ -129,13 +129,28 @@ TEST(Stats, CountSummaryMatchesDoubleSummary) {
 }
 
 TEST(Check, JsonRoundTrip) {
-  const Check c{"device.cpu.load", "warn", "80% busy", "< 50% busy", "stop other jobs"};
+  const Check c = MakeCheck("device.cpu.load", "warn", "80% busy", "< 50% busy", "stop other jobs");
   const nlohmann::json j = CheckToJson(c);
   EXPECT_EQ(j["verdict"], "warn");
+  EXPECT_EQ(j["advice"], "stop other jobs");
   const Check back = CheckFromJson(j);
   EXPECT_EQ(back.name, c.name);
-  EXPECT_EQ(back.advice, c.advice);
+  EXPECT_EQ(back.finding.fix, c.finding.fix);
   EXPECT_EQ(CheckFromJson(nlohmann::json{{"name", 5}}).name, "");  // wrong type: empty
+}
+
+TEST(Check, HoldsItsFinding) {
+  const Check c = MakeCheck("device.cpu.load", "warn", "80% busy", "< 50% busy", "stop other jobs");
+  EXPECT_EQ(c.finding.severity, Severity::kWarning);
+  EXPECT_EQ(c.finding.id, "device.cpu.load");
+  EXPECT_EQ(c.finding.title, "device.cpu.load warned: 80% busy");
+  EXPECT_EQ(c.finding.evidence, "80% busy (expected < 50% busy)");
+  EXPECT_EQ(c.finding.fix, "stop other jobs");
+  EXPECT_EQ(c.finding.rank, -1);
+  EXPECT_EQ(MakeCheck("comm", "fail", "wrong", "").finding.severity, Severity::kError);
+  EXPECT_EQ(MakeCheck("comm", "fail", "wrong", "").finding.evidence, "wrong");
+  EXPECT_EQ(MakeCheck("train", "pass", "ok", "").finding.severity, Severity::kInfo);
+  EXPECT_EQ(MakeCheck("train", "skip", "n/a", "runs").finding.title, "train skipped: n/a");
 }
 
 TEST(Stats, Log2Histogram) {

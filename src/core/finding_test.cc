@@ -64,6 +64,20 @@ TEST(RunDir, NamesAndPaths) {
   EXPECT_EQ(run_dir::HangStacksPath("r", 1), "r/hang/stacks.rank1.txt");
   EXPECT_EQ(run_dir::RankLogDir("r", 7), "r/rank7");
   EXPECT_EQ(run_dir::Join("", "train"), "train");
+  EXPECT_EQ(run_dir::TrainConfigPath("r"), "r/train/config.json");
+  EXPECT_EQ(run_dir::TrainSummaryPath("r"), "r/train/summary.json");
+  EXPECT_EQ(run_dir::HangAnalysisPath("r"), "r/hang/analysis.json");
+  EXPECT_EQ(run_dir::CheckpointStepDir(run_dir::CheckpointsDir("r"), 6), "r/checkpoints/step-6");
+  EXPECT_EQ(run_dir::AnomalyStepDir("c", 7), "c/anomaly-step-7");
+  EXPECT_TRUE(run_dir::IsCheckpointStepName("step-12"));
+  EXPECT_TRUE(run_dir::IsCheckpointStepName("anomaly-step-7"));
+  EXPECT_FALSE(run_dir::IsCheckpointStepName("step-4.tmp-99"));
+  EXPECT_FALSE(run_dir::IsCheckpointStepName("step-"));
+  EXPECT_TRUE(run_dir::IsHangDumpName("flight_recorder.rank3.json"));
+  EXPECT_FALSE(run_dir::IsHangDumpName("flight_recorder.rank3.txt"));
+  EXPECT_TRUE(run_dir::IsHangStacksName("stacks.rank0.txt"));
+  EXPECT_EQ(run_dir::RankFromFileName("metrics.rank12.jsonl"), 12);
+  EXPECT_EQ(run_dir::RankFromFileName("metrics.jsonl"), -1);
 }
 
 TEST(Formats, ListIsSortedUniqueAndFindable) {

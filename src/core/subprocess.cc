@@ -103,6 +103,8 @@ absl::StatusOr<Child> StartChild(const std::string& exe, const std::vector<std::
   if (c.pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   if (c.pid == 0) {
     setpgid(0, 0);
+    // A child starts with the default SIGPIPE, whatever the parent set (the CLI ignores it).
+    signal(SIGPIPE, SIG_DFL);
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);

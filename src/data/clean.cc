@@ -12,6 +12,7 @@
 #include "data/clean_internal.h"
 #include "data/doc_analysis.h"
 #include "data/spill.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
@@ -295,7 +296,7 @@ nlohmann::json CleanReportToJson(const CleanReport& r) {
                        {"tokens", x.tokens},
                        {"flagged_docs", x.flagged_docs}});
   }
-  return {{"format", "trainscope.data.clean"},
+  return {{"format", formats::kDataClean},
           {"version", 1},
           {"output", r.output},
           {"tokenizer", r.tokenizer},

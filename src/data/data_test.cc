@@ -833,6 +833,34 @@ TEST(Scan, FindsPlantedDuplicatesAndWritesVerdicts) {
   }
 }
 
+TEST(Scan, ProblemsAreFindingsWithTheirSentences) {
+  ScanResult r;
+  r.docs = 100;
+  r.near_duplicate_docs = 12;
+  r.flagged_docs = 30;
+  ScanOptions o;
+  nlohmann::json found = nlohmann::json::array();
+  for (const Finding& f : FindingsFrom(r, o)) found.push_back(FindingToJson(f));
+  EXPECT_EQ(found, nlohmann::json::parse(R"js([
+    {"severity": "error", "id": "data.duplicates", "evidence": "12 of 100 documents",
+     "title": "12.00% of documents are duplicates (threshold 5.00%): the loss will fall faster than the model improves",
+     "fix": "run `trainscope data clean`."},
+    {"severity": "error", "id": "data.noise", "evidence": "30 of 100 documents",
+     "title": "30.00% of documents trip a noise rule (threshold 20.00%)",
+     "fix": "review the flags above and run `trainscope data clean --rules ...`."}])js"));
+  const std::vector<std::string> p = ScanProblems(r, o);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0],
+            "12.00% of documents are duplicates (threshold 5.00%): the loss will fall faster than "
+            "the model improves; run `trainscope data clean`.");
+  EXPECT_EQ(p[1],
+            "30.00% of documents trip a noise rule (threshold 20.00%); review the flags above and "
+            "run `trainscope data clean --rules ...`.");
+  o.near_dup = false;  // exact duplicates only (none here), no noise rules
+  o.noise = false;
+  EXPECT_TRUE(FindingsFrom(r, o).empty());
+}
+
 // --exact-only (no noise rules, language id or MinHash) takes a separate one-pass path for
 // the normalised hash and counts; every field it reports must equal the full scan's.
 TEST(Scan, ExactOnlyModeMatchesFullScan) {

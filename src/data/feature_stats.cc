@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "data/feature_stats_internal.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/half.h"
 #include "trainscope/core/paths.h"
 #include "trainscope/core/status.h"
@@ -339,7 +340,7 @@ nlohmann::json FeatureReportToJson(const FeatureReport& r) {
   json findings = json::array(), examples = json::array();
   for (const auto& f : r.findings) findings.push_back(ValidUtf8(f));
   for (const auto& e : r.bad_record_examples) examples.push_back(ValidUtf8(e));
-  return {{"format", "trainscope.data.stats"},
+  return {{"format", formats::kDataStats},
           {"version", 1},
           {"path", ValidUtf8(r.path)},
           {"file_format", r.format},

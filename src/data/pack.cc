@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data/spill.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/progress.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
@@ -171,7 +172,7 @@ absl::StatusOr<PackReport> RunPack(const std::vector<InputFile>& inputs, const P
 }
 
 nlohmann::json PackReportToJson(const PackReport& r) {
-  return {{"format", "trainscope.data.pack"},
+  return {{"format", formats::kDataPack},
           {"version", 1},
           {"prefix", r.prefix},
           {"bin", r.prefix + ".bin"},

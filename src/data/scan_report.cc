@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/table.h"
 #include "trainscope/data/scan.h"
 
@@ -38,7 +39,7 @@ std::string Pct(double r) { return FormatDouble(100.0 * r, 2) + "%"; }
 
 nlohmann::json ScanResultToJson(const ScanResult& r, const ScanOptions& o) {
   nlohmann::json j;
-  j["format"] = "trainscope.data.scan";
+  j["format"] = formats::kDataScan;
   j["version"] = 1;
   j["problems"] = ScanProblems(r, o);
   j["fail_on"] = o.fail ? nlohmann::json{{"duplicates", o.fail_duplicates}, {"noise", o.fail_noise}}
@@ -182,21 +183,38 @@ uint64_t DuplicateDocs(const ScanResult& r, const ScanOptions& o) {
 
 }  // namespace
 
-std::vector<std::string> ScanProblems(const ScanResult& r, const ScanOptions& o) {
-  std::vector<std::string> out;
+std::vector<Finding> FindingsFrom(const ScanResult& r, const ScanOptions& o) {
+  std::vector<Finding> out;
+  auto add = [&](const char* id, uint64_t docs, std::string title, std::string fix) {
+    Finding f;
+    f.severity = Severity::kError;
+    f.id = id;
+    f.title = std::move(title);
+    f.evidence = absl::StrCat(docs, " of ", r.docs, " documents");
+    f.fix = std::move(fix);
+    out.push_back(std::move(f));
+  };
   const double dup = Ratio(DuplicateDocs(r, o), r.docs);
   if (r.docs > 0 && dup > o.fail_duplicates) {
-    out.push_back(absl::StrCat(Pct(dup), " of documents are duplicates (threshold ",
-                               Pct(o.fail_duplicates),
-                               "): the loss will fall faster than the model improves; run "
-                               "`trainscope data clean`."));
+    add("data.duplicates", DuplicateDocs(r, o),
+        absl::StrCat(Pct(dup), " of documents are duplicates (threshold ", Pct(o.fail_duplicates),
+                     "): the loss will fall faster than the model improves"),
+        "run `trainscope data clean`.");
   }
   const double noise = Ratio(r.flagged_docs, r.docs);
   if (r.docs > 0 && o.noise && noise > o.fail_noise) {
-    out.push_back(absl::StrCat(Pct(noise), " of documents trip a noise rule (threshold ",
-                               Pct(o.fail_noise),
-                               "); review the flags above and run `trainscope data clean "
-                               "--rules ...`."));
+    add("data.noise", r.flagged_docs,
+        absl::StrCat(Pct(noise), " of documents trip a noise rule (threshold ", Pct(o.fail_noise),
+                     ")"),
+        "review the flags above and run `trainscope data clean --rules ...`.");
+  }
+  return out;
+}
+
+std::vector<std::string> ScanProblems(const ScanResult& r, const ScanOptions& o) {
+  std::vector<std::string> out;
+  for (const Finding& f : FindingsFrom(r, o)) {
+    out.push_back(absl::StrCat(f.title, "; ", f.fix));
   }
   return out;
 }

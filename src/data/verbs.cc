@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> JoinVerbWorld(const Distribu
   comm::JoinRequest req;
   req.defaults.backend = d.backend;
   req.defaults.timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  req.defaults.host = d.comm_host;
   req.before_connect = [&d](const comm::JoinOptions&) {
     if (d.before_connect) d.before_connect();
     return absl::OkStatus();

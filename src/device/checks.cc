@@ -29,8 +29,8 @@ std::string Pct(double fraction) { return absl::StrCat(FormatDouble(100 * fracti
 
 Check Make(std::string name, std::string verdict, std::string value, std::string expected,
            std::string advice = "") {
-  return Check{std::move(name), std::move(verdict), std::move(value), std::move(expected),
-               std::move(advice)};
+  return MakeCheck(std::move(name), std::move(verdict), std::move(value), std::move(expected),
+                   std::move(advice));
 }
 
 // Health of one accelerator from its telemetry row.
@@ -491,6 +491,14 @@ std::vector<Check> ChecksFromReport(const json& report) {
   return out;
 }
 
+std::vector<Finding> FindingsFrom(const json& report) {
+  std::vector<Finding> out;
+  for (Check& c : ChecksFromReport(report)) {
+    if (c.verdict == "fail" || c.verdict == "warn") out.push_back(std::move(c.finding));
+  }
+  return out;
+}
+
 std::string RenderDeviceReport(const json& report) {
   std::string out;
   Table devices({"device", "name", "online", "health", "temp C", "busy %", "memory used",
@@ -514,7 +522,7 @@ std::string RenderDeviceReport(const json& report) {
   out += "\n";
   Table checks({"check", "verdict", "value", "expected", "advice"});
   for (const Check& c : ChecksFromReport(report)) {
-    checks.AddRow({c.name, c.verdict, c.value, c.expected, c.advice});
+    checks.AddRow({c.name, c.verdict, c.value, c.expected, c.finding.fix});
   }
   out += checks.Render(90);
   out += absl::StrCat("\nselftest device: ", report.value("passed", false) ? "PASSED" : "FAILED",

@@ -344,7 +344,7 @@ TEST(Checks, CpuOnlyMachine) {
   const Check* fp32 = Find(checks, "device.cpu.matmul_fp32");
   ASSERT_NE(fp32, nullptr);
   EXPECT_EQ(fp32->verdict, "warn");
-  EXPECT_NE(fp32->advice.find("libopenblas"), std::string::npos);
+  EXPECT_NE(fp32->finding.fix.find("libopenblas"), std::string::npos);
   EXPECT_EQ(Find(checks, "device.cpu.matmul_bf16")->verdict, "pass");
   EXPECT_EQ(Find(checks, "device.cpu.triad")->verdict, "pass");
   EXPECT_EQ(Find(checks, "device.cpu.cores_clock")->verdict, "pass");
@@ -437,10 +437,29 @@ TEST(Checks, SlowCoreHotAndBrokenAcceleratorsAreFlagged) {
   EXPECT_EQ(Find(checks, "device.cpu.throttling")->verdict, "warn");
   EXPECT_EQ(Find(checks, "device.nvidia0")->verdict, "warn");  // 86 C, limit 87
   EXPECT_EQ(Find(checks, "device.nvidia1")->verdict, "fail");
-  EXPECT_FALSE(Find(checks, "device.nvidia1")->advice.empty());
+  EXPECT_FALSE(Find(checks, "device.nvidia1")->finding.fix.empty());
   EXPECT_EQ(Find(checks, "device.siblings")->verdict, "warn");
   EXPECT_NE(Find(checks, "device.siblings")->value.find("nvidia1"), std::string::npos);
   EXPECT_EQ(Find(checks, "device.accelerators"), nullptr);
+}
+
+TEST(Checks, FailedAndWarnedChecksAreFindings) {
+  json r = BaseReport();
+  r["checks"] = json::array();
+  for (const Check& c : {MakeCheck("device.cpu.load", "pass", "5% busy", "< 50% busy"),
+                         MakeCheck("device.nvidia1", "fail", "ECC errors", "health OK", "reset it"),
+                         MakeCheck("device.cpu.quota", "warn", "1 CPU", "no quota", "lift it"),
+                         MakeCheck("device.gpu_bench", "skip", "no CUDA", "cuBLAS")}) {
+    r["checks"].push_back(CheckToJson(c));
+  }
+  json found = json::array();
+  for (const Finding& f : FindingsFrom(r)) found.push_back(FindingToJson(f));
+  EXPECT_EQ(found, json::parse(R"js([
+    {"severity": "error", "id": "device.nvidia1", "title": "device.nvidia1 failed: ECC errors",
+     "evidence": "ECC errors (expected health OK)", "fix": "reset it"},
+    {"severity": "warning", "id": "device.cpu.quota", "title": "device.cpu.quota warned: 1 CPU",
+     "evidence": "1 CPU (expected no quota)", "fix": "lift it"}])js"));
+  EXPECT_TRUE(FindingsFrom(BaseReport()).empty());  // no checks array
 }
 
 TEST(Checks, HungManagementToolFails) {

@@ -13,6 +13,7 @@
 #include "device/cpu_bench.h"
 #include "device/cuda_probe.h"
 #include "device/matmul_torch.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/stats.h"
 #include "trainscope/core/status.h"
 #include "trainscope/device/device.h"
@@ -398,7 +399,7 @@ void AddVerdicts(const SelftestOptions& opt, json* report) {
 
 absl::StatusOr<json> RunDeviceSelftest(Os& os, const SelftestOptions& opt) {
   json report;
-  report["format"] = "trainscope.selftest.device";
+  report["format"] = formats::kSelftestDevice;
   report["version"] = 1;
   report["quick"] = opt.quick;
 

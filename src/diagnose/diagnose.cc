@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -199,7 +200,7 @@ bool IsTextLog(const std::string& path) {
   const std::string base = absl::AsciiStrToLower(fs::path(path).filename().string());
   for (const char* ext : {".log", ".out", ".err", ".stdout", ".stderr"})
     if (absl::EndsWith(base, ext)) return true;
-  return absl::StartsWith(base, "stacks.rank") && absl::EndsWith(base, ".txt");
+  return run_dir::IsHangStacksName(base);
 }
 
 // Known files of a run directory (core/run_dir.h) that are neither logs nor documents: its
@@ -207,7 +208,7 @@ bool IsTextLog(const std::string& path) {
 std::string RunDirFileKind(const std::string& path) {
   const std::string base = fs::path(path).filename().string();
   if (base == run_dir::kLockFile) return "lock";
-  if (absl::StartsWith(base, "flight_recorder.rank")) return "hang_dumps";
+  if (absl::StartsWith(base, run_dir::kHangDumpPrefix)) return "hang_dumps";
   return "";
 }
 
@@ -237,6 +238,10 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   FileBytes bytes;
   if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   const std::string_view text = bytes.view();
+  json doc = json::value_t::discarded;  // the file as a JSON document, when parsed as one
+  absl::Cleanup told = [&] {            // Options::on_file, whichever way the file is taken
+    if (o.on_file) o.on_file(path, text, doc.is_discarded() ? nullptr : &doc);
+  };
   FileKind kind = DetectKind(path, std::string(text.substr(0, 4096)));
   if (kind == FileKind::kUnknown && IsTextLog(path)) {
     if (internal::LooksLikeMegatronLog(text.substr(0, kLogHeadBytes))) {
@@ -254,7 +259,6 @@ absl::Status ReadOne(const std::string& path, bool named, const Options& o, Repo
   if (kind == FileKind::kUnknown) {
     std::string reason = "not a metrics log or a trainscope report with findings";
     if (absl::EndsWith(path, ".json")) {
-      json doc;
       if (!ParseJsonText(text, kJsonMaxDepth, &doc, nullptr)) doc = json::value_t::discarded;
       std::vector<Finding> found;
       if (!doc.is_discarded() && DocumentFindings(path, doc, &found)) {
@@ -374,8 +378,8 @@ absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Opt
         if (absl::Status s = ReadOne(f, false, o, &rep, &ev); !s.ok()) return s;
       for (const std::string& d : w.checkpoint_dirs) {
         std::string name = fs::path(d).filename().string();
-        CollectCheckpointDirFacts(d, name, fs::exists(fs::path(d) / "manifest.json", ec),
-                                  &ev.engine.global);
+        CollectCheckpointDirFacts(
+            d, name, fs::exists(fs::path(d) / run_dir::kCheckpointManifest, ec), &ev.engine.global);
       }
       if (!w.checkpoint_dirs.empty())
         rep.documents.push_back(fs::path(w.checkpoint_dirs.front()).parent_path().string());

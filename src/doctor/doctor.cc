@@ -89,13 +89,8 @@ std::vector<Finding> FindingsFrom(const std::vector<Check>& checks) {
   std::vector<Finding> out;
   for (const Check& c : checks) {
     if (c.verdict != "fail" && c.verdict != "warn") continue;
-    Finding f;
-    f.severity = c.verdict == "fail" ? Severity::kError : Severity::kWarning;
-    f.id = absl::StrCat("doctor.", c.name);
-    f.title = absl::StrCat(c.name, c.verdict == "fail" ? " failed: " : " warned: ", c.value);
-    f.evidence =
-        c.expected.empty() ? c.value : absl::StrCat(c.value, " (expected ", c.expected, ")");
-    f.fix = c.advice;
+    Finding f = c.finding;
+    f.id = absl::StrCat("doctor.", c.finding.id);
     out.push_back(std::move(f));
   }
   return out;

@@ -94,7 +94,7 @@ TEST(Evaluate, CommWrongResultIsFailWithAdvice) {
   EXPECT_EQ(c[0].name, "comm");
   EXPECT_EQ(c[0].verdict, "fail");
   EXPECT_NE(c[0].value.find("1/2 sizes correct"), std::string::npos) << c[0].value;
-  EXPECT_NE(c[0].advice.find("wrong results"), std::string::npos);
+  EXPECT_NE(c[0].finding.fix.find("wrong results"), std::string::npos);
   EXPECT_NE(c[0].value.find("allreduce sum wrong at 4096 bytes"), std::string::npos);
   j["passed"] = true;
   j["results"][1]["correct"] = true;
@@ -116,7 +116,7 @@ TEST(Evaluate, TrainEnvAndDevice) {
   EXPECT_EQ(c[0].verdict, "fail");
   EXPECT_NE(c[0].value.find("12,345 tokens/s"), std::string::npos) << c[0].value;
   EXPECT_NE(c[0].value.find("loss did not fall"), std::string::npos);
-  EXPECT_NE(c[0].advice.find("learning rate"), std::string::npos);
+  EXPECT_NE(c[0].finding.fix.find("learning rate"), std::string::npos);
   EXPECT_EQ(c[0].expected, "loss falls, run completes");
   train["target_loss"] = 2.7;
   EXPECT_EQ(EvaluatePart(Outcome("train", 1, train.dump()))[0].expected,
@@ -141,7 +141,7 @@ TEST(Evaluate, TrainEnvAndDevice) {
   c = EvaluatePart(Outcome("env", 1, env.dump()));
   ASSERT_EQ(c.size(), 3u);
   EXPECT_EQ(Find(c, "env.check")->verdict, "fail");
-  EXPECT_NE(Find(c, "env.check")->advice.find("upgrade NCCL"), std::string::npos);
+  EXPECT_NE(Find(c, "env.check")->finding.fix.find("upgrade NCCL"), std::string::npos);
   EXPECT_EQ(Find(c, "env.nccl_version")->verdict, "fail");
   EXPECT_EQ(Find(c, "env.omp")->verdict, "warn");
 
@@ -264,7 +264,7 @@ TEST(RunDoctor, FailingPartGivesFailAdviceExitOneAndReportFiles) {
   EXPECT_EQ(r->exit_code(), 1);
   EXPECT_EQ(r->failures, 1);
   EXPECT_EQ(Find(r->checks, "comm")->verdict, "fail");
-  EXPECT_FALSE(Find(r->checks, "comm")->advice.empty());
+  EXPECT_FALSE(Find(r->checks, "comm")->finding.fix.empty());
   EXPECT_EQ(Find(r->checks, "train")->verdict, "skip");
   EXPECT_EQ(Find(r->checks, "env.fingerprint")->verdict, "pass");
   EXPECT_EQ(lines.size(), 6u);
@@ -326,7 +326,7 @@ bool Alive(pid_t pid) {
 
 // A part that leaves a process behind in its own session: doctor kills it after the part.
 TEST(RunDoctor, StrayProcessesOfAPartAreKilled) {
-  InstallInterruptHandler();  // subreaper, so the orphan stays our descendant
+  InterruptHandler interrupts;  // subreaper, so the orphan stays our descendant
   std::string dir = TempDir("stray");
   std::string pidfile = dir + "/pid";
   Options opt;
@@ -347,7 +347,7 @@ TEST(RunDoctor, StrayProcessesOfAPartAreKilled) {
 TEST(DoctorChild, RunUntilInterrupted) {
   const char* pidfile = std::getenv("TS_DOCTOR_CHILD_PIDFILE");
   if (pidfile == nullptr) GTEST_SKIP() << "helper for Interrupt.SigintLeavesNoStrayProcesses";
-  InstallInterruptHandler(std::chrono::milliseconds(300));
+  InterruptHandler interrupts(std::chrono::milliseconds(300));
   Options opt;
   opt.run_dir = std::string(pidfile) + ".run";
   std::string p = pidfile;
@@ -412,10 +412,10 @@ namespace {
 
 TEST(DoctorFindings, FailedAndWarnedChecksBecomeFindings) {
   std::vector<Check> checks = {
-      {"comm", "fail", "9/10 correct", "every size correct", "do not train"},
-      {"env", "warn", "OMP_NUM_THREADS unset", "", "set it"},
-      {"device", "pass", "ok", "", ""},
-      {"train", "skip", "", "", ""}};
+      {MakeCheck("comm", "fail", "9/10 correct", "every size correct", "do not train"), "comm"},
+      {MakeCheck("env", "warn", "OMP_NUM_THREADS unset", "", "set it"), "env"},
+      {MakeCheck("device", "pass", "ok", ""), "device"},
+      {MakeCheck("train", "skip", "", ""), "train"}};
   std::vector<Finding> f = FindingsFrom(checks);
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].severity, Severity::kError);

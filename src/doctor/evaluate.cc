@@ -19,8 +19,8 @@ using nlohmann::json;
 
 Check Make(const PartOutcome& o, std::string name, std::string verdict, std::string value,
            std::string expected, std::string advice = "") {
-  return Check{{std::move(name), std::move(verdict), std::move(value), std::move(expected),
-                std::move(advice)},
+  return Check{MakeCheck(std::move(name), std::move(verdict), std::move(value), std::move(expected),
+                         std::move(advice)),
                o.name};
 }
 
@@ -90,8 +90,8 @@ std::vector<Check> EnvCheck(const PartOutcome& o, const json& j) {
   std::string verdict = (!passed || errors > 0) ? "fail" : (warnings > 0 ? "warn" : "pass");
   std::string advice;
   for (const Check& c : per) {
-    if (!c.advice.empty()) {
-      advice = absl::StrCat(c.name, ": ", c.advice);
+    if (!c.finding.fix.empty()) {
+      advice = absl::StrCat(c.name, ": ", c.finding.fix);
       break;
     }
   }

@@ -1,3 +1,5 @@
+// Ctrl-C for doctor (interrupt.h): a handler that only flags and pokes a pipe, a watcher
+// thread that kills the descendants.
 #include "trainscope/doctor/interrupt.h"
 
 #include <fcntl.h>
@@ -11,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -23,12 +24,14 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_signal{0};
 int g_pipe[2] = {-1, -1};
-std::once_flag g_once;
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr char kPoke = 1;  // a signal arrived
+constexpr char kStop = 0;  // the handler is going away
 
 void OnSignal(int sig) {
   g_interrupted.store(true);
   g_signal.store(sig);
-  char c = 1;
+  char c = kPoke;
   ssize_t ignored = write(g_pipe[1], &c, 1);  // async-signal-safe
   (void)ignored;
 }
@@ -44,28 +47,41 @@ std::vector<pid_t> LiveDescendantsOf(pid_t root, const std::map<pid_t, ProcEntry
 
 }  // namespace
 
-void InstallInterruptHandler(std::chrono::milliseconds grace) {
-  std::call_once(g_once, [grace] {
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (pipe2(g_pipe, O_CLOEXEC) != 0) return;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = OnSignal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
-    std::thread([grace] {
-      char c;
-      while (true) {
-        ssize_t r = read(g_pipe[0], &c, 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return;
-        KillDescendants(grace);
-      }
-    }).detach();
+InterruptHandler::InterruptHandler(std::chrono::milliseconds grace) {
+  static_assert(sizeof(kSignals) / sizeof(kSignals[0]) == kCount);
+  if (pipe2(g_pipe, O_CLOEXEC) != 0) return;
+  installed_ = true;
+  prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper_);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // The watcher first, so that a signal right after the handlers are in place is served.
+  watcher_ = std::thread([grace, fd = g_pipe[0]] {
+    char c;
+    while (true) {
+      ssize_t r = read(fd, &c, 1);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0 || c == kStop) return;
+      KillDescendants(grace);
+    }
   });
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+}
+
+InterruptHandler::~InterruptHandler() {
+  if (!installed_) return;
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  char c = kStop;
+  while (write(g_pipe[1], &c, 1) < 0 && errno == EINTR) {
+  }
+  watcher_.join();  // after any KillDescendants it was running
+  prctl(PR_SET_CHILD_SUBREAPER, was_subreaper_);
+  close(g_pipe[0]);
+  close(g_pipe[1]);
+  g_pipe[0] = g_pipe[1] = -1;
 }
 
 bool Interrupted() { return g_interrupted.load(); }

@@ -5,6 +5,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "trainscope/core/formats.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/table.h"
 #include "trainscope/doctor/doctor.h"
 
@@ -35,7 +37,7 @@ nlohmann::json ReportToJson(const Report& r) {
   }
   json findings = json::array();
   for (const Finding& f : r.findings) findings.push_back(FindingToJson(f));
-  return json{{"format", "trainscope.doctor"},
+  return json{{"format", formats::kDoctor},
               {"version", 1},
               {"passed", r.failures == 0 && !r.interrupted},
               {"interrupted", r.interrupted},
@@ -70,7 +72,7 @@ std::string RenderTable(const Report& r, bool wide) {
   if (wide) {
     Table t({"check", "verdict", "value", "expected", "advice"});
     for (const Check& c : r.checks)
-      t.AddRow({c.name, Verdict(c.verdict), c.value, c.expected, c.advice});
+      t.AddRow({c.name, Verdict(c.verdict), c.value, c.expected, c.finding.fix});
     out = t.Render(1000);
   } else {
     // check (up to 24) + verdict + value (up to 80) + gaps: under 120 columns.
@@ -80,13 +82,14 @@ std::string RenderTable(const Report& r, bool wide) {
     std::string notes;
     for (const Check& c : r.checks) {
       if (c.verdict != "fail" && c.verdict != "warn") continue;
-      std::string text = c.advice;
+      std::string text = c.finding.fix;
       if (!c.expected.empty()) text = absl::StrCat("expected ", c.expected, ". ", text);
       absl::StrAppend(&notes, WrapText(absl::StrCat(c.name, ": ", text), 120, "", "    "));
     }
     if (!notes.empty()) absl::StrAppend(&out, "\n", notes);
   }
-  absl::StrAppend(&out, "\n", Summary(r), "\nreport: ", r.run_dir, "/report.md\n");
+  absl::StrAppend(&out, "\n", Summary(r), "\nreport: ", r.run_dir, "/", run_dir::kDoctorReportMd,
+                  "\n");
   // It ends with diagnose's findings, one sentence each, most severe first: those beyond the
   // checks above (e.g. the baseline run's loss curve); the checks' own are listed already.
   int shown = 0;
@@ -111,7 +114,7 @@ std::string RenderMarkdown(const Report& r) {
   md += "| check | verdict | value | expected | advice |\n|---|---|---|---|---|\n";
   for (const Check& c : r.checks) {
     absl::StrAppend(&md, "| ", cell(c.name), " | ", Verdict(c.verdict), " | ", cell(c.value), " | ",
-                    cell(c.expected), " | ", cell(c.advice), " |\n");
+                    cell(c.expected), " | ", cell(c.finding.fix), " |\n");
   }
   if (!r.findings.empty()) {
     md += "\n## Diagnosis\n\n| severity | finding | evidence | fix |\n|---|---|---|---|\n";

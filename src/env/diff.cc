@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::env {
@@ -170,7 +171,7 @@ DiffResult Diff(const json& a, const json& b) {
 
 json DiffToJson(const DiffResult& diff, const std::string& a_name, const std::string& b_name) {
   json out;
-  out["format"] = "trainscope.env.diff";
+  out["format"] = formats::kEnvDiff;
   out["version"] = 1;
   out["a"] = a_name;
   out["b"] = b_name;

@@ -29,7 +29,7 @@ bool IsDir(const std::string& path) {
 // What the run directory's hang/ folder holds besides the dumps (core/run_dir.h layout):
 // thread stacks and a previous analysis. Not read, not listed.
 bool IsRunDirCompanion(const std::string& name) {
-  return name.rfind("stacks.rank", 0) == 0 || name == "analysis.json";
+  return name.rfind(run_dir::kHangStacksPrefix, 0) == 0 || name == run_dir::kHangAnalysisJson;
 }
 
 // The files of a directory (not recursive). A run directory (it has a hang/ folder) is

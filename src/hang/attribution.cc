@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include "trainscope/core/run_dir.h"
+
 namespace trainscope::hang::internal {
 namespace {
 
@@ -422,9 +424,9 @@ Candidate GroupWalk::NotJoined(int64_t seq, const std::vector<int>& behind,
                        " issued #" + std::to_string(seq) + " (state " + rs.ops.back()->state + ")";
   f.finding.fix =
       "the rank was elsewhere when the others entered the collective: look at its thread "
-      "stacks (hang/stacks.rank" +
-      std::to_string(behind.front()) +
-      ".txt in the run directory) for where it was (a sleep, a data loader, a deadlock), and "
+      "stacks (" +
+      run_dir::HangStacksPath("", behind.front()) +
+      " in the run directory) for where it was (a sleep, a data loader, a deadlock), and "
       "for a rank-dependent branch before the call site";
   return c;
 }

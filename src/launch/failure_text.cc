@@ -33,17 +33,17 @@ std::string Outcome(const RankStatus& s) {
   }
 }
 
-FailureText DescribeRanks(const LaunchResult& r);
+Finding DescribeRanks(const LaunchResult& r);
 
 }  // namespace
 
 // When the ranks' flight recorder dumps show a mismatched collective, that verdict (printed
 // after this text) is the cause: the ranks' own errors (gloo's size check, a peer's closed
-// connection, a watchdog's timeout) follow from it, so the hint points there first.
-FailureText DescribeFailure(const LaunchResult& r) {
-  FailureText t = DescribeRanks(r);
+// connection, a watchdog's timeout) follow from it, so the fix points there first.
+Finding DescribeFailure(const LaunchResult& r) {
+  Finding t = DescribeRanks(r);
   if (r.hang.analyzed && r.hang.problem) {
-    t.hint = absl::StrCat(
+    t.fix = absl::StrCat(
         "the hang analysis below names where the ranks' collectives parted (flight recorder "
         "dumps and stacks in ",
         r.run_dir, "/hang/); the ranks' errors above follow from it");
@@ -61,11 +61,14 @@ const RankStatus* FindRank(const LaunchResult& result, int rank) {
 
 namespace {
 
-FailureText DescribeRanks(const LaunchResult& r) {
-  FailureText t;
-  t.error = r.failure;
+Finding DescribeRanks(const LaunchResult& r) {
+  Finding t;
+  t.severity = Severity::kError;
+  t.id = r.timed_out_ranks.empty() ? "launch.rank_failed" : "launch.rank_timed_out";
+  t.rank = r.first_failed_rank;
+  t.title = r.failure;
   if (!r.timed_out_ranks.empty()) {
-    t.hint =
+    t.fix =
         "the rank above did not exit in time (stuck in a collective, a final barrier or "
         "shutdown?); its log shows where it was";
     return t;
@@ -85,14 +88,14 @@ FailureText DescribeRanks(const LaunchResult& r) {
   }
   const int others = static_cast<int>(r.ranks.size()) - 1;
   if (others <= 0) {
-    t.hint = "read the rank's log above";
+    t.fix = "read the rank's log above";
     return t;
   }
   if (static_cast<int>(own.size()) == others) {
-    absl::StrAppend(&t.error, "; ", others == 1 ? "the other rank" : "the other ",
+    absl::StrAppend(&t.title, "; ", others == 1 ? "the other rank" : "the other ",
                     others == 1 ? "" : Ranks(others), " failed on ", others == 1 ? "its" : "their",
                     " own too");
-    t.hint =
+    t.fix =
         outcomes.size() == 1
             ? absl::StrCat("all ", others + 1, " ranks failed on their own (", *outcomes.begin(),
                            "): the same error on every rank points at the script or its "
@@ -111,20 +114,20 @@ FailureText DescribeRanks(const LaunchResult& r) {
     parts.push_back(absl::StrCat("stopped the other ", Ranks(stopped)));
   }
   if (ok > 0) parts.push_back(absl::StrCat(Ranks(ok), " finished OK"));
-  absl::StrAppend(&t.error, "; ", absl::StrJoin(parts, "; "));
+  absl::StrAppend(&t.title, "; ", absl::StrJoin(parts, "; "));
   if (own.empty()) {
-    t.hint = stopped == 0 ? "read the failing rank's log above; the other ranks finished OK"
-                          : "read the failing rank's log above; the others were stopped by the "
-                            "launcher, not by their own error";
+    t.fix = stopped == 0 ? "read the failing rank's log above; the other ranks finished OK"
+                         : "read the failing rank's log above; the others were stopped by the "
+                           "launcher, not by their own error";
     return t;
   }
-  t.hint = "read the failing ranks' logs, starting with the one above";
+  t.fix = "read the failing ranks' logs, starting with the one above";
   if (outcomes.size() == 1) {
-    absl::StrAppend(&t.hint, "; the same ", *outcomes.begin(), " on ", own.size() + 1,
+    absl::StrAppend(&t.fix, "; the same ", *outcomes.begin(), " on ", own.size() + 1,
                     " ranks points at the script or its inputs");
   }
   if (stopped > 0) {
-    absl::StrAppend(&t.hint, "; ", Ranks(stopped), stopped == 1 ? " was" : " were",
+    absl::StrAppend(&t.fix, "; ", Ranks(stopped), stopped == 1 ? " was" : " were",
                     " stopped by the launcher, not by ", stopped == 1 ? "its" : "their",
                     " own error");
   }

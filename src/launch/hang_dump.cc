@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/hang/analyze.h"
 #include "trainscope/launch/launch.h"
 
@@ -36,7 +37,7 @@ bool HasDumps(const std::string& run_dir) {
   if (ec) return false;
   for (const auto& e : it) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("flight_recorder.", 0) == 0) return true;
+    if (name.rfind(run_dir::kHangDumpPrefix, 0) == 0) return true;
   }
   return false;
 }
@@ -75,7 +76,7 @@ bool HangDumpWritten(const std::string& run_dir, int rank, const HangDumpFiles& 
 
 HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict v) {
   if (!HasDumps(run_dir)) return v;
-  v.analysis_path = (std::filesystem::path(run_dir) / hang::kDumpDir / "analysis.json").string();
+  v.analysis_path = run_dir::HangAnalysisPath(run_dir);
   absl::StatusOr<hang::Report> report = hang::AnalyzePaths({run_dir});
   if (!report.ok()) {
     v.error = std::string(report.status().message());

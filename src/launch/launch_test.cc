@@ -143,10 +143,10 @@ TEST(LaunchTest, EveryRankFailingOnItsOwnIsNotCalledStopped) {
     EXPECT_FALSE(s.stopped_by_us) << "rank " << s.rank;
     EXPECT_EQ(s.exit_code, 3);
   }
-  const FailureText t = DescribeFailure(*r);
-  EXPECT_THAT(t.error, HasSubstr("the other rank failed on its own too"));
-  EXPECT_THAT(t.hint, HasSubstr("all 2 ranks failed on their own (exit code 3)"));
-  EXPECT_THAT(t.hint, Not(HasSubstr("stopped")));
+  const Finding t = DescribeFailure(*r);
+  EXPECT_THAT(t.title, HasSubstr("the other rank failed on its own too"));
+  EXPECT_THAT(t.fix, HasSubstr("all 2 ranks failed on their own (exit code 3)"));
+  EXPECT_THAT(t.fix, Not(HasSubstr("stopped")));
 }
 
 RankStatus Rank(int rank, int exit_code, bool stopped) {
@@ -164,31 +164,39 @@ TEST(FailureTextTest, SaysWhatBecameOfTheOtherRanks) {
   r.first_failed_rank = 1;
   r.failure = "rank 1 (pid 9) exited with code 3 after 0.10 s";
   r.ranks = {Rank(0, 0, true), Rank(1, 3, false), Rank(2, 0, true)};
-  FailureText t = DescribeFailure(r);  // one failed, the launcher stopped the others
-  EXPECT_EQ(t.error, r.failure + "; stopped the other 2 ranks");
-  EXPECT_THAT(t.hint, HasSubstr("the others were stopped by the launcher"));
+  Finding t = DescribeFailure(r);  // one failed, the launcher stopped the others
+  EXPECT_EQ(t.title, r.failure + "; stopped the other 2 ranks");
+  EXPECT_EQ(t.severity, Severity::kError);
+  EXPECT_EQ(t.id, "launch.rank_failed");
+  EXPECT_EQ(t.rank, 1);
+  EXPECT_THAT(t.fix, HasSubstr("the others were stopped by the launcher"));
 
   r.ranks = {Rank(0, 3, false), Rank(1, 3, false), Rank(2, 3, false)};
   t = DescribeFailure(r);  // all alike, on their own
-  EXPECT_EQ(t.error, r.failure + "; the other 2 ranks failed on their own too");
-  EXPECT_THAT(t.hint, HasSubstr("all 3 ranks failed on their own (exit code 3): the same error"));
+  EXPECT_EQ(t.title, r.failure + "; the other 2 ranks failed on their own too");
+  EXPECT_THAT(t.fix, HasSubstr("all 3 ranks failed on their own (exit code 3): the same error"));
 
   r.ranks = {Rank(0, 1, false), Rank(1, 3, false), Rank(2, 3, false)};
   t = DescribeFailure(r);  // all on their own, not alike
-  EXPECT_THAT(t.hint, HasSubstr("not all alike"));
+  EXPECT_THAT(t.fix, HasSubstr("not all alike"));
 
   r.ranks = {Rank(0, 0, false), Rank(1, 3, false), Rank(2, 3, false), Rank(3, 0, true)};
   t = DescribeFailure(r);  // two alike, one finished, one stopped
-  EXPECT_EQ(t.error, r.failure +
+  EXPECT_EQ(t.title, r.failure +
                          "; rank 2 failed on its own too; stopped the other 1 rank; 1 rank "
                          "finished OK");
-  EXPECT_THAT(t.hint, HasSubstr("the same exit code 3 on 2 ranks"));
-  EXPECT_THAT(t.hint, HasSubstr("1 rank was stopped by the launcher"));
+  EXPECT_THAT(t.fix, HasSubstr("the same exit code 3 on 2 ranks"));
+  EXPECT_THAT(t.fix, HasSubstr("1 rank was stopped by the launcher"));
 
   r.ranks = {Rank(0, 3, false)};
   t = DescribeFailure(r);  // one rank: no others to speak of
-  EXPECT_EQ(t.error, r.failure);
-  EXPECT_THAT(t.hint, Not(HasSubstr("stopped")));
+  EXPECT_EQ(t.title, r.failure);
+  EXPECT_THAT(t.fix, Not(HasSubstr("stopped")));
+
+  r.timed_out_ranks = {0};
+  t = DescribeFailure(r);  // did not exit in time
+  EXPECT_EQ(t.id, "launch.rank_timed_out");
+  EXPECT_THAT(t.fix, HasSubstr("did not exit in time"));
 }
 
 TEST(LaunchTest, RankIgnoringSigtermIsKilledAfterGrace) {

@@ -36,6 +36,7 @@
 #include "launch/plan.h"
 #include "launch/reaper.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
 #include "trainscope/core/status.h"
@@ -659,7 +660,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
 
 std::string LaunchResultJson(const LaunchResult& r, const LaunchOptions& o) {
   nlohmann::json j;
-  j["format"] = "trainscope.launch";
+  j["format"] = formats::kLaunch;
   j["version"] = 1;
   j["argv"] = o.argv;
   j["run_dir"] = r.run_dir;

@@ -233,8 +233,8 @@ absl::StatusOr<JobPlan> PlanJob(const LaunchOptions& o, const HostView& host,
     r.cpus = cpus[lr];
     if (!devices.empty()) r.device = devices[lr];  // exactly when visible_var is set
     r.log_dir = run_dir::RankLogDir(job.run_dir, r.rank);
-    r.stdout_log = r.log_dir + "/stdout.log";
-    r.stderr_log = r.log_dir + "/stderr.log";
+    r.stdout_log = r.log_dir + "/" + run_dir::kRankStdoutLog;
+    r.stderr_log = r.log_dir + "/" + run_dir::kRankStderrLog;
     r.env = RankEnv(base, job, r, o.node_rank);
     job.ranks.push_back(std::move(r));
   }

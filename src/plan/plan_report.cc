@@ -375,6 +375,40 @@ nlohmann::json PlanToJson(const Plan& plan) {
   return j;
 }
 
+std::vector<Finding> FindingsFrom(const Plan& plan) {
+  std::vector<Finding> out;
+  if (plan.measured.bottleneck != Bottleneck::kNone) {
+    const Measured& m = plan.measured;
+    Finding f;
+    f.severity = Severity::kWarning;
+    f.id = absl::StrCat("plan.", BottleneckName(m.bottleneck), "_bound");
+    f.title = absl::StrCat("the measured run is ", BottleneckName(m.bottleneck), "-bound");
+    f.evidence = m.evidence;
+    f.fix = m.rule;
+    f.where = m.source;
+    out.push_back(std::move(f));
+  }
+  Finding f;
+  if (plan.recommended >= 0) {
+    const Strategy& s = plan.strategies[plan.recommended];
+    f.id = "plan.recommended";
+    f.title =
+        absl::StrFormat("recommended: dp %d x tp %d x pp %d, ZeRO %d, recompute %s, micro-batch %d",
+                        s.dp, s.tp, s.pp, s.zero, RecomputeName(s.recompute), s.micro_batch);
+    f.evidence = plan.reason;
+  } else {
+    f.severity = Severity::kError;
+    const bool none = plan.strategies.empty();
+    f.id = none ? "plan.no_candidate" : "plan.nothing_fits";
+    f.title = plan.reason;
+    f.fix = none ? "change the model or the cluster: the rejected combinations say why each "
+                   "is impossible"
+                 : "add devices, or devices with more memory";
+  }
+  out.push_back(std::move(f));
+  return out;
+}
+
 std::string PlanToText(const Plan& plan, int max_rows) {
   const PlanOptions& o = plan.options;
   std::string out = absl::StrFormat(

@@ -113,6 +113,38 @@ TEST(PlanTest, ImpossibleCombinationsAreNamed) {
   for (const Strategy& s : p->strategies) EXPECT_EQ(s.tp * s.pp, 1);
 }
 
+TEST(PlanTest, FindingsSayTheBottleneckAndTheRecommendation) {
+  Plan p;
+  std::vector<Finding> f = FindingsFrom(p);  // no candidate at all
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "plan.no_candidate");
+  EXPECT_EQ(f[0].severity, Severity::kError);
+
+  p.strategies.resize(2);
+  p.reason = "nothing fits in 80.0 GB: ...";
+  f = FindingsFrom(p);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "plan.nothing_fits");
+  EXPECT_EQ(f[0].title, p.reason);
+
+  p.recommended = 1;
+  p.strategies[1].tp = 2;
+  p.reason = "shortest estimated step of 2 fitting candidates: ...";
+  p.measured.bottleneck = Bottleneck::kCommunication;
+  p.measured.source = "run/trace";
+  p.measured.evidence = "comm 40% of the step";
+  p.measured.rule = "rank by communication time";
+  nlohmann::json found = nlohmann::json::array();
+  for (const Finding& x : FindingsFrom(p)) found.push_back(FindingToJson(x));
+  EXPECT_EQ(found, nlohmann::json::parse(R"js([
+    {"severity": "warning", "id": "plan.communication_bound",
+     "title": "the measured run is communication-bound", "evidence": "comm 40% of the step",
+     "fix": "rank by communication time", "where": "run/trace"},
+    {"severity": "info", "id": "plan.recommended",
+     "title": "recommended: dp 1 x tp 2 x pp 1, ZeRO 0, recompute none, micro-batch 1",
+     "evidence": "shortest estimated step of 2 fitting candidates: ...", "fix": ""}])js"));
+}
+
 TEST(PlanTest, RecommendsFittingAndRanksByBottleneck) {
   PlanOptions o = ZeroPaperOptions();
   o.tp.clear();

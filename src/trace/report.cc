@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "trace/ascend_cluster.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/table.h"
 #include "trainscope/core/utf8.h"
 #include "trainscope/trace/analysis.h"
@@ -91,7 +92,7 @@ std::vector<Finding> FindingsFrom(const Report& rep) {
 
 nlohmann::json ReportToJson(const Report& rep) {
   nlohmann::json j;
-  j["format"] = "trainscope.trace.analysis";
+  j["format"] = formats::kTraceAnalysis;
   j["version"] = 1;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : rep.ranks) j["ranks"].push_back(RankJson(r));
@@ -286,7 +287,7 @@ nlohmann::json ExportChromeTrace(const Report& rep) {
   }
   nlohmann::json out = {{"traceEvents", std::move(ev)},
                         {"displayTimeUnit", "ms"},
-                        {"otherData", {{"format", "trainscope.trace.export"}, {"version", 1}}}};
+                        {"otherData", {{"format", formats::kTraceExport}, {"version", 1}}}};
   SanitizeUtf8(&out);
   return out;
 }

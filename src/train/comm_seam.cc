@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "trainscope/comm/flight_recorder.h"
@@ -28,8 +29,8 @@ class DoneWork : public comm::Work {
 }  // namespace
 
 CommSeam::CommSeam(comm::Communicator* comm, std::vector<Injection> injections,
-                   const std::atomic<int>* stop)
-    : comm_(comm), stop_(stop) {
+                   const std::atomic<int>* stop, std::function<void(const std::string&)> on_notice)
+    : comm_(comm), stop_(stop), on_notice_(std::move(on_notice)) {
   // Only the comm faults are applied here (the numeric ones belong to the step's math).
   for (Injection& i : injections)
     if (i.rank == comm->rank() && IsCommFault(i.kind)) injections_.push_back(std::move(i));
@@ -48,9 +49,9 @@ const Injection* CommSeam::Due() {
 absl::Status CommSeam::Apply(const Injection& inj, void* buf, size_t count, comm::DType dtype,
                              bool* proceed) {
   *proceed = false;
-  std::fprintf(stderr, "trainscope train: --inject %s: rank %d, step %d\n", inj.text.c_str(),
-               comm_->rank(), step_);
-  std::fflush(stderr);
+  if (on_notice_) {
+    on_notice_(absl::StrCat("--inject ", inj.text, ": rank ", comm_->rank(), ", step ", step_));
+  }
   switch (inj.kind) {
     case InjectKind::kSkipCollective:
       return absl::OkStatus();

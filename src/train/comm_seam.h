@@ -10,6 +10,7 @@
 #define TRAINSCOPE_SRC_TRAIN_COMM_SEAM_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +24,10 @@ namespace trainscope::train {
 class CommSeam {
  public:
   // `comm` is not owned and must outlive this object. `stop` (may be null) cuts an injected
-  // sleep short.
+  // sleep short. `on_notice` (may be empty) hears of each injected fault as it fires:
+  // "--inject <text>: rank R, step S" (TrainOptions::on_rank_notice).
   CommSeam(comm::Communicator* comm, std::vector<Injection> injections,
-           const std::atomic<int>* stop);
+           const std::atomic<int>* stop, std::function<void(const std::string&)> on_notice);
 
   comm::Communicator& comm() { return *comm_; }
   int rank() const { return comm_->rank(); }
@@ -62,6 +64,7 @@ class CommSeam {
   comm::Communicator* comm_;
   std::vector<Injection> injections_;  // this rank's only
   const std::atomic<int>* stop_;
+  const std::function<void(const std::string&)> on_notice_;
   int step_ = 0;
   int first_done_step_ = -1;  // the step whose first collective was issued
 };

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
@@ -412,9 +413,10 @@ void BindFp16(LossScalerOptions* f, Section* s) {
 // "comment" is free text. Unknown keys are an error listing the known ones.
 absl::Status CheckTopLevelKey(const std::string& src, const std::string& k, const json& v) {
   if (k == "format") {
-    if (!v.is_string() || v.get<std::string>() != "trainscope.train_config")
-      return absl::InvalidArgumentError(absl::StrCat(
-          src, ": key \"format\": expected \"trainscope.train_config\", got ", Excerpt(v.dump())));
+    if (!v.is_string() || v.get<std::string>() != formats::kTrainConfig)
+      return absl::InvalidArgumentError(absl::StrCat(src, ": key \"format\": expected \"",
+                                                     formats::kTrainConfig, "\", got ",
+                                                     Excerpt(v.dump())));
   } else if (k == "version") {
     if (!v.is_number_integer() || v.get<int64_t>() != 1)
       return absl::InvalidArgumentError(
@@ -512,7 +514,7 @@ absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
 
 nlohmann::json TrainConfigToJson(const TrainConfig& c) {
   json j;
-  j["format"] = "trainscope.train_config";
+  j["format"] = formats::kTrainConfig;
   j["version"] = 1;
   j["model"] = {{"layers", c.model.layers},      {"heads", c.model.heads},
                 {"width", c.model.width},        {"seq_len", c.model.seq_len},

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <ctime>
 #include <filesystem>
 #include <system_error>
 
@@ -43,10 +42,7 @@ std::string CountText(double n) { return FormatCount(static_cast<long long>(n));
 std::string DefaultRunDir() {
   std::string dir;
   if (Os::Default()->GetEnv(envvar::kRunDir, &dir) && !dir.empty()) return dir;
-  std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return absl::StrCat("trainscope-runs/train-", buf);
+  return run_dir::DefaultRunDir(run_dir::kTrain);
 }
 
 // ---------------------------------------------------------------------------------------

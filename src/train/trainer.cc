@@ -90,8 +90,8 @@ absl::Status Trainer::Init() {
   TS_RETURN_IF_ERROR(StartGradSync());
   SetUpAnomalies();
   if (world_.rank == 0) {
-    TS_RETURN_IF_ERROR(
-        WriteFileAtomic(train_dir_ + "/config.json", TrainConfigToJson(config_).dump(2) + "\n"));
+    TS_RETURN_IF_ERROR(WriteFileAtomic(run_dir::TrainConfigPath(options_.run_dir),
+                                       TrainConfigToJson(config_).dump(2) + "\n"));
   }
   const RunConfig& rc = config_.train;
   result_.rank = world_.rank;
@@ -163,7 +163,8 @@ absl::Status Trainer::StartGradSync() {
 #ifdef TS_TRAIN_WITH_COMM
   if (!world_.comm) return absl::OkStatus();
   world_.comm->AddObserver(world_.timer.get());
-  seam_ = std::make_unique<CommSeam>(world_.comm.get(), options_.inject, options_.stop);
+  seam_ = std::make_unique<CommSeam>(world_.comm.get(), options_.inject, options_.stop,
+                                     options_.on_rank_notice);
   sync_ = std::make_unique<GradSync>(seam_.get(), named_, config_.train.bucket_mb * 1e6,
                                      config_.comm, config_.train.seed);
   TS_RETURN_IF_ERROR(sync_->BroadcastParams());

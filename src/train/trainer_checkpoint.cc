@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "train/trainer_impl.h"
 #include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
@@ -190,7 +191,7 @@ json Trainer::RankState(int step) const {
   // order is a pure function of (seed, position), so the position is its whole state.
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   torch::Tensor g = gen.get_state();
-  return {{"format", "trainscope.checkpoint.rank"},
+  return {{"format", formats::kCheckpointRank},
           {"version", 1},
           {"rank", world_.rank},
           {"world_size", world_.world_size},
@@ -312,10 +313,11 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(int step, bool anomaly, cons
 }
 
 absl::Status Trainer::Restore(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(json meta, ReadJson(path + "/meta.json"));
+  const std::string meta_path = absl::StrCat(path, "/", run_dir::kCheckpointMeta);
+  TS_ASSIGN_OR_RETURN(json meta, ReadJson(meta_path));
   const int64_t step = meta.value("step", int64_t{-1});
   if (step < 0 || step > config_.train.steps) {
-    return absl::InvalidArgumentError(absl::StrCat(path, "/meta.json: step ", step,
+    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": step ", step,
                                                    " is outside this run's 0..",
                                                    config_.train.steps, " (train.steps)"));
   }

@@ -6,6 +6,7 @@
 
 #include "nlohmann/json.hpp"
 #include "train/trainer_world.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
@@ -71,8 +72,8 @@ absl::Status WriteRunFiles(const TrainResult& r, const std::vector<ParamDigest>&
           {{"name", p.name}, {"numel", p.numel}, {"xxh3_64", Hex64(p.xxh3_64)}, {"norm", p.norm}});
     }
     json w = {
-        {"format", "trainscope.train_weights"}, {"version", 1},    {"rank", r.rank},
-        {"world_size", r.world_size},           {"step", r.steps}, {"xxh3_64", r.weights_checksum},
+        {"format", formats::kTrainWeights}, {"version", 1},    {"rank", r.rank},
+        {"world_size", r.world_size},       {"step", r.steps}, {"xxh3_64", r.weights_checksum},
         {"params", std::move(per_param)}};
     TS_RETURN_IF_ERROR(
         WriteFileAtomic(run_dir::TrainWeightsPath(options.run_dir, r.rank), w.dump(1) + "\n"));
@@ -82,11 +83,10 @@ absl::Status WriteRunFiles(const TrainResult& r, const std::vector<ParamDigest>&
   }
   if (r.rank == 0) {
     json summary = TrainResultToJson(r);
-    summary["format"] = "trainscope.train_summary";
+    summary["format"] = formats::kTrainSummary;
     summary["version"] = 1;
-    TS_RETURN_IF_ERROR(WriteFileAtomic(
-        run_dir::Join(run_dir::Join(options.run_dir, run_dir::kTrain), "summary.json"),
-        summary.dump(2) + "\n"));
+    TS_RETURN_IF_ERROR(
+        WriteFileAtomic(run_dir::TrainSummaryPath(options.run_dir), summary.dump(2) + "\n"));
   }
   return absl::OkStatus();
 }

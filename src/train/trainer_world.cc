@@ -51,6 +51,7 @@ absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& o
 #ifdef TS_TRAIN_WITH_COMM
   comm::CommOptions defaults;
   defaults.backend = options.comm_backend;
+  defaults.host = options.comm_host;
   // trainscope launch, torchrun, srun or mpirun (comm/join.h).
   TS_ASSIGN_OR_RETURN(comm::JoinOptions jo, comm::JoinOptionsFromEnvironment(defaults));
   comm::CommOptions& co = jo.comm;
@@ -266,7 +267,7 @@ absl::StatusOr<std::string> ResolveResume(
           "rank ", world.rank, ": rank 0 refused --resume ", spec, " (its log says why)"));
     }
     if (world.rank != 0 && step >= 0) {
-      path = spec == "latest" ? absl::StrCat(dir, "/step-", step) : spec;
+      path = spec == "latest" ? run_dir::CheckpointStepDir(dir, step) : spec;
       ckpt::CheckResult c = ckpt::CheckCheckpoint(path, /*hash=*/false);
       if (!c.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(

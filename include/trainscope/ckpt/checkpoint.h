@@ -29,16 +29,16 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/ckpt/safetensors.h"
+#include "trainscope/core/formats.h"
+#include "trainscope/core/run_dir.h"
 
 namespace trainscope::ckpt {
 
-inline constexpr char kCheckpointFormat[] = "trainscope.checkpoint";
-inline constexpr char kManifestFormat[] = "trainscope.checkpoint.manifest";
+inline constexpr auto& kCheckpointFormat = formats::kCheckpoint;
+inline constexpr auto& kManifestFormat = formats::kCheckpointManifest;
 inline constexpr int kCheckpointVersion = 1;
-inline constexpr char kAnomalyPrefix[] = "anomaly-";
-
-// The directory name of a checkpoint: "step-<step>", or "anomaly-step-<step>" when `anomaly`.
-std::string CheckpointDirName(int64_t step, bool anomaly);
+using run_dir::CheckpointDirName;
+using run_dir::kAnomalyPrefix;  // the folder names are the run directory's (core/run_dir.h)
 
 // What one save holds. Views point into the caller's memory, read during the call only.
 // Whether `name` can be one of CheckpointData::tensor_files: a plain "<name>.safetensors"

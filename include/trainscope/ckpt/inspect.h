@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/ckpt/safetensors.h"
+#include "trainscope/core/finding.h"
 
 namespace trainscope::ckpt {
 
@@ -117,6 +118,13 @@ std::string FormatReportText(const CheckpointReport& r, bool with_tensors);
 // NewestGood: "newest good checkpoint: PATH (step N)", or that there is none.
 std::string FormatReportsText(const std::vector<CheckpointReport>& reports, bool with_tensors);
 std::string FormatDiffText(const DiffReport& d);
+
+// Every problem of the reports as a core Finding, in order, for callers that rank findings
+// from several modules (doctor, diagnose): title the problem's sentence, where its file,
+// evidence the damaged tensor ("tensor \"<name>\"", "" when none), fix what to resume from;
+// id "ckpt.incomplete" (a warning: an unfinished save, not damage), "ckpt.non_finite" or
+// "ckpt.corrupt" (errors). An unfinished save without a problem gives none.
+std::vector<Finding> FindingsFrom(const std::vector<CheckpointReport>& reports);
 
 }  // namespace trainscope::ckpt
 

@@ -8,7 +8,11 @@
 //  - Every blocking call ends within the communicator's op timeout (CommOptions::timeout,
 //    default 60 s, env TRAINSCOPE_COMM_TIMEOUT_S): a peer that died or never arrives
 //    yields DeadlineExceeded/Unavailable naming the op, sequence number and, where the
-//    engine can tell, the missing rank. Never hangs.
+//    engine can tell, the missing rank. Never hangs; except that MPI cannot cancel a
+//    blocking call: an mpi op past its timeout is reported to CommHost::stuck_op, whose
+//    host ends the job (below).
+//  - The library never writes to the terminal and never ends the process: what it has to
+//    say beyond a call's Status goes to the host's CommHost callbacks.
 //  - Every op, synchronous or asynchronous, passes through Communicator::Dispatch(), the
 //    single place that assigns the sequence numbers, takes timestamps, fills the flight
 //    recorder and notifies the OpObservers. Sequence numbers follow c10d: collectives and
@@ -59,6 +63,30 @@ inline bool IsP2P(OpType op) { return op == OpType::kSend || op == OpType::kRecv
 
 class FlightRecorder;  // flight_recorder.h
 
+// An op of backend "mpi" still running when its timeout passed (CommHost::stuck_op).
+struct StuckOp {
+  // "trainscope comm (mpi): all_reduce #3 on rank 0 did not finish within 2 s; MPI has no
+  // per-op timeout, so the job is aborted (MPI_Abort). A peer is dead, stopped, or stuck in
+  // other work."
+  std::string line;
+  // MPI_Abort(MPI_COMM_WORLD, 1): mpirun then stops every rank. Does not return.
+  std::function<void()> abort_job;
+};
+
+// What a communicator tells the process that hosts it, beyond each call's Status: the host
+// (the executable) decides where the words go and how a stuck job ends. Each may be empty.
+struct CommHost {
+  // One-line notices, on any thread (rank 0's rendezvous store, gloo and nccl: the first
+  // refused connection of each kind, "rendezvous store: <peer> ..."); must be quick. Empty:
+  // not said. The trainscope executables print "trainscope: <line>" on stderr.
+  std::function<void(const std::string& line)> notice;
+  // Backend "mpi": called once, on the backend's watchdog thread, when an op outlived the
+  // timeout. The op stays blocked (MPI cannot cancel it) until the job ends: the trainscope
+  // executables print op.line on stderr and call op.abort_job. Empty: nothing is said and
+  // the op blocks until MPI returns it, if ever.
+  std::function<void(const StuckOp& op)> stuck_op;
+};
+
 struct CommOptions {
   std::string backend = "gloo";  // "gloo" | "mpi" | "nccl"
   int rank = 0;
@@ -93,6 +121,9 @@ struct CommOptions {
   // Names must differ between communicators that share a recorder.
   std::string group_name = "0";
   std::string group_desc = "default_pg";
+  // Where notices go and how a stuck mpi op ends (CommHost); JoinOptionsFromEnvironment keeps
+  // the defaults' host.
+  CommHost host;
 };
 
 // Reads the launcher's variables: the torchrun conventions (MASTER_ADDR, MASTER_PORT, RANK,
@@ -163,8 +194,8 @@ class Communicator {
   // (peer not reachable, port in use — naming the port), InvalidArgument (world sizes that
   // disagree, unknown or unbuilt backend). Leaves the process's signals alone: a peer that
   // dies makes the backend's socket writes raise SIGPIPE, so a host that wants that reported
-  // as an op error naming the peer ignores SIGPIPE (CPython does at start-up; trainscope-torch
-  // and `selftest comm` do).
+  // as an op error naming the peer ignores SIGPIPE (CPython does at start-up; both trainscope
+  // executables do, first thing in main()).
   static absl::StatusOr<std::unique_ptr<Communicator>> Create(const CommOptions& options);
   ~Communicator();
 

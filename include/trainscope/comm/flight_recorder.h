@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope::comm {
 
@@ -141,7 +142,7 @@ class FlightRecorder {
  public:
   static constexpr size_t kMaxCapacity = 10'000'000;
   static constexpr const char* kPyTorchVersion = "2.10";  // top-level "version"
-  static constexpr const char* kFormat = "trainscope.flight_recorder";
+  static constexpr const char* kFormat = formats::kFlightRecorder;
   static constexpr int kFormatVersion = 1;
 
   // Allocates the whole ring. Errors: InvalidArgument (capacity 0 or above kMaxCapacity,

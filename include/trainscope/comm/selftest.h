@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainscope/comm/comm.h"
+#include "trainscope/core/finding.h"
 
 namespace trainscope::comm {
 
@@ -153,6 +154,13 @@ class SelftestTableStream {
   int64_t wrong_ = 0;
 };
 std::string SelftestJson(const SelftestReport& report);
+
+// A report that did not pass as one core Finding (none when it passed), for callers that
+// rank findings from several modules (doctor, diagnose): an error whose title is the
+// report's reason and whose id says which rule failed: "comm.wrong_results" (a row returned
+// wrong elements), "comm.slow_rank" (rank: the first slow rank) or "comm.low_busbw" (under
+// --min-busbw); evidence the backend, world size and the counts behind it.
+std::vector<Finding> FindingsFrom(const SelftestReport& report);
 
 }  // namespace trainscope::comm
 

@@ -9,8 +9,9 @@
 //     failed: the ranks' failed verdict, a rank that died, mpirun's own report.
 //
 // Nothing here writes to the terminal or installs a signal handler: text goes through
-// SelftestOutput, and the executable keeps the process settings (SIGPIPE, the stack dump and
-// SIGUSR1 handlers, becoming the ranks' subreaper) through the hooks below. Errors that are
+// SelftestOutput and the communicator's through SelftestJobOptions::comm_host, and the
+// executable keeps the process settings (SIGPIPE, the stack dump and SIGUSR1 handlers,
+// becoming the ranks' subreaper) itself or through the hooks below. Errors that are
 // the command line's fault carry a payload (IsSelftestUsageError), so the executable can
 // print its usage with them. Main thread only.
 #ifndef TRAINSCOPE_COMM_SELFTEST_JOB_H_
@@ -48,6 +49,8 @@ struct SelftestJobOptions {
   bool json = false;     // rank 0 prints the JSON document, not the table
   int inject_crash_rank = -1;           // testing: that rank kills itself once connected
   std::vector<EnvSweepSpec> sweep_env;  // non-empty: RunSelftestJob sweeps them
+  // The executable's: where a rank's communicator says what it must (comm.h).
+  CommHost comm_host;
 };
 
 // Where the job's text goes, and the executable's hooks. Each may be empty.
@@ -82,12 +85,10 @@ bool SelftestRunsHere(const SelftestJobOptions& options, Os* os = Os::Default())
 // with every flag of `options` (sweep_env and nranks excepted). Pure.
 std::vector<std::string> SelftestRankArgv(const SelftestJobOptions& options);
 
-// Joins the surrounding world (JoinFromEnvironment) with options.backend and
-// options.timeout_s. before_connect runs once the options are known (the executable ignores
-// SIGPIPE there). Errors: JoinFromEnvironment's (JoinWorld's unchanged); a usage error when
-// -n disagrees with the world's size (before connecting, except under mpi, and after).
-absl::StatusOr<std::unique_ptr<Communicator>> JoinSelftestWorld(
-    const SelftestJobOptions& options, const std::function<void()>& before_connect);
+// Joins the surrounding world (JoinFromEnvironment) with options.backend, options.timeout_s
+// and options.comm_host. Errors: JoinFromEnvironment's (JoinWorld's unchanged); a usage error
+// when -n disagrees with the world's size (before connecting, except under mpi, and after).
+absl::StatusOr<std::unique_ptr<Communicator>> JoinSelftestWorld(const SelftestJobOptions& options);
 
 // RunSelftest on `comm` (collective), then rank 0 reports: the table, each row on `out` as it
 // is measured, or the JSON document; a failed verdict's reason on `err` ("trainscope selftest

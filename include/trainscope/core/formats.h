@@ -13,6 +13,7 @@ namespace trainscope::formats {
 // Format names.
 inline constexpr char kCheckpoint[] = "trainscope.checkpoint";
 inline constexpr char kCheckpointManifest[] = "trainscope.checkpoint.manifest";
+inline constexpr char kCheckpointRank[] = "trainscope.checkpoint.rank";
 inline constexpr char kCompare[] = "trainscope.compare";
 inline constexpr char kDataClean[] = "trainscope.data.clean";
 inline constexpr char kDataCompare[] = "trainscope.data.compare";
@@ -30,6 +31,9 @@ inline constexpr char kFinding[] = "trainscope.finding";
 inline constexpr char kFlightRecorder[] = "trainscope.flight_recorder";
 inline constexpr char kLaunch[] = "trainscope.launch";
 inline constexpr char kPlan[] = "trainscope.plan";
+inline constexpr char kPythonState[] = "trainscope.python_state";
+inline constexpr char kReport[] = "trainscope.report";
+inline constexpr char kReportData[] = "trainscope.report.data";
 inline constexpr char kSelftestComm[] = "trainscope.selftest.comm";
 inline constexpr char kSelftestCommSweep[] = "trainscope.selftest.comm_sweep";
 inline constexpr char kSelftestDevice[] = "trainscope.selftest.device";
@@ -52,6 +56,7 @@ struct Format {
 inline constexpr Format kFormats[] = {
     {kCheckpoint, 1, "checkpoint meta.json (ckpt)"},
     {kCheckpointManifest, 1, "checkpoint manifest.json: files and hashes (ckpt)"},
+    {kCheckpointRank, 1, "a rank's state in a trainer checkpoint (rank<R>.json)"},
     {kCompare, 1, "compare --json report: two msprobe dumps, op by op"},
     {kDataClean, 1, "data clean --json report"},
     {kDataCompare, 1, "data compare --json report"},
@@ -69,6 +74,9 @@ inline constexpr Format kFormats[] = {
     {kFlightRecorder, 1, "flight recorder dump (hang/flight_recorder.rank<R>.json)"},
     {kLaunch, 1, "launch.json of a launched job"},
     {kPlan, 1, "plan --json: parallel strategies"},
+    {kPythonState, 1, "trainscope.checkpoint.save's meta.json \"state\" (Python)"},
+    {kReport, 1, "report summary of a written page (report.html)"},
+    {kReportData, 1, "the data a report page embeds"},
     {kSelftestComm, 1, "selftest comm --json"},
     {kSelftestCommSweep, 1, "selftest comm --sweep-env --json"},
     {kSelftestDevice, 1, "selftest device --json"},

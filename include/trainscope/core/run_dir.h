@@ -9,7 +9,11 @@
 //     train/metrics.rank<R>.jsonl, config.json, summary.json, weights.rank<R>.json
 //     train/tb/rank<R>/events.out.tfevents.*      train's TensorBoard scalars (train.tensorboard)
 //     hang/flight_recorder.rank<R>.json, stacks.rank<R>.txt, analysis.json
-//     checkpoints/step-<N>/, anomaly-step-<N>/    train's checkpoints (ckpt format)
+//     train/config.json, summary.json             train's config and end-of-run summary
+//     hang/analysis.json                          launch's hang analysis of the dumps
+//     report.html                                 `trainscope report`'s page
+//     checkpoints/step-<N>/, anomaly-step-<N>/    train's checkpoints (ckpt format): meta.json,
+//                                                 manifest.json, ...
 //     data/                                       data scan reports
 //     trace/                                      profiler traces
 //     compare/                                    compare --json reports (dumps or runs)
@@ -45,6 +49,24 @@ inline constexpr char kDoctorReportJson[] = "report.json";
 inline constexpr char kDoctorReportMd[] = "report.md";
 inline constexpr char kFingerprint[] = "fingerprint.json";
 inline constexpr char kLaunchJson[] = "launch.json";
+inline constexpr char kReportHtml[] = "report.html";  // `trainscope report`'s default page
+// Inside RankLogDir: a launched rank's output.
+inline constexpr char kRankStdoutLog[] = "stdout.log";
+inline constexpr char kRankStderrLog[] = "stderr.log";
+
+// Files inside kTrain and kHang.
+inline constexpr char kTrainConfigJson[] = "config.json";
+inline constexpr char kTrainSummaryJson[] = "summary.json";
+inline constexpr char kHangAnalysisJson[] = "analysis.json";
+
+// Inside kCheckpoints: a checkpoint folder is "step-<N>", or "anomaly-step-<N>" for one kept
+// at an anomaly; a writer's temporary one adds ".tmp-<pid>" (ckpt/checkpoint.h).
+inline constexpr char kCheckpointStepPrefix[] = "step-";
+inline constexpr char kAnomalyPrefix[] = "anomaly-";
+inline constexpr char kCheckpointTmpInfix[] = ".tmp-";
+// Files of one checkpoint folder.
+inline constexpr char kCheckpointMeta[] = "meta.json";
+inline constexpr char kCheckpointManifest[] = "manifest.json";
 
 // "runs/<kind>-<UTC YYYYmmdd-HHMMSS>-<pid>" for the given time and pid (pure).
 std::string RunDirName(const std::string& kind, int64_t unix_s, int pid);
@@ -65,6 +87,39 @@ std::string HangDumpPath(const std::string& run_dir,
                          int rank);  // hang/flight_recorder.rank<R>.json
 std::string HangStacksPath(const std::string& run_dir, int rank);  // hang/stacks.rank<R>.txt
 std::string RankLogDir(const std::string& run_dir, int rank);      // rank<R>
+// The stems of the per-rank hang files (flight_recorder.rank<R>.json, stacks.rank<R>.txt).
+inline constexpr char kHangDumpPrefix[] = "flight_recorder.rank";
+inline constexpr char kHangStacksPrefix[] = "stacks.rank";
+// Whether a file name is a rank's flight-recorder dump (flight_recorder.rank*.json) or a
+// rank's stack dump (stacks.rank*.txt).
+bool IsHangDumpName(std::string_view file_name);
+bool IsHangStacksName(std::string_view file_name);
+// The rank in a per-rank file name ("metrics.rank3.jsonl", "stacks.rank3.txt" -> 3); -1 when
+// the name holds no "rank<digits>".
+int RankFromFileName(std::string_view file_name);
+
+// Whole-run files.
+std::string TrainConfigPath(const std::string& run_dir);   // train/config.json
+std::string TrainSummaryPath(const std::string& run_dir);  // train/summary.json
+std::string HangAnalysisPath(const std::string& run_dir);  // hang/analysis.json
+std::string CheckpointsDir(const std::string& run_dir);    // checkpoints
+
+// Checkpoint folders: CheckpointDirName is "step-<N>" ("anomaly-step-<N>" when anomaly);
+// CheckpointStepDir / AnomalyStepDir join it to `dir` (a run directory's checkpoints folder,
+// or any folder of checkpoints).
+std::string CheckpointDirName(int64_t step, bool anomaly);
+std::string CheckpointStepDir(const std::string& dir, int64_t step);
+std::string AnomalyStepDir(const std::string& dir, int64_t step);
+// Whether a folder name is a finished checkpoint's ("step-<digits>" or "anomaly-step-<digits>",
+// no ".tmp-" suffix).
+bool IsCheckpointStepName(std::string_view name);
+
+// report: the folder a user may give torch.profiler's tensorboard_trace_handler (the report
+// analyses the *.pt.trace.json traces there), and the per-rank files as messages name them,
+// "<R>" for the rank ("train/metrics.rank<R>.jsonl", "hang/flight_recorder.rank<R>.json").
+inline constexpr char kProfiler[] = "profiler";
+std::string TrainMetricsPattern();
+std::string HangDumpPattern();
 
 }  // namespace trainscope::run_dir
 

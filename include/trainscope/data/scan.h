@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/finding.h"
 #include "trainscope/core/stats.h"
 #include "trainscope/data/reader.h"
 
@@ -124,6 +125,11 @@ std::vector<PaddingStrategy> PaddingWaste(const std::vector<uint32_t>& tokens, i
 // The problems the thresholds find, one sentence each (empty: none); the text report's
 // verdict and the JSON's "problems".
 std::vector<std::string> ScanProblems(const ScanResult& r, const ScanOptions& options);
+// The same problems as core Findings, for callers that rank findings from several modules:
+// errors "data.duplicates" and "data.noise", title what is wrong (with the threshold),
+// evidence the document counts ("12 of 100 documents"), fix what to run. ScanProblems'
+// sentences are title and fix joined by "; ".
+std::vector<Finding> FindingsFrom(const ScanResult& r, const ScanOptions& options);
 
 nlohmann::json ScanResultToJson(const ScanResult& r, const ScanOptions& options);
 std::string ScanResultToText(const ScanResult& r, const ScanOptions& options);

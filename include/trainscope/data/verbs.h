@@ -7,7 +7,8 @@
 // Nothing here prints, installs a signal handler or changes where progress goes: the
 // executable prints VerbResult, turns it into an exit code (0; 1 problems; 2 strict_error or
 // an error status), and keeps the process settings (the stop signals that remove temporary
-// files, SIGPIPE, the progress sink of ranks other than 0) through DistributedRun's hooks.
+// files, where the communicator's notices go, the progress sink of ranks other than 0)
+// through DistributedRun's hooks.
 // Each call blocks for the whole verb (in collectives up to the comm timeout each, when
 // distributed). Main thread only.
 #ifndef TRAINSCOPE_DATA_VERBS_H_
@@ -18,16 +19,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/comm/comm.h"
 #include "trainscope/data/clean.h"
 #include "trainscope/data/compare.h"
 #include "trainscope/data/distributed.h"
 #include "trainscope/data/pack.h"
 #include "trainscope/data/reader.h"
 #include "trainscope/data/scan.h"
-
-namespace trainscope::comm {
-class Communicator;
-}
 
 namespace trainscope::data {
 
@@ -39,11 +37,12 @@ struct DistributedRun {
   double timeout_s = 3600;       // ranks wait in collectives while the slowest finishes its share
   bool merge = false;            // clean: rank 0 joins the ranks' outputs into the output
   DistributedOptions options;
-  // The executable's hooks, each may be empty: before this rank connects (it ignores
-  // SIGPIPE, so that a rank that died is an op error naming it), and once it has joined
-  // (ranks other than 0 show no progress).
+  // The executable's hooks, each may be empty: before this rank connects, and once it has
+  // joined (ranks other than 0 show no progress); where the communicator's notices go and
+  // how a stuck mpi op ends (comm.h).
   std::function<void()> before_connect;
   std::function<void(const comm::Communicator& world)> on_joined;
+  comm::CommHost comm_host;
 };
 
 // What the corpus verbs share.

@@ -172,6 +172,10 @@ absl::StatusOr<nlohmann::json> RunDeviceSelftest(Os& os, const SelftestOptions& 
 // The summary checks of a report produced by RunDeviceSelftest (its "checks" array).
 std::vector<Check> ChecksFromReport(const nlohmann::json& report);
 
+// The failed (error) and warned (warning) checks of such a report as core Findings: each
+// check's own (core/check.h: id the check's name, "device.cpu.load"), in the report's order.
+std::vector<Finding> FindingsFrom(const nlohmann::json& report);
+
 // Text rendering of a report: the device table, the benchmark table, the checks.
 std::string RenderDeviceReport(const nlohmann::json& report);
 

@@ -60,7 +60,8 @@ struct Options {
 std::vector<Part> DefaultParts(const std::string& self_exe, bool quick);
 
 // One line of the summary table, and of `doctor --json`: a part's check
-// (trainscope/core/check.h) and the part that produced it.
+// (trainscope/core/check.h, made with MakeCheck: its advice is its finding's fix) and the
+// part that produced it.
 struct Check : ::trainscope::Check {
   std::string part;
 };
@@ -125,8 +126,9 @@ nlohmann::json ReportToJson(const Report& report);
 std::string RenderTable(const Report& report, bool wide = false);
 std::string RenderMarkdown(const Report& report);
 
-// The failed (error) and warned (warning) checks as findings: id "doctor.<check>", title
-// "<check> failed: <value>", evidence value and expected, fix the advice.
+// The failed (error) and warned (warning) checks' own findings (core/check.h), their id
+// prefixed "doctor." ("doctor.<check>"); title "<check> failed: <value>", evidence value and
+// expected, fix the advice. Order kept.
 std::vector<Finding> FindingsFrom(const std::vector<Check>& checks);
 
 // runs/doctor-YYYYmmdd-HHMMSS-<pid> under the current directory (core/run_dir.h).

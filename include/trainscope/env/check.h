@@ -17,11 +17,12 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/core/finding.h"
 #include "trainscope/core/os.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope::env {
 
-inline constexpr char kCheckFormat[] = "trainscope.env.check";
-inline constexpr char kMatrixFormat[] = "trainscope.env.compat_matrix";
+inline constexpr const char* kCheckFormat = formats::kEnvCheck;
+inline constexpr const char* kMatrixFormat = formats::kEnvCompatMatrix;
 
 // The findings are core Findings (trainscope/core/finding.h): id stable, e.g.
 // "limits.memlock", "matrix.cuda_driver"; title = what is wrong; evidence = the fingerprint

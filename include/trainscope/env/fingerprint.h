@@ -16,10 +16,11 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/os.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope::env {
 
-inline constexpr char kFingerprintFormat[] = "trainscope.env.fingerprint";
+inline constexpr const char* kFingerprintFormat = formats::kEnvFingerprint;
 inline constexpr int kFingerprintVersion = 1;
 
 struct FingerprintOptions {

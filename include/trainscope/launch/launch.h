@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/finding.h"
 
 namespace trainscope::launch {
 
@@ -150,16 +151,14 @@ struct LaunchResult {
 // A rank failing is not an error: see LaunchResult::first_failed_rank / failure.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
 
-// What to tell the user about a failed job (result.first_failed_rank >= 0). `error` is
-// result.failure followed by what became of the other ranks: stopped by the launcher, failed
-// on their own too, or finished OK ("rank 0 (pid 7) exited with code 3 after 0.01 s; the other
-// rank failed on its own too"); `hint` is one line on where to look next, which never says
-// the launcher stopped ranks it did not stop. Neither ends in a newline.
-struct FailureText {
-  std::string error;
-  std::string hint;
-};
-FailureText DescribeFailure(const LaunchResult& result);
+// What to tell the user about a failed job (result.first_failed_rank >= 0), as a Finding: an
+// error, id "launch.rank_timed_out" (a rank did not exit in time) or "launch.rank_failed",
+// rank result.first_failed_rank. Its title is result.failure followed by what became of the
+// other ranks: stopped by the launcher, failed on their own too, or finished OK ("rank 0
+// (pid 7) exited with code 3 after 0.01 s; the other rank failed on its own too"); its fix
+// is one line on where to look next, which never says the launcher stopped ranks it did not
+// stop. Neither ends in a newline; evidence and where are "".
+Finding DescribeFailure(const LaunchResult& result);
 // The status of `rank` in result.ranks (e.g. result.first_failed_rank); nullptr when absent.
 const RankStatus* FindRank(const LaunchResult& result, int rank);
 

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
+#include "trainscope/core/finding.h"
 
 namespace trainscope {
 class Os;
@@ -214,6 +215,12 @@ nlohmann::json PlanToJson(const Plan& plan);  // docs/formats.md "Plan JSON"
 // The ranked table (top `max_rows` fitting ones; fits in 120 columns), the rejected
 // combinations, the recommendation and the measured bottleneck.
 std::string PlanToText(const Plan& plan, int max_rows = 15);
+// The plan as core Findings, for callers that rank findings from several modules: the
+// measured bottleneck (a warning "plan.<bottleneck>_bound": evidence Measured::evidence, fix
+// Measured::rule, where its source) when there is one, then either the recommendation (info
+// "plan.recommended", evidence Plan::reason) or an error "plan.nothing_fits" (candidates, none
+// fits) / "plan.no_candidate" (every combination impossible) whose title is Plan::reason.
+std::vector<Finding> FindingsFrom(const Plan& plan);
 
 }  // namespace trainscope::plan
 

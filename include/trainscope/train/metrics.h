@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/train/config.h"
+#include "trainscope/core/formats.h"
 
 namespace trainscope::tb {
 class EventWriter;
@@ -23,7 +24,7 @@ class EventWriter;
 
 namespace trainscope::train {
 
-inline constexpr char kMetricsFormat[] = "trainscope.train_metrics";
+inline constexpr const char* kMetricsFormat = formats::kTrainMetrics;
 inline constexpr int kMetricsVersion = 1;
 
 // Wall time of one optimizer step, split into phases (milliseconds). On a CPU device

@@ -22,7 +22,8 @@
 namespace trainscope::train {
 
 // The run directory when none is given: $TRAINSCOPE_RUN_DIR when set and not empty, else
-// trainscope-runs/train-<local time %Y%m%d-%H%M%S> (relative to the working directory).
+// run_dir::DefaultRunDir("train"): runs/train-<UTC %Y%m%d-%H%M%S>-<pid> (relative to the
+// working directory), as doctor and launch name theirs.
 std::string DefaultRunDir();
 
 // ---- --probe-batch ----

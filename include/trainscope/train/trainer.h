@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
+#include "trainscope/comm/comm.h"
 #include "trainscope/train/config.h"
 #include "trainscope/train/data.h"
 #include "trainscope/train/dump.h"
@@ -41,6 +42,9 @@ struct TrainOptions {
   // > 1, train data-parallel over its Communicator. false: always one rank.
   bool distributed_from_env = true;
   std::string comm_backend = "gloo";
+  // Where the communicator's notices go and how a stuck mpi op ends (comm::CommHost); empty:
+  // not said, and a stuck mpi op blocks.
+  comm::CommHost comm_host;
   // Called on rank 0 after each step (progress lines); may be empty.
   std::function<void(const StepRecord&)> on_step;
   bool write_weights = true;  // weights.rank<R>.json
@@ -93,6 +97,10 @@ struct TrainOptions {
   // One-line notices for the user (rank 0 only): where the run resumes from, or that it
   // starts fresh. May be empty.
   std::function<void(const std::string&)> on_notice;
+  // One-line notices of this rank, on every rank, from the training thread: an --inject
+  // fault that fires ("--inject exit:rank=1,step=3: rank 1, step 3", just before it acts;
+  // for exit, just before the rank exits). May be empty.
+  std::function<void(const std::string&)> on_rank_notice;
   // Op dumps of these steps in msprobe's layout under <run_dir>/dump (train/dump.h); every
   // rank writes its own. Empty steps: none.
   DumpOptions dump;

@@ -1,9 +1,10 @@
 // MPI backend test, run by ctest under `mpirun -np 2` (a plain main: one verdict per rank,
 // mpirun's exit code is the test's).
 //   comm_mpi_test           every op and size in every dtype, exactly; async all-reduce
-//   comm_mpi_test --hang    rank 1 never joins; rank 0's watchdog must abort the job
-//                           within the 2 s op timeout, naming the op (checked by ctest's
-//                           PASS_REGULAR_EXPRESSION)
+//   comm_mpi_test --hang    rank 1 never joins; rank 0's watchdog must report the op
+//                           within the 2 s op timeout (CommHost::stuck_op: printed, as the
+//                           executables do, checked by ctest's PASS_REGULAR_EXPRESSION) and
+//                           the job must end through its abort_job
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +24,11 @@ int main(int argc, char** argv) {
   CommOptions defaults;
   defaults.backend = "mpi";
   defaults.timeout = std::chrono::milliseconds(hang ? 2000 : 30000);
+  defaults.host.stuck_op = [](const trainscope::comm::StuckOp& op) {
+    std::fprintf(stderr, "%s\n", op.line.c_str());
+    std::fflush(stderr);
+    op.abort_job();
+  };
   auto opts = trainscope::comm::OptionsFromEnvironment(defaults);
   if (!opts.ok()) {
     std::fprintf(stderr, "options: %s\n", opts.status().ToString().c_str());

@@ -3,8 +3,10 @@
 //
 // MPI has no per-op timeout. Blocking calls keep MPI's tuned algorithms (its non-blocking
 // collectives go through a slower generic path), and a watchdog thread enforces the
-// deadline: an op still running when its deadline passes prints which op on which rank
-// hung, then calls MPI_Abort, which makes mpirun stop every rank. Never a silent hang.
+// deadline: an op still running when its deadline passes is reported to the host
+// (CommHost::stuck_op) with a line naming the op and the rank, and a way to end the job
+// (MPI_Abort, which makes mpirun stop every rank). The host decides; the trainscope
+// executables print the line and abort, so there is never a silent hang.
 //
 // bfloat16/float16 have no MPI datatype in OpenMPI 4.1: they travel as 2-byte contiguous
 // types, reduced by user-defined MPI_Ops that compute in float and round once.
@@ -14,11 +16,14 @@
 
 #include <climits>
 #include <condition_variable>
-#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "comm/backend.h"
 #include "comm/half.h"
 
@@ -117,11 +122,20 @@ absl::Status CheckCount(size_t count) {
   return absl::OkStatus();
 }
 
-// Aborts the job when an armed op outlives its deadline.
+[[noreturn]] void AbortJob() {
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; should it, the job still ends
+}
+
+// Reports an armed op that outlives its deadline to the host's stuck_op, once.
 class Watchdog {
  public:
-  Watchdog(int rank, std::chrono::milliseconds timeout)
-      : rank_(rank), timeout_(timeout), thread_([this] { Loop(); }) {}
+  Watchdog(int rank, std::chrono::milliseconds timeout,
+           std::function<void(const StuckOp&)> stuck_op)
+      : rank_(rank),
+        timeout_(timeout),
+        stuck_op_(std::move(stuck_op)),
+        thread_([this] { Loop(); }) {}
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -158,19 +172,25 @@ class Watchdog {
       auto deadline = deadline_;
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && armed_ &&
           deadline_ == deadline) {
-        std::fprintf(stderr,
-                     "trainscope comm (mpi): %s%s on rank %d did not finish within %.3g s; "
-                     "MPI has no per-op timeout, so the job is aborted (MPI_Abort). A peer "
-                     "is dead, stopped, or stuck in other work.\n",
-                     op_, tag_ > 0 ? absl::StrCat(" #", tag_).c_str() : "", rank_,
-                     timeout_.count() / 1000.0);
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        StuckOp stuck;
+        stuck.line = absl::StrFormat(
+            "trainscope comm (mpi): %s%s on rank %d did not finish within %.3g s; MPI has no "
+            "per-op timeout, so the job is aborted (MPI_Abort). A peer is dead, stopped, or "
+            "stuck in other work.",
+            op_, tag_ > 0 ? absl::StrCat(" #", tag_) : "", rank_, timeout_.count() / 1000.0);
+        stuck.abort_job = AbortJob;
+        armed_ = false;  // reported once; the op itself stays blocked
+        if (stuck_op_) {
+          lock.unlock();  // the host may take its time (print, flush) before it aborts
+          stuck_op_(stuck);
+          lock.lock();
+        }
       }
     }
   }
   const int rank_;
   const std::chrono::milliseconds timeout_;
+  const std::function<void(const StuckOp&)> stuck_op_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -184,8 +204,11 @@ class Watchdog {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
-      : comm_(comm), rank_(rank), size_(size), watchdog_(rank, timeout) {}
+  MpiBackend(MPI_Comm comm, int rank, int size, const CommOptions& options)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        watchdog_(rank, options.timeout, options.host.stuck_op) {}
   ~MpiBackend() override { MPI_Comm_free(&comm_); }
 
   const std::string& name() const override { return name_; }
@@ -287,7 +310,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateMpiBackend(const CommOptions& opt
     return absl::InvalidArgumentError(
         absl::StrCat("RANK=", options.rank, " but this process is MPI rank ", rank));
   }
-  return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size, options.timeout));
+  return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size, options));
 }
 
 }  // namespace trainscope::comm

@@ -1,11 +1,12 @@
-#include "trainscope/core/exit.h"
+// ReportAndExitCode: a Status to the exit code and the line on stderr (exit.h).
+#include "cli/exit.h"
 
 #include <cstdio>
 #include <string>
 
 #include "trainscope/core/run_dir_lock.h"
 
-namespace trainscope {
+namespace trainscope::cli {
 
 int ReportAndExitCode(std::string_view verb, const absl::Status& status) {
   if (status.ok()) return kExitOk;
@@ -32,4 +33,4 @@ int ReportAndExitCode(std::string_view verb, const absl::Status& status) {
   }
 }
 
-}  // namespace trainscope
+}  // namespace trainscope::cli
