@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/ckpt/resume.h"
 
 namespace trainscope::train {
 
@@ -97,17 +98,9 @@ class Checkpointer {
   std::thread thread_;  // async only
 };
 
-// Where a run resumes: `spec` is "latest" (the newest complete checkpoint in `dir`, the
-// checkpoints folder) or the path of one checkpoint. path "" means a fresh start. `notice` is
-// the one line to tell the user either way. Errors: a PATH that is missing (NotFound), not a
-// checkpoint, or not complete and intact (InvalidArgument naming the file, the problem and
-// the newest good checkpoint next to it).
-struct ResumePlan {
-  std::string path;
-  int64_t step = 0;
-  std::string notice;
-};
-absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string& dir);
+// The resume choice is the ckpt module's (trainscope/ckpt/resume.h).
+using ckpt::PlanResume;
+using ckpt::ResumePlan;
 
 }  // namespace trainscope::train
 

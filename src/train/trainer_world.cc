@@ -6,19 +6,21 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/ckpt/resume.h"
 #include "trainscope/core/env_vars.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/status.h"
-#include "trainscope/hang/analyze.h"
 #ifdef TS_TRAIN_WITH_COMM
 #include "trainscope/comm/join.h"
+#include "trainscope/comm/watchdog.h"
 #endif
 
 namespace trainscope::train {
@@ -49,27 +51,20 @@ absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& o
   World w;
   if (!options.distributed_from_env) return w;
 #ifdef TS_TRAIN_WITH_COMM
-  comm::CommOptions defaults;
-  defaults.backend = options.comm_backend;
-  defaults.host = options.comm_host;
-  // trainscope launch, torchrun, srun or mpirun (comm/join.h).
-  TS_ASSIGN_OR_RETURN(comm::JoinOptions jo, comm::JoinOptionsFromEnvironment(defaults));
-  comm::CommOptions& co = jo.comm;
-  // comm.timeout_s (or --comm-timeout) bounds every op, as the watchdog's timeout.
-  co.timeout = std::chrono::milliseconds(
+  // trainscope launch, torchrun, srun or mpirun (comm/join.h); comm.timeout_s (or
+  // --comm-timeout) bounds every op, as the watchdog's timeout.
+  comm::JoinRequest request;
+  request.defaults.backend = options.comm_backend;
+  request.defaults.host = options.comm_host;
+  request.timeout = std::chrono::milliseconds(
       std::max<int64_t>(1, static_cast<int64_t>(config.comm.timeout_s * 1000)));
+  request.join_alone = false;  // one rank trains without a communicator
+  TS_ASSIGN_OR_RETURN(comm::JoinedWorld joined, comm::JoinFromEnvironment(request));
+  const comm::CommOptions& co = joined.options.comm;
   w.rank = co.rank;
   w.world_size = co.world_size;
   w.local_world_size = std::max(1, co.local_world_size);
-  if (co.world_size > 1) {
-    auto c = comm::JoinWorld(jo);
-    if (!c.ok()) {
-      return absl::Status(c.status().code(),
-                          absl::StrCat("rank ", co.rank, ": joining the ", co.world_size,
-                                       "-rank job failed: ", c.status().message()));
-    }
-    w.comm = std::move(c).value();
-  }
+  w.comm = std::move(joined.comm);
 #else
   (void)config;
   std::string ws;
@@ -86,14 +81,10 @@ absl::StatusOr<World> JoinWorld(const TrainConfig& config, const TrainOptions& o
 #ifdef TS_TRAIN_WITH_COMM
 absl::Status StartCommWatchdog(const TrainConfig& config, const TrainOptions& options,
                                const comm::Communicator& comm, RunState* st) {
-  if (comm.flight_recorder() == nullptr) return absl::OkStatus();  // recorder off
-  comm::WatchdogOptions wo;
-  wo.recorder = comm.flight_recorder();
-  wo.rank = comm.rank();
-  wo.timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1, static_cast<int64_t>(config.comm.timeout_s * 1000)));
-  wo.dump_path = hang::DumpPath(options.run_dir, comm.rank());
-  wo.stacks_path = hang::StacksPath(options.run_dir, comm.rank());
+  std::optional<comm::WatchdogOptions> options_for_run =
+      comm::WatchdogOptionsForRun(comm, options.run_dir);
+  if (!options_for_run) return absl::OkStatus();  // recorder off
+  comm::WatchdogOptions wo = *std::move(options_for_run);
   wo.dump_request = options.dump_request;
   wo.on_timeout = [st, &options](const std::string& message) {
     if (MetricsWriter* w = st->writer.load()) {
@@ -247,7 +238,7 @@ absl::StatusOr<std::string> ResolveResume(
   std::string path;
   absl::Status refused;
   if (world.rank == 0) {
-    absl::StatusOr<ResumePlan> plan = PlanResume(spec, dir);
+    absl::StatusOr<ckpt::ResumePlan> plan = ckpt::PlanResume(spec, dir);
     if (plan.ok()) {
       if (on_notice) on_notice(plan->notice);
       path = plan->path;
