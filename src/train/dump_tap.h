@@ -84,15 +84,13 @@ class DumpTap : public ModelTap {
   std::string dir_;                                       // this step's rank folder
   std::vector<std::pair<size_t, unsigned>> param_hooks_;  // (named_ index, hook)
   std::map<std::string, int> counts_;
-  std::vector<Entry> entries_;           // in the order they were recorded
-  std::vector<int> pending_input_;       // site -> entries_ index of its open forward call
-  std::vector<std::string> pending_in_;  // site -> its input record
-  std::vector<int> backward_of_;         // forward entry -> its backward entry (-1: none yet)
-  std::vector<int> forward_site_;        // forward entry -> site
+  std::vector<Entry> entries_;      // in the order they were recorded
+  std::vector<int> pending_input_;  // site -> entries_ index of its open forward call
+  std::vector<int> backward_of_;    // forward entry -> its backward entry (-1: none yet)
+  std::vector<int> forward_site_;   // forward entry -> site
   // Per site: the parameter gradients of its current backward pass, by param index.
   std::map<int, std::map<size_t, std::string>> grads_;
-  std::vector<std::pair<std::string, int>> forward_names_;  // (name, site) for stack.json
-  std::vector<std::string> failures_;                       // tensors that could not be saved
+  std::vector<std::string> failures_;  // tensors that could not be saved
 };
 
 }  // namespace trainscope::train

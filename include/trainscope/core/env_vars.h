@@ -75,7 +75,8 @@ inline constexpr char kJobToken[] = "TRAINSCOPE_JOB_TOKEN";
 inline constexpr char kJobId[] = "TRAINSCOPE_JOB_ID";
 inline constexpr char kCommTimeoutS[] = "TRAINSCOPE_COMM_TIMEOUT_S";  // op timeout override
 inline constexpr char kNoProgress[] = "TRAINSCOPE_NO_PROGRESS";       // "1": no progress lines
-inline constexpr char kProgress[] = "TRAINSCOPE_PROGRESS";  // "1": progress lines off a terminal too
+inline constexpr char kProgress[] =
+    "TRAINSCOPE_PROGRESS";                              // "1": progress lines off a terminal too
 inline constexpr char kPython[] = "TRAINSCOPE_PYTHON";  // interpreter asked for torch versions
 // --- tokenizer / data ---
 inline constexpr char kSpmLibrary[] =
@@ -86,7 +87,7 @@ inline constexpr char kCudaHome[] =
 inline constexpr char kCudaPath[] = "CUDA_PATH";               // CUDA toolkit root, second choice
 inline constexpr char kAscendHomePath[] = "ASCEND_HOME_PATH";  // CANN root set by set_env.sh
 inline constexpr char kAscendToolkitHome[] = "ASCEND_TOOLKIT_HOME";  // CANN root, second choice
-inline constexpr char kPath[] = "PATH";  // searched for python3 when TRAINSCOPE_PYTHON is unset
+inline constexpr char kPath[] = "PATH";      // searched for python3 when TRAINSCOPE_PYTHON is unset
 inline constexpr char kTmpDir[] = "TMPDIR";  // scratch files (spills, self-test run dirs)
 
 }  // namespace trainscope::envvar

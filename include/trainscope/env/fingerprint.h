@@ -15,8 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/core/os.h"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::env {
 

@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "trainscope/train/config.h"
 #include "trainscope/core/formats.h"
+#include "trainscope/train/config.h"
 
 namespace trainscope::tb {
 class EventWriter;
