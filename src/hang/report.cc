@@ -5,6 +5,7 @@
 #include <string>
 
 #include "hang/analysis_internal.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::hang {
@@ -161,7 +162,10 @@ nlohmann::json ReportToJson(const Report& report) {
     j["consequence"] = f.consequence;
     findings.push_back(std::move(j));
   }
-  json out = {{"problem", report.problem}, {"findings", findings}};
+  json out = {{"format", formats::kHangAnalysis},
+              {"version", 1},
+              {"problem", report.problem},
+              {"findings", findings}};
   out["root_ranks"] = report.root_ranks;
   out["root_cause"] = report.root_cause;
   out["details"] = report.details.is_null() ? json::object() : report.details;

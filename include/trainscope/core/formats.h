@@ -29,6 +29,7 @@ inline constexpr char kEnvDiff[] = "trainscope.env.diff";
 inline constexpr char kEnvFingerprint[] = "trainscope.env.fingerprint";
 inline constexpr char kFinding[] = "trainscope.finding";
 inline constexpr char kFlightRecorder[] = "trainscope.flight_recorder";
+inline constexpr char kHangAnalysis[] = "trainscope.hang.analysis";
 inline constexpr char kLaunch[] = "trainscope.launch";
 inline constexpr char kPlan[] = "trainscope.plan";
 inline constexpr char kPythonState[] = "trainscope.python_state";
@@ -72,6 +73,7 @@ inline constexpr Format kFormats[] = {
     {kEnvFingerprint, 1, "env fingerprint"},
     {kFinding, 1, "one finding (core/finding.h), inside other documents"},
     {kFlightRecorder, 1, "flight recorder dump (hang/flight_recorder.rank<R>.json)"},
+    {kHangAnalysis, 1, "hang analyze --json report (hang/analysis.json)"},
     {kLaunch, 1, "launch.json of a launched job"},
     {kPlan, 1, "plan --json: parallel strategies"},
     {kPythonState, 1, "trainscope.checkpoint.save's meta.json \"state\" (Python)"},
