@@ -2,7 +2,8 @@
 """`trainscope hang analyze` on real multi-group hangs: the root ranks across process groups
 (issue 31 part 1), on Flight Recorder dumps written by the venv's torch itself.
 
-The job: 8 gloo ranks on the CPU (8 subprocesses, a FileStore rendezvous), laid out as
+The job: 8 gloo ranks on the CPU (8 processes forked from one that imported torch once for
+the whole test, real_tools/_fork.py; a FileStore rendezvous), laid out as
 rank = 4 dp + 2 pp + tp: tensor parallel pairs [0,1] [2,3] [4,5] [6,7], pipeline pairs
 [0,2] [1,3] [4,6] [5,7], data parallel pairs [0,4] [1,5] [2,6] [3,7], and two expert groups
 [0..3] [4..7], every one a `new_group`. Each step: the expert group's all_to_all_single with
@@ -28,12 +29,14 @@ import argparse, glob, json, os, shutil, signal, subprocess, sys, tempfile, text
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "real_tools"))
 from _cli import gloo_fr_job  # noqa: E402  (the FR job set-up shared with real_tools)
+from _fork import ForkServer  # noqa: E402  (48 torch imports were most of the test's time)
 
 WORLD = 8
 PREFIX = "gloo_trace_rank_"
 STEPS = 2            # the hang is in the last one
-SETTLE_S = 2.0       # every rank in its last step -> dump: the time to reach the blocking op
-START_TIMEOUT_S = 90  # 8 torch imports + 14 groups on 2 busy cores
+SETTLE_S = 1.0       # every rank in its last step -> dump: the time to reach the blocking op
+                     # (about 20 ms on an idle machine; it was 2 s)
+START_TIMEOUT_S = 90  # a torch import (the first job) + 8 ranks and 14 groups on 2 busy cores
 WATCHDOG_S = 120     # a rank dumps by itself when no trigger came (the driver died)
 DUMP_TIMEOUT_S = 30
 
@@ -163,7 +166,7 @@ def markers(work, kind):
             for p in glob.glob(os.path.join(work, kind + ".*"))}
 
 
-def run_job(tmp, name, actions):
+def run_job(tmp, forks, name, actions):
     """Runs one scenario's job until every live rank dumped; returns the dump folder."""
     work, dumps, worker, env = gloo_fr_job(tmp, WORKER, PREFIX, job=os.path.join(name, "job"),
                                            dumps=os.path.join(name, "dumps"))
@@ -171,11 +174,8 @@ def run_job(tmp, name, actions):
     procs = []
     try:
         for r in range(WORLD):
-            log = open(os.path.join(work, f"log.{r}"), "w")
-            procs.append(subprocess.Popen(
-                [sys.executable, worker, str(r), str(WORLD), str(STEPS), work, arg], env=env,
-                cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            log.close()
+            procs.append(forks.spawn([worker, str(r), str(WORLD), str(STEPS), work, arg], env,
+                                     work, os.path.join(work, f"log.{r}")))
 
         def fail(stage):
             tails = "\n".join(f"rank {r} (exit {p.poll()}): "
@@ -251,12 +251,13 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     failures, checked = [], 0
+    forks = ForkServer(tmp)
     try:
         for name, (actions, roots, present) in SCENARIOS.items():
             if args.only and name != args.only:
                 continue
             t0 = time.monotonic()
-            dumps, errored = run_job(tmp, name, actions)
+            dumps, errored = run_job(tmp, forks, name, actions)
             have = sorted(int(p.rsplit("_", 1)[1]) for p in glob.glob(os.path.join(dumps, PREFIX + "*")))
             gone = sorted(set(actions) - set(present))
             assert have == sorted(set(range(WORLD)) - set(gone)), (name, have)
@@ -278,6 +279,7 @@ def main():
                     print(f"FAIL {e}")
             print(f"     {name}: {time.monotonic() - t0:.1f} s, ranks with a peer error: {errored}")
     finally:
+        forks.close()
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"{checked} checks passed, {len(failures)} failed")

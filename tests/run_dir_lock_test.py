@@ -10,7 +10,8 @@
     ranks join the launcher's lock) and `launch -n 2 -- train --run-dir E` (the first rank
     holds E, the other joins) run; a second launch on D exits 2 naming the first launcher,
     and a second job's trainers on E are refused (the launch fails, rank 0's line names the
-    holder);
+    holder); the first job, stopped with SIGINT once those were refused, has each rank's
+    steps once and in order and one end record;
   * with --pythonpath: a Python writer (trainscope._core.lock_run_dir, what watch / record /
     checkpoint.save take) refuses a trainer the same way, and releases at exit.
 Exit 0 when all hold, 1 with the first failure.
@@ -18,12 +19,17 @@ Exit 0 when all hold, 1 with the first failure.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 STEPS = 3000  # about 3-8 s of the tiny model: long enough for a second writer to arrive
+# The 2-rank job of launches() trains until the test stops it with SIGINT once the second
+# launch and the second job were refused (about 2 s; 3000 steps were 30 s at 2 ranks).
+# JOB_MAX_S only bounds an orphan's life when the test itself fails half-way.
+JOB_STEPS, JOB_MAX_S = 1000000, 120
 
 
 def fail(msg):
@@ -134,7 +140,8 @@ def launches(binary, config, tmp):
     e = os.path.join(tmp, "train_dir")
     first = subprocess.Popen([binary, "launch", "-q", "-n", "2", "--run-dir",
                               os.path.join(tmp, "launch_a"), "--", binary, "train", "--config",
-                              config, "--run-dir", e, "--steps", str(STEPS)],
+                              config, "--run-dir", e, "--steps", str(JOB_STEPS),
+                              "--max-seconds", str(JOB_MAX_S)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_steps(os.path.join(e, "train", "metrics.rank1.jsonl"), first)
     second = subprocess.run([binary, "launch", "-q", "-n", "1", "--run-dir",
@@ -150,14 +157,24 @@ def launches(binary, config, tmp):
                             config, "--run-dir", e], capture_output=True, text=True, timeout=120)
     # The refused rank exits 2; the launch reports a failed rank (exit 1) with its line.
     check_refusal(other.returncode, other.stderr, holder, "a second job's trainers", want_rc=1)
-    _, err = first.communicate(timeout=300)
-    if first.returncode != 0:
-        fail("the first 2-rank job: exit %d\n%s" % (first.returncode, err[-2000:]))
+    # Everything the first job had to outlive is done: stop it the way a user would.
+    still_running = first.poll() is None
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    if not still_running or first.returncode != 128 + signal.SIGINT:
+        fail("the first 2-rank job: exit %d (%s when the checks were done), want %d after "
+             "SIGINT\n%s" % (first.returncode, "running" if still_running else "ended",
+                             128 + signal.SIGINT, err[-2000:]))
     for rank in (0, 1):
-        steps = [x["step"] for x in records(os.path.join(e, "train", "metrics.rank%d.jsonl" % rank))
-                 if x.get("type") == "step"]
-        if steps != list(range(1, STEPS + 1)):
-            fail("the first job's rank %d metrics: not steps 1..%d once each" % (rank, STEPS))
+        recs = records(os.path.join(e, "train", "metrics.rank%d.jsonl" % rank))
+        steps = [x["step"] for x in recs if x.get("type") == "step"]
+        if not steps or steps != list(range(1, len(steps) + 1)):
+            fail("the first job's rank %d metrics: not steps 1..%d once each" % (rank, len(steps)))
+        ends = [x for x in recs if x.get("type") == "end"]
+        if len(ends) != 1 or recs[-1].get("type") != "end":
+            fail("the first job's rank %d metrics: end records %s, not one at the end" % (rank, ends))
+        if sum(1 for x in recs if x.get("type") == "header") > 1:
+            fail("the first job's rank %d metrics: two header records" % rank)
     print("launch: one job is one writer; a second launch and a second job are refused")
 
 

@@ -11,6 +11,10 @@ in this process on the whole batch (what both must compute).
   rank 0 says it came from another rank;
 - a hang: rank 1 skips a step, the watchdog dumps both ranks, `hang analyze` names rank 1 and
   the op.
+
+The six jobs' ranks are forked from one process that imported torch2_job (torch, trainscope)
+once (fork_launch.py): 12 torch imports, and torch._dynamo's (DDP and FSDP2 import it on first
+use), were about half of this file's time.
 """
 import json
 import os
@@ -20,7 +24,8 @@ import pytest
 import torch
 
 import trainscope
-from conftest import HERE, launch, trainscope_binary
+from conftest import HERE, trainscope_binary
+from fork_launch import ForkLauncher
 import torch2_job as job
 
 JOB = os.path.join(HERE, "torch2_job.py")
@@ -43,6 +48,14 @@ def site(marker):
             if line.rstrip().endswith("# " + marker):
                 return "torch2_job.py:%d" % i
     raise AssertionError("no %s in torch2_job.py" % marker)
+
+
+@pytest.fixture(scope="module")
+def launcher():
+    # What DDP, FSDP2 and the state-dict API import on first use, once for all jobs.
+    with ForkLauncher(JOB, preload=["torch._dynamo", "torch.distributed.checkpoint.state_dict",
+                                    "torch.distributed.fsdp"]) as fl:
+        yield fl
 
 
 @pytest.fixture(scope="module")
@@ -173,9 +186,9 @@ def check_checkpoints(kind, run_dir, ref):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_training_is_recorded_and_checkpointed(kind, run_dir, reference):
+def test_training_is_recorded_and_checkpointed(kind, run_dir, reference, launcher):
     needs(kind)
-    results = launch(JOB, ["train", kind, run_dir], timeout_s=60)
+    results = launcher.launch(["train", kind, run_dir], timeout_s=60)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 0, "rank %d: rc %d\n%s" % (rank, rc, err)
         # The job loaded both checkpoints back (equal to the model's state when saved) and
@@ -193,13 +206,13 @@ def test_training_is_recorded_and_checkpointed(kind, run_dir, reference):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_nan_in_one_ranks_forward_is_named(kind, run_dir):
+def test_nan_in_one_ranks_forward_is_named(kind, run_dir, launcher):
     # Rank 1's layer2 output turns NaN at step 3; the gradient reduction (DDP's all-reduce,
     # FSDP2's reduce-scatter) spreads it, so both ranks raise at step 3 in opt.step(). Rank 1
     # names its module by the user's path; rank 0 finds its own forward (FSDP2) or its own
     # gradients before the all-reduce (DDP) finite.
     needs(kind)
-    results = launch(JOB, ["nan", kind, run_dir], timeout_s=60)
+    results = launcher.launch(["nan", kind, run_dir], timeout_s=60)
     seen = []
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 3, "rank %d: rc %d\n%s" % (rank, rc, err)
@@ -221,11 +234,11 @@ def test_nan_in_one_ranks_forward_is_named(kind, run_dir):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_skipped_step_hang_is_named(kind, run_dir):
+def test_skipped_step_hang_is_named(kind, run_dir, launcher):
     # Rank 1 sleeps instead of step 4; rank 0 waits in DDP's bucket all-reduce (backward) or
     # in FSDP2's first all-gather of the forward. After 3 s the watchdog has both ranks dump.
     needs(kind)
-    results = launch(JOB, ["hang", kind, run_dir], timeout_s=40)
+    results = launcher.launch(["hang", kind, run_dir], timeout_s=40)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 1, "rank %d: rc %d\n%s" % (rank, rc, err)
         assert "not reached" not in out

@@ -162,8 +162,8 @@ bool IsRankStateName(const std::string& name) {
 // What is wrong with a JSON file of a checkpoint whose size and hash match the manifest, or
 // "": resume parses each, so one that is not JSON (a rank state: not a JSON object) would
 // be refused there. meta.json is checked on its own, for its keys.
-std::string JsonFileProblem(const std::string& file, const std::string& name) {
-  auto j = ReadJsonFile(file);
+std::string JsonFileProblem(const std::string& file, const std::string& name, Os* os) {
+  auto j = ReadJsonFile(file, os);
   if (!j.ok()) {
     std::string why(j.status().message());
     if (absl::StartsWith(why, file + ": ")) why = why.substr(file.size() + 2);
@@ -200,12 +200,12 @@ std::string RangeMismatch(const File& f, uint64_t begin, uint64_t n, const std::
 // "header" hash) and each tensor whose byte range differs from its "tensors" hash, the
 // tensor named. Manifests written before those hashes were recorded have only the header
 // check. Empty when nothing more precise than the whole file can be said.
-std::vector<Problem> LocateDamage(const std::string& file, const json& entry) {
+std::vector<Problem> LocateDamage(const std::string& file, const json& entry, Os* os) {
   std::vector<Problem> out;
   if (!absl::EndsWith(file, ".safetensors")) return out;
-  auto f = File::Open(file);
+  auto f = File::Open(file, os);
   if (!f.ok()) return out;
-  auto header = ReadHeader(file);
+  auto header = ReadHeader(file, os);
   // "hash mismatch of bytes [0, H) (...)" when the entry has a header hash and it differs.
   std::string mismatch;
   auto hh = entry.find("header");
@@ -309,13 +309,12 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
   return final_path;
 }
 
-bool LooksLikeCheckpoint(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) return false;
+bool LooksLikeCheckpoint(const std::string& path, Os* os) {
+  if (!os->IsDirectory(path)) return false;
   bool tmp;
   if (StepFromName(fs::path(path).filename().string(), &tmp) >= 0) return true;
   for (const char* f : {run_dir::kCheckpointMeta, run_dir::kCheckpointManifest}) {
-    auto j = ReadJsonFile(absl::StrCat(path, "/", f));
+    auto j = ReadJsonFile(absl::StrCat(path, "/", f), os);
     if (j.ok() && j->is_object()) {
       const std::string fmt = StringMember(*j, "format");
       if (fmt == kCheckpointFormat || fmt == kManifestFormat) return true;
@@ -325,7 +324,7 @@ bool LooksLikeCheckpoint(const std::string& path) {
 }
 
 CheckResult CheckCheckpoint(const std::string& path, bool hash,
-                            const std::function<void(uint64_t)>& on_bytes) {
+                            const std::function<void(uint64_t)>& on_bytes, Os* os) {
   CheckResult r;
   r.path = path;
   bool tmp = false;
@@ -334,22 +333,21 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
     r.problems.push_back({file, std::move(what)});
   };
   const std::string meta_path = absl::StrCat(path, "/", run_dir::kCheckpointMeta);
-  auto meta = ReadJsonFile(meta_path);
+  auto meta = ReadJsonFile(meta_path, os);
   if (meta.ok() && meta->is_object()) {
     if (meta->contains("step") && (*meta)["step"].is_number_integer()) r.step = (*meta)["step"];
     auto anomaly = meta->find("anomaly");
     r.anomaly = anomaly != meta->end() && anomaly->is_boolean() && anomaly->get<bool>();
   }
   const std::string mpath = absl::StrCat(path, "/", run_dir::kCheckpointManifest);
-  std::error_code ec;
-  if (tmp || !fs::exists(mpath, ec)) {
+  if (tmp || !os->FileExists(mpath)) {
     r.incomplete = true;
     problem(tmp ? path : mpath,
             tmp ? "incomplete: a save in progress or interrupted (temporary directory)"
                 : "incomplete: no manifest.json (the save did not finish)");
     return r;
   }
-  auto manifest = ReadJsonFile(mpath);
+  auto manifest = ReadJsonFile(mpath, os);
   if (!manifest.ok()) {
     problem(mpath, "corrupt: the manifest is not valid JSON");
     return r;
@@ -375,27 +373,26 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
       continue;
     }
     const uint64_t want = f["bytes"];
-    struct stat st;
-    if (::stat(file.c_str(), &st) != 0) {
+    absl::StatusOr<uint64_t> size = os->FileSize(file);
+    if (!size.ok()) {
       problem(file, "missing: listed in the manifest but absent");
       r.complete = false;
       continue;
     }
-    if (static_cast<uint64_t>(st.st_size) != want) {
-      problem(file,
-              absl::StrCat(static_cast<uint64_t>(st.st_size) < want ? "truncated" : "wrong size",
-                           ": ", st.st_size, " bytes, the manifest says ", want));
+    if (*size != want) {
+      problem(file, absl::StrCat(*size < want ? "truncated" : "wrong size", ": ", *size,
+                                 " bytes, the manifest says ", want));
       r.complete = false;
       continue;
     }
     if (hash) {
-      auto h = HashFile(file, on_bytes);
+      auto h = HashFile(file, on_bytes, os);
       if (!h.ok()) {
         problem(file, std::string(h.status().message()));
         continue;
       }
       if (*h != f["xxh3"].get<std::string>()) {
-        std::vector<Problem> where = LocateDamage(file, f);
+        std::vector<Problem> where = LocateDamage(file, f, os);
         if (where.empty()) {
           problem(file, absl::StrCat("hash mismatch: xxh3 ", *h, ", the manifest says ",
                                      f["xxh3"].get<std::string>(),
@@ -411,21 +408,22 @@ CheckResult CheckCheckpoint(const std::string& path, bool hash,
     // A hash matches the bytes the writer wrote, not that they are what resume can read.
     if (absl::EndsWith(name, ".json") && name != run_dir::kCheckpointMeta &&
         name != run_dir::kCheckpointManifest) {
-      if (std::string why = JsonFileProblem(file, name); !why.empty()) problem(file, why);
+      if (std::string why = JsonFileProblem(file, name, os); !why.empty()) problem(file, why);
     }
   }
   if (std::string why = MetaProblem(meta); !why.empty()) problem(meta_path, why);
   return r;
 }
 
-std::vector<std::string> ListCheckpointDirs(const std::string& dir) {
+std::vector<std::string> ListCheckpointDirs(const std::string& dir, Os* os) {
   std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
     bool tmp;
-    const std::string name = it->path().filename().string();
     const int64_t step = StepFromName(name, &tmp);
-    if (step >= 0 && it->is_directory(ec)) found.push_back({step, it->path().string()});
+    // The path as std::filesystem joins it ("dir/" + name gives no double slash).
+    const std::string path = (fs::path(dir) / name).string();
+    if (step >= 0 && os->IsDirectory(path)) found.push_back({step, path});
   }
   // Newest first; at equal steps the final name before a temporary one.
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
@@ -436,22 +434,21 @@ std::vector<std::string> ListCheckpointDirs(const std::string& dir) {
   return out;
 }
 
-absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash) {
-  std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) {
+absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash, Os* os) {
+  if (!os->IsDirectory(run_dir)) {
     return absl::NotFoundError(absl::StrCat(run_dir, ": no such directory"));
   }
   std::string dir = run_dir;
   const std::string checkpoints = absl::StrCat(run_dir, "/", run_dir::kCheckpoints);
-  if (fs::is_directory(checkpoints, ec)) dir = checkpoints;
+  if (os->IsDirectory(checkpoints)) dir = checkpoints;
   Latest latest;
-  for (const std::string& p : ListCheckpointDirs(dir)) {
+  for (const std::string& p : ListCheckpointDirs(dir, os)) {
     // Anomaly checkpoints (a loss spike, or the last good state before a non-finite step)
     // are kept for inspection, never resumed from by "latest": the run they belong to went
     // wrong right after them. Skipped by name before any hashing, and by meta.json for
     // checkpoints written under a step-<N> name.
     if (absl::StartsWith(fs::path(p).filename().string(), kAnomalyPrefix)) continue;
-    CheckResult c = CheckCheckpoint(p, hash);
+    CheckResult c = CheckCheckpoint(p, hash, {}, os);
     if (c.anomaly) continue;
     if (c.ok()) {
       latest.path = p;
@@ -472,10 +469,10 @@ absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash)
   return latest;
 }
 
-absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path) {
-  auto header = ReadHeader(path);
+absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path, Os* os) {
+  auto header = ReadHeader(path, os);
   if (!header.ok()) return header.status();
-  auto f = File::Open(path);
+  auto f = File::Open(path, os);
   if (!f.ok()) return f.status();
   std::vector<TensorData> out;
   out.reserve(header->tensors.size());

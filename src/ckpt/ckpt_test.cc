@@ -17,7 +17,9 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/ckpt/inspect.h"
+#include "trainscope/ckpt/resume.h"
 #include "trainscope/ckpt/safetensors.h"
+#include "trainscope/core/fake_os.h"
 
 namespace trainscope::ckpt {
 namespace {
@@ -294,6 +296,51 @@ TEST_F(CkptTest, HashMismatchAndTruncation) {
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(latest->path, "");
   EXPECT_EQ(latest->skipped.size(), 1u);
+}
+
+// The readers go through Os: checkpoints copied into a FakeOs are checked in memory, and
+// damage done there (not on disk) is what they find.
+TEST_F(CkptTest, ReadersRunOnAFakeOs) {
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(3), Fast()).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir_, Data(5), Fast()).ok());
+  FakeOs os;
+  for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), dir_).string();
+    os.AddFile("/run/" + rel, *Os::Default()->ReadFile(e.path().string()));
+  }
+  auto latest = FindLatestComplete("/run", true, &os);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->path, "/run/step-5");
+  EXPECT_EQ(latest->step, 5);
+  EXPECT_TRUE(LooksLikeCheckpoint("/run/step-5", &os));
+  EXPECT_EQ(ListCheckpointDirs("/run", &os),
+            (std::vector<std::string>{"/run/step-5", "/run/step-3"}));
+  auto tensors = ReadSafetensors("/run/step-5/model.safetensors", &os);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->size(), 2u);
+  // Truncate step-5's model in memory only: latest falls back to step-3.
+  std::string model = *os.ReadFile("/run/step-5/model.safetensors");
+  os.AddFile("/run/step-5/model.safetensors", model.substr(0, 20));
+  CheckResult c = CheckCheckpoint("/run/step-5", true, {}, &os);
+  EXPECT_FALSE(c.complete);
+  ASSERT_FALSE(c.problems.empty());
+  EXPECT_NE(c.problems[0].problem.find("truncated: 20 bytes"), std::string::npos);
+  latest = FindLatestComplete("/run", true, &os);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->path, "/run/step-3");
+  ASSERT_EQ(latest->skipped.size(), 1u);
+  EXPECT_TRUE(CheckCheckpoint(dir_ + "/step-5", true).ok());  // the disk is untouched
+  InspectOptions o;
+  o.os = &os;
+  auto reports = InspectPath("/run", o);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 2u);
+  EXPECT_EQ((*reports)[0].path, "/run/step-3");
+  EXPECT_TRUE((*reports)[0].ok());
+  EXPECT_FALSE((*reports)[1].ok());
+  EXPECT_FALSE((*reports)[0].tensors.empty());
+  EXPECT_EQ(PlanResume("latest", "/run", &os)->path, "/run/step-3");
 }
 
 TEST_F(CkptTest, KeepPruning) {

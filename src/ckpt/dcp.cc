@@ -12,9 +12,7 @@
 #include "ckpt/dcp.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -193,7 +191,7 @@ absl::StatusOr<DcpMetadata> ParseDcpMetadata(const std::string& bytes, const std
 // are in a data descriptor, so the central directory is the index; members are stored
 // (method 0). Offsets in the zip are relative to the archive's start, the entry's offset.
 absl::StatusOr<std::vector<DcpArchiveMember>> ReadDcpArchive(const std::string& dir,
-                                                             const DcpStorage& s) {
+                                                             const DcpStorage& s, Os* os) {
   const std::string path = dir + "/" + s.file;
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(
@@ -203,7 +201,7 @@ absl::StatusOr<std::vector<DcpArchiveMember>> ReadDcpArchive(const std::string& 
     return absl::UnimplementedError(
         absl::StrCat(path, ": an entry stored through transform_descriptors"));
   }
-  TS_ASSIGN_OR_RETURN(File f, File::Open(path));
+  TS_ASSIGN_OR_RETURN(File f, File::Open(path, os));
   if (s.offset > f.size() || s.length > f.size() - s.offset) {
     return absl::DataLossError(absl::StrCat(
         path, ": ", f.size(), " bytes, but an entry is stored up to byte ", s.offset + s.length));
@@ -279,20 +277,20 @@ absl::StatusOr<std::vector<DcpArchiveMember>> ReadDcpArchive(const std::string& 
   return members;
 }
 
-absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStorage& s) {
+absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStorage& s, Os* os) {
   const std::string path = dir + "/" + s.file;
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": bytes [", s.offset, ", ", s.offset + s.length, "): ", what));
   };
-  TS_ASSIGN_OR_RETURN(std::vector<DcpArchiveMember> members, ReadDcpArchive(dir, s));
+  TS_ASSIGN_OR_RETURN(std::vector<DcpArchiveMember> members, ReadDcpArchive(dir, s, os));
   auto member = [&](const std::string& name) -> const DcpArchiveMember* {
     for (const DcpArchiveMember& m : members) {
       if (m.name == name) return &m;
     }
     return nullptr;
   };
-  TS_ASSIGN_OR_RETURN(File f, File::Open(path));
+  TS_ASSIGN_OR_RETURN(File f, File::Open(path, os));
   auto contents = [&](const DcpArchiveMember& m, std::string* out) {
     out->resize(m.size);
     return f.ReadAt(m.offset, m.size, out->data());
@@ -359,12 +357,10 @@ absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStora
   return out;
 }
 
-absl::StatusOr<DcpMetadata> ReadDcpMetadata(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseDcpMetadata(ss.str(), path);
+absl::StatusOr<DcpMetadata> ReadDcpMetadata(const std::string& path, Os* os) {
+  absl::StatusOr<std::string> bytes = os->ReadFile(path);
+  if (!bytes.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  return ParseDcpMetadata(*bytes, path);
 }
 
 }  // namespace trainscope::ckpt

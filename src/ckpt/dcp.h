@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::ckpt {
 
@@ -43,7 +44,7 @@ struct DcpMetadata {
 // Reads and interprets `path` (a .metadata file). Errors: NotFound "<path>: cannot open";
 // InvalidArgument "<path>: byte N: OPCODE: ..." for a malformed pickle and "<path>: ..."
 // naming the entry for one that is not DCP metadata.
-absl::StatusOr<DcpMetadata> ReadDcpMetadata(const std::string& path);
+absl::StatusOr<DcpMetadata> ReadDcpMetadata(const std::string& path, Os* os = Os::Default());
 
 // The same from the file's bytes (`path` only names it in errors).
 absl::StatusOr<DcpMetadata> ParseDcpMetadata(const std::string& bytes, const std::string& path);
@@ -64,7 +65,8 @@ struct DcpArchiveMember {
 // DataLoss when it is shorter than the entry); InvalidArgument "<file>: bytes [A, B): ..."
 // when the range is not an uncompressed zip; Unimplemented for a transformed entry.
 absl::StatusOr<std::vector<DcpArchiveMember>> ReadDcpArchive(const std::string& dir,
-                                                             const DcpStorage& s);
+                                                             const DcpStorage& s,
+                                                             Os* os = Os::Default());
 
 // The elements of one chunk, as torch.save laid them out: `bytes` bytes of `dtype` in
 // row-major order from byte `offset` of `file`.
@@ -85,7 +87,8 @@ struct DcpChunkData {
 // torch.save of one tensor or its storage is shorter than the tensor; Unimplemented for
 // what is not decoded here: a storage type other than the float, integer and bool ones,
 // a big-endian archive. A strided layout is read (DcpChunkData::stride).
-absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStorage& s);
+absl::StatusOr<DcpChunkData> ReadDcpChunk(const std::string& dir, const DcpStorage& s,
+                                          Os* os = Os::Default());
 
 }  // namespace trainscope::ckpt
 

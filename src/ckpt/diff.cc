@@ -35,8 +35,8 @@ struct Span {
 
 // Compares the values of two same-shaped tensors; fills max_abs, max_rel, differs.
 absl::Status CompareValues(const Span& a, const Span& b, TensorDiff* d, const InspectOptions& o) {
-  TS_ASSIGN_OR_RETURN(File fa, File::Open(a.file));
-  TS_ASSIGN_OR_RETURN(File fb, File::Open(b.file));
+  TS_ASSIGN_OR_RETURN(File fa, File::Open(a.file, o.os));
+  TS_ASSIGN_OR_RETURN(File fb, File::Open(b.file, o.os));
   const uint64_t ea = DTypeBits(a.dtype) / 8, eb = DTypeBits(b.dtype) / 8;
   const uint64_t count = ea ? a.bytes / ea : 0;
   std::string ba, bb;
@@ -79,8 +79,8 @@ absl::Status CompareDcpTensor(const std::string& dir_a, const DcpEntry& a, const
                 chunks_b.size() == b.storage.size();
   for (const DcpStorage& s : a.storage) paired = paired && chunks_b.count(s.chunk_offsets);
   for (size_t i = 0; paired && i < a.storage.size(); ++i) {
-    auto ca = ReadDcpChunk(dir_a, a.storage[i]);
-    auto cb = ReadDcpChunk(dir_b, *chunks_b[a.storage[i].chunk_offsets]);
+    auto ca = ReadDcpChunk(dir_a, a.storage[i], o.os);
+    auto cb = ReadDcpChunk(dir_b, *chunks_b[a.storage[i].chunk_offsets], o.os);
     for (const auto* c : {&ca, &cb}) {
       if (!c->ok() && !absl::IsUnimplemented(c->status())) return c->status();
     }
@@ -99,13 +99,13 @@ absl::Status CompareDcpTensor(const std::string& dir_a, const DcpEntry& a, const
 // archives hold the same members with the same bytes (.data/serialization_id aside: it
 // names the save, not the value).
 absl::Status CompareDcpObject(const std::string& dir_a, const DcpEntry& a, const std::string& dir_b,
-                              const DcpEntry& b, TensorDiff* d) {
+                              const DcpEntry& b, TensorDiff* d, Os* os) {
   if (a.storage.size() != 1 || b.storage.size() != 1) {
     d->change = "not compared";
     return absl::OkStatus();
   }
-  auto ma = ReadDcpArchive(dir_a, a.storage[0]);
-  auto mb = ReadDcpArchive(dir_b, b.storage[0]);
+  auto ma = ReadDcpArchive(dir_a, a.storage[0], os);
+  auto mb = ReadDcpArchive(dir_b, b.storage[0], os);
   for (const auto* m : {&ma, &mb}) {
     if (!m->ok() && !absl::IsUnimplemented(m->status())) return m->status();
   }
@@ -113,10 +113,10 @@ absl::Status CompareDcpObject(const std::string& dir_a, const DcpEntry& a, const
     d->change = "not compared";
     return absl::OkStatus();
   }
-  auto contents = [](const std::string& dir, const DcpStorage& s,
-                     const std::vector<DcpArchiveMember>& members)
+  auto contents = [os](const std::string& dir, const DcpStorage& s,
+                       const std::vector<DcpArchiveMember>& members)
       -> absl::StatusOr<std::map<std::string, std::string>> {
-    TS_ASSIGN_OR_RETURN(File f, File::Open(dir + "/" + s.file));
+    TS_ASSIGN_OR_RETURN(File f, File::Open(dir + "/" + s.file, os));
     std::map<std::string, std::string> out;
     for (const DcpArchiveMember& m : members) {
       if (m.name == ".data/serialization_id") continue;
@@ -132,8 +132,8 @@ absl::Status CompareDcpObject(const std::string& dir_a, const DcpEntry& a, const
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::map<std::string, DcpEntry>> DcpEntries(const CheckpointReport& r) {
-  TS_ASSIGN_OR_RETURN(DcpMetadata meta, ReadDcpMetadata(r.path + "/.metadata"));
+absl::StatusOr<std::map<std::string, DcpEntry>> DcpEntries(const CheckpointReport& r, Os* os) {
+  TS_ASSIGN_OR_RETURN(DcpMetadata meta, ReadDcpMetadata(r.path + "/.metadata", os));
   std::map<std::string, DcpEntry> out;
   for (DcpEntry& e : meta.entries) out.emplace(e.name, std::move(e));
   return out;
@@ -155,8 +155,8 @@ absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
   const auto ma = ByName(*ra), mb = ByName(*rb);
   std::map<std::string, DcpEntry> dcp_a, dcp_b;
   if (ra->format == "dcp" && rb->format == "dcp") {
-    TS_ASSIGN_OR_RETURN(dcp_a, DcpEntries(*ra));
-    TS_ASSIGN_OR_RETURN(dcp_b, DcpEntries(*rb));
+    TS_ASSIGN_OR_RETURN(dcp_a, DcpEntries(*ra, o.os));
+    TS_ASSIGN_OR_RETURN(dcp_b, DcpEntries(*rb, o.os));
   }
   for (const auto& [name, t] : ma) {
     if (!mb.count(name)) d.only_a.push_back(name);
@@ -183,7 +183,7 @@ absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
       const DcpEntry& ea = dcp_a.at(name);
       const DcpEntry& eb = dcp_b.at(name);
       TS_RETURN_IF_ERROR(ea.is_tensor ? CompareDcpTensor(ra->path, ea, rb->path, eb, &td, o)
-                                      : CompareDcpObject(ra->path, ea, rb->path, eb, &td));
+                                      : CompareDcpObject(ra->path, ea, rb->path, eb, &td, o.os));
     } else if (ta->shape == tb->shape && data && DTypeDecodable(ta->dtype) &&
                DTypeDecodable(tb->dtype)) {
       TS_RETURN_IF_ERROR(CompareValues({FilePath(*ra, *ta), ta->dtype, ta->offset, ta->bytes},

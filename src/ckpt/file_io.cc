@@ -8,10 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainscope/core/json_text.h"
@@ -26,39 +25,19 @@ absl::Status ErrnoStatus(const std::string& path, const char* what) {
   return absl::InvalidArgumentError(msg);
 }
 
-absl::StatusOr<File> File::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(path, "cannot open");
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoStatus(path, "cannot stat");
-    ::close(fd);
+absl::StatusOr<File> File::Open(const std::string& path, Os* os) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = os->NewRandomAccessFile(path);
+  if (f.ok()) return File(*std::move(f));
+  // Os says "<path>: <strerror>"; this module's messages say what failed.
+  const absl::Status& s = f.status();
+  std::string why(s.message());
+  if (s.code() == absl::StatusCode::kInvalidArgument || !absl::StartsWith(why, path + ": ")) {
     return s;
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  return File(path, fd, static_cast<uint64_t>(st.st_size));
-}
-
-File::~File() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-absl::Status File::ReadAt(uint64_t offset, uint64_t n, char* out) const {
-  uint64_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus(path_, "read failed");
-    if (r == 0) {
-      return absl::DataLossError(
-          absl::StrCat(path_, ": byte ", offset + done, ": the file ends early (truncated?)"));
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  return absl::OkStatus();
+  std::string msg = absl::StrCat(path, ": cannot open: ", why.substr(path.size() + 2));
+  if (s.code() == absl::StatusCode::kNotFound) return absl::NotFoundError(msg);
+  if (s.code() == absl::StatusCode::kPermissionDenied) return absl::PermissionDeniedError(msg);
+  return absl::InvalidArgumentError(msg);
 }
 
 std::string HashHex(uint64_t h) { return absl::StrFormat("%016x", h); }
@@ -85,8 +64,8 @@ absl::StatusOr<std::string> HashRange(const File& f, uint64_t begin, uint64_t n,
 }
 
 absl::StatusOr<std::string> HashFile(const std::string& path,
-                                     const std::function<void(uint64_t)>& on_bytes) {
-  auto f = File::Open(path);
+                                     const std::function<void(uint64_t)>& on_bytes, Os* os) {
+  auto f = File::Open(path, os);
   if (!f.ok()) return f.status();
   return HashRange(*f, 0, f->size(), on_bytes);
 }
@@ -100,13 +79,11 @@ absl::Status FsyncDir(const std::string& dir) {
   return s;
 }
 
-absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path, Os* os) {
+  absl::StatusOr<std::string> text = os->ReadFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   // Our JSON files nest a few levels deep (meta.json's config: 4).
-  return ParseJsonText(ss.str(), kJsonMaxDepth, path);
+  return ParseJsonText(*text, kJsonMaxDepth, path);
 }
 
 }  // namespace trainscope::ckpt

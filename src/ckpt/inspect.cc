@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/dcp.h"
 #include "ckpt/file_io.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/core/utf8.h"
 
 namespace trainscope::ckpt {
@@ -28,14 +29,8 @@ using json = nlohmann::json;
 constexpr uint64_t kChunkBytes = 4 << 20;
 constexpr char kIndexName[] = "model.safetensors.index.json";
 
-bool IsDir(const std::string& p) {
-  std::error_code ec;
-  return fs::is_directory(p, ec);
-}
-bool IsFile(const std::string& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
+bool IsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
+bool IsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
 
 std::string Join(const std::string& dir, const std::string& file) {
   return file.empty() ? dir : dir + "/" + file;
@@ -60,7 +55,7 @@ absl::Status ReadTensor(const File& f, const TensorReport& t,
 void AddSafetensors(const std::string& dir, const std::string& file, const InspectOptions& o,
                     CheckpointReport* r, std::set<std::string>* names = nullptr) {
   const std::string path = Join(dir, file);
-  auto h = ReadHeader(path);
+  auto h = ReadHeader(path, o.os);
   if (!h.ok()) {
     std::string msg(h.status().message());
     if (absl::StartsWith(msg, path + ": ")) msg = msg.substr(path.size() + 2);  // said once
@@ -71,7 +66,7 @@ void AddSafetensors(const std::string& dir, const std::string& file, const Inspe
     if (!said) r->problems.push_back({path, absl::StrCat("corrupt: ", msg)});
     return;
   }
-  auto f = File::Open(path);
+  auto f = File::Open(path, o.os);
   for (const TensorEntry& e : h->tensors) {
     TensorReport t;
     t.name = e.name;
@@ -103,7 +98,8 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   CheckpointReport r;
   r.path = path;
   r.format = "trainscope";
-  CheckResult c = CheckCheckpoint(path, o.hash, o.on_bytes);
+  Os* os = o.os;
+  CheckResult c = CheckCheckpoint(path, o.hash, o.on_bytes, os);
   r.step = c.step;
   r.complete = c.complete;
   r.incomplete = c.incomplete;
@@ -111,17 +107,14 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   r.problems = c.problems;
   if (!c.complete) return r;
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    if (IsFile(Join(path, f))) AddSafetensors(path, f, o, &r);
+    if (IsFile(os, Join(path, f))) AddSafetensors(path, f, o, &r);
   }
   // Further tensor files (CheckpointData::tensor_files: the trainer's gradient-compression
   // state), in name order.
   std::set<std::string> more;
-  std::error_code ec;
-  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (IsExtraTensorFileName(name) && it->is_regular_file(ec)) {
-      more.insert(name);
-    }
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(path);
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
+    if (IsExtraTensorFileName(name) && IsFile(os, Join(path, name))) more.insert(name);
   }
   for (const std::string& f : more) AddSafetensors(path, f, o, &r);
   return r;
@@ -133,7 +126,8 @@ CheckpointReport InspectSharded(const std::string& dir, const InspectOptions& o)
   r.path = dir;
   r.format = "hf-sharded";
   const std::string index_path = Join(dir, kIndexName);
-  auto index = ReadJsonFile(index_path);
+  Os* os = o.os;
+  auto index = ReadJsonFile(index_path, os);
   if (!index.ok() || !index->is_object() || !index->contains("weight_map") ||
       !(*index)["weight_map"].is_object()) {
     r.complete = false;
@@ -152,7 +146,7 @@ CheckpointReport InspectSharded(const std::string& dir, const InspectOptions& o)
     shards.insert(it->get<std::string>());
   }
   for (const std::string& shard : shards) {
-    if (!IsFile(Join(dir, shard))) {
+    if (!IsFile(os, Join(dir, shard))) {
       r.complete = false;
       r.problems.push_back({Join(dir, shard), "missing: named by the index but absent"});
       continue;
@@ -215,7 +209,7 @@ bool DcpPathLeavesFolder(const std::string& file) {
 
 // Where each chunk lies (storage_data): every file must exist inside the folder and reach
 // the chunk's end. Each file is reported once, with the furthest end any chunk needs.
-void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, CheckpointReport* r) {
+void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, CheckpointReport* r, Os* os) {
   std::map<std::string, std::pair<uint64_t, std::string>> need;  // file -> (end, tensor)
   for (const DcpEntry& e : meta.entries) {
     if (meta.has_storage_data && e.is_tensor && static_cast<int>(e.storage.size()) < e.chunks) {
@@ -244,15 +238,15 @@ void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, Checkpoint
   }
   for (const auto& [file, end_and_name] : need) {
     const std::string p = Join(dir, file);
-    std::error_code ec;
-    if (!IsFile(p)) {
+    if (!IsFile(os, p)) {
       r->complete = false;
       r->problems.push_back({p, absl::StrCat("missing: holds chunks of \"", end_and_name.second,
                                              "\" (named by .metadata) but is absent")});
       continue;
     }
-    const uint64_t size = fs::file_size(p, ec);
-    if (!ec && size < end_and_name.first) {
+    absl::StatusOr<uint64_t> got = os->FileSize(p);
+    const uint64_t size = got.ok() ? *got : 0;
+    if (got.ok() && size < end_and_name.first) {
       r->problems.push_back(
           {p, absl::StrCat("truncated: ", size, " bytes, but \"", end_and_name.second,
                            "\" is stored up to byte ", end_and_name.first)});
@@ -260,19 +254,19 @@ void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, Checkpoint
   }
 }
 
-absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir) {
+absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir, Os* os) {
   CheckpointReport r;
   r.path = dir;
   r.format = "dcp";
-  auto meta = ReadDcpMetadata(Join(dir, ".metadata"));
+  auto meta = ReadDcpMetadata(Join(dir, ".metadata"), os);
   if (!meta.ok()) return meta.status();  // unreadable input: exit 2, not "corrupt"
   uint64_t distcp_bytes = 0;
   int distcp_files = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (absl::EndsWith(it->path().filename().string(), ".distcp")) {
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
+    if (absl::EndsWith(name, ".distcp")) {
       ++distcp_files;
-      distcp_bytes += it->file_size(ec);
+      distcp_bytes += os->FileSize(Join(dir, name)).value_or(0);
     }
   }
   if (distcp_files == 0) {
@@ -319,7 +313,7 @@ absl::StatusOr<CheckpointReport> InspectDcp(const std::string& dir) {
   std::sort(r.tensors.begin(), r.tensors.end(),
             [](const TensorReport& a, const TensorReport& b) { return a.name < b.name; });
   if (meta->has_storage_data) {
-    CheckDcpStorage(dir, *meta, &r);
+    CheckDcpStorage(dir, *meta, &r, os);
   } else if (distcp_files && distcp_bytes < r.total_bytes) {
     r.problems.push_back({dir, absl::StrCat("truncated: the .distcp files hold ", distcp_bytes,
                                             " bytes, less than the ", r.total_bytes,
@@ -339,7 +333,7 @@ absl::Status UnknownFormat(const std::string& path) {
 uint64_t DataBytes(const std::string& path) {
   uint64_t total = 0;
   std::error_code ec;
-  if (IsFile(path)) return fs::file_size(path, ec);
+  if (std::error_code e; fs::is_regular_file(path, e)) return fs::file_size(path, ec);
   for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     if (it->is_regular_file(ec) && absl::EndsWith(it->path().string(), ".safetensors")) {
       total += it->file_size(ec);
@@ -349,15 +343,15 @@ uint64_t DataBytes(const std::string& path) {
 }
 
 absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectOptions& o) {
-  std::error_code ec;
-  if (!fs::exists(path, ec))
+  Os* os = o.os;
+  if (!os->FileExists(path))
     return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
-  if (IsFile(path)) {
+  if (IsFile(os, path)) {
     const std::string name = fs::path(path).filename().string();
     const std::string parent = fs::path(path).parent_path().string();
     if (name == kIndexName) return Inspect(parent.empty() ? "." : parent, o);
-    if (name == ".metadata") return InspectDcp(parent.empty() ? "." : parent);
-    auto h = ReadHeader(path);
+    if (name == ".metadata") return InspectDcp(parent.empty() ? "." : parent, os);
+    auto h = ReadHeader(path, os);
     if (!h.ok() && !absl::EndsWith(name, ".safetensors")) return UnknownFormat(path);
     CheckpointReport r;
     r.path = path;
@@ -366,10 +360,10 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
     if (!h.ok()) r.complete = false;
     return r;
   }
-  if (!IsDir(path)) return UnknownFormat(path);
-  if (IsFile(Join(path, kIndexName))) return InspectSharded(path, o);
-  if (IsFile(Join(path, ".metadata"))) return InspectDcp(path);
-  if (LooksLikeCheckpoint(path)) return InspectOurs(path, o);
+  if (!IsDir(os, path)) return UnknownFormat(path);
+  if (IsFile(os, Join(path, kIndexName))) return InspectSharded(path, o);
+  if (IsFile(os, Join(path, ".metadata"))) return InspectDcp(path, os);
+  if (LooksLikeCheckpoint(path, os)) return InspectOurs(path, o);
   return UnknownFormat(path);
 }
 
@@ -387,11 +381,12 @@ absl::StatusOr<std::vector<CheckpointReport>> InspectPaths(const std::vector<std
 absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& path,
                                                           const InspectOptions& o) {
   std::vector<CheckpointReport> out;
+  Os* os = o.os;
   std::string dir = path;
-  if (IsDir(path) && !IsFile(Join(path, kIndexName)) && !IsFile(Join(path, ".metadata")) &&
-      !LooksLikeCheckpoint(path)) {
-    if (IsDir(Join(path, run_dir::kCheckpoints))) dir = Join(path, run_dir::kCheckpoints);
-    std::vector<std::string> dirs = ListCheckpointDirs(dir);
+  if (IsDir(os, path) && !IsFile(os, Join(path, kIndexName)) &&
+      !IsFile(os, Join(path, ".metadata")) && !LooksLikeCheckpoint(path, os)) {
+    if (IsDir(os, Join(path, run_dir::kCheckpoints))) dir = Join(path, run_dir::kCheckpoints);
+    std::vector<std::string> dirs = ListCheckpointDirs(dir, os);
     if (!dirs.empty()) {
       std::reverse(dirs.begin(), dirs.end());  // oldest first reads naturally
       for (const std::string& d : dirs) {
@@ -400,7 +395,8 @@ absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& pat
         // In a folder of checkpoints an unfinished save is expected (a writer may be
         // running, or was killed): listed as incomplete, not a problem.
         if (r->problems.size() == 1 && absl::StartsWith(r->problems[0].problem, "incomplete")) {
-          bool tmp = absl::StrContains(fs::path(d).filename().string(), ".tmp-");
+          bool tmp =
+              absl::StrContains(fs::path(d).filename().string(), run_dir::kCheckpointTmpInfix);
           if (tmp) r->problems.clear();
         }
         out.push_back(std::move(*r));

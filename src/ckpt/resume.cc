@@ -11,8 +11,8 @@ namespace trainscope::ckpt {
 
 namespace {
 
-std::string NewestGoodAdvice(const std::string& dir) {
-  auto latest = FindLatestComplete(dir, /*hash=*/true);
+std::string NewestGoodAdvice(const std::string& dir, Os* os) {
+  auto latest = FindLatestComplete(dir, /*hash=*/true, os);
   if (!latest.ok() || latest->path.empty()) {
     return absl::StrCat("there is no complete checkpoint in ", dir,
                         "; drop --resume to start fresh");
@@ -23,16 +23,15 @@ std::string NewestGoodAdvice(const std::string& dir) {
 
 }  // namespace
 
-absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string& dir) {
+absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string& dir, Os* os) {
   namespace fs = std::filesystem;
   ResumePlan plan;
-  std::error_code ec;
   if (spec == "latest") {
-    if (!fs::is_directory(dir, ec)) {
+    if (!os->IsDirectory(dir)) {
       plan.notice = absl::StrCat("resume: no checkpoint folder ", dir, "; starting fresh");
       return plan;
     }
-    auto latest = FindLatestComplete(dir, /*hash=*/true);
+    auto latest = FindLatestComplete(dir, /*hash=*/true, os);
     if (!latest.ok()) return latest.status();
     std::string skipped;
     if (!latest->skipped.empty()) {
@@ -53,23 +52,23 @@ absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string
   std::string path = spec;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   const std::string parent = fs::path(path).parent_path().string();
-  if (!fs::exists(path, ec)) {
+  if (!os->FileExists(path)) {
     return absl::NotFoundError(absl::StrCat("--resume ", path, ": no such checkpoint; ",
-                                            NewestGoodAdvice(parent.empty() ? dir : parent)));
+                                            NewestGoodAdvice(parent.empty() ? dir : parent, os)));
   }
-  if (!LooksLikeCheckpoint(path)) {
+  if (!LooksLikeCheckpoint(path, os)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--resume ", path, ": not a trainscope checkpoint (a step-<N> folder); ",
-                     NewestGoodAdvice(fs::is_directory(path, ec) ? path : dir)));
+                     NewestGoodAdvice(os->IsDirectory(path) ? path : dir, os)));
   }
-  CheckResult c = CheckCheckpoint(path, /*hash=*/true);
+  CheckResult c = CheckCheckpoint(path, /*hash=*/true, {}, os);
   if (!c.ok()) {
     std::string why = c.problems.empty()
                           ? std::string("not complete")
                           : absl::StrCat(c.problems[0].file, ": ", c.problems[0].problem);
     return absl::InvalidArgumentError(
         absl::StrCat("--resume ", path, ": refusing a damaged checkpoint: ", why, "; ",
-                     NewestGoodAdvice(parent.empty() ? "." : parent)));
+                     NewestGoodAdvice(parent.empty() ? "." : parent, os)));
   }
   plan.path = path;
   plan.step = c.step;

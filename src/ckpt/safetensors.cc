@@ -150,8 +150,8 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, std::string_view jso
   return HeaderStatus(path, e);
 }
 
-absl::StatusOr<Header> ReadHeader(const std::string& path) {
-  auto f = File::Open(path);
+absl::StatusOr<Header> ReadHeader(const std::string& path, Os* os) {
+  auto f = File::Open(path, os);
   if (!f.ok()) return f.status();
   auto read = safetensors::ReadHeader(
       f->size(), [&](uint64_t at, size_t n, char* buf) { return f->ReadAt(at, n, buf); },

@@ -1,10 +1,13 @@
 #include "cli/command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <new>
@@ -178,6 +181,23 @@ void AddExamples(CLI::App& app, const std::string& path) {
   }
 }
 
+// main() ignores SIGPIPE (comm sockets), so a reader that went away (`trainscope ... | head`)
+// shows only as a failed write on stdout. End as the SIGPIPE death it would have been (the
+// shell's 141, `set -o pipefail` sees it); any other write failure (a full disk) is named.
+int CheckStdout(int code) {
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.fail();
+  if (!failed) return code;
+  struct stat st;
+  if (::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    std::signal(SIGPIPE, SIG_DFL);
+    std::raise(SIGPIPE);
+    return 128 + SIGPIPE;
+  }
+  std::fprintf(stderr, "trainscope: error: standard output: a write failed (disk full?)\n");
+  return kExitUsage;
+}
+
 }  // namespace
 
 int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv) {
@@ -193,11 +213,11 @@ int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return CheckStdout(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return CheckStdout(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return CheckStdout(app.exit(e));
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return kExitUsage;
@@ -208,7 +228,7 @@ int ParseAndRun(CLI::App& app, CommandContext& ctx, int argc, char** argv) {
   } catch (...) {
     return InternalError(app, "unknown exception");
   }
-  return ctx.exit_code;
+  return CheckStdout(ctx.exit_code);
 }
 
 void ConfigureRoot(CLI::App& app) {

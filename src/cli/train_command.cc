@@ -133,7 +133,10 @@ int RunTrain(const TrainFlags& f) {
   // trainer on a directory in use exits 2 naming the holder, before it writes anything. The
   // ranks of one job share a job id (TRAINSCOPE_JOB_ID from `trainscope launch`, else the
   // rendezvous endpoint): the first to arrive holds the lock, the others join it.
-  const std::string run_dir = f.run_dir.empty() ? train::DefaultRunDir() : f.run_dir;
+  absl::StatusOr<std::string> default_dir = train::DefaultRunDir();
+  if (f.run_dir.empty() && !default_dir.ok())
+    return ReportAndExitCode("train", default_dir.status());
+  const std::string run_dir = f.run_dir.empty() ? *default_dir : f.run_dir;
   run_dir::LockOptions lock_options;
   lock_options.job_id = run_dir::CurrentJobId();
   absl::StatusOr<run_dir::RunDirLock> lock = run_dir::LockRunDir(run_dir, lock_options);

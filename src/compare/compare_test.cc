@@ -10,6 +10,7 @@
 
 #include "compare/internal.h"
 #include "core/test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainscope/compare/runs.h"
 
@@ -164,6 +165,12 @@ TEST(CompareDump, StridedTensorFilesReadInRowMajorOrder) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(s->values, (std::vector<double>{4, 6, 8, 10}));
+  // torch.zeros(1).expand(2**31): 1.5 KB that would gather 16 GB. Refused, naming the file.
+  auto huge = ReadTensorFile(dir + "expanded_2g.pt");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(huge.status().message()),
+              ::testing::HasSubstr("expanded_2g.pt: a strided view"));
 }
 
 // MindSpore (Float32, mindspore.bfloat16), numpy (float32) and torch spellings meet.

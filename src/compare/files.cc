@@ -54,6 +54,16 @@ std::string TorchDtype(const std::string& st) {
   return d && d->kind ? absl::StrCat("torch.", d->numpy) : "";
 }
 
+// The most elements a strided view is gathered into (1 GiB of doubles).
+constexpr uint64_t kMaxGathered = uint64_t{1} << 27;
+
+bool HasZero(const std::vector<uint64_t>& shape) {
+  for (uint64_t d : shape) {
+    if (d == 0) return true;
+  }
+  return false;
+}
+
 // A strided tensor's elements in row-major order: `span` holds the storage from the first
 // element to the last; element (i0, i1, ...) is at sum(i_k * stride[k]).
 std::vector<double> Gather(const std::vector<double>& span, const std::vector<uint64_t>& shape,
@@ -89,7 +99,18 @@ absl::StatusOr<TensorData> ReadPt(const std::string& path) {
   TensorData out;
   if (!ckpt::ToDoubles(chunk.dtype, bytes.data(), bytes.size(), &out.values))
     return absl::UnimplementedError(absl::StrCat(path, ": dtype ", chunk.dtype));
-  if (!chunk.stride.empty()) out.values = Gather(out.values, chunk.shape, chunk.stride);
+  if (!chunk.stride.empty()) {
+    // An expanded view (stride 0) may name far more elements than its file holds: a 1.5 KB
+    // file of torch.zeros(1).expand(2**31) would gather 16 GB. Such a view is not read.
+    uint64_t numel = 1;
+    for (uint64_t d : chunk.shape) numel = d == 0 || numel <= kMaxGathered / d ? numel * d : 0;
+    if (numel == 0 && !HasZero(chunk.shape)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": a strided view of more than ", kMaxGathered, " elements over ",
+                       out.values.size(), " stored ones (an expanded tensor); not read"));
+    }
+    out.values = Gather(out.values, chunk.shape, chunk.stride);
+  }
   for (uint64_t d : chunk.shape) out.shape.push_back(static_cast<int64_t>(d));
   out.dtype = TorchDtype(chunk.dtype);
   return out;

@@ -76,6 +76,67 @@ TEST(Os, WriteFileAtomicCreatesDirs) {
   RunProcess({"rm", "-rf", dir}).IgnoreError();
 }
 
+// The file readers behave alike on the real machine and on the fake.
+void CheckFileReaders(Os* os, const std::string& dir) {
+  const std::string path = dir + "/f.txt";
+  EXPECT_TRUE(os->IsDirectory(dir));
+  EXPECT_FALSE(os->IsRegularFile(dir));
+  EXPECT_TRUE(os->IsRegularFile(path));
+  EXPECT_FALSE(os->IsDirectory(path));
+  EXPECT_EQ(*os->FileSize(path), 10u);
+  EXPECT_EQ(os->FileSize(dir + "/nope").status().code(), absl::StatusCode::kNotFound);
+  auto seq = os->NewSequentialFile(path);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  std::string chunk, all;
+  do {
+    ASSERT_TRUE((*seq)->Read(4, &chunk).ok());
+    EXPECT_LE(chunk.size(), 4u);
+    all += chunk;
+  } while (!chunk.empty());
+  EXPECT_EQ(all, "0123456789");
+  auto ra = os->NewRandomAccessFile(path);
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  EXPECT_EQ((*ra)->info().size_bytes, 10u);
+  ASSERT_TRUE((*ra)->Read(7, 100, &chunk).ok());
+  EXPECT_EQ(chunk, "789");
+  ASSERT_TRUE((*ra)->Read(20, 5, &chunk).ok());
+  EXPECT_EQ(chunk, "");
+  char buf[4];
+  ASSERT_TRUE((*ra)->ReadExactly(2, 3, buf).ok());
+  EXPECT_EQ(std::string(buf, 3), "234");
+  absl::Status short_read = (*ra)->ReadExactly(8, 4, buf);
+  EXPECT_EQ(short_read.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(short_read.message().find("byte 10"), std::string::npos) << short_read;
+  EXPECT_EQ(os->NewRandomAccessFile(dir).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(os->NewRandomAccessFile(dir + "/nope").status().code(), absl::StatusCode::kNotFound);
+  auto view = os->MapFile(path);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ((*view)->data(), "0123456789");
+  EXPECT_EQ(os->MapFile(dir + "/nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Os, FileReaders) {
+  std::string dir = "/tmp/ts_core_readers_" + std::to_string(getpid());
+  ASSERT_TRUE(WriteFileAtomic(dir + "/f.txt", "0123456789").ok());
+  CheckFileReaders(Os::Default(), dir);
+  RunProcess({"rm", "-rf", dir}).IgnoreError();
+}
+
+TEST(FakeOs, FileReaders) {
+  FakeOs os;
+  os.AddFile("/d/f.txt", "0123456789");
+  CheckFileReaders(&os, "/d");
+  // A replaced file is another inode; an open reader keeps the old bytes.
+  auto before = os.NewRandomAccessFile("/d/f.txt");
+  os.AddFile("/d/f.txt", "x");
+  auto after = os.NewRandomAccessFile("/d/f.txt");
+  EXPECT_NE((*before)->info().inode, (*after)->info().inode);
+  EXPECT_EQ((*before)->info().size_bytes, 10u);
+  os.AddDir("/e/f");
+  EXPECT_TRUE(os.IsDirectory("/e"));
+  EXPECT_TRUE(os.ListDir("/e/f")->empty());
+}
+
 TEST(Table, AlignsNumbersRight) {
   Table t({"name", "value"});
   t.AddRow({"a", "1.5"});

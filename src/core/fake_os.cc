@@ -6,11 +6,114 @@
 
 namespace trainscope {
 
+namespace {
+
+class FakeSequentialFile : public SequentialFile {
+ public:
+  explicit FakeSequentialFile(std::shared_ptr<const std::string> bytes)
+      : bytes_(std::move(bytes)) {}
+  absl::Status Read(size_t n, std::string* out) override {
+    const size_t k = std::min(n, bytes_->size() - at_);
+    out->assign(*bytes_, at_, k);
+    at_ += k;
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::shared_ptr<const std::string> bytes_;
+  size_t at_ = 0;
+};
+
+class FakeRandomAccessFile : public RandomAccessFile {
+ public:
+  FakeRandomAccessFile(std::string path, std::shared_ptr<const std::string> bytes, uint64_t inode)
+      : path_(std::move(path)), bytes_(std::move(bytes)), info_{bytes_->size(), 1, inode} {}
+  const FileInfo& info() const override { return info_; }
+  absl::Status Read(uint64_t offset, size_t n, std::string* out) const override {
+    if (offset >= bytes_->size()) {
+      out->clear();
+    } else {
+      out->assign(*bytes_, offset, std::min<uint64_t>(n, bytes_->size() - offset));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status ReadExactly(uint64_t offset, size_t n, char* buf) const override {
+    if (offset > bytes_->size() || n > bytes_->size() - offset) {
+      return absl::DataLossError(absl::StrCat(path_, ": byte ",
+                                              std::max<uint64_t>(offset, bytes_->size()),
+                                              ": the file ends early (truncated?)"));
+    }
+    bytes_->copy(buf, n, offset);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  const std::shared_ptr<const std::string> bytes_;
+  const FileInfo info_;
+};
+
+class FakeBytesView : public FileBytesView {
+ public:
+  explicit FakeBytesView(std::shared_ptr<const std::string> bytes) : bytes_(std::move(bytes)) {}
+  std::string_view data() const override { return *bytes_; }
+
+ private:
+  const std::shared_ptr<const std::string> bytes_;
+};
+
+}  // namespace
+
 void FakeOs::AddFile(const std::string& path, std::string contents) {
-  files_[path] = std::move(contents);
+  files_[path] = {std::make_shared<const std::string>(std::move(contents)), next_inode_++};
   for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
     dirs_.insert(path.substr(0, pos));
   }
+}
+
+void FakeOs::AppendToFile(const std::string& path, const std::string& bytes) {
+  auto it = files_.find(path);
+  if (it == files_.end()) return AddFile(path, bytes);
+  it->second.bytes = std::make_shared<const std::string>(*it->second.bytes + bytes);
+}
+
+void FakeOs::AddDir(const std::string& path) {
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    dirs_.insert(path.substr(0, pos));
+  }
+  dirs_.insert(path);
+}
+
+absl::StatusOr<FakeOs::Entry> FakeOs::Find(const std::string& path) const {
+  auto it = files_.find(path);
+  if (it != files_.end()) return it->second;
+  if (dirs_.count(path)) return absl::InvalidArgumentError(path + ": not a regular file");
+  return absl::NotFoundError(absl::StrCat(path, ": No such file"));
+}
+
+absl::StatusOr<std::unique_ptr<SequentialFile>> FakeOs::NewSequentialFile(const std::string& path) {
+  absl::StatusOr<Entry> e = Find(path);
+  if (!e.ok()) return e.status();
+  return std::make_unique<FakeSequentialFile>(e->bytes);
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> FakeOs::NewRandomAccessFile(
+    const std::string& path) {
+  absl::StatusOr<Entry> e = Find(path);
+  if (!e.ok()) return e.status();
+  return std::make_unique<FakeRandomAccessFile>(path, e->bytes, e->inode);
+}
+
+absl::StatusOr<std::unique_ptr<FileBytesView>> FakeOs::MapFile(const std::string& path) {
+  absl::StatusOr<Entry> e = Find(path);
+  if (!e.ok()) return e.status();
+  return std::make_unique<FakeBytesView>(e->bytes);
+}
+
+absl::StatusOr<uint64_t> FakeOs::FileSize(const std::string& path) {
+  absl::StatusOr<Entry> e = Find(path);
+  if (!e.ok()) return e.status();
+  return e->bytes->size();
 }
 
 void FakeOs::AddProgram(const std::string& program, RunResult result) {
@@ -20,7 +123,7 @@ void FakeOs::AddProgram(const std::string& program, RunResult result) {
 absl::StatusOr<std::string> FakeOs::ReadFile(const std::string& path) {
   auto it = files_.find(path);
   if (it == files_.end()) return absl::NotFoundError(absl::StrCat(path, ": No such file"));
-  return it->second;
+  return *it->second.bytes;
 }
 
 bool FakeOs::FileExists(const std::string& path) {

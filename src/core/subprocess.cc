@@ -83,9 +83,21 @@ std::vector<std::string> ChildEnvironment(const RunOptions& options) {
 // group. A failed exec sends its errno back through a fourth, close-on-exec pipe: NotFound.
 absl::StatusOr<Child> StartChild(const std::string& exe, const std::vector<std::string>& argv,
                                  const RunOptions& options) {
-  int in_pipe[2], out_pipe[2], err_pipe[2], exec_pipe[2];
+  int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  int exec_pipe[2] = {-1, -1};
+  // On a failed pipe or fork, the pipes made so far are closed again (errno kept).
+  auto close_all = [&] {
+    const int saved = errno;
+    for (int* p : {in_pipe, out_pipe, err_pipe, exec_pipe}) {
+      for (int i = 0; i < 2; ++i) {
+        if (p[i] >= 0) ::close(p[i]);
+      }
+    }
+    errno = saved;
+  };
   if (pipe2(in_pipe, O_CLOEXEC) || pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC) ||
       pipe2(exec_pipe, O_CLOEXEC)) {
+    close_all();
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   }
   std::vector<std::string> env_strings = ChildEnvironment(options);
@@ -100,7 +112,10 @@ absl::StatusOr<Child> StartChild(const std::string& exe, const std::vector<std::
   c.start = NowMs();
   c.deadline = c.start + options.timeout.count();
   c.pid = fork();
-  if (c.pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  if (c.pid < 0) {
+    close_all();
+    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  }
   if (c.pid == 0) {
     setpgid(0, 0);
     // A child starts with the default SIGPIPE, whatever the parent set (the CLI ignores it).

@@ -100,6 +100,7 @@ struct Walk {
   std::vector<std::string> files;
   std::vector<SkippedFile>* skipped;
   std::vector<std::string> checkpoint_dirs;  // directories inside a checkpoints folder
+  Os* os;                                    // the file system walked
 };
 
 // What the walk and the readers gather besides the report itself.
@@ -112,37 +113,36 @@ struct Evidence {
 // The trainer's TensorBoard copy of its metrics (run_dir::TrainTensorBoardDir): train/tb/
 // beside metrics.rank<R>.jsonl files holds the same steps, so it is listed as skipped rather
 // than read as more runs.
-bool IsTrainerTensorBoardCopy(const fs::path& dir) {
+bool IsTrainerTensorBoardCopy(const fs::path& dir, Os* os) {
   if (dir.filename() != run_dir::kTensorBoard || dir.parent_path().filename() != run_dir::kTrain)
     return false;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir.parent_path().string());
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
     if (run_dir::IsTrainMetricsName(name)) return true;
   }
   return false;
 }
 
 void ListDir(const fs::path& dir, int depth, Walk* w) {
-  std::error_code ec;
   std::vector<fs::path> entries;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    entries.push_back(it->path());
+  absl::StatusOr<std::vector<std::string>> names = w->os->ListDir(dir.string());
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>())
+    entries.push_back(dir / name);
   std::sort(entries.begin(), entries.end());
   for (const fs::path& p : entries) {
-    if (fs::is_directory(p, ec)) {
+    if (w->os->IsDirectory(p.string())) {
       // A checkpoint is listed, not read: its tensor files can be gigabytes.
       if (p.parent_path().filename() == run_dir::kCheckpoints) {
         w->checkpoint_dirs.push_back(p.string());
         continue;
       }
-      if (IsTrainerTensorBoardCopy(p)) {
+      if (IsTrainerTensorBoardCopy(p, w->os)) {
         w->skipped->push_back(
             {p.string(), "the trainer's TensorBoard copy of the metrics files beside it"});
         continue;
       }
       if (depth < 8) ListDir(p, depth + 1, w);
-    } else if (fs::is_regular_file(p, ec)) {
+    } else if (w->os->IsRegularFile(p.string())) {
       w->files.push_back(p.string());
     } else {
       w->skipped->push_back({p.string(), "not a regular file"});
@@ -236,7 +236,7 @@ std::string NotNeededText(const std::map<std::string, int>& not_needed) {
 absl::Status ReadOne(const std::string& path, bool named, const Options& o, Report* rep,
                      Evidence* ev) {
   FileBytes bytes;
-  if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  if (!bytes.Open(path, o.os)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   const std::string_view text = bytes.view();
   json doc = json::value_t::discarded;  // the file as a JSON document, when parsed as one
   absl::Cleanup told = [&] {            // Options::on_file, whichever way the file is taken
@@ -368,18 +368,18 @@ absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Opt
   Report rep;
   Evidence ev;
   for (const std::string& p : paths) {
-    std::error_code ec;
-    if (!fs::exists(p, ec))
+    if (!o.os->FileExists(p))
       return absl::NotFoundError(absl::StrCat(p, ": no such file or directory"));
-    if (fs::is_directory(p, ec)) {
-      Walk w{{}, &rep.skipped, {}};
+    if (o.os->IsDirectory(p)) {
+      Walk w{{}, &rep.skipped, {}, o.os};
       ListDir(p, 0, &w);
       for (const std::string& f : w.files)
         if (absl::Status s = ReadOne(f, false, o, &rep, &ev); !s.ok()) return s;
       for (const std::string& d : w.checkpoint_dirs) {
         std::string name = fs::path(d).filename().string();
         CollectCheckpointDirFacts(
-            d, name, fs::exists(fs::path(d) / run_dir::kCheckpointManifest, ec), &ev.engine.global);
+            d, name, o.os->FileExists((fs::path(d) / run_dir::kCheckpointManifest).string()),
+            &ev.engine.global);
       }
       if (!w.checkpoint_dirs.empty())
         rep.documents.push_back(fs::path(w.checkpoint_dirs.front()).parent_path().string());

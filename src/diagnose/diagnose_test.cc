@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "diagnose/flat_json.h"
 #include "gtest/gtest.h"
+#include "trainscope/core/fake_os.h"
 #include "trainscope/diagnose/curve.h"
 #include "trainscope/diagnose/series.h"
 
@@ -325,6 +326,36 @@ TEST(Curve, ConsecutiveSpikesListEveryStep) {
   Series shelf = Healthy(2);
   for (int i = 99; i < 105; ++i) shelf.loss[i].value *= 2;
   EXPECT_TRUE(ClassifyCurve(shelf).spike_steps.empty());
+}
+
+// Diagnose walks and reads through Options::os: a run directory that exists only in a FakeOs
+// (metrics, a data scan, an incomplete checkpoint) gives the findings it gives on disk.
+TEST(Diagnose, RunDirectoryOnAFakeOs) {
+  FakeOs os;
+  os.AddFile("/run/checkpoints/step-5/manifest.json", "{}");
+  os.AddFile("/run/checkpoints/step-10/model.safetensors", "x");
+  os.AddFile("/run/data/scan.json",
+             R"({"format": "trainscope.data.scan", "version": 1, "docs": 100,
+                 "exact_duplicate_ratio": 0.3, "near_duplicate_ratio": 0.3,
+                 "near_dup": {"enabled": true}, "noise": {"enabled": true, "flagged_docs": 0}})");
+  std::string csv = "step,loss,val_loss\n";
+  for (int i = 1; i <= 200; ++i) {
+    absl::StrAppend(&csv, i, ",", 3.0 / std::sqrt(1.0 + i / 5.0) + 0.01 * std::sin(i * 1.3), ",");
+    if (i % 10 == 0) absl::StrAppend(&csv, i <= 60 ? 2.0 - 0.005 * i : 1.7 + 0.004 * (i - 60));
+    csv += "\n";
+  }
+  os.AddFile("/run/metrics.csv", csv);
+  Options o;
+  o.os = &os;
+  absl::StatusOr<Report> rep = Diagnose({"/run"}, o);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  std::vector<std::string> ids;
+  for (const Finding& f : rep->findings) ids.push_back(f.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"data.duplicates", "curve.overfitting",
+                                           "framework.checkpoint_incomplete"}));
+  ASSERT_EQ(rep->runs.size(), 1u);
+  EXPECT_EQ(rep->runs[0].path, "/run/metrics.csv");
+  EXPECT_EQ(Diagnose({"/nope"}, o).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "diagnose/flat_json.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/json_text.h"
+#include "trainscope/core/run_dir.h"
 
 namespace trainscope::diagnose {
 namespace {
@@ -447,7 +448,7 @@ void CollectCheckpointDirFacts(const std::string& path, const std::string& name,
   if (!global->count("ckpt.incomplete")) (*global)["ckpt.incomplete"] = Value::Number(0);
   if (!global->count("ckpt.interrupted")) (*global)["ckpt.interrupted"] = Value::Number(0);
   if (!global->count("ckpt.damaged")) (*global)["ckpt.damaged"] = Value::Number(0);
-  if (absl::StrContains(name, ".tmp-")) {
+  if (absl::StrContains(name, run_dir::kCheckpointTmpInfix)) {
     add("ckpt.interrupted", "ckpt.interrupted_names");
   } else if (absl::StrContains(name, ".bad-")) {
     add("ckpt.damaged", nullptr);

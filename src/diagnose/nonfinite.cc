@@ -104,9 +104,8 @@ std::string NonfiniteEvidenceText(const NonfiniteEvidence& e) {
 
 namespace {
 
-struct ClassAndFix {
-  std::string cls, fix;
-};
+// The class, and what to change (the verdict's Finding::fix).
+using ClassAndFix = std::pair<std::string, std::string>;
 
 // The rules in the order of the header's list: evidence that explains the others comes first
 // (a replay that did not reproduce says nothing about the model; weights that were already
@@ -195,12 +194,12 @@ ClassAndFix ApplyRules(const NonfiniteEvidence& e, const NonfiniteWording& w) {
 NonfiniteVerdict ClassifyNonfinite(const NonfiniteEvidence& e, const NonfiniteWording& w) {
   ClassAndFix rule = ApplyRules(e, w);
   NonfiniteVerdict v;
-  v.cls = std::move(rule.cls);
+  v.cls = std::move(rule.first);
   v.finding.severity = Severity::kError;
   v.finding.id = "nonfinite." + v.cls;
   v.finding.title = NonfiniteTitle(e);
   v.finding.evidence = NonfiniteEvidenceText(e);
-  v.finding.fix = std::move(rule.fix);
+  v.finding.fix = std::move(rule.second);
   v.finding.where = e.module;
   v.finding.rank = e.rank;
   return v;

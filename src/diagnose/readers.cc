@@ -3,19 +3,13 @@
 // Megatron-LM text logs (megatron_log.cc) are dispatched from here. Each reader collects
 // (step, metric, value) records; SeriesBuilder::Finish orders them by step and keeps the last
 // record of a step.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -558,18 +552,11 @@ absl::StatusOr<Series> ParseJsonlInChunks(std::string_view path, std::string_vie
 }
 }  // namespace internal
 
-bool ReadWholeFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return false;
-  std::streamoff size = in.tellg();
-  if (size < 0) return false;
-  out->clear();
-  out->resize(static_cast<size_t>(size));
-  in.seekg(0);
-  in.read(out->data(), size);
-  // A file that changed size while read (a log still being written): keep what was read.
-  out->resize(static_cast<size_t>(in.gcount()));
-  return !in.bad();
+bool ReadWholeFile(const std::string& path, std::string* out, Os* os) {
+  absl::StatusOr<std::string> bytes = os->ReadFile(path);
+  if (!bytes.ok()) return false;
+  *out = *std::move(bytes);
+  return true;
 }
 
 namespace {
@@ -703,32 +690,16 @@ absl::StatusOr<Series> ParseSeries(std::string_view path, FileKind kind, std::st
   return absl::InvalidArgumentError(absl::StrCat(std::string(path), ": not a metrics file"));
 }
 
-FileBytes::~FileBytes() {
-  if (map_ != nullptr) munmap(map_, map_len_);
+bool FileBytes::Open(const std::string& path, Os* os) {
+  absl::StatusOr<std::unique_ptr<FileBytesView>> bytes = os->MapFile(path);
+  if (!bytes.ok()) return false;
+  bytes_ = *std::move(bytes);
+  return true;
 }
 
-bool FileBytes::Open(const std::string& path) {
-  constexpr off_t kMapFromBytes = off_t{32} << 20;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= kMapFromBytes) {
-    void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p != MAP_FAILED) {
-      madvise(p, static_cast<size_t>(st.st_size), MADV_WILLNEED);
-      map_ = p;
-      map_len_ = static_cast<size_t>(st.st_size);
-      close(fd);
-      return true;
-    }
-  }
-  close(fd);
-  return ReadWholeFile(path, &copy_);
-}
-
-absl::StatusOr<Series> ReadSeries(const std::string& path) {
+absl::StatusOr<Series> ReadSeries(const std::string& path, Os* os) {
   FileBytes bytes;
-  if (!bytes.Open(path)) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  if (!bytes.Open(path, os)) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   const std::string_view text = bytes.view();
   FileKind kind = DetectKind(path, std::string(text.substr(0, 4096)));
   if (kind == FileKind::kUnknown) {

@@ -11,6 +11,7 @@
 #include "diagnose/series_builder.h"
 #include "gtest/gtest.h"
 #include "tensorboard/event.pb.h"
+#include "trainscope/core/fake_os.h"
 #include "trainscope/diagnose/series.h"
 #include "trainscope/tb/event_writer.h"
 #include "trainscope/tb/tfrecord.h"
@@ -107,6 +108,27 @@ TEST(TensorBoard, ScalarsAsSimpleValueAndTensors) {
   ASSERT_EQ(s->val_loss.size(), 1u);
   EXPECT_EQ(s->val_loss[0].step, 5);
   EXPECT_TRUE(s->grad_norm.empty());  // the (2, 3) tensor is not a scalar
+}
+
+// ReadSeries reads through Os: files that exist only in a FakeOs are read and parsed.
+TEST(Readers, ReadSeriesOnAFakeOs) {
+  FakeOs os;
+  os.AddFile("/run/metrics.jsonl",
+             "{\"step\": 1, \"loss\": 2.5, \"lr\": 0.001}\n"
+             "{\"step\": 2, \"loss\": 2.25}\n");
+  os.AddFile("/run/events.out.tfevents.1700000000.host.1.0", TbFile(8));
+  absl::StatusOr<Series> s = ReadSeries("/run/metrics.jsonl", &os);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->loss.size(), 2u);
+  EXPECT_EQ(s->loss[1].step, 2);
+  EXPECT_DOUBLE_EQ(s->loss[1].value, 2.25);
+  s = ReadSeries("/run/events.out.tfevents.1700000000.host.1.0", &os);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->loss.size(), 8u);
+  EXPECT_EQ(ReadSeries("/run/absent.jsonl", &os).status().code(), absl::StatusCode::kNotFound);
+  std::string text;
+  EXPECT_TRUE(ReadWholeFile("/run/metrics.jsonl", &text, &os));
+  EXPECT_EQ(text.substr(0, 10), "{\"step\": 1");
 }
 
 TEST(TensorBoard, BadCrcCountedAndReadingGoesOn) {

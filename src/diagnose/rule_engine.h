@@ -4,6 +4,8 @@
 #ifndef TRAINSCOPE_SRC_DIAGNOSE_RULE_ENGINE_H_
 #define TRAINSCOPE_SRC_DIAGNOSE_RULE_ENGINE_H_
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "diagnose/facts.h"
@@ -14,10 +16,13 @@
 namespace trainscope::diagnose {
 
 namespace internal {
+// A Rule's condition and its finding's templates, parsed. The templates are keyed by the
+// Finding member they fill (&Finding::title, ...), so that the finding's fields are named
+// in one place only (core/finding.h); a field the rule leaves out (evidence, where) has no
+// entry and gets its default.
 struct CompiledRule {
   Expr condition;
-  Template title, fix, evidence, where;
-  bool has_evidence = false, has_where = false;
+  std::vector<std::pair<std::string Finding::*, Template>> finding;
 };
 }  // namespace internal
 

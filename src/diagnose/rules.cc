@@ -62,10 +62,10 @@ absl::Status RulesParseOne(const json& j, Rule* r, std::string* field) {
                         {"symptom", &r->symptom},
                         {"cause", &r->cause},
                         {"check", &r->check},
-                        {"title", &r->title},
-                        {"fix", &r->fix},
-                        {"evidence", &r->evidence},
-                        {"where", &r->where}}) {
+                        {"title", &r->finding.title},
+                        {"fix", &r->finding.fix},
+                        {"evidence", &r->finding.evidence},
+                        {"where", &r->finding.where}}) {
     if (absl::Status s = str(k, out); !s.ok()) return s;
   }
   if (!RuleIdOk(r->id)) return *field = "id", absl::InvalidArgumentError("must match [a-z0-9_.]+");
@@ -90,23 +90,23 @@ absl::Status RulesParseOne(const json& j, Rule* r, std::string* field) {
                                    absl::StrCat("unknown fact \"", n.get<std::string>(), "\""));
     r->needs.push_back(n.get<std::string>());
   }
+  r->finding.id = r->id;
   auto compiled = std::make_shared<internal::CompiledRule>();
   absl::StatusOr<internal::Expr> cond = internal::ParseExpr(r->condition);
   if (!cond.ok()) return *field = "condition", cond.status();
   compiled->condition = *cond;
   std::set<std::string> used = cond->facts;
-  for (auto [k, src, out] : {std::tuple{"title", &r->title, &compiled->title},
-                             {"fix", &r->fix, &compiled->fix},
-                             {"evidence", &r->evidence, &compiled->evidence},
-                             {"where", &r->where, &compiled->where}}) {
-    if (src->empty()) continue;
-    absl::StatusOr<internal::Template> t = internal::ParseTemplate(*src);
+  for (auto [k, member] : {std::pair{"title", &Finding::title},
+                           {"fix", &Finding::fix},
+                           {"evidence", &Finding::evidence},
+                           {"where", &Finding::where}}) {
+    const std::string& src = r->finding.*member;
+    if (src.empty()) continue;  // evidence, where: the default
+    absl::StatusOr<internal::Template> t = internal::ParseTemplate(src);
     if (!t.ok()) return *field = k, t.status();
-    *out = *t;
     used.insert(t->facts.begin(), t->facts.end());
+    compiled->finding.emplace_back(member, *std::move(t));
   }
-  compiled->has_evidence = !r->evidence.empty();
-  compiled->has_where = !r->where.empty();
   for (const std::string& u : used) {
     if (std::find(r->needs.begin(), r->needs.end(), u) == r->needs.end())
       return *field = "needs",
@@ -152,7 +152,6 @@ std::string RulesDefaultEvidence(const Rule& r, const Facts& facts) {
 
 Finding RulesProduce(const Rule& r, const Facts& facts, const std::string& default_where, int rank,
                      Severity inherited) {
-  const internal::CompiledRule& c = *r.compiled;
   Finding f;
   if (r.severity == "inherit") {
     f.severity = inherited;
@@ -160,13 +159,19 @@ Finding RulesProduce(const Rule& r, const Facts& facts, const std::string& defau
     ParseSeverity(r.severity, &f.severity);
   }
   f.id = r.id;
-  f.title = internal::Render(c.title, facts);
-  f.evidence =
-      c.has_evidence ? internal::Render(c.evidence, facts) : RulesDefaultEvidence(r, facts);
-  f.fix = internal::Render(c.fix, facts);
-  f.where = c.has_where ? internal::Render(c.where, facts) : default_where;
+  // The defaults first; each field the rule has a template for replaces its default.
+  if (r.finding.evidence.empty()) f.evidence = RulesDefaultEvidence(r, facts);
+  f.where = default_where;
+  for (const auto& [member, t] : r.compiled->finding) f.*member = internal::Render(t, facts);
   f.rank = rank;
   return f;
+}
+
+// The fix template with `<fact>` for each placeholder, for the quick reference.
+std::string RulesFixForDoc(const Rule& r) {
+  for (const auto& [member, t] : r.compiled->finding)
+    if (member == &Finding::fix) return internal::RenderForDoc(t);
+  return "";  // not reached: fix is required
 }
 
 bool RulesFire(const Rule& r, const Facts& facts, std::string_view finding_id = {}) {
@@ -283,11 +288,10 @@ std::string QuickReferenceMarkdown(const RuleSet& rules) {
                         "| rule | symptom | likely cause | check | fix |\n|---|---|---|---|---|\n");
       }
       any = true;
-      absl::StrAppend(&out, "| `", r.id, "` (",
-                      r.severity == "inherit" ? "severity as reported" : r.severity, "): `",
-                      RulesCell(r.condition), "` | ", RulesCell(r.symptom), " | ",
-                      RulesCell(r.cause), " | ", RulesCell(r.check), " | ",
-                      RulesCell(internal::RenderForDoc(r.compiled->fix)), " |\n");
+      absl::StrAppend(
+          &out, "| `", r.id, "` (", r.severity == "inherit" ? "severity as reported" : r.severity,
+          "): `", RulesCell(r.condition), "` | ", RulesCell(r.symptom), " | ", RulesCell(r.cause),
+          " | ", RulesCell(r.check), " | ", RulesCell(RulesFixForDoc(r)), " |\n");
     }
   }
   absl::StrAppend(&out,

@@ -3,12 +3,14 @@
 #include "trainscope/doctor/interrupt.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,18 +24,23 @@ namespace trainscope::doctor {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-std::atomic<int> g_signal{0};
-int g_pipe[2] = {-1, -1};
+int g_pipe_read = -1;
+// The handler's end: atomic, so that a handler running on another thread while the
+// destructor closes it reads -1 (and writes nothing) rather than a closed or reused fd.
+std::atomic<int> g_pipe_write{-1};
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 constexpr char kPoke = 1;  // a signal arrived
 constexpr char kStop = 0;  // the handler is going away
 
-void OnSignal(int sig) {
+void OnSignal(int) {
+  const int saved_errno = errno;  // the interrupted code may be about to read it
   g_interrupted.store(true);
-  g_signal.store(sig);
   char c = kPoke;
-  ssize_t ignored = write(g_pipe[1], &c, 1);  // async-signal-safe
-  (void)ignored;
+  if (const int fd = g_pipe_write.load(); fd >= 0) {
+    ssize_t ignored = write(fd, &c, 1);  // async-signal-safe
+    (void)ignored;
+  }
+  errno = saved_errno;
 }
 
 // Descendants of `root`, without zombies (they are gone but for their exit status).
@@ -49,12 +56,20 @@ std::vector<pid_t> LiveDescendantsOf(pid_t root, const std::map<pid_t, ProcEntry
 
 InterruptHandler::InterruptHandler(std::chrono::milliseconds grace) {
   static_assert(sizeof(kSignals) / sizeof(kSignals[0]) == kCount);
-  if (pipe2(g_pipe, O_CLOEXEC) != 0) return;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  g_pipe_read = fds[0];
+  g_pipe_write.store(fds[1]);
   installed_ = true;
   prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper_);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // The watcher first, so that a signal right after the handlers are in place is served.
-  watcher_ = std::thread([grace, fd = g_pipe[0]] {
+  // It starts with these signals blocked, so that they are handled on another thread.
+  sigset_t block, previous;
+  sigemptyset(&block);
+  for (int sig : kSignals) sigaddset(&block, sig);
+  pthread_sigmask(SIG_BLOCK, &block, &previous);
+  watcher_ = std::thread([grace, fd = g_pipe_read] {
     char c;
     while (true) {
       ssize_t r = read(fd, &c, 1);
@@ -63,6 +78,7 @@ InterruptHandler::InterruptHandler(std::chrono::milliseconds grace) {
       KillDescendants(grace);
     }
   });
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = OnSignal;
@@ -75,17 +91,17 @@ InterruptHandler::~InterruptHandler() {
   if (!installed_) return;
   for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &old_[i], nullptr);
   char c = kStop;
-  while (write(g_pipe[1], &c, 1) < 0 && errno == EINTR) {
+  const int write_fd = g_pipe_write.load();
+  while (write(write_fd, &c, 1) < 0 && errno == EINTR) {
   }
   watcher_.join();  // after any KillDescendants it was running
   prctl(PR_SET_CHILD_SUBREAPER, was_subreaper_);
-  close(g_pipe[0]);
-  close(g_pipe[1]);
-  g_pipe[0] = g_pipe[1] = -1;
+  close(g_pipe_write.exchange(-1));
+  close(g_pipe_read);
+  g_pipe_read = -1;
 }
 
 bool Interrupted() { return g_interrupted.load(); }
-int InterruptSignal() { return g_signal.load(); }
 
 std::vector<pid_t> Descendants(pid_t root) { return LiveDescendantsOf(root, ReadProcTable()); }
 

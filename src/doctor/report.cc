@@ -28,8 +28,8 @@ nlohmann::json ReportToJson(const Report& r) {
            {"budget_s", o.budget_s},
            {"wall_s", o.wall_s},
            {"timed_out", o.timed_out},
-           {"stdout_file", absl::StrCat("parts/", o.name, ".stdout")},
-           {"stderr_file", absl::StrCat("parts/", o.name, ".stderr")}};
+           {"stdout_file", absl::StrCat(run_dir::kParts, "/", o.name, ".stdout")},
+           {"stderr_file", absl::StrCat(run_dir::kParts, "/", o.name, ".stderr")}};
     p["exit_code"] = o.started && o.term_signal == 0 ? json(o.exit_code) : json(nullptr);
     p["signal"] = o.term_signal ? json(o.term_signal) : json(nullptr);
     p["skip_reason"] = o.skip_reason;

@@ -4,6 +4,7 @@
 // integers as strings (its JSON pg_status), times null (pickle) or 0 (JSON), dtypes as a
 // list, process_group as a tuple or a list, and profiling names with any backend prefix.
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -193,6 +194,10 @@ absl::StatusOr<Entry> ParseEntry(const json& j, size_t index) {
   if (!ToDtypes(Get(j, "output_dtypes"), &e.output_dtypes))
     return FieldError(index, "output_dtypes", "a list of dtype names");
   e.state = ToText(Get(j, "state"));
+  if (auto it = j.find("duration_ms"); it != j.end() && it->is_number()) {
+    const double ms = it->get<double>();
+    if (std::isfinite(ms) && ms >= 0) e.duration_ms = ms;  // null, absent or junk: none
+  }
   if (auto it = j.find("retired"); it != j.end() && it->is_boolean()) e.retired = it->get<bool>();
   if (auto it = j.find("is_p2p"); it != j.end() && it->is_boolean()) e.is_p2p = it->get<bool>();
   if (e.op == "send" || e.op == "recv") e.is_p2p = true;

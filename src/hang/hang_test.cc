@@ -40,6 +40,15 @@ TEST(HangRead, SniffsJsonPickleAndJunk) {
   EXPECT_EQ(ok.dump.entries[0].op, "all_reduce");
   EXPECT_EQ(ok.dump.entries[0].backend, "nccl");
 
+  // PyTorch's duration_ms (CUDA-event timing when enabled) is kept; null (timing off) is none.
+  json timed = DumpJson(0, {E{}, E{}}, 2);
+  timed["entries"][0]["duration_ms"] = 1.5;
+  timed["entries"][1]["duration_ms"] = nullptr;
+  ReadResult t = ReadDumpBytes(timed.dump(), "x");
+  ASSERT_EQ(t.outcome, ReadOutcome::kDump) << t.reason;
+  EXPECT_DOUBLE_EQ(t.dump.entries[0].duration_ms, 1.5);
+  EXPECT_EQ(t.dump.entries[1].duration_ms, 0);
+
   std::string text = d.dump();
   ReadResult cut = ReadDumpBytes(text.substr(0, text.size() / 2), "x");
   EXPECT_EQ(cut.outcome, ReadOutcome::kCorrupt);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainscope/core/run_dir.h"
 #include "trainscope/launch/launch.h"
 
 namespace trainscope::launch {
@@ -46,7 +47,7 @@ Finding DescribeFailure(const LaunchResult& r) {
     t.fix = absl::StrCat(
         "the hang analysis below names where the ranks' collectives parted (flight recorder "
         "dumps and stacks in ",
-        r.run_dir, "/hang/); the ranks' errors above follow from it");
+        run_dir::Join(r.run_dir, run_dir::kHang), "/); the ranks' errors above follow from it");
   }
   return t;
 }

@@ -7,8 +7,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -31,12 +29,11 @@ std::string FileStamp(const std::string& path) {
 }
 
 // Any dump under <run_dir>/hang/? (The analysis refuses a folder without one.)
-bool HasDumps(const std::string& run_dir) {
-  std::error_code ec;
-  std::filesystem::directory_iterator it(std::filesystem::path(run_dir) / hang::kDumpDir, ec);
-  if (ec) return false;
-  for (const auto& e : it) {
-    const std::string name = e.path().filename().string();
+bool HasDumps(const std::string& run_dir, Os* os) {
+  absl::StatusOr<std::vector<std::string>> names =
+      os->ListDir((std::filesystem::path(run_dir) / hang::kDumpDir).string());
+  if (!names.ok()) return false;
+  for (const std::string& name : *names) {
     if (name.rfind(run_dir::kHangDumpPrefix, 0) == 0) return true;
   }
   return false;
@@ -55,11 +52,9 @@ bool CatchesSignal(const std::string& proc_status, int sig) {
   return false;
 }
 
-bool AskRankToDump(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!CatchesSignal(text.str(), SIGUSR1)) return false;
+bool AskRankToDump(pid_t pid, Os* os) {
+  absl::StatusOr<std::string> text = os->ReadFile(absl::StrCat("/proc/", pid, "/status"));
+  if (!text.ok() || !CatchesSignal(*text, SIGUSR1)) return false;
   return ::kill(pid, SIGUSR1) == 0;
 }
 
@@ -74,8 +69,8 @@ bool HangDumpWritten(const std::string& run_dir, int rank, const HangDumpFiles& 
          now.stacks != before.stacks;
 }
 
-HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict v) {
-  if (!HasDumps(run_dir)) return v;
+HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict v, Os* os) {
+  if (!HasDumps(run_dir, os)) return v;
   v.analysis_path = run_dir::HangAnalysisPath(run_dir);
   absl::StatusOr<hang::Report> report = hang::AnalyzePaths({run_dir});
   if (!report.ok()) {

@@ -4,11 +4,13 @@
 
 #include <sys/types.h>
 
+#include "trainscope/core/os.h"
+
 namespace trainscope::launch {
 
 // Sends SIGUSR1 to `pid` (that process only, not its group) when its /proc status says it
-// catches it; true when sent.
-bool AskRankToDump(pid_t pid);
+// catches it (read through `os`); true when sent.
+bool AskRankToDump(pid_t pid, Os* os = Os::Default());
 
 }  // namespace trainscope::launch
 

@@ -87,6 +87,24 @@ TEST(PlacementTest, ReadsNumaNodesAndDevicesFromFakeTrees) {
   EXPECT_EQ(DetectLocalDevices(root).count, 0);
 }
 
+// The same reads through a FakeOs: the sysfs and /dev trees exist only in memory.
+TEST(PlacementTest, ReadsNumaNodesAndDevicesFromAFakeOs) {
+  FakeOs os;
+  os.AddFile("/sys/devices/system/node/node0/cpulist", "0-1\n");
+  os.AddFile("/sys/devices/system/node/node1/cpulist", "2-3\n");
+  os.AddFile("/sys/devices/system/node/possible", "0-1\n");
+  auto nodes = ReadNumaNodes("/sys", {0, 1, 2, 3, 9}, &os);
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(nodes[2], (std::vector<int>{9}));
+  for (const char* f : {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/davinci0"})
+    os.AddFile(f, "");
+  LocalDevices d = DetectLocalDevices("/dev", &os);
+  EXPECT_EQ(d.count, 2);
+  EXPECT_EQ(d.visible_var, "CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(DetectLocalDevices("/none", &os).count, 0);
+}
+
 TEST(LaunchTest, FourRanksGetTheTorchrunEnvironment) {
   LaunchOptions o =
       Sh("echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE "

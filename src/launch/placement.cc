@@ -1,6 +1,5 @@
 // Where each rank runs: CPU sets (NUMA-aware), local devices, a free rendezvous port.
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,9 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,26 +39,22 @@ absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
 }
 
 std::vector<std::vector<int>> ReadNumaNodes(const std::string& sysfs_root,
-                                            const std::vector<int>& allowed) {
+                                            const std::vector<int>& allowed, Os* os) {
   std::set<int> allow(allowed.begin(), allowed.end());
   std::vector<std::pair<int, std::vector<int>>> nodes;
   std::string dir = sysfs_root + "/devices/system/node";
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      int id;
-      absl::string_view name(e->d_name);
-      if (!absl::ConsumePrefix(&name, "node") || !absl::SimpleAtoi(name, &id)) continue;
-      std::ifstream in(dir + "/" + e->d_name + "/cpulist");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      auto cpus = ParseCpuList(ss.str());
-      if (!cpus.ok()) continue;
-      std::vector<int> mine;
-      for (int c : *cpus)
-        if (allow.count(c)) mine.push_back(c);
-      if (!mine.empty()) nodes.emplace_back(id, std::move(mine));
-    }
-    ::closedir(d);
+  absl::StatusOr<std::vector<std::string>> entries = os->ListDir(dir);
+  for (const std::string& entry : entries.ok() ? *entries : std::vector<std::string>()) {
+    int id;
+    absl::string_view name(entry);
+    if (!absl::ConsumePrefix(&name, "node") || !absl::SimpleAtoi(name, &id)) continue;
+    absl::StatusOr<std::string> text = os->ReadFile(dir + "/" + entry + "/cpulist");
+    auto cpus = ParseCpuList(text.ok() ? *text : std::string());  // unreadable: as if empty
+    if (!cpus.ok()) continue;
+    std::vector<int> mine;
+    for (int c : *cpus)
+      if (allow.count(c)) mine.push_back(c);
+    if (!mine.empty()) nodes.emplace_back(id, std::move(mine));
   }
   std::sort(nodes.begin(), nodes.end());
   std::vector<std::vector<int>> out;
@@ -107,18 +100,16 @@ std::vector<std::vector<int>> PlanAffinity(const std::vector<std::vector<int>>& 
   return plan;
 }
 
-LocalDevices DetectLocalDevices(const std::string& dev_root) {
+LocalDevices DetectLocalDevices(const std::string& dev_root, Os* os) {
   LocalDevices out;
   int nvidia = 0, davinci = 0;
-  if (DIR* d = ::opendir(dev_root.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      absl::string_view name(e->d_name);
-      int id;
-      if (absl::ConsumePrefix(&name, "nvidia") && absl::SimpleAtoi(name, &id)) ++nvidia;
-      name = e->d_name;
-      if (absl::ConsumePrefix(&name, "davinci") && absl::SimpleAtoi(name, &id)) ++davinci;
-    }
-    ::closedir(d);
+  absl::StatusOr<std::vector<std::string>> entries = os->ListDir(dev_root);
+  for (const std::string& entry : entries.ok() ? *entries : std::vector<std::string>()) {
+    absl::string_view name(entry);
+    int id;
+    if (absl::ConsumePrefix(&name, "nvidia") && absl::SimpleAtoi(name, &id)) ++nvidia;
+    name = entry;
+    if (absl::ConsumePrefix(&name, "davinci") && absl::SimpleAtoi(name, &id)) ++davinci;
   }
   if (nvidia > 0) {
     out.count = nvidia;

@@ -231,31 +231,36 @@ absl::StatusOr<Measured> ClassifyAnalysis(const nlohmann::json& a, const std::st
   m.comm_share = comm / step;
   m.memory_share = kernel_ranks ? memory_pct / kernel_ranks / 100.0 : 0.0;
   m.compute_share = std::max(0.0, 1.0 - m.data_share - m.comm_share);
-  m.evidence = absl::StrFormat(
+  Finding& f = m.finding;
+  f.evidence = absl::StrFormat(
       "over %d rank-steps: data loading %.1f%% of the step, exposed communication %.1f%%, "
       "memory kernels %.1f%% of kernel time",
       steps, 100 * m.data_share, 100 * m.comm_share, 100 * m.memory_share);
   if (m.data_share >= 0.30) {
     m.bottleneck = Bottleneck::kData;
-    m.rule =
+    f.fix =
         "data-bound: fix the input pipeline first (more loader workers, prefetch, packed "
         "pre-tokenized data); a different parallel layout will not help";
   } else if (m.comm_share >= 0.25) {
     m.bottleneck = Bottleneck::kCommunication;
-    m.rule =
+    f.fix =
         "communication-bound: gradient compression (bf16/PowerSGD hooks), topology-aware "
         "placement, pipeline parallelism over slow links; candidates ranked by communication time";
   } else if (m.memory_share >= 0.25) {
     m.bottleneck = Bottleneck::kMemory;
-    m.rule =
+    f.fix =
         "memory-bound: tensor parallelism and activation recomputation; candidates ranked by "
         "memory headroom";
   } else {
     m.bottleneck = Bottleneck::kCompute;
-    m.rule =
+    f.fix =
         "compute-bound: operator fusion (see `trace analyze` fusion candidates) and a faster "
         "data pipeline; candidates ranked by estimated step time";
   }
+  f.severity = Severity::kWarning;
+  f.id = absl::StrCat("plan.", BottleneckName(m.bottleneck), "_bound");
+  f.title = absl::StrCat("the measured run is ", BottleneckName(m.bottleneck), "-bound");
+  f.where = source;
   return m;
 }
 
@@ -364,8 +369,8 @@ nlohmann::json PlanToJson(const Plan& plan) {
     const Measured& m = plan.measured;
     j["measured"] = {{"bottleneck", BottleneckName(m.bottleneck)},
                      {"source", m.source},
-                     {"evidence", m.evidence},
-                     {"rule", m.rule},
+                     {"evidence", m.finding.evidence},
+                     {"rule", m.finding.fix},
                      {"data_share", Round(m.data_share, 1e4)},
                      {"comm_share", Round(m.comm_share, 1e4)},
                      {"memory_share", Round(m.memory_share, 1e4)}};
@@ -377,17 +382,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
 
 std::vector<Finding> FindingsFrom(const Plan& plan) {
   std::vector<Finding> out;
-  if (plan.measured.bottleneck != Bottleneck::kNone) {
-    const Measured& m = plan.measured;
-    Finding f;
-    f.severity = Severity::kWarning;
-    f.id = absl::StrCat("plan.", BottleneckName(m.bottleneck), "_bound");
-    f.title = absl::StrCat("the measured run is ", BottleneckName(m.bottleneck), "-bound");
-    f.evidence = m.evidence;
-    f.fix = m.rule;
-    f.where = m.source;
-    out.push_back(std::move(f));
-  }
+  if (plan.measured.bottleneck != Bottleneck::kNone) out.push_back(plan.measured.finding);
   Finding f;
   if (plan.recommended >= 0) {
     const Strategy& s = plan.strategies[plan.recommended];
@@ -469,11 +464,12 @@ std::string PlanToText(const Plan& plan, int max_rows) {
   }
   if (plan.measured.bottleneck != Bottleneck::kNone) {
     const Measured& m = plan.measured;
-    absl::StrAppend(&out, "\n",
-                    WrapText(absl::StrCat("measured (", m.source, "): ",
-                                          BottleneckName(m.bottleneck), "-bound; ", m.evidence),
-                             118),
-                    WrapText("rule: " + m.rule, 118, "  ", "  "));
+    absl::StrAppend(
+        &out, "\n",
+        WrapText(absl::StrCat("measured (", m.source, "): ", BottleneckName(m.bottleneck),
+                              "-bound; ", m.finding.evidence),
+                 118),
+        WrapText("rule: " + m.finding.fix, 118, "  ", "  "));
   }
   if (plan.recommended >= 0) {
     const Strategy& s = plan.strategies[plan.recommended];

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/fake_os.h"
@@ -132,8 +133,12 @@ TEST(PlanTest, FindingsSayTheBottleneckAndTheRecommendation) {
   p.reason = "shortest estimated step of 2 fitting candidates: ...";
   p.measured.bottleneck = Bottleneck::kCommunication;
   p.measured.source = "run/trace";
-  p.measured.evidence = "comm 40% of the step";
-  p.measured.rule = "rank by communication time";
+  p.measured.finding = {Severity::kWarning,
+                        "plan.communication_bound",
+                        "the measured run is communication-bound",
+                        "comm 40% of the step",
+                        "rank by communication time",
+                        "run/trace"};
   nlohmann::json found = nlohmann::json::array();
   for (const Finding& x : FindingsFrom(p)) found.push_back(FindingToJson(x));
   EXPECT_EQ(found, nlohmann::json::parse(R"js([
@@ -225,6 +230,13 @@ TEST(PlanTest, ReadersAndClassifier) {
   absl::StatusOr<Measured> m = ClassifyAnalysis(a, "x");
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->bottleneck, Bottleneck::kCommunication);
+  EXPECT_EQ(m->finding.severity, Severity::kWarning);
+  EXPECT_EQ(m->finding.id, "plan.communication_bound");
+  EXPECT_EQ(m->finding.title, "the measured run is communication-bound");
+  EXPECT_EQ(m->finding.where, "x");
+  EXPECT_TRUE(absl::StrContains(m->finding.evidence, "exposed communication 35.0%"))
+      << m->finding.evidence;
+  EXPECT_TRUE(absl::StrContains(m->finding.fix, "ranked by communication time")) << m->finding.fix;
   a["ranks"][0]["per_step"][0]["host_breakdown"]["data_loading_us"] = 50;
   EXPECT_EQ(ClassifyAnalysis(a, "x")->bottleneck, Bottleneck::kData);
   a["ranks"][0]["per_step"][0]["host_breakdown"] = {{"data_loading_us", 1}, {"comm_wait_us", 2}};

@@ -158,9 +158,9 @@ void CollectFindings(const std::string& dir, const std::string& name, RunFiles* 
 namespace {
 
 // One rank's dump as the page draws it: its last collectives, times from t0 (the earliest
-// creation time over the drawn dumps). Our recorder writes duration_ms for a completed entry
-// as the discovered completion less the discovered start (comm/flight_recorder.cc), which
-// hang::Entry keeps; PyTorch's duration_ms (CUDA-event timing, when enabled) it does not: 0.
+// creation time over the drawn dumps). Each entry's duration is the dump's duration_ms
+// (PyTorch's CUDA-event timing, when enabled), else for our completed entries the discovered
+// completion less the discovered start (comm/flight_recorder.cc writes the same), else 0.
 json CollectHangRank(const hang::Dump& d, int64_t t0) {
   json entries = json::array();
   const size_t n = d.entries.size();
@@ -174,7 +174,9 @@ json CollectHangRank(const hang::Dump& d, int64_t t0) {
                        {"pg", e.pg_id},
                        {"op", op},
                        {"t_ms", t0 >= 0 && t > 0 ? (t - t0) / 1e6 : 0.0},
-                       {"dur_ms", timed ? (e.time_completed_ns - e.time_started_ns) / 1e6 : 0.0},
+                       {"dur_ms", e.duration_ms > 0 ? e.duration_ms
+                                  : timed ? (e.time_completed_ns - e.time_started_ns) / 1e6
+                                          : 0.0},
                        {"state", e.state},
                        {"caller", e.caller}});
   }

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "report/metrics.h"
+#include "trainscope/core/fake_os.h"
 #include "trainscope/report/report.h"
 
 namespace trainscope::report {
@@ -167,6 +168,31 @@ TEST_F(CollectorTest, IncrementalEqualsFullAfterEveryKindOfChange) {
 // The file written in pieces of random sizes (cut anywhere: inside a line, inside a number,
 // right before a newline), mixing in-order and repeated steps, events, blank and malformed
 // lines: after every piece the reader that read on equals a reader that read the file once.
+// The metrics reader reads through Os: a file in a FakeOs that grows (same inode) is read on
+// from where it was, one replaced (a new inode) is read again from the start.
+TEST(CollectorFakeOs, MetricsReaderOnAFakeOs) {
+  FakeOs os;
+  const std::string path = "/run/metrics.rank0.jsonl";
+  os.AddFile(path, CollectorHeader(0) + CollectorStepLine(1, 5.0));
+  RankMetricsReader reader(path, &os);
+  ASSERT_TRUE(reader.Update());
+  EXPECT_EQ(reader.metrics().rank, 0);
+  EXPECT_EQ(reader.metrics().steps.size(), 1u);
+  os.AppendToFile(path, CollectorStepLine(2, 4.5) + CollectorStepLine(3, 4.0));
+  ASSERT_TRUE(reader.Update());
+  EXPECT_EQ(reader.metrics().steps.size(), 3u);
+  EXPECT_EQ(reader.full_reads(), 1);
+  RankMetricsReader once("x", &os);
+  ASSERT_TRUE(once.UpdateFromBytes(*os.ReadFile(path), 0, 0));
+  EXPECT_EQ(RankMetricsToJson(reader.metrics(), 40), RankMetricsToJson(once.metrics(), 40));
+  os.AddFile(path, CollectorHeader(0) + CollectorStepLine(7, 3.0));
+  ASSERT_TRUE(reader.Update());
+  EXPECT_EQ(reader.full_reads(), 2);
+  EXPECT_EQ(reader.metrics().steps.size(), 1u);
+  RankMetricsReader absent("/run/none.jsonl", &os);
+  EXPECT_FALSE(absent.Update());
+}
+
 TEST_F(CollectorTest, ReaderAfterEveryPieceEqualsAOneShotRead) {
   std::string text = CollectorHeader(0);
   std::mt19937 rng(7);

@@ -5,10 +5,6 @@
 // record's own value: downsampling picks records, it never averages them.
 #include "report/metrics.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -237,30 +233,18 @@ namespace {
 constexpr size_t kReaderChunkBytes = 8u << 20;
 constexpr size_t kReaderCheckBytes = 64;
 
-// pread of up to n bytes at off; what could be read.
-std::string ReaderPread(int fd, uint64_t off, size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::pread(fd, out.data() + got, n - got, static_cast<off_t>(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
-  out.resize(got);
+// Up to n bytes at off; what could be read (a read error ends the bytes there).
+std::string ReaderPread(const RandomAccessFile& f, uint64_t off, size_t n) {
+  std::string out;
+  f.Read(off, n, &out).IgnoreError();
   return out;
 }
 
-struct ReaderFd {
-  int fd;
-  ~ReaderFd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
-RankMetricsReader::RankMetricsReader(std::string path) : path_(std::move(path)) { Reset(); }
+RankMetricsReader::RankMetricsReader(std::string path, Os* os) : path_(std::move(path)), os_(os) {
+  Reset();
+}
 
 void RankMetricsReader::Reset() {
   m_ = RankMetrics();
@@ -277,31 +261,31 @@ void RankMetricsReader::Reset() {
   first_nonfinite_seen_ = false;
 }
 
-bool RankMetricsReader::SameFileAsBefore(int fd, uint64_t dev, uint64_t ino, uint64_t size) {
+bool RankMetricsReader::SameFileAsBefore(const RandomAccessFile& f, uint64_t dev, uint64_t ino,
+                                         uint64_t size) {
   if (dev != dev_ || ino != ino_ || size < offset_) return false;
   if (offset_ == 0) return true;
-  return ReaderPread(fd, 0, head_.size()) == head_ &&
-         ReaderPread(fd, offset_ - last_.size(), last_.size()) == last_;
+  return ReaderPread(f, 0, head_.size()) == head_ &&
+         ReaderPread(f, offset_ - last_.size(), last_.size()) == last_;
 }
 
 bool RankMetricsReader::Update() {
-  ReaderFd f{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
-  struct stat st;
-  if (f.fd < 0 || ::fstat(f.fd, &st) != 0) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> opened = os_->NewRandomAccessFile(path_);
+  if (!opened.ok()) {
     Reset();
     m_.malformed_examples.push_back(path_ + ": cannot open");
     opened_ = false;
     ++version_;
     return false;
   }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  const auto dev = static_cast<uint64_t>(st.st_dev), ino = static_cast<uint64_t>(st.st_ino);
-  bool fresh = !opened_ || !SameFileAsBefore(f.fd, dev, ino, size);
+  const RandomAccessFile& f = **opened;
+  const uint64_t size = f.info().size_bytes, dev = f.info().device, ino = f.info().inode;
+  bool fresh = !opened_ || !SameFileAsBefore(f, dev, ino, size);
   if (!fresh && size == offset_ + tail_size_) return true;  // nothing appended
   // A last line taken without its newline: the next byte must be that newline, else the
   // line went on and reads differently now.
   if (!fresh && open_line_ && size > offset_) {
-    if (ReaderPread(f.fd, offset_, 1) == "\n") {
+    if (ReaderPread(f, offset_, 1) == "\n") {
       ++offset_;
       open_line_ = false;
     } else {
@@ -312,7 +296,7 @@ bool RankMetricsReader::Update() {
     Reset();
     ++full_reads_;
   }
-  return ReadOn(dev, ino, size, [&](uint64_t off, size_t n) { return ReaderPread(f.fd, off, n); });
+  return ReadOn(dev, ino, size, [&](uint64_t off, size_t n) { return ReaderPread(f, off, n); });
 }
 
 bool RankMetricsReader::UpdateFromBytes(std::string_view bytes, uint64_t dev, uint64_t ino) {

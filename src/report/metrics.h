@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "trainscope/core/os.h"
 
 namespace simdjson::dom {
 class parser;
@@ -102,7 +103,8 @@ const std::vector<std::string>& PhaseNames();
 // Thread-compatible: one thread at a time.
 class RankMetricsReader {
  public:
-  explicit RankMetricsReader(std::string path);
+  // The file is read through `os` (not owned; outlives the reader).
+  explicit RankMetricsReader(std::string path, Os* os = Os::Default());
 
   // Brings metrics() up to the file's current content. Returns false when the file cannot
   // be opened or read (then metrics() is empty but for `malformed_examples[0]`, which says
@@ -127,7 +129,7 @@ class RankMetricsReader {
   // the file; UpdateFromBytes: the bytes given).
   bool ReadOn(uint64_t dev, uint64_t ino, uint64_t size,
               const std::function<std::string(uint64_t offset, size_t n)>& read);
-  bool SameFileAsBefore(int fd, uint64_t dev, uint64_t ino, uint64_t size);
+  bool SameFileAsBefore(const RandomAccessFile& f, uint64_t dev, uint64_t ino, uint64_t size);
   // One line (without its newline) of the file: counted, and its record applied (step
   // records into *rows). An unterminated line that is not a JSON object is not taken:
   // false, nothing changed.
@@ -138,6 +140,7 @@ class RankMetricsReader {
   void NonfiniteStepRow(const nlohmann::json& j, std::vector<Row>* rows);
 
   const std::string path_;
+  Os* const os_;
   RankMetrics m_;  // lines / truncated_last_line include the pending tail
   int64_t version_ = 0, bytes_parsed_ = 0, full_reads_ = 0;
   // Of the bytes read so far: [0, offset_) is in m_, and ends at a newline unless

@@ -3,14 +3,9 @@
 // with a missing or non-numeric figure is counted against its file and skipped.
 #include "trace/ascend_cluster.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -19,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "trace/ascend_rank_csv.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/paths.h"
 
 namespace trainscope::trace::internal {
@@ -27,30 +23,35 @@ namespace {
 constexpr size_t kMaxProblems = 10;  // per file
 
 // core/paths.h's, under the names this file uses.
-bool IsDir(const std::string& p) { return IsDirectory(p); }
-bool IsFile(const std::string& p) { return IsRegularFile(p); }
-std::vector<std::string> List(const std::string& dir) { return ListNames(dir); }
+// The file system through `os`, under the names this file uses.
+bool IsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
+bool IsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
+// Sorted names; empty when the folder cannot be read.
+std::vector<std::string> List(Os* os, const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
+  return names.ok() ? *std::move(names) : std::vector<std::string>();
+}
 std::string Base(std::string_view p) { return BaseName(p); }
 std::string Parent(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   size_t s = p.rfind('/');
   return s == std::string::npos ? "." : (s == 0 ? "/" : p.substr(0, s));
 }
-bool Slurp(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
+bool Slurp(Os* os, const std::string& path, std::string* out) {
+  absl::StatusOr<std::string> bytes = os->ReadFile(path);
+  if (!bytes.ok()) return false;
+  *out = *std::move(bytes);
   return true;
 }
 
 // A torch_npu rank folder: *_ascend_pt, or any folder holding ASCEND_PROFILER_OUTPUT/.
-bool IsRankFolder(const std::string& dir) { return IsDir(dir + "/ASCEND_PROFILER_OUTPUT"); }
-bool IsClusterOutput(const std::string& dir) {
-  return IsFile(dir + "/cluster_step_trace_time.csv") ||
-         IsFile(dir + "/cluster_communication.json") ||
-         IsFile(dir + "/cluster_communication_matrix.json");
+bool IsRankFolder(Os* os, const std::string& dir) {
+  return IsDir(os, dir + "/ASCEND_PROFILER_OUTPUT");
+}
+bool IsClusterOutput(Os* os, const std::string& dir) {
+  return IsFile(os, dir + "/cluster_step_trace_time.csv") ||
+         IsFile(os, dir + "/cluster_communication.json") ||
+         IsFile(os, dir + "/cluster_communication_matrix.json");
 }
 
 void Problem(ClusterFile* f, const std::string& where, const std::string& why) {
@@ -397,18 +398,18 @@ void ParseClusterMatrixJson(std::string_view text, const std::string& name, Clus
   in->files.push_back(std::move(f));
 }
 
-ClusterPaths SplitClusterPaths(const std::vector<std::string>& paths) {
+ClusterPaths SplitClusterPaths(const std::vector<std::string>& paths, Os* os) {
   ClusterPaths out;
   for (const std::string& p : paths) {
-    if (IsFile(p) && Base(p) == "cluster_step_trace_time.csv") {
+    if (IsFile(os, p) && Base(p) == "cluster_step_trace_time.csv") {
       out.outputs.push_back(Parent(p));
-    } else if (IsDir(p) && IsClusterOutput(p)) {
+    } else if (IsDir(os, p) && IsClusterOutput(os, p)) {
       out.outputs.push_back(p);
-    } else if (IsDir(p) && !IsRankFolder(p)) {
+    } else if (IsDir(os, p) && !IsRankFolder(os, p)) {
       int rank_folders = 0;
-      for (const std::string& n : List(p)) rank_folders += IsRankFolder(p + "/" + n);
-      const bool has_output =
-          IsDir(p + "/cluster_analysis_output") && IsClusterOutput(p + "/cluster_analysis_output");
+      for (const std::string& n : List(os, p)) rank_folders += IsRankFolder(os, p + "/" + n);
+      const bool has_output = IsDir(os, p + "/cluster_analysis_output") &&
+                              IsClusterOutput(os, p + "/cluster_analysis_output");
       if (has_output) {
         out.outputs.push_back(p + "/cluster_analysis_output");
         if (rank_folders > 0) out.with_ranks.push_back(out.outputs.back());
@@ -423,7 +424,7 @@ ClusterPaths SplitClusterPaths(const std::vector<std::string>& paths) {
   return out;
 }
 
-absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir) {
+absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir, Os* os) {
   ClusterInput in;
   in.source = "cluster_analysis_output";
   in.path = dir;
@@ -434,7 +435,7 @@ absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir) {
                   {"cluster_communication_matrix.json", ParseClusterMatrixJson}};
   for (const auto& [name, parse] : kFiles) {
     const std::string path = dir + "/" + name;
-    if (IsFile(path) && Slurp(path, &text)) parse(text, path, &in);
+    if (IsFile(os, path) && Slurp(os, path, &text)) parse(text, path, &in);
   }
   std::sort(in.rows.begin(), in.rows.end(), [](const ClusterRow& a, const ClusterRow& b) {
     return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);
@@ -452,7 +453,7 @@ absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir) {
   return in;
 }
 
-absl::StatusOr<std::optional<ClusterInput>> ReadClusterPaths(const ClusterPaths& paths) {
+absl::StatusOr<std::optional<ClusterInput>> ReadClusterPaths(const ClusterPaths& paths, Os* os) {
   const size_t n = paths.outputs.size() + paths.rank_parents.size();
   if (n == 0) return std::optional<ClusterInput>();
   if (n > 1) {
@@ -462,12 +463,12 @@ absl::StatusOr<std::optional<ClusterInput>> ReadClusterPaths(const ClusterPaths&
         "one Ascend cluster at a time: ", absl::StrJoin(all, ", "), " are ", n, " clusters"));
   }
   if (!paths.outputs.empty()) {
-    auto in = ReadClusterOutput(paths.outputs[0]);
+    auto in = ReadClusterOutput(paths.outputs[0], os);
     if (!in.ok()) return in.status();
     in->ranks_from_folders = !paths.with_ranks.empty();
     return std::optional<ClusterInput>(*std::move(in));
   }
-  auto in = ReadRankFolders(paths.rank_parents[0]);
+  auto in = ReadRankFolders(paths.rank_parents[0], os);
   if (!in.ok()) return in.status();
   return std::optional<ClusterInput>(*std::move(in));
 }
@@ -506,8 +507,8 @@ std::vector<RankTrace> ClusterRankTraces(const ClusterInput& in) {
 namespace {
 
 // The rank of a rank folder: profiler_info_<rank>.json (torch_npu), else -1.
-int FolderRank(const std::string& dir) {
-  for (const std::string& n : List(dir)) {
+int FolderRank(Os* os, const std::string& dir) {
+  for (const std::string& n : List(os, dir)) {
     int r = -1;
     if (absl::StartsWith(n, "profiler_info_") && absl::EndsWith(n, ".json") &&
         absl::SimpleAtoi(n.substr(14, n.size() - 19), &r) && r >= 0 && r < kMaxRank)
@@ -522,11 +523,11 @@ std::string GroupOfOp(const std::string& op, const std::string& type) {
   return at == std::string::npos ? type : op.substr(at + 1);
 }
 
-void ReadRankFolder(const std::string& dir, int rank, ClusterInput* in,
+void ReadRankFolder(Os* os, const std::string& dir, int rank, ClusterInput* in,
                     std::vector<std::pair<std::string, std::vector<int>>>* groups) {
   const std::string out = dir + "/ASCEND_PROFILER_OUTPUT";
   std::string text;
-  if (Slurp(out + "/step_trace_time.csv", &text)) {
+  if (Slurp(os, out + "/step_trace_time.csv", &text)) {
     ClusterFile f{out + "/step_trace_time.csv"};
     auto rows = ParseCsv(text);
     StepCols c(rows.empty() ? std::vector<std::string>{} : rows[0]);
@@ -545,7 +546,7 @@ void ReadRankFolder(const std::string& dir, int rank, ClusterInput* in,
     }
     in->files.push_back(std::move(f));
   }
-  if (Slurp(out + "/communication.json", &text)) {
+  if (Slurp(os, out + "/communication.json", &text)) {
     ClusterFile f{out + "/communication.json"};
     nlohmann::json j = ParseJsonText(text, &f);
     RankStepTypeOps(j, &f, [&](int64_t step, const std::string& type, const nlohmann::json& ops) {
@@ -571,7 +572,7 @@ void ReadRankFolder(const std::string& dir, int rank, ClusterInput* in,
   // group (0, 2)), which msprof-analyze `cluster` maps to global ones in
   // cluster_communication_matrix.json (read when the folder holds cluster_analysis_output/).
   // Pipeline and other groups: profiler_metadata.json "parallel_group_info".
-  if (Slurp(dir + "/profiler_metadata.json", &text)) {
+  if (Slurp(os, dir + "/profiler_metadata.json", &text)) {
     nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     auto pg = j.is_object() ? j.find("parallel_group_info") : j.end();
     if (pg != j.end() && pg->is_object()) {
@@ -648,7 +649,7 @@ std::vector<std::vector<int>> StagesFromGroups(
 
 }  // namespace
 
-absl::StatusOr<ClusterInput> ReadRankFolders(const std::string& dir) {
+absl::StatusOr<ClusterInput> ReadRankFolders(const std::string& dir, Os* os) {
   ClusterInput in;
   in.source = "rank_folders";
   in.path = dir;
@@ -656,16 +657,16 @@ absl::StatusOr<ClusterInput> ReadRankFolders(const std::string& dir) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   std::set<int> seen;
   int next = 0;
-  for (const std::string& n : List(dir)) {
+  for (const std::string& n : List(os, dir)) {
     const std::string sub = dir + "/" + n;
-    if (!IsRankFolder(sub)) continue;
-    int rank = FolderRank(sub);
+    if (!IsRankFolder(os, sub)) continue;
+    int rank = FolderRank(os, sub);
     if (rank < 0 || seen.count(rank)) {
       while (seen.count(next)) ++next;
       rank = next;
     }
     seen.insert(rank);
-    ReadRankFolder(sub, rank, &in, &groups);
+    ReadRankFolder(os, sub, rank, &in, &groups);
   }
   std::sort(in.rows.begin(), in.rows.end(), [](const ClusterRow& a, const ClusterRow& b) {
     return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/os.h"
 #include "trainscope/trace/analysis.h"
 #include "trainscope/trace/trace.h"
 
@@ -98,23 +99,25 @@ struct ClusterPaths {
   std::vector<std::string> rest;          // for the per-rank readers
   std::vector<std::string> with_ranks;    // outputs whose parent's rank folders are in rest
 };
-ClusterPaths SplitClusterPaths(const std::vector<std::string>& paths);
+// The readers below take the file system as `os` (a FakeOs in tests).
+ClusterPaths SplitClusterPaths(const std::vector<std::string>& paths, Os* os = Os::Default());
 
 // Reads a cluster_analysis_output folder. Bad records and missing keys are counted per file;
 // InvalidArgument naming the folder only when no file gave anything.
-absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir);
+absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir, Os* os = Os::Default());
 // Reads a folder of rank folders: each rank's step_trace_time.csv and communication.json (not
 // communication_matrix.json: its links name group-local ranks), rank from
 // profiler_info_<rank>.json, stages from the pipeline
 // groups of profiler_metadata.json (msprof-analyze's StageInfoAnalysis). Same errors.
-absl::StatusOr<ClusterInput> ReadRankFolders(const std::string& dir);
+absl::StatusOr<ClusterInput> ReadRankFolders(const std::string& dir, Os* os = Os::Default());
 // The readers over text (the fuzz target and the tests): `name` is how problems name it.
 void ParseClusterStepTraceCsv(std::string_view text, const std::string& name, ClusterInput* in);
 void ParseClusterCommJson(std::string_view text, const std::string& name, ClusterInput* in);
 void ParseClusterMatrixJson(std::string_view text, const std::string& name, ClusterInput* in);
 
 // The one cluster input of the paths (nullopt when none). InvalidArgument when there are two.
-absl::StatusOr<std::optional<ClusterInput>> ReadClusterPaths(const ClusterPaths& paths);
+absl::StatusOr<std::optional<ClusterInput>> ReadClusterPaths(const ClusterPaths& paths,
+                                                             Os* os = Os::Default());
 
 // One RankTrace per rank of the rows (format "ascend", its steps as ascend_steps), for
 // AnalyzeRank.

@@ -2,9 +2,11 @@
 // (tests/data/trace/ascend_cluster) and on damaged copies, and msprof-analyze's rules on them.
 #include "trace/ascend_cluster.h"
 
+#include <filesystem>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "trainscope/core/fake_os.h"
 
 namespace trainscope::trace::internal {
 namespace {
@@ -24,6 +26,41 @@ TEST(AscendCluster, SplitsClusterOutputsFromRankFolders) {
   EXPECT_EQ(p.rest, std::vector<std::string>{ClusterData("pp4_folders")});  // its ranks, per rank
   EXPECT_TRUE(p.with_ranks.empty());
   EXPECT_FALSE(ReadClusterPaths(p).ok());  // one cluster at a time
+}
+
+// Every regular file under the sample folder `rel`, copied into `os` under "/data/<rel>".
+void CopyIntoFakeOs(const std::string& rel, FakeOs* os) {
+  const std::string root = ClusterData(rel);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    const std::string path = e.path().string();
+    os->AddFile("/data/" + rel + path.substr(root.size()), *Os::Default()->ReadFile(path));
+  }
+}
+
+// The cluster readers go through Os: the samples copied into a FakeOs read as from disk.
+TEST(AscendCluster, ReadersRunOnAFakeOs) {
+  FakeOs os;
+  CopyIntoFakeOs("advisor8", &os);
+  CopyIntoFakeOs("pp4_folders", &os);
+  ClusterPaths p = SplitClusterPaths({"/data/advisor8", "/data/pp4_folders"}, &os);
+  EXPECT_EQ(p.outputs, std::vector<std::string>{"/data/advisor8/cluster_analysis_output"});
+  EXPECT_EQ(p.rank_parents, std::vector<std::string>{"/data/pp4_folders"});
+  EXPECT_FALSE(ReadClusterPaths(p, &os).ok());  // one cluster at a time
+  auto fake = ReadClusterOutput("/data/advisor8/cluster_analysis_output", &os);
+  auto real = ReadClusterOutput(ClusterData("advisor8/cluster_analysis_output"));
+  ASSERT_TRUE(fake.ok()) << fake.status();
+  ASSERT_TRUE(real.ok()) << real.status();
+  ASSERT_EQ(fake->rows.size(), 8u);
+  EXPECT_DOUBLE_EQ(fake->rows[1].free_us, real->rows[1].free_us);
+  EXPECT_EQ(fake->comm.size(), real->comm.size());
+  auto folders = ReadRankFolders("/data/pp4_folders", &os);
+  auto real_folders = ReadRankFolders(ClusterData("pp4_folders"));
+  ASSERT_TRUE(folders.ok()) << folders.status();
+  ASSERT_TRUE(real_folders.ok());
+  EXPECT_EQ(folders->rows.size(), real_folders->rows.size());
+  EXPECT_EQ(folders->stages.size(), real_folders->stages.size());
+  EXPECT_FALSE(ReadClusterOutput("/data/none", &os).ok());
 }
 
 TEST(AscendCluster, EightRankAdvisorSampleNamesRankOne) {

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -57,12 +55,10 @@ std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
   return rows;
 }
 
-absl::StatusOr<std::string> SlurpFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+absl::StatusOr<std::string> SlurpFile(const std::string& path, Os* os) {
+  absl::StatusOr<std::string> bytes = os->ReadFile(path);
+  if (!bytes.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  return bytes;
 }
 
 int CsvCol(const std::vector<std::string>& header, std::initializer_list<const char*> names) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 #include "trainscope/trace/trace.h"
 
 namespace trainscope::trace::internal {
@@ -16,8 +17,8 @@ namespace trainscope::trace::internal {
 // CSV with quotes ("" escapes) and cells trimmed of spaces and tabs (torch_npu writes
 // "1736413971558972.912\t"). A last line without a newline is a row.
 std::vector<std::vector<std::string>> ParseCsv(const std::string& text);
-// The whole file. NotFound "<path>: cannot open".
-absl::StatusOr<std::string> SlurpFile(const std::string& path);
+// The whole file, read through `os`. NotFound "<path>: cannot open".
+absl::StatusOr<std::string> SlurpFile(const std::string& path, Os* os = Os::Default());
 // Index of the first of `names` in `header`, -1 if none.
 int CsvCol(const std::vector<std::string>& header, std::initializer_list<const char*> names);
 // Cell `col` of `row`, "" when absent.

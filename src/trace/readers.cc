@@ -257,7 +257,8 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
       }
       // A trainscope run directory (DIR or DIR/train): the per-rank metrics logs only.
       bool run_dir = false;
-      for (const std::string& d : {p + "/train", p}) {
+      for (const std::string& d :
+           {trainscope::run_dir::Join(p, trainscope::run_dir::kTrain), p}) {
         if (!IsDir(d)) continue;
         for (const std::string& n : List(d)) {
           if (trainscope::run_dir::IsTrainMetricsName(n)) {

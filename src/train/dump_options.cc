@@ -1,5 +1,6 @@
 // Options of the trainer's op dumps (trainscope/train/dump.h); libtorch-free.
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -31,7 +32,7 @@ absl::StatusOr<std::vector<int>> ParseDumpSteps(std::string_view text) {
     b = a;
     if (ends.size() == 2 && (!ParseStep(ends[1], &b) || b < a)) return bad();
     if (b - a > 100000) return bad();
-    for (int s = a; s <= b; ++s) steps.push_back(s);
+    for (int64_t s = a; s <= b; ++s) steps.push_back(static_cast<int>(s));  // b may be INT_MAX
   }
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());

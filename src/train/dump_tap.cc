@@ -4,8 +4,11 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +23,21 @@ namespace trainscope::train {
 namespace {
 
 std::string Quote(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// One tensor file of a dump: a plain write, no fsync per file (a step writes hundreds).
+// dump.json, written atomically once the step's tensors are all out, is what makes the
+// step's dump complete.
+absl::Status WriteTensorFile(const std::string& path, const std::vector<char>& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const int saved = errno;
+  if (std::fclose(f) != 0 || !written) {
+    return absl::InternalError(
+        absl::StrCat(path, ": write failed: ", std::strerror(written ? errno : saved)));
+  }
+  return absl::OkStatus();
+}
 
 // A number as Python's json module writes it: shortest round-trip digits, NaN / Infinity.
 std::string Number(double v) {
@@ -169,6 +187,10 @@ void DumpTap::BeginStep(int step) {
   forward_site_.clear();
   grads_.clear();
   failures_.clear();
+  if (options_.mode == "tensor") {
+    absl::Status made = MakeDirs(dir_ + "/dump_tensor_data");
+    if (!made.ok()) failures_.push_back(std::string(made.message()));
+  }
   pending_input_.assign(sites_.size(), -1);
   model_->SetTap(this);
   HookParameters();
@@ -204,8 +226,7 @@ std::string DumpTap::Record(const torch::Tensor& t, const std::string& data_name
     } else {
       const std::string file = data_name + ".pt";
       std::vector<char> bytes = torch::pickle_save(dense);
-      absl::Status st = WriteFileAtomic(absl::StrCat(dir_, "/dump_tensor_data/", file),
-                                        std::string(bytes.begin(), bytes.end()));
+      absl::Status st = WriteTensorFile(absl::StrCat(dir_, "/dump_tensor_data/", file), bytes);
       if (st.ok()) {
         absl::StrAppend(&out, ", \"data_name\": ", Quote(file));
       } else {

@@ -19,6 +19,7 @@
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
+#include "trainscope/core/run_dir_lock.h"
 #include "trainscope/core/table.h"
 #include "trainscope/diagnose/diagnose.h"
 #include "trainscope/train/anomaly.h"
@@ -39,9 +40,14 @@ std::string CountText(double n) { return FormatCount(static_cast<long long>(n));
 
 }  // namespace
 
-std::string DefaultRunDir() {
+absl::StatusOr<std::string> DefaultRunDir() {
   std::string dir;
   if (Os::Default()->GetEnv(envvar::kRunDir, &dir) && !dir.empty()) return dir;
+  if (const std::string job = run_dir::CurrentJobId(); !job.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this rank belongs to job ", job, ": give every rank the same --run-dir DIR (or ",
+        envvar::kRunDir, "), else each would write a run directory of its own"));
+  }
   return run_dir::DefaultRunDir(run_dir::kTrain);
 }
 

@@ -1,7 +1,8 @@
 """PyTorch Flight Recorder dumps written by torch 2.x itself on a real gloo hang, read by
 `trainscope hang analyze` and by torch's own analyser (fr_trace), which must agree.
 
-The job: W gloo ranks on the CPU (W subprocesses, a FileStore rendezvous: no port to pick),
+The job: W gloo ranks on the CPU (W processes forked from one that imported torch, as fr_trace
+runs are: _fork.py; a FileStore rendezvous: no port to pick),
 a broadcast and then training steps of two gradient-bucket all_reduces each. In the last
 step one rank skips the second all_reduce and stalls elsewhere (as a rank stuck in its data
 loader would); the others issue it and block in it (gloo timeout 60 s). Each rank has a
@@ -52,6 +53,7 @@ import pytest
 import torch  # noqa: F401  (the test is about this torch; a missing torch is an error)
 
 from _cli import BINARY, gloo_fr_job  # noqa: E402
+from _fork import ForkServer  # noqa: E402
 PREFIX = "gloo_trace_rank_"  # TORCH_FR_DUMP_TEMP_FILE's file name part
 BUCKETS = (64, 16)  # elements of the two gradient buckets, all_reduced every step
 GLOO_TIMEOUT_S = 60  # how long the waiting ranks would block: far beyond the dump
@@ -181,7 +183,7 @@ def stop(procs):
             pass
 
 
-def run_hung_job(tmp, world, culprit, last_step):
+def run_hung_job(tmp, forks, world, culprit, last_step):
     """Runs the job until every rank dumped; returns the dump folder (or skips/fails)."""
     workdir, dumps, worker, env = gloo_fr_job(tmp, WORKER, PREFIX)
     procs, logs = [], []
@@ -189,10 +191,9 @@ def run_hung_job(tmp, world, culprit, last_step):
         for r in range(world):
             log = open(os.path.join(workdir, f"log.{r}"), "w+")
             logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, worker, str(r), str(world), str(culprit), str(last_step),
-                 workdir], env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True))
+            procs.append(forks.spawn(
+                [worker, str(r), str(world), str(culprit), str(last_step), workdir], env,
+                workdir, log.name))
 
         def check_job(stage):
             failed = markers(workdir, "failed")
@@ -268,16 +269,15 @@ def trainscope(folder):
     return json.loads(p.stdout)
 
 
-def fr_trace(folder, db_path):
+def fr_trace(forks, folder, db_path):
     """fr_trace on the folder: (exit code, log text, the database or None)."""
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
-                        folder, "--prefix", PREFIX, "-o", db_path],
-                       capture_output=True, text=True, timeout=90)
+    code, log = forks.run(["-m", "torch.distributed.flight_recorder.fr_trace", folder,
+                           "--prefix", PREFIX, "-o", db_path], timeout_s=90)
     db = None
-    if p.returncode == 0:
+    if code == 0:
         with open(db_path, "rb") as f:
             _, db = pickle.load(f)
-    return p.returncode, p.stdout + p.stderr, db
+    return code, log, db
 
 
 def fr_verdict(db, log):
@@ -306,12 +306,22 @@ def tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def forks():
+    """The ranks' and fr_trace's processes, forked from one torch import (_fork.py)."""
+    path = tempfile.mkdtemp(prefix="ts-real-fr-forks-")
+    server = ForkServer(path)
+    yield server
+    server.close()
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.parametrize("world,culprit,last_step", [(2, 1, 2), (4, 2, 1)])
-def test_gloo_hang_dumps_from_torch(tmp, world, culprit, last_step):
+def test_gloo_hang_dumps_from_torch(tmp, forks, world, culprit, last_step):
     assert os.access(BINARY, os.X_OK), f"no trainscope binary at {BINARY} (set TS_BINARY)"
     seq = 1 + last_step * len(BUCKETS) + len(BUCKETS)  # the broadcast is #1
     waiting = [r for r in range(world) if r != culprit]
-    folder = run_hung_job(tmp, world, culprit, last_step)
+    folder = run_hung_job(tmp, forks, world, culprit, last_step)
 
     # What torch wrote: one pickle per rank, the hang as staged.
     dumps = load_dumps(folder)
@@ -339,7 +349,7 @@ def test_gloo_hang_dumps_from_torch(tmp, world, culprit, last_step):
 
     # torch's analyser on the same files.
     fr_folder = folder
-    code, log, db = fr_trace(folder, os.path.join(tmp, "fr_db.pkl"))
+    code, log, db = fr_trace(forks, folder, os.path.join(tmp, "fr_db.pkl"))
     if code != 0:
         unnamed = all(set(d["pg_config"]) == {""} for d in dumps.values())
         assert unnamed and "KeyError: ('0'," in log, f"fr_trace failed (exit {code}):\n{log}"
@@ -348,7 +358,7 @@ def test_gloo_hang_dumps_from_torch(tmp, world, culprit, last_step):
               "a copy with pg_config re-keyed to the entries' group")
         fr_folder = os.path.join(tmp, "dumps_rekeyed")
         rekeyed_copy(dumps, fr_folder)
-        code, log, db = fr_trace(fr_folder, os.path.join(tmp, "fr_db.pkl"))
+        code, log, db = fr_trace(forks, fr_folder, os.path.join(tmp, "fr_db.pkl"))
         assert code == 0, f"fr_trace on the re-keyed copy failed (exit {code}):\n{log}"
         again = trainscope(fr_folder)
         assert again["findings"] == report["findings"], (again["findings"], report["findings"])
@@ -371,5 +381,5 @@ def test_gloo_hang_dumps_from_torch(tmp, world, culprit, last_step):
     m = partial["findings"][0]
     assert (m["kind"], m["op"], m["collective_seq_id"], m["culprit_ranks"], m["waiting_ranks"]) \
         == ("missing_dump", "all_reduce", seq, [culprit], waiting), m
-    code, log, _ = fr_trace(os.path.join(tmp, "fr_partial"), os.path.join(tmp, "fr_db2.pkl"))
+    code, log, _ = fr_trace(forks, os.path.join(tmp, "fr_partial"), os.path.join(tmp, "fr_db2.pkl"))
     assert code != 0 and f"Missing dump files from ranks {{{culprit}}}" in log, (code, log)

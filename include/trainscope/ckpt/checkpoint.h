@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "trainscope/ckpt/safetensors.h"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 
 namespace trainscope::ckpt {
@@ -101,17 +102,19 @@ struct CheckResult {
 // set; manifests without per-tensor hashes (older writers) keep the file-level
 // "hash mismatch: ...". Never fails: unreadable
 // things are problems. `on_bytes` (may be empty) is told of hashed bytes (progress).
+// The readers below take the file system as `os` (a FakeOs in tests).
 CheckResult CheckCheckpoint(const std::string& path, bool hash,
-                            const std::function<void(uint64_t)>& on_bytes = {});
+                            const std::function<void(uint64_t)>& on_bytes = {},
+                            Os* os = Os::Default());
 
 // True when `path` is a directory that looks like one of ours (name
 // [anomaly-]step-<N>[.tmp-<pid>],
 // or holds meta.json/manifest.json in our format).
-bool LooksLikeCheckpoint(const std::string& path);
+bool LooksLikeCheckpoint(const std::string& path, Os* os = Os::Default());
 
 // Checkpoint directories (complete or not, anomaly ones included) directly under `dir`,
 // newest step first.
-std::vector<std::string> ListCheckpointDirs(const std::string& dir);
+std::vector<std::string> ListCheckpointDirs(const std::string& dir, Os* os = Os::Default());
 
 struct Latest {
   std::string path;  // "" when there is none
@@ -124,7 +127,8 @@ struct Latest {
 // else `run_dir` itself) that is not an anomaly checkpoint (anomaly-step-<N>, or meta.json
 // "anomaly": true); anomaly ones are passed over silently (not in `skipped`). Hashes are
 // checked when `hash`. Errors: NotFound when `run_dir` is missing.
-absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash = true);
+absl::StatusOr<Latest> FindLatestComplete(const std::string& run_dir, bool hash = true,
+                                          Os* os = Os::Default());
 
 // A tensor read back from a safetensors file (the trainer's resume).
 struct TensorData {
@@ -133,7 +137,8 @@ struct TensorData {
 };
 // Reads the header and every tensor of a safetensors file, in name order. Errors: those of
 // ReadHeader, DataLoss naming the file when its data ends early.
-absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path);
+absl::StatusOr<std::vector<TensorData>> ReadSafetensors(const std::string& path,
+                                                        Os* os = Os::Default());
 
 // Deletes complete checkpoints under `dir` beyond the newest `keep`, never an anomaly one
 // and never an incomplete one. Returns the removed paths. keep <= 0 keeps everything.

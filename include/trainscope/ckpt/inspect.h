@@ -21,6 +21,7 @@
 #include "trainscope/ckpt/checkpoint.h"
 #include "trainscope/ckpt/safetensors.h"
 #include "trainscope/core/finding.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::ckpt {
 
@@ -28,6 +29,7 @@ struct InspectOptions {
   bool stats = true;                       // read tensor data for non-finite counts, norms, min/max
   bool hash = true;                        // verify hashes of our checkpoints
   std::function<void(uint64_t)> on_bytes;  // progress: bytes read so far (may be empty)
+  Os* os = Os::Default();                  // the file system read (a FakeOs in tests)
 };
 
 struct TensorReport {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::ckpt {
 
@@ -21,7 +22,9 @@ struct ResumePlan {
   int64_t step = 0;
   std::string notice;
 };
-absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string& dir);
+// The checkpoints are read through `os`.
+absl::StatusOr<ResumePlan> PlanResume(const std::string& spec, const std::string& dir,
+                                      Os* os = Os::Default());
 
 }  // namespace trainscope::ckpt
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/safetensors.h"
 
 namespace trainscope::ckpt {
@@ -50,7 +51,8 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, std::string_view jso
                                    uint64_t file_size);
 // Reads the first 8+N bytes of `path` and calls ParseHeader. Errors: NotFound/PermissionDenied
 // when unreadable, DataLoss when shorter than its header, InvalidArgument when malformed.
-absl::StatusOr<Header> ReadHeader(const std::string& path);
+// The file is read through `os`.
+absl::StatusOr<Header> ReadHeader(const std::string& path, Os* os = Os::Default());
 
 // A tensor to encode: the caller keeps `data` alive during the call.
 struct TensorView {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::ckpt {
 
@@ -26,8 +27,9 @@ struct TorchSaveTensor {
 
 // The tensor of the torch.save file at `path`. Errors: NotFound (no file); InvalidArgument
 // naming the file and byte range (not a torch.save zip of one tensor, storage too short);
-// Unimplemented (a storage type not decoded, a big-endian archive).
-absl::StatusOr<TorchSaveTensor> LocateTorchSaveTensor(const std::string& path);
+// Unimplemented (a storage type not decoded, a big-endian archive). Read through `os`.
+absl::StatusOr<TorchSaveTensor> LocateTorchSaveTensor(const std::string& path,
+                                                      Os* os = Os::Default());
 
 }  // namespace trainscope::ckpt
 

@@ -4,6 +4,7 @@
 #define TRAINSCOPE_CORE_FAKE_OS_H_
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,8 +15,12 @@ namespace trainscope {
 
 class FakeOs : public Os {
  public:
-  // Adds a file (and its parent directories).
+  // Adds or replaces a file (and its parent directories). A replaced file gets a new inode.
   void AddFile(const std::string& path, std::string contents);
+  // Appends to a file (adding it when absent), keeping its inode: a log that grows.
+  void AppendToFile(const std::string& path, const std::string& bytes);
+  // Adds an empty directory (and its parents).
+  void AddDir(const std::string& path);
   void SetEnv(const std::string& name, std::string value) { env_[name] = std::move(value); }
   // Any Run() of a program whose argv[0] (or its basename) equals `program` returns
   // `result`. Programs without a canned result are NotFound (absent tool).
@@ -28,6 +33,15 @@ class FakeOs : public Os {
   bool FileExists(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   bool GetEnv(const std::string& name, std::string* value) override;
+  // The file's bytes are shared: a file replaced while open keeps its old bytes for readers.
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<FileBytesView>> MapFile(const std::string& path) override;
+  bool IsDirectory(const std::string& path) override { return dirs_.count(path) > 0; }
+  bool IsRegularFile(const std::string& path) override { return files_.count(path) > 0; }
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override;
   std::map<std::string, std::string> Environment() override { return env_; }
   absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv,
                                 const RunOptions& options) override;
@@ -35,7 +49,15 @@ class FakeOs : public Os {
   int64_t WallUs() override { return 1700000000000000; }
 
  private:
-  std::map<std::string, std::string> files_;
+  struct Entry {
+    std::shared_ptr<const std::string> bytes;
+    uint64_t inode = 0;
+  };
+  // NotFound "<path>: No such file" (a directory is InvalidArgument "not a regular file").
+  absl::StatusOr<Entry> Find(const std::string& path) const;
+
+  std::map<std::string, Entry> files_;
+  uint64_t next_inode_ = 1;
   std::set<std::string> dirs_{"/"};
   std::map<std::string, std::string> env_;
   std::map<std::string, RunResult> programs_;

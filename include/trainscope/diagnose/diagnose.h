@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 #include "trainscope/core/finding.h"
+#include "trainscope/core/os.h"
 #include "trainscope/diagnose/curve.h"
 #include "trainscope/diagnose/series.h"
 
@@ -46,6 +47,8 @@ struct Options {
   // (checkpoint folders). Empty: nobody is told.
   std::function<void(const std::string& path, std::string_view bytes, const nlohmann::json* doc)>
       on_file;
+  // The file system the paths are walked and read in (a FakeOs in tests).
+  Os* os = Os::Default();
 };
 
 // One metrics series and its class.

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/finding.h"
 #include "trainscope/core/formats.h"
 
 namespace trainscope::diagnose {
@@ -48,9 +49,14 @@ inline constexpr const char* kRuleLayers[] = {"env",       "data", "model",
 
 struct Rule {
   enum class Scope { kGlobal, kRun, kFinding };
-  std::string id, layer, severity;
+  std::string id, layer;
+  std::string severity;  // error | warning | info | inherit, as written in the file
   std::vector<std::string> needs;
-  std::string condition, symptom, cause, check, title, fix, evidence, where;
+  std::string condition, symptom, cause, check;
+  // The finding it produces, as templates ({fact} placeholders): title and fix always,
+  // evidence and where "" when the rule leaves them to the default. Its id is the rule's;
+  // severity and rank are decided when the rule fires.
+  Finding finding;
   Scope scope = Scope::kGlobal;
   std::shared_ptr<const internal::CompiledRule> compiled;  // parsed condition and templates
 };

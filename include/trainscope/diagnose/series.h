@@ -31,11 +31,13 @@
 #define TRAINSCOPE_DIAGNOSE_SERIES_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::diagnose {
 
@@ -83,35 +85,30 @@ FileKind DetectKind(const std::string& path, const std::string& head);
 // trainer_state.json.
 absl::StatusOr<Series> ParseSeries(std::string_view path, FileKind kind, std::string_view text);
 
-// Reads and parses a file. NotFound / InvalidArgument naming the file; InvalidArgument
-// "not a metrics file" for a file of an unknown kind.
-absl::StatusOr<Series> ReadSeries(const std::string& path);
+// Reads (through `os`) and parses a file. NotFound / InvalidArgument naming the file;
+// InvalidArgument "not a metrics file" for a file of an unknown kind.
+absl::StatusOr<Series> ReadSeries(const std::string& path, Os* os = Os::Default());
 
-// Reads a whole file into *out (one allocation). False when it cannot be opened or read.
-bool ReadWholeFile(const std::string& path, std::string* out);
+// Reads a whole file into *out. False when it cannot be opened or read.
+bool ReadWholeFile(const std::string& path, std::string* out, Os* os = Os::Default());
 
-// A file's bytes: a regular file of 32 MB or more (a long run's metrics log is hundreds of
-// MB) is mapped read-only, so it is parsed where the page cache holds it, with no copy;
-// anything smaller is read into a string. A file that shrinks while mapped is a SIGBUS, as
-// with any mmap reader (logs are read after the run, or while it appends, which is safe).
-// Not copyable; view() is valid while the object lives.
+// A file's bytes, as Os::MapFile gives them: on the real machine a regular file of 32 MB or
+// more (a long run's metrics log is hundreds of MB) is mapped read-only, so it is parsed
+// where the page cache holds it, with no copy; anything smaller is read into a string. A
+// file that shrinks while mapped is a SIGBUS, as with any mmap reader (logs are read after
+// the run, or while it appends, which is safe). Not copyable; view() is valid while the
+// object lives.
 class FileBytes {
  public:
   FileBytes() = default;
   FileBytes(const FileBytes&) = delete;
   FileBytes& operator=(const FileBytes&) = delete;
-  ~FileBytes();
   // False when the file cannot be opened or read.
-  bool Open(const std::string& path);
-  std::string_view view() const {
-    return map_ != nullptr ? std::string_view(static_cast<const char*>(map_), map_len_)
-                           : std::string_view(copy_);
-  }
+  bool Open(const std::string& path, Os* os = Os::Default());
+  std::string_view view() const { return bytes_ ? bytes_->data() : std::string_view(); }
 
  private:
-  void* map_ = nullptr;
-  size_t map_len_ = 0;
-  std::string copy_;
+  std::unique_ptr<FileBytesView> bytes_;
 };
 
 // A metric name normalised as described above, then mapped: "step", "loss", "val_loss",

@@ -46,8 +46,6 @@ class InterruptHandler {
 
 // True once SIGINT/SIGTERM/SIGHUP arrived while an InterruptHandler lived (and since).
 bool Interrupted();
-// The signal number that interrupted, 0 if none.
-int InterruptSignal();
 
 // Live (non-zombie) descendants of `root`, from /proc/<pid>/stat.
 std::vector<pid_t> Descendants(pid_t root);

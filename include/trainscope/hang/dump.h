@@ -43,6 +43,7 @@ struct Entry {
   std::vector<std::string> input_dtypes, output_dtypes;
   std::string state;  // "scheduled" | "started" | "completed" (other text kept as is)
   int64_t time_created_ns = 0, time_started_ns = 0, time_completed_ns = 0;  // 0: not reached
+  double duration_ms = 0;  // as written (PyTorch: CUDA-event timing when enabled); 0: none
   bool retired = false;
   std::string caller;  // ours; "" when not recorded
   int64_t step = -1;   // ours: the training step it was issued in; -1 when not recorded

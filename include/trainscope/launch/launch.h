@@ -60,6 +60,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainscope/core/finding.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::launch {
 
@@ -191,8 +192,9 @@ HangDumpFiles StatHangDump(const std::string& run_dir, int rank);
 bool HangDumpWritten(const std::string& run_dir, int rank, const HangDumpFiles& before);
 // Runs the hang analysis when <run_dir>/hang/ holds dumps (else returns `verdict` as is):
 // writes <run_dir>/hang/analysis.json and fills analyzed, problem, findings, sentences, or
-// error.
-HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict verdict);
+// error. Whether dumps are there is asked of `os`.
+HangVerdict AnalyzeHangDumps(const std::string& run_dir, HangVerdict verdict,
+                             Os* os = Os::Default());
 
 // A TCP port that is free now on this host (bind to port 0 and read it back).
 absl::StatusOr<int> PickFreePort();
@@ -201,9 +203,10 @@ absl::StatusOr<int> PickFreePort();
 // "0-3,8,10-11" -> {0,1,2,3,8,10,11}. InvalidArgument on malformed text.
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
 // CPUs of each NUMA node under <sysfs_root>/devices/system/node, restricted to `allowed`;
-// one node holding `allowed` when the topology is not known.
+// one node holding `allowed` when the topology is not known. Read through `os`.
 std::vector<std::vector<int>> ReadNumaNodes(const std::string& sysfs_root,
-                                            const std::vector<int>& allowed);
+                                            const std::vector<int>& allowed,
+                                            Os* os = Os::Default());
 // Splits the CPUs among `nranks` ranks: ranks are spread over NUMA nodes in order
 // (rank i on node i * nodes / nranks) and share their node's CPUs evenly, so a rank never
 // straddles nodes. With more ranks than CPUs on a node, ranks share CPUs.
@@ -213,7 +216,7 @@ struct LocalDevices {
   int count = 0;
   std::string visible_var;  // "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES" or ""
 };
-LocalDevices DetectLocalDevices(const std::string& dev_root);
+LocalDevices DetectLocalDevices(const std::string& dev_root, Os* os = Os::Default());
 // The device each of `nproc` local ranks is pinned to: `placed[i]` when `placed` is given
 // (it must hold at least nproc entries), else the visible list round-robin; empty when both
 // are empty (no devices).

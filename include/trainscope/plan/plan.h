@@ -144,9 +144,11 @@ const char* BottleneckName(Bottleneck b);
 // What a measured run says (from a trace analysis).
 struct Measured {
   Bottleneck bottleneck = Bottleneck::kNone;
-  std::string source;    // the file or run directory
-  std::string evidence;  // the figures behind the class
-  std::string rule;      // what the rule says to do
+  std::string source;  // the file or run directory
+  // What it means, as the plan reports it: a warning "plan.<bottleneck>_bound" whose
+  // evidence is the figures behind the class, whose fix is what the rule says to do (and how
+  // the candidates are ranked), where the source. Empty when bottleneck is kNone.
+  Finding finding;
   double data_share = 0, comm_share = 0, memory_share = 0, compute_share = 0;
 };
 
@@ -216,10 +218,9 @@ nlohmann::json PlanToJson(const Plan& plan);  // docs/formats.md "Plan JSON"
 // combinations, the recommendation and the measured bottleneck.
 std::string PlanToText(const Plan& plan, int max_rows = 15);
 // The plan as core Findings, for callers that rank findings from several modules: the
-// measured bottleneck (a warning "plan.<bottleneck>_bound": evidence Measured::evidence, fix
-// Measured::rule, where its source) when there is one, then either the recommendation (info
-// "plan.recommended", evidence Plan::reason) or an error "plan.nothing_fits" (candidates, none
-// fits) / "plan.no_candidate" (every combination impossible) whose title is Plan::reason.
+// measured bottleneck (Measured::finding) when there is one, then either the recommendation
+// (info "plan.recommended", evidence Plan::reason) or an error "plan.nothing_fits" (candidates,
+// none fits) / "plan.no_candidate" (every combination impossible) whose title is Plan::reason.
 std::vector<Finding> FindingsFrom(const Plan& plan);
 
 }  // namespace trainscope::plan

@@ -23,8 +23,11 @@ namespace trainscope::train {
 
 // The run directory when none is given: $TRAINSCOPE_RUN_DIR when set and not empty, else
 // run_dir::DefaultRunDir("train"): runs/train-<UTC %Y%m%d-%H%M%S>-<pid> (relative to the
-// working directory), as doctor and launch name theirs.
-std::string DefaultRunDir();
+// working directory), as doctor and launch name theirs. InvalidArgument for a rank of a job
+// of several processes (run_dir::CurrentJobId() not empty: torchrun, srun, mpirun) with
+// neither: each rank would name a directory of its own (`trainscope launch` sets
+// TRAINSCOPE_RUN_DIR for its ranks).
+absl::StatusOr<std::string> DefaultRunDir();
 
 // ---- --probe-batch ----
 struct ProbeRequest {
