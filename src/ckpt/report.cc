@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainscope/ckpt/inspect.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::ckpt {
@@ -117,7 +118,9 @@ json ReportsToJson(const std::vector<CheckpointReport>& reports, bool with_tenso
     list.push_back(ReportToJson(r, with_tensors));
   }
   const CheckpointReport* good = NewestGood(reports);
-  return {{"ok", ok},
+  return {{"format", formats::kCkptReport},
+          {"version", 1},
+          {"ok", ok},
           {"checkpoints", std::move(list)},
           {"newest_good", good ? json{{"path", good->path}, {"step", good->step}} : json(nullptr)}};
 }
@@ -130,7 +133,9 @@ json DiffToJson(const DiffReport& d) {
     if (!t.change.empty()) x["change"] = t.change;
     ts.push_back(x);
   }
-  return {{"a", d.a},
+  return {{"format", formats::kCkptDiff},
+          {"version", 1},
+          {"a", d.a},
           {"b", d.b},
           {"same", d.same()},
           {"first_different", d.first_different.empty() ? json(nullptr) : json(d.first_different)},

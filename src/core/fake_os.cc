@@ -116,6 +116,18 @@ absl::StatusOr<uint64_t> FakeOs::FileSize(const std::string& path) {
   return e->bytes->size();
 }
 
+absl::StatusOr<FileInfo> FakeOs::Stat(const std::string& path) {
+  if (dirs_.count(path)) {
+    FileInfo info;
+    info.device = 1;
+    info.is_directory = true;
+    return info;
+  }
+  absl::StatusOr<Entry> e = Find(path);
+  if (!e.ok()) return e.status();
+  return FileInfo{e->bytes->size(), 1, e->inode};
+}
+
 void FakeOs::AddProgram(const std::string& program, RunResult result) {
   programs_[program] = std::move(result);
 }

@@ -2,6 +2,8 @@
 #include "trainscope/core/finding.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
@@ -68,6 +70,17 @@ absl::StatusOr<Finding> FindingFromJson(const nlohmann::json& j) {
   f.where = str("where");
   auto rank = j.find("rank");
   if (rank != j.end() && rank->is_number_integer()) f.rank = rank->get<int>();
+  return f;
+}
+
+Finding ToFinding(const FindingText& text, std::string evidence, std::string where) {
+  Finding f;
+  f.severity = text.severity;
+  f.id = text.id;
+  f.title = text.title;
+  f.evidence = std::move(evidence);
+  f.fix = text.fix;
+  f.where = std::move(where);
   return f;
 }
 

@@ -43,6 +43,20 @@ TEST(Finding, FromJsonRejectsBadSeverityAndMissingId) {
   EXPECT_FALSE(FindingFromJson(nlohmann::json::array()).ok());
 }
 
+// A rule table's constant row becomes a finding once its evidence is known.
+TEST(Finding, ToFindingFillsTheRowsParts) {
+  constexpr FindingText kRow = {Severity::kWarning, "nccl.shm_disabled", "SHM is off",
+                                "Unset NCCL_SHM_DISABLE."};
+  const Finding f = ToFinding(kRow, "NCCL_SHM_DISABLE=1", "env");
+  EXPECT_EQ(f.severity, Severity::kWarning);
+  EXPECT_EQ(f.id, "nccl.shm_disabled");
+  EXPECT_EQ(f.title, "SHM is off");
+  EXPECT_EQ(f.evidence, "NCCL_SHM_DISABLE=1");
+  EXPECT_EQ(f.fix, "Unset NCCL_SHM_DISABLE.");
+  EXPECT_EQ(f.where, "env");
+  EXPECT_EQ(f.rank, -1);
+}
+
 TEST(Finding, SortKeepsOrderWithinSeverity) {
   std::vector<Finding> v = {{Severity::kInfo, "i1", ""},
                             {Severity::kError, "e1", ""},

@@ -205,6 +205,15 @@ class RealOs : public Os {
     if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
     return static_cast<uint64_t>(st.st_size);
   }
+  absl::StatusOr<FileInfo> Stat(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
+    FileInfo info{static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(st.st_dev),
+                  static_cast<uint64_t>(st.st_ino)};
+    info.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    info.is_directory = S_ISDIR(st.st_mode);
+    return info;
+  }
   absl::StatusOr<std::string> ReadFile(const std::string& path) override {
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus(path, errno);

@@ -363,7 +363,7 @@ std::string Label(const Finding& f) {
 bool Report::has_error() const { return CountFindings(findings, Severity::kError) > 0; }
 
 absl::StatusOr<Report> Diagnose(const std::vector<std::string>& paths, const Options& o) {
-  absl::StatusOr<RuleSet> rules = LoadRules(o.rules_file);
+  absl::StatusOr<RuleSet> rules = LoadRules(o.rules_file, o.os);
   if (!rules.ok()) return rules.status();
   Report rep;
   Evidence ev;

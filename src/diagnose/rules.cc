@@ -216,11 +216,12 @@ absl::StatusOr<RuleSet> ParseRules(const std::string& source, std::string_view t
 
 std::string_view BundledRulesText() { return kBundledDiagnoseRules; }
 
-absl::StatusOr<RuleSet> LoadRules(const std::string& path) {
+absl::StatusOr<RuleSet> LoadRules(const std::string& path, Os* os) {
   if (path.empty())
     return ParseRules("bundled rules (data/diagnose/rules.json)", BundledRulesText());
   std::string text;
-  if (!ReadWholeFile(path, &text)) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  if (!ReadWholeFile(path, &text, os))
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   return ParseRules(path, text);
 }
 

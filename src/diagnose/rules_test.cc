@@ -17,6 +17,7 @@
 #include "diagnose/rule_expr.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/fake_os.h"
 #include "trainscope/diagnose/diagnose.h"
 
 namespace trainscope::diagnose {
@@ -591,6 +592,25 @@ TEST(DiagnoseRules, UserRuleFileReplacesTheBundledOne) {
   EXPECT_TRUE(absl::StrContains(rep.status().message(), "rule data.dups (#1): field condition"))
       << rep.status();
   fs::remove_all(dir);
+}
+
+// LoadRules reads the rule file through `os`: a file that exists only in a FakeOs is loaded
+// as ParseRules parses its text; one absent there is NotFound naming it, as on disk.
+TEST(RuleFile, LoadRulesOnAFakeOs) {
+  FakeOs os;
+  os.AddFile("/fake/rules.json", RulesFileWith("", nullptr));
+  absl::StatusOr<RuleSet> rules = LoadRules("/fake/rules.json", &os);
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  EXPECT_EQ(rules->source, "/fake/rules.json");
+  ASSERT_EQ(rules->rules.size(), 1u);
+  EXPECT_EQ(rules->rules[0].id, "data.dups");
+  absl::StatusOr<RuleSet> missing = LoadRules("/fake/other.json", &os);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "/fake/other.json: cannot read");
+  os.AddFile("/fake/bad.json", RulesFileWith("condition", "data.duplicate_fraction >"));
+  EXPECT_TRUE(absl::StrContains(LoadRules("/fake/bad.json", &os).status().message(),
+                                "/fake/bad.json: rule data.dups (#1): field condition"));
 }
 
 }  // namespace

@@ -122,102 +122,162 @@ struct CollHurt {
   const char* var;
   const char* value;
   CollWhen when;
-  Severity severity;
-  const char* id;
-  const char* what;
-  const char* fix;
+  FindingText finding;  // the evidence is filled in per match
 };
 constexpr CollHurt kCollHurts[] = {
-    {"NCCL_P2P_DISABLE", "1", CollWhen::kNvlink, Severity::kError, "nccl.p2p_disabled",
-     "NCCL_P2P_DISABLE=1 on a machine whose GPUs have NVLink: GPU-to-GPU traffic is staged "
-     "through host memory, several times slower",
-     "Unset NCCL_P2P_DISABLE. If it works around a PCIe ACS/IOMMU hang, disable ACS on the "
-     "PCIe switches (BIOS or setpci) instead."},
-    {"NCCL_P2P_DISABLE", "1", CollWhen::kNoNvlink, Severity::kWarning, "nccl.p2p_disabled",
-     "NCCL_P2P_DISABLE=1: direct GPU-to-GPU copies are off, traffic is staged through host "
-     "memory",
-     "Unset it unless it works around a known ACS/IOMMU hang here; compare with `trainscope "
-     "selftest comm --sweep-env NCCL_P2P_DISABLE=0,1`."},
-    {"NCCL_SHM_DISABLE", "1", CollWhen::kAlways, Severity::kWarning, "nccl.shm_disabled",
-     "NCCL_SHM_DISABLE=1: traffic between GPUs without P2P goes over the network instead of "
-     "shared memory",
-     "Unset NCCL_SHM_DISABLE (give the container a large /dev/shm if that is why it was set)."},
-    {"NCCL_IB_DISABLE", "1", CollWhen::kRdma, Severity::kError, "nccl.ib_disabled",
-     "NCCL_IB_DISABLE=1 although InfiniBand/RoCE devices are present: inter-node traffic falls "
-     "back to TCP sockets",
-     "Unset NCCL_IB_DISABLE; pick the HCAs with NCCL_IB_HCA if some must be avoided."},
-    {"NCCL_DEBUG", "TRACE", CollWhen::kAlways, Severity::kWarning, "nccl.debug_trace",
-     "NCCL_DEBUG=TRACE logs every collective call: a debugging setting that slows training and "
-     "fills the disk",
-     "Unset NCCL_DEBUG or set NCCL_DEBUG=WARN for production runs."},
-    {"NCCL_DEBUG", "INFO", CollWhen::kAlways, Severity::kInfo, "nccl.debug_info",
-     "NCCL_DEBUG=INFO left on: verbose start-up logs on every rank",
-     "Use NCCL_DEBUG=WARN in production; INFO (with NCCL_DEBUG_FILE) while bringing a job up."},
-    {"NCCL_ALGO", "*", CollWhen::kAlways, Severity::kWarning, "nccl.algo_pinned",
-     "NCCL_ALGO pins the algorithm: NCCL's per-size tuning is off (NCCL documents it as a "
-     "debugging setting); was it measured?",
-     "Unset it unless a measurement on this machine shows a gain: `trainscope selftest comm "
-     "--sweep-env NCCL_ALGO=Ring,Tree` compares them."},
-    {"NCCL_PROTO", "*", CollWhen::kAlways, Severity::kWarning, "nccl.proto_pinned",
-     "NCCL_PROTO pins the protocol: NCCL's per-size choice of LL/LL128/Simple is off; was it "
-     "measured?",
-     "Unset it unless measured: `trainscope selftest comm --sweep-env NCCL_PROTO=LL,LL128,"
-     "Simple`. To avoid only LL128, NCCL_PROTO=^LL128."},
-    {"NCCL_PROTO", "LL128", CollWhen::kAlways, Severity::kWarning, "nccl.proto_ll128",
-     "NCCL_PROTO=LL128 forces LL128 even on paths where NCCL would not enable it; on such "
-     "paths it can corrupt data (NCCL 2.18.1 on HGX H100)",
-     "Unset NCCL_PROTO; NCCL enables LL128 where the platform supports it."},
-    {"HCCL_ALGO", "*", CollWhen::kAlways, Severity::kWarning, "hccl.algo_pinned",
-     "HCCL_ALGO disables HCCL's adaptive algorithm selection; was it measured?",
-     "unset HCCL_ALGO unless a measurement on this cluster shows a gain."},
-    {"NCCL_TIMEOUT", "*", CollWhen::kAlways, Severity::kWarning, "nccl.timeout_not_a_variable",
-     "NCCL_TIMEOUT is not read by NCCL or PyTorch: NCCL has no collective timeout, the job keeps "
-     "the process group's default (10 min for NCCL since torch 2.2, 30 min before)",
-     "Pass timeout=datetime.timedelta(...) to torch.distributed.init_process_group and unset "
-     "NCCL_TIMEOUT."},
-    {"TORCH_NCCL_BLOCKING_WAIT", "1", CollWhen::kAlways, Severity::kWarning,
-     "torch.nccl_blocking_wait",
-     "TORCH_NCCL_BLOCKING_WAIT=1 makes every wait() block the host: communication no longer "
-     "overlaps with the next kernels",
-     "Unset it; TORCH_NCCL_ASYNC_ERROR_HANDLING=3 already ends the job on a timeout."},
-    {"NCCL_BLOCKING_WAIT", "1", CollWhen::kAlways, Severity::kWarning, "torch.nccl_blocking_wait",
-     "NCCL_BLOCKING_WAIT=1 makes every wait() block the host: communication no longer overlaps "
-     "with the next kernels",
-     "Unset it; TORCH_NCCL_ASYNC_ERROR_HANDLING=3 already ends the job on a timeout."},
-    {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", CollWhen::kAlways, Severity::kWarning,
-     "torch.nccl_async_error_handling_off",
-     "TORCH_NCCL_ASYNC_ERROR_HANDLING=0: a failed or timed-out collective is never torn down, "
-     "the job hangs instead of failing",
-     "export TORCH_NCCL_ASYNC_ERROR_HANDLING=3 (PyTorch's default)."},
-    {"NCCL_ASYNC_ERROR_HANDLING", "0", CollWhen::kAlways, Severity::kWarning,
-     "torch.nccl_async_error_handling_off",
-     "NCCL_ASYNC_ERROR_HANDLING=0: a failed or timed-out collective is never torn down, the job "
-     "hangs instead of failing",
-     "export TORCH_NCCL_ASYNC_ERROR_HANDLING=3 and unset the old name."},
-    {"TORCH_DISTRIBUTED_DEBUG", "DETAIL", CollWhen::kAlways, Severity::kWarning,
-     "torch.distributed_debug_detail",
-     "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective with extra collectives: a "
-     "debugging setting that slows training",
-     "Unset it (or OFF) for real runs."},
-    {"TORCH_NCCL_DESYNC_DEBUG", "1", CollWhen::kAlways, Severity::kInfo, "torch.desync_debug",
-     "TORCH_NCCL_DESYNC_DEBUG=1 adds desync analysis to every timeout", "Unset it for real runs."},
-    {"TORCH_HCCL_DESYNC_DEBUG", "1", CollWhen::kAlways, Severity::kWarning, "torch.desync_debug",
-     "TORCH_HCCL_DESYNC_DEBUG=1 can hang very large clusters (torch_npu documents it)",
-     "Unset it for real runs."},
-    {"HCCL_DETERMINISTIC", "true", CollWhen::kAlways, Severity::kInfo, "hccl.deterministic",
-     "HCCL_DETERMINISTIC=true: reductions run in a fixed order, reproducible but slower",
-     "Keep it for reproducibility runs; unset it when throughput matters."},
-    {"HCCL_DETERMINISTIC", "strict", CollWhen::kAlways, Severity::kInfo, "hccl.deterministic",
-     "HCCL_DETERMINISTIC=strict: reductions run in a fixed order, reproducible but slower",
-     "Keep it for reproducibility runs; unset it when throughput matters."},
-    {"HCCL_ENTRY_LOG_ENABLE", "1", CollWhen::kAlways, Severity::kInfo, "hccl.entry_log",
-     "HCCL_ENTRY_LOG_ENABLE=1 logs every collective call: right for chasing a hang, a cost "
-     "otherwise",
-     "Unset it once the hang is found."},
-    {"INF_NAN_MODE_ENABLE", "0", CollWhen::kAlways, Severity::kWarning, "ascend.saturation_mode",
-     "INF_NAN_MODE_ENABLE=0 (saturation mode) turns Inf into +-max and NaN into 0: overflow "
-     "is hidden from NaN checks and loss scalers",
-     "Unset it (INF/NaN mode is the default on Atlas A2/A3)."},
+    {"NCCL_P2P_DISABLE",
+     "1",
+     CollWhen::kNvlink,
+     {Severity::kError, "nccl.p2p_disabled",
+      "NCCL_P2P_DISABLE=1 on a machine whose GPUs have NVLink: GPU-to-GPU traffic is staged "
+      "through host memory, several times slower",
+      "Unset NCCL_P2P_DISABLE. If it works around a PCIe ACS/IOMMU hang, disable ACS on the "
+      "PCIe switches (BIOS or setpci) instead."}},
+    {"NCCL_P2P_DISABLE",
+     "1",
+     CollWhen::kNoNvlink,
+     {Severity::kWarning, "nccl.p2p_disabled",
+      "NCCL_P2P_DISABLE=1: direct GPU-to-GPU copies are off, traffic is staged through host "
+      "memory",
+      "Unset it unless it works around a known ACS/IOMMU hang here; compare with `trainscope "
+      "selftest comm --sweep-env NCCL_P2P_DISABLE=0,1`."}},
+    {"NCCL_SHM_DISABLE",
+     "1",
+     CollWhen::kAlways,
+     {Severity::kWarning, "nccl.shm_disabled",
+      "NCCL_SHM_DISABLE=1: traffic between GPUs without P2P goes over the network instead of "
+      "shared memory",
+      "Unset NCCL_SHM_DISABLE (give the container a large /dev/shm if that is why it was set)."}},
+    {"NCCL_IB_DISABLE",
+     "1",
+     CollWhen::kRdma,
+     {Severity::kError, "nccl.ib_disabled",
+      "NCCL_IB_DISABLE=1 although InfiniBand/RoCE devices are present: inter-node traffic falls "
+      "back to TCP sockets",
+      "Unset NCCL_IB_DISABLE; pick the HCAs with NCCL_IB_HCA if some must be avoided."}},
+    {"NCCL_DEBUG",
+     "TRACE",
+     CollWhen::kAlways,
+     {Severity::kWarning, "nccl.debug_trace",
+      "NCCL_DEBUG=TRACE logs every collective call: a debugging setting that slows training and "
+      "fills the disk",
+      "Unset NCCL_DEBUG or set NCCL_DEBUG=WARN for production runs."}},
+    {"NCCL_DEBUG",
+     "INFO",
+     CollWhen::kAlways,
+     {Severity::kInfo, "nccl.debug_info",
+      "NCCL_DEBUG=INFO left on: verbose start-up logs on every rank",
+      "Use NCCL_DEBUG=WARN in production; INFO (with NCCL_DEBUG_FILE) while bringing a job up."}},
+    {"NCCL_ALGO",
+     "*",
+     CollWhen::kAlways,
+     {Severity::kWarning, "nccl.algo_pinned",
+      "NCCL_ALGO pins the algorithm: NCCL's per-size tuning is off (NCCL documents it as a "
+      "debugging setting); was it measured?",
+      "Unset it unless a measurement on this machine shows a gain: `trainscope selftest comm "
+      "--sweep-env NCCL_ALGO=Ring,Tree` compares them."}},
+    {"NCCL_PROTO",
+     "*",
+     CollWhen::kAlways,
+     {Severity::kWarning, "nccl.proto_pinned",
+      "NCCL_PROTO pins the protocol: NCCL's per-size choice of LL/LL128/Simple is off; was it "
+      "measured?",
+      "Unset it unless measured: `trainscope selftest comm --sweep-env NCCL_PROTO=LL,LL128,"
+      "Simple`. To avoid only LL128, NCCL_PROTO=^LL128."}},
+    {"NCCL_PROTO",
+     "LL128",
+     CollWhen::kAlways,
+     {Severity::kWarning, "nccl.proto_ll128",
+      "NCCL_PROTO=LL128 forces LL128 even on paths where NCCL would not enable it; on such "
+      "paths it can corrupt data (NCCL 2.18.1 on HGX H100)",
+      "Unset NCCL_PROTO; NCCL enables LL128 where the platform supports it."}},
+    {"HCCL_ALGO",
+     "*",
+     CollWhen::kAlways,
+     {Severity::kWarning, "hccl.algo_pinned",
+      "HCCL_ALGO disables HCCL's adaptive algorithm selection; was it measured?",
+      "unset HCCL_ALGO unless a measurement on this cluster shows a gain."}},
+    {"NCCL_TIMEOUT",
+     "*",
+     CollWhen::kAlways,
+     {Severity::kWarning, "nccl.timeout_not_a_variable",
+      "NCCL_TIMEOUT is not read by NCCL or PyTorch: NCCL has no collective timeout, the job keeps "
+      "the process group's default (10 min for NCCL since torch 2.2, 30 min before)",
+      "Pass timeout=datetime.timedelta(...) to torch.distributed.init_process_group and unset "
+      "NCCL_TIMEOUT."}},
+    {"TORCH_NCCL_BLOCKING_WAIT",
+     "1",
+     CollWhen::kAlways,
+     {Severity::kWarning, "torch.nccl_blocking_wait",
+      "TORCH_NCCL_BLOCKING_WAIT=1 makes every wait() block the host: communication no longer "
+      "overlaps with the next kernels",
+      "Unset it; TORCH_NCCL_ASYNC_ERROR_HANDLING=3 already ends the job on a timeout."}},
+    {"NCCL_BLOCKING_WAIT",
+     "1",
+     CollWhen::kAlways,
+     {Severity::kWarning, "torch.nccl_blocking_wait",
+      "NCCL_BLOCKING_WAIT=1 makes every wait() block the host: communication no longer overlaps "
+      "with the next kernels",
+      "Unset it; TORCH_NCCL_ASYNC_ERROR_HANDLING=3 already ends the job on a timeout."}},
+    {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
+     "0",
+     CollWhen::kAlways,
+     {Severity::kWarning, "torch.nccl_async_error_handling_off",
+      "TORCH_NCCL_ASYNC_ERROR_HANDLING=0: a failed or timed-out collective is never torn down, "
+      "the job hangs instead of failing",
+      "export TORCH_NCCL_ASYNC_ERROR_HANDLING=3 (PyTorch's default)."}},
+    {"NCCL_ASYNC_ERROR_HANDLING",
+     "0",
+     CollWhen::kAlways,
+     {Severity::kWarning, "torch.nccl_async_error_handling_off",
+      "NCCL_ASYNC_ERROR_HANDLING=0: a failed or timed-out collective is never torn down, the job "
+      "hangs instead of failing",
+      "export TORCH_NCCL_ASYNC_ERROR_HANDLING=3 and unset the old name."}},
+    {"TORCH_DISTRIBUTED_DEBUG",
+     "DETAIL",
+     CollWhen::kAlways,
+     {Severity::kWarning, "torch.distributed_debug_detail",
+      "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective with extra collectives: a "
+      "debugging setting that slows training",
+      "Unset it (or OFF) for real runs."}},
+    {"TORCH_NCCL_DESYNC_DEBUG",
+     "1",
+     CollWhen::kAlways,
+     {Severity::kInfo, "torch.desync_debug",
+      "TORCH_NCCL_DESYNC_DEBUG=1 adds desync analysis to every timeout",
+      "Unset it for real runs."}},
+    {"TORCH_HCCL_DESYNC_DEBUG",
+     "1",
+     CollWhen::kAlways,
+     {Severity::kWarning, "torch.desync_debug",
+      "TORCH_HCCL_DESYNC_DEBUG=1 can hang very large clusters (torch_npu documents it)",
+      "Unset it for real runs."}},
+    {"HCCL_DETERMINISTIC",
+     "true",
+     CollWhen::kAlways,
+     {Severity::kInfo, "hccl.deterministic",
+      "HCCL_DETERMINISTIC=true: reductions run in a fixed order, reproducible but slower",
+      "Keep it for reproducibility runs; unset it when throughput matters."}},
+    {"HCCL_DETERMINISTIC",
+     "strict",
+     CollWhen::kAlways,
+     {Severity::kInfo, "hccl.deterministic",
+      "HCCL_DETERMINISTIC=strict: reductions run in a fixed order, reproducible but slower",
+      "Keep it for reproducibility runs; unset it when throughput matters."}},
+    {"HCCL_ENTRY_LOG_ENABLE",
+     "1",
+     CollWhen::kAlways,
+     {Severity::kInfo, "hccl.entry_log",
+      "HCCL_ENTRY_LOG_ENABLE=1 logs every collective call: right for chasing a hang, a cost "
+      "otherwise",
+      "Unset it once the hang is found."}},
+    {"INF_NAN_MODE_ENABLE",
+     "0",
+     CollWhen::kAlways,
+     {Severity::kWarning, "ascend.saturation_mode",
+      "INF_NAN_MODE_ENABLE=0 (saturation mode) turns Inf into +-max and NaN into 0: overflow "
+      "is hidden from NaN checks and loss scalers",
+      "Unset it (INF/NaN mode is the default on Atlas A2/A3)."}},
 };
 
 // --- Helpers ----------------------------------------------------------------------------
@@ -386,7 +446,7 @@ void CollHurtRules(const json& fp, std::vector<Finding>* out) {
     if (h.when == CollWhen::kRdma) {
       absl::StrAppend(&evidence, "; RDMA devices: ", absl::StrJoin(CollIbDevices(fp), ", "));
     }
-    out->push_back({h.severity, h.id, h.what, evidence, h.fix});
+    out->push_back(ToFinding(h.finding, std::move(evidence)));
   }
 }
 

@@ -4,9 +4,10 @@
 // the flight-recorder dumps and their analysis); the documents other verbs wrote (data scan,
 // trace analysis, doctor report, fingerprint) are read as they are, reduced to what the page
 // draws. Files diagnose already read in the collection are taken from it (run_files.h), the
-// others read through core/os.h; the profiler traces (trace::AnalyzePaths) and the metrics
-// files (RankMetricsReader, which reads on incrementally) stream from their files. A part
-// that is absent or unreadable is listed in "missing", never an error.
+// others read through the Os given (ReportOptions::os), as are the folders listed; the
+// profiler traces (trace::AnalyzePaths) and the metrics files (RankMetricsReader, which reads
+// on incrementally) stream from their files, through the same Os. A part that is absent or
+// unreadable is listed in "missing", never an error.
 #include "report/collect.h"
 
 #include <algorithm>
@@ -41,19 +42,31 @@ constexpr size_t kCollectMaxTopOps = 15;
 constexpr size_t kCollectMaxFingerprintRows = 120;
 
 // The regular files in dir (not recursive) whose name satisfies pred (all when null), sorted
-// by name. Listed through core/os.h; whether an entry is a regular file is asked of
-// std::filesystem (core/os.h has no stat).
-std::vector<std::string> CollectFiles(const std::string& dir,
+// by name.
+std::vector<std::string> CollectFiles(const std::string& dir, Os* os,
                                       bool (*pred)(const std::string& name)) {
   std::vector<std::string> out;
-  absl::StatusOr<std::vector<std::string>> names = Os::Default()->ListDir(dir);
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
   if (!names.ok()) return out;
   for (const std::string& name : *names) {
     const std::string path = run_dir::Join(dir, name);
-    std::error_code ec;
-    if ((pred == nullptr || pred(name)) && fs::is_regular_file(path, ec)) out.push_back(path);
+    if ((pred == nullptr || pred(name)) && os->IsRegularFile(path)) out.push_back(path);
   }
   return out;
+}
+
+// A path found under the run directory `dir` (run_dir::Join of it and more) as the page names
+// it: relative to `dir`, by the folders it was found in (lexical: nothing is asked of the file
+// system).
+std::string CollectRelative(const std::string& path, const std::string& dir) {
+  const std::string prefix = run_dir::Join(dir, "");
+  if (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0) {
+    return fs::path(path.substr(prefix.size())).lexically_normal().string();
+  }
+  return fs::path(path)
+      .lexically_normal()
+      .lexically_relative(fs::path(dir).lexically_normal())
+      .string();
 }
 
 bool IsJsonName(const std::string& n) { return absl::EndsWith(n, ".json"); }
@@ -66,10 +79,10 @@ void AddMissing(json* data, const std::string& run, const std::string& part,
 }  // namespace
 
 // Train metrics: one entry per rank, plus stragglers by mean step time.
-void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points,
+void CollectMetrics(const std::string& dir, const std::string& name, size_t max_points, Os* os,
                     MetricsCache* cache, json* run, json* data) {
   std::vector<std::string> files =
-      CollectFiles(run_dir::Join(dir, run_dir::kTrain),
+      CollectFiles(run_dir::Join(dir, run_dir::kTrain), os,
                    [](const std::string& n) { return run_dir::IsTrainMetricsName(n); });
   for (auto it = cache->files.begin(); it != cache->files.end();) {  // files gone
     it = std::binary_search(files.begin(), files.end(), it->first) ? std::next(it)
@@ -80,7 +93,7 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
     return;
   }
   for (const std::string& file : files) {
-    MetricsCache::File& f = cache->files.try_emplace(file, file).first->second;
+    MetricsCache::File& f = cache->files.try_emplace(file, file, os).first->second;
     const int64_t parsed = f.reader.bytes_parsed(), full = f.reader.full_reads();
     const bool ok = f.taken || f.reader.Update();  // taken: parsed from diagnose's bytes
     f.taken = false;
@@ -93,7 +106,7 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
     }
     if (f.json_version != f.reader.version()) {
       f.json = RankMetricsToJson(m, max_points);
-      f.json["file"] = fs::relative(file, dir).string();
+      f.json["file"] = CollectRelative(file, dir);
       f.json_version = f.reader.version();
     }
     (*run)["ranks"].push_back(f.json);
@@ -132,9 +145,10 @@ void CollectMetrics(const std::string& dir, const std::string& name, size_t max_
 
 // Diagnose's findings over the whole run directory, and its curve verdicts pinned at their
 // steps (spikes, first NaN, first bad step).
-void CollectFindings(const std::string& dir, const std::string& name, RunFiles* files,
+void CollectFindings(const std::string& dir, const std::string& name, Os* os, RunFiles* files,
                      MetricsCache* metrics, json* run, json* data) {
   diagnose::Options options;
+  options.os = os;
   options.on_file = [files, metrics](const std::string& path, std::string_view bytes,
                                      const json* doc) { files->Take(path, bytes, doc, metrics); };
   absl::StatusOr<diagnose::Report> rep = diagnose::Diagnose({dir}, options);
@@ -189,10 +203,10 @@ json CollectHangRank(const hang::Dump& d, int64_t t0) {
 // Every file of hang/ is read once, by the hang module's reader, and the dumps read are
 // analysed (hang::AnalyzeDumps) as `hang analyze RUN/hang` reads that folder; the dumps named
 // flight_recorder.rank<R>.json are drawn, and such a file that is no usable dump is missing.
-void CollectHang(const std::string& dir, const std::string& name, RunFiles* files, json* run,
-                 json* data) {
+void CollectHang(const std::string& dir, const std::string& name, Os* os, RunFiles* files,
+                 json* run, json* data) {
   const std::string hang_dir = run_dir::Join(dir, run_dir::kHang);
-  const std::vector<std::string> paths = CollectFiles(hang_dir, nullptr);
+  const std::vector<std::string> paths = CollectFiles(hang_dir, os, nullptr);
   auto named = [](const std::string& p) {
     return run_dir::IsHangDumpName(fs::path(p).filename().string());
   };
@@ -254,9 +268,10 @@ namespace {
 
 // Documents under a folder (or at the top) recognised by their "format".
 std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
-                                                      const std::string& format, RunFiles* files) {
+                                                      const std::string& format, Os* os,
+                                                      RunFiles* files) {
   std::vector<std::pair<std::string, json>> out;
-  for (const std::string& f : CollectFiles(dir, IsJsonName)) {
+  for (const std::string& f : CollectFiles(dir, os, IsJsonName)) {
     std::string why;
     if (IsProfilerTraceName(fs::path(f).filename().string())) continue;  // a raw trace
     json j = files->ReadJson(f, &why);
@@ -267,13 +282,13 @@ std::vector<std::pair<std::string, json>> CollectDocs(const std::string& dir,
 
 }  // namespace
 
-void CollectCompares(const std::string& dir, RunFiles* files, json* run) {
+void CollectCompares(const std::string& dir, Os* os, RunFiles* files, json* run) {
   for (auto& [file, j] :
-       CollectDocs(run_dir::Join(dir, run_dir::kCompare), formats::kCompare, files)) {
+       CollectDocs(run_dir::Join(dir, run_dir::kCompare), formats::kCompare, os, files)) {
     json first = JsonValueOr(j, "first_divergence", json());
     if (first.is_object()) first.erase("metrics");  // the page shows where, not every figure
     (*run)["compares"].push_back(
-        {{"file", fs::relative(file, dir).string()},
+        {{"file", CollectRelative(file, dir)},
          {"kind", JsonValueOr(j, "kind", std::string("dumps"))},
          {"matched", JsonValueOr(j, "matched", int64_t{0})},
          {"diverged", first.is_object() || JsonValueOr(j, "diverged", false)},
@@ -282,10 +297,10 @@ void CollectCompares(const std::string& dir, RunFiles* files, json* run) {
   }
 }
 
-void CollectDataScans(const std::string& dir, const std::string& name, RunFiles* files, json* run,
-                      json* data) {
+void CollectDataScans(const std::string& dir, const std::string& name, Os* os, RunFiles* files,
+                      json* run, json* data) {
   for (auto& [file, j] :
-       CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan, files)) {
+       CollectDocs(run_dir::Join(dir, run_dir::kData), formats::kDataScan, os, files)) {
     json lengths = json::object();
     for (const char* k : {"chars", "tokens"}) {
       if (j.contains("length") && j["length"].contains(k)) {
@@ -293,7 +308,7 @@ void CollectDataScans(const std::string& dir, const std::string& name, RunFiles*
       }
     }
     (*run)["data_scans"].push_back(
-        {{"file", fs::relative(file, dir).string()},
+        {{"file", CollectRelative(file, dir)},
          {"docs", JsonValueOr(j, "docs", int64_t{0})},
          {"exact_duplicate_ratio", JsonValueOr(j, "exact_duplicate_ratio", 0.0)},
          {"near_duplicate_ratio", JsonValueOr(j, "near_duplicate_ratio", 0.0)},
@@ -335,16 +350,15 @@ bool IsProfilerTraceName(const std::string& n) {
   return absl::EndsWith(n, ".pt.trace.json") || absl::EndsWith(n, ".pt.trace.json.gz");
 }
 
-std::vector<std::string> ProfilerTraceFolders(const std::string& dir) {
+std::vector<std::string> ProfilerTraceFolders(const std::string& dir, Os* os) {
   std::vector<std::string> out = {dir};
   for (const char* sub : {run_dir::kTrace, run_dir::kProfiler}) {
     const std::string top = run_dir::Join(dir, sub);
-    std::error_code ec;
-    if (!fs::is_directory(top, ec)) continue;
+    if (!os->IsDirectory(top)) continue;
     out.push_back(top);
-    absl::StatusOr<std::vector<std::string>> names = Os::Default()->ListDir(top);  // sorted
+    absl::StatusOr<std::vector<std::string>> names = os->ListDir(top);  // sorted
     for (const std::string& n : names.ok() ? *names : std::vector<std::string>()) {
-      if (fs::is_directory(run_dir::Join(top, n), ec)) out.push_back(run_dir::Join(top, n));
+      if (os->IsDirectory(run_dir::Join(top, n))) out.push_back(run_dir::Join(top, n));
     }
   }
   return out;
@@ -353,24 +367,25 @@ std::vector<std::string> ProfilerTraceFolders(const std::string& dir) {
 // The analyses other verbs saved under trace/, then the torch.profiler traces found in the
 // run directory (ProfilerTraceFolders), each folder's analysed as `trace analyze FILES...`
 // would (trace::AnalyzePaths, default options): one entry per folder.
-void CollectTraces(const std::string& dir, const std::string& name, RunFiles* files, json* run,
-                   json* data) {
+void CollectTraces(const std::string& dir, const std::string& name, Os* os, RunFiles* files,
+                   json* run, json* data) {
   for (auto& [file, j] :
-       CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis, files)) {
-    (*run)["traces"].push_back(CollectTraceEntry(fs::relative(file, dir).string(), "analysis", j));
+       CollectDocs(run_dir::Join(dir, run_dir::kTrace), formats::kTraceAnalysis, os, files)) {
+    (*run)["traces"].push_back(CollectTraceEntry(CollectRelative(file, dir), "analysis", j));
   }
-  for (const std::string& folder : ProfilerTraceFolders(dir)) {
-    std::vector<std::string> files = CollectFiles(folder, IsProfilerTraceName);
+  for (const std::string& folder : ProfilerTraceFolders(dir, os)) {
+    std::vector<std::string> files = CollectFiles(folder, os, IsProfilerTraceName);
     if (files.empty()) continue;
-    const std::string rel = fs::relative(folder, dir).lexically_normal().string();
-    absl::StatusOr<trace::Report> rep = trace::AnalyzePaths(files);
+    const std::string rel = CollectRelative(folder, dir);
+    trace::AnalyzePathsOptions trace_options;
+    trace_options.os = os;
+    absl::StatusOr<trace::Report> rep = trace::AnalyzePaths(files, trace_options);
     if (!rep.ok()) {
       AddMissing(data, name, "trace", std::string(rep.status().message()));
       continue;
     }
     json entry = CollectTraceEntry(rel == "." ? "" : rel, "profiler", trace::ReportToJson(*rep));
-    for (const std::string& f : files)
-      entry["trace_files"].push_back(fs::relative(f, dir).string());
+    for (const std::string& f : files) entry["trace_files"].push_back(CollectRelative(f, dir));
     (*run)["traces"].push_back(std::move(entry));
   }
   if (!run->contains("traces")) {
@@ -384,15 +399,15 @@ void CollectTraces(const std::string& dir, const std::string& name, RunFiles* fi
 // Checkpoint folders under checkpoints/ (trainscope train's and trainscope.checkpoint.save's):
 // structure checked (manifest, files and sizes), hashes not (the page marks them; `ckpt
 // verify` checks them).
-void CollectCheckpoints(const std::string& dir, json* run) {
+void CollectCheckpoints(const std::string& dir, Os* os, json* run) {
   for (const std::string& path :
-       ckpt::ListCheckpointDirs(run_dir::Join(dir, run_dir::kCheckpoints))) {
-    ckpt::CheckResult c = ckpt::CheckCheckpoint(path, /*hash=*/false);
+       ckpt::ListCheckpointDirs(run_dir::Join(dir, run_dir::kCheckpoints), os)) {
+    ckpt::CheckResult c = ckpt::CheckCheckpoint(path, /*hash=*/false, {}, os);
     if (c.step < 0) continue;
     json problems = json::array();
     for (const ckpt::Problem& p : c.problems) problems.push_back(p.problem);
     (*run)["checkpoints"].push_back({{"step", c.step},
-                                     {"path", fs::relative(path, dir).string()},
+                                     {"path", CollectRelative(path, dir)},
                                      {"anomaly", c.anomaly},
                                      {"complete", c.complete},
                                      {"incomplete", c.incomplete},
@@ -426,11 +441,11 @@ void CollectFlatten(const json& j, const std::string& prefix, json* rows) {
 
 }  // namespace
 
-void CollectDoctorAndEnv(const std::string& dir, const std::string& name, RunFiles* files,
+void CollectDoctorAndEnv(const std::string& dir, const std::string& name, Os* os, RunFiles* files,
                          json* run, json* data) {
   std::string why;
   std::string doctor_path = run_dir::Join(dir, run_dir::kDoctorReportJson);
-  if (Os::Default()->FileExists(doctor_path)) {
+  if (os->FileExists(doctor_path)) {
     json d = files->ReadJson(doctor_path, &why);
     if (d.is_object() && JsonValueOr(d, "format", "") == formats::kDoctor) {
       (*run)["doctor"] = {{"passed", JsonValueOr(d, "passed", false)},
@@ -444,7 +459,7 @@ void CollectDoctorAndEnv(const std::string& dir, const std::string& name, RunFil
     AddMissing(data, name, "doctor", absl::StrCat("no ", run_dir::kDoctorReportJson));
   }
   std::string fp_path = run_dir::Join(dir, run_dir::kFingerprint);
-  if (Os::Default()->FileExists(fp_path)) {
+  if (os->FileExists(fp_path)) {
     json f = files->ReadJson(fp_path, &why);
     if (f.is_object()) {
       json rows = json::array();

@@ -3,9 +3,8 @@
 // stopped (RankMetricsReader); every other part is a pure function of a few files, so what it
 // produced is kept with a stamp of those files (name, size, modification time, inode) and
 // produced again when the stamp differs. Diagnose, which reads the whole run, is the one
-// part that also depends on the appended metrics lines: see CollectorOptions.
-#include <sys/stat.h>
-
+// part that also depends on the appended metrics lines: see CollectorOptions. Directories are
+// listed and stat'ed through ReportOptions::os.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -28,15 +27,17 @@ namespace {
 constexpr int kCollectorFindingsDepth = 9;  // diagnose walks 8 levels below the run
 constexpr int kCollectorHangDepth = 4;
 
-void CollectorStatLine(const fs::path& p, std::string* out) {
-  struct stat st;
-  if (::stat(p.c_str(), &st) != 0) {
-    absl::StrAppend(out, p.string(), " -\n");
+// "<path> <size> <mtime ns> <inode>", or "<path> -" when `st` is an error.
+void CollectorStatLine(const std::string& p, const absl::StatusOr<FileInfo>& st, std::string* out) {
+  if (!st.ok()) {
+    absl::StrAppend(out, p, " -\n");
     return;
   }
-  absl::StrAppend(out, p.string(), " ", static_cast<int64_t>(st.st_size), " ",
-                  static_cast<int64_t>(st.st_mtim.tv_sec), ".", st.st_mtim.tv_nsec, " ",
-                  static_cast<uint64_t>(st.st_ino), "\n");
+  absl::StrAppend(out, p, " ", st->size_bytes, " ", st->mtime_ns, " ", st->inode, "\n");
+}
+
+void CollectorStatLine(const std::string& p, Os* os, std::string* out) {
+  CollectorStatLine(p, os->Stat(p), out);
 }
 
 // Files a live run appends to on every step: the metrics files and the trainer's TensorBoard
@@ -54,29 +55,29 @@ bool CollectorIsAppended(const fs::path& dir, const fs::path& p) {
 // A stamp of every entry under `dir` (sorted; directories with their own time, so a file
 // created in a checkpoint step folder shows; a checkpoints folder's step folders are not
 // entered: diagnose only lists them). Entries `appended` selects go to *appended instead.
-void CollectorStamp(const fs::path& dir, int depth,
+void CollectorStamp(const std::string& dir, int depth, Os* os,
                     const std::function<bool(const fs::path&)>& appended, std::string* out,
                     std::string* appended_out) {
-  std::error_code ec;
-  std::vector<fs::path> entries;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    entries.push_back(it->path());
-  std::sort(entries.begin(), entries.end());
-  for (const fs::path& p : entries) {
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);  // sorted
+  if (!names.ok()) return;
+  const bool in_checkpoints =
+      fs::path(run_dir::Join(dir, "x")).parent_path().filename() == run_dir::kCheckpoints;
+  for (const std::string& name : *names) {
+    const std::string p = run_dir::Join(dir, name);
     const bool is_appended = appended && appended(p);
-    CollectorStatLine(p, is_appended ? appended_out : out);
-    if (depth > 0 && !is_appended && fs::is_directory(p, ec) &&
-        p.parent_path().filename() != run_dir::kCheckpoints) {
-      CollectorStamp(p, depth - 1, appended, out, appended_out);
+    const absl::StatusOr<FileInfo> st = os->Stat(p);
+    CollectorStatLine(p, st, is_appended ? appended_out : out);
+    if (depth > 0 && !is_appended && st.ok() && st->is_directory && !in_checkpoints) {
+      CollectorStamp(p, depth - 1, os, appended, out, appended_out);
     }
   }
 }
 
 }  // namespace
 
-std::string DirStamp(const std::string& dir, int depth) {
+std::string DirStamp(const std::string& dir, int depth, Os* os) {
   std::string out;
-  CollectorStamp(dir, depth, nullptr, &out, nullptr);
+  CollectorStamp(dir, depth, os, nullptr, &out, nullptr);
   return out;
 }
 
@@ -84,16 +85,13 @@ namespace {
 
 // What CollectTraces reads: trace/'s documents and the profiler traces of every folder it
 // looks in (the run directory's own files: only those named like a trace).
-std::string CollectorTraceStamp(const std::string& dir) {
-  std::string out = DirStamp(run_dir::Join(dir, run_dir::kTrace), 0);
-  for (const std::string& folder : ProfilerTraceFolders(dir)) {
-    std::error_code ec;
-    std::vector<fs::path> files;
-    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-      if (IsProfilerTraceName(it->path().filename().string())) files.push_back(it->path());
+std::string CollectorTraceStamp(const std::string& dir, Os* os) {
+  std::string out = DirStamp(run_dir::Join(dir, run_dir::kTrace), 0, os);
+  for (const std::string& folder : ProfilerTraceFolders(dir, os)) {
+    absl::StatusOr<std::vector<std::string>> names = os->ListDir(folder);  // sorted
+    for (const std::string& n : names.ok() ? *names : std::vector<std::string>()) {
+      if (IsProfilerTraceName(n)) CollectorStatLine(run_dir::Join(folder, n), os, &out);
     }
-    std::sort(files.begin(), files.end());
-    for (const fs::path& p : files) CollectorStatLine(p, &out);
   }
   return out;
 }
@@ -110,8 +108,8 @@ struct ReportCollector::State {
   };
 
   struct Run {
-    Run(std::string dir_path, std::string run_name)
-        : dir(dir_path), name(std::move(run_name)), files(std::move(dir_path)) {}
+    Run(std::string dir_path, std::string run_name, Os* os)
+        : dir(dir_path), name(std::move(run_name)), files(std::move(dir_path), os) {}
     std::string dir, name;
     MetricsCache metrics;
     RunFiles files;  // what diagnose read in the current collection
@@ -157,7 +155,7 @@ void CollectorApply(const ReportCollector::State::Part& part, json* run, json* d
 void ReportCollector::State::Findings(Run* r) {
   std::string other, appended;
   CollectorStamp(
-      r->dir, kCollectorFindingsDepth,
+      r->dir, kCollectorFindingsDepth, options.os,
       [r](const fs::path& p) { return CollectorIsAppended(r->dir, p); }, &other, &appended);
   const auto now = std::chrono::steady_clock::now();
   if (r->findings.valid && r->findings.stamp == other) {
@@ -168,9 +166,11 @@ void ReportCollector::State::Findings(Run* r) {
   }
   r->findings_stale = false;
   r->findings.valid = false;
-  CollectorRefresh(&r->findings, std::move(other), &stats.diagnoses, [r](json* run, json* data) {
-    CollectFindings(r->dir, r->name, &r->files, &r->metrics, run, data);
-  });
+  Os* os = options.os;
+  CollectorRefresh(&r->findings, std::move(other), &stats.diagnoses,
+                   [r, os](json* run, json* data) {
+                     CollectFindings(r->dir, r->name, os, &r->files, &r->metrics, run, data);
+                   });
   r->findings_appended = std::move(appended);
   r->diagnosed_at = std::chrono::steady_clock::now();
   r->diagnose_s = std::chrono::duration<double>(r->diagnosed_at - now).count();
@@ -187,7 +187,7 @@ ReportCollector::ReportCollector(std::vector<std::string> run_dirs, ReportOption
     if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
     if (std::count(names.begin(), names.end(), name)) name = absl::StrCat(name, "#", names.size());
     names.push_back(name);
-    state_->runs.emplace_back(std::move(dir), std::move(name));
+    state_->runs.emplace_back(std::move(dir), std::move(name), state_->options.os);
   }
 }
 
@@ -212,12 +212,11 @@ bool ReportCollector::findings_pending() const {
 absl::StatusOr<json> ReportCollector::Collect() {
   State& st = *state_;
   if (st.runs.empty()) return absl::InvalidArgumentError("no run directory given");
+  Os* os = st.options.os;
   for (const State::Run& r : st.runs) {
-    std::error_code ec;
-    if (!fs::exists(r.dir, ec)) return absl::NotFoundError(r.dir + ": no such directory");
-    if (!fs::is_directory(r.dir, ec)) {
-      return absl::InvalidArgumentError(r.dir + ": not a directory");
-    }
+    const absl::StatusOr<FileInfo> info = os->Stat(r.dir);
+    if (!info.ok()) return absl::NotFoundError(r.dir + ": no such directory");
+    if (!info->is_directory) return absl::InvalidArgumentError(r.dir + ": not a directory");
   }
   ++st.stats.collections;
   json data = {
@@ -231,32 +230,32 @@ absl::StatusOr<json> ReportCollector::Collect() {
                 {"pins", json::array()},
                 {"findings", json::array()}};
     st.Findings(&r);  // first: the parts below take the files it read (RunFiles)
-    CollectMetrics(r.dir, r.name, max_points, &r.metrics, &run, &data);
+    CollectMetrics(r.dir, r.name, max_points, os, &r.metrics, &run, &data);
     CollectorApply(r.findings, &run, &data);
     const std::string& dir = r.dir;
     const std::string& name = r.name;
     RunFiles* files = &r.files;
     int64_t* rereads = &st.stats.parts_read;
-    CollectorRefresh(&r.hang, DirStamp(run_dir::Join(dir, run_dir::kHang), kCollectorHangDepth),
-                     rereads, [&](json* j, json* d) { CollectHang(dir, name, files, j, d); });
+    CollectorRefresh(&r.hang, DirStamp(run_dir::Join(dir, run_dir::kHang), kCollectorHangDepth, os),
+                     rereads, [&](json* j, json* d) { CollectHang(dir, name, os, files, j, d); });
     CollectorApply(r.hang, &run, &data);
-    CollectorRefresh(&r.data_scans, DirStamp(run_dir::Join(dir, run_dir::kData), 0), rereads,
-                     [&](json* j, json* d) { CollectDataScans(dir, name, files, j, d); });
+    CollectorRefresh(&r.data_scans, DirStamp(run_dir::Join(dir, run_dir::kData), 0, os), rereads,
+                     [&](json* j, json* d) { CollectDataScans(dir, name, os, files, j, d); });
     CollectorApply(r.data_scans, &run, &data);
-    CollectorRefresh(&r.traces, CollectorTraceStamp(dir), rereads,
-                     [&](json* j, json* d) { CollectTraces(dir, name, files, j, d); });
+    CollectorRefresh(&r.traces, CollectorTraceStamp(dir, os), rereads,
+                     [&](json* j, json* d) { CollectTraces(dir, name, os, files, j, d); });
     CollectorApply(r.traces, &run, &data);
-    CollectorRefresh(&r.compares, DirStamp(run_dir::Join(dir, run_dir::kCompare), 0), rereads,
-                     [&](json* j, json*) { CollectCompares(dir, files, j); });
+    CollectorRefresh(&r.compares, DirStamp(run_dir::Join(dir, run_dir::kCompare), 0, os), rereads,
+                     [&](json* j, json*) { CollectCompares(dir, os, files, j); });
     CollectorApply(r.compares, &run, &data);
-    CollectorRefresh(&r.checkpoints, DirStamp(run_dir::Join(dir, run_dir::kCheckpoints), 0),
-                     rereads, [&](json* j, json*) { CollectCheckpoints(dir, j); });
+    CollectorRefresh(&r.checkpoints, DirStamp(run_dir::Join(dir, run_dir::kCheckpoints), 0, os),
+                     rereads, [&](json* j, json*) { CollectCheckpoints(dir, os, j); });
     CollectorApply(r.checkpoints, &run, &data);
     std::string doc_stamp;
-    CollectorStatLine(run_dir::Join(dir, run_dir::kDoctorReportJson), &doc_stamp);
-    CollectorStatLine(run_dir::Join(dir, run_dir::kFingerprint), &doc_stamp);
+    CollectorStatLine(run_dir::Join(dir, run_dir::kDoctorReportJson), os, &doc_stamp);
+    CollectorStatLine(run_dir::Join(dir, run_dir::kFingerprint), os, &doc_stamp);
     CollectorRefresh(&r.doctor_env, std::move(doc_stamp), rereads,
-                     [&](json* j, json* d) { CollectDoctorAndEnv(dir, name, files, j, d); });
+                     [&](json* j, json* d) { CollectDoctorAndEnv(dir, name, os, files, j, d); });
     CollectorApply(r.doctor_env, &run, &data);
     r.files.Clear();
     data["runs"].push_back(std::move(run));

@@ -13,6 +13,8 @@
 #include "gtest/gtest.h"
 #include "report/metrics.h"
 #include "trainscope/ckpt/checkpoint.h"
+#include "trainscope/core/fake_os.h"
+#include "trainscope/core/json_text.h"
 
 namespace trainscope::report {
 namespace {
@@ -416,6 +418,63 @@ TEST_F(ReportTest, CheckpointsAndProfilerTracesAreCollected) {
   ASSERT_EQ(run["traces"][0]["ranks"].size(), 1u);
   EXPECT_FALSE(run["traces"][0]["ranks"][0]["top_operators"].empty());
   for (const json& m : (*data)["missing"]) EXPECT_NE(m["part"], "trace") << m;
+}
+
+// The report reads through ReportOptions::os: a run directory (metrics of two ranks, hang
+// dumps, a compare report, a data scan, checkpoints, a profiler trace, the doctor report and
+// the fingerprint, from tests/data) copied byte for byte into a FakeOs at the same path gives
+// the data model the directory on disk gives, with the directory on disk gone.
+TEST_F(ReportTest, RunDirectoryOnAFakeOsGivesTheSameData) {
+  const char* src = std::getenv("TS_SOURCE_DIR");  // ts_add_test sets it
+  ASSERT_NE(src, nullptr) << "TS_SOURCE_DIR not set (ctest sets it)";
+  const fs::path data_dir = fs::path(src) / "tests/data";
+  const fs::path dir = root_ / "faked";
+  fs::create_directories(dir);
+  for (const char* part : {"report/spike_run/train", "hang/run_dir/hang",
+                           "report/compare_run/compare", "ckpt/run/checkpoints"}) {
+    fs::copy(data_dir / part, dir / fs::path(part).filename(), fs::copy_options::recursive);
+  }
+  fs::create_directories(dir / "profiler");
+  fs::copy_file(data_dir / "trace/kineto_rank0.pt.trace.json",
+                dir / "profiler" / "kineto_rank0.pt.trace.json");
+  fs::create_directories(dir / "data");
+  std::ofstream(dir / "data" / "scan.json")
+      << json({{"format", "trainscope.data.scan"}, {"docs", 10}, {"exact_duplicate_ratio", 0.1}});
+  std::ofstream(dir / "report.json")
+      << json({{"format", "trainscope.doctor"}, {"passed", true}, {"checks", json::array()}});
+  std::ofstream(dir / "fingerprint.json")
+      << json({{"format", "trainscope.env.fingerprint"}, {"host", {{"kernel", "6.1"}}}});
+
+  FakeOs os;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_directory()) {
+      os.AddDir(e.path().string());
+      continue;
+    }
+    std::ifstream in(e.path(), std::ios::binary);
+    os.AddFile(e.path().string(),
+               std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  }
+  absl::StatusOr<json> on_disk = CollectReportData({dir.string()}, {});
+  ASSERT_TRUE(on_disk.ok()) << on_disk.status();
+  fs::remove_all(dir);
+  ReportOptions options;
+  options.os = &os;
+  absl::StatusOr<json> on_fake = CollectReportData({dir.string()}, options);
+  ASSERT_TRUE(on_fake.ok()) << on_fake.status();
+  EXPECT_EQ(*on_fake, *on_disk) << "fake: " << on_fake->dump(1) << "\ndisk: " << on_disk->dump(1);
+  // Every part was read (the comparison is not between two empty models).
+  const json& run = (*on_fake)["runs"][0];
+  EXPECT_EQ(run["ranks"].size(), 2u);
+  EXPECT_EQ(run["hang"]["ranks"].size(), 2u);
+  for (const char* key :
+       {"compares", "data_scans", "checkpoints", "traces", "doctor", "fingerprint", "findings"}) {
+    EXPECT_FALSE(JsonValueOr(run, key, json::array()).empty())
+        << key << " " << (*on_fake)["missing"];
+  }
+  // And the directory that is in no Os is NotFound, as on disk.
+  EXPECT_EQ(CollectReportData({(root_ / "nope").string()}, options).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -2,8 +2,6 @@
 // so that they do not read it again.
 #include "report/run_files.h"
 
-#include <sys/stat.h>
-
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -45,13 +43,12 @@ void RunFiles::Take(const std::string& path, std::string_view bytes, const nlohm
   if (in(run_dir::kTrain) && run_dir::IsTrainMetricsName(name)) {
     // Keyed as CollectMetrics lists it; its next Update() checks the file by dev and inode.
     const std::string file = run_dir::Join(run_dir::Join(dir_, run_dir::kTrain), name);
-    MetricsCache::File& f = metrics->files.try_emplace(file, file).first->second;
+    MetricsCache::File& f = metrics->files.try_emplace(file, file, os_).first->second;
     if (f.reader.version() != 0) return;  // reads on incrementally
-    struct stat st;
-    const bool known = ::stat(path.c_str(), &st) == 0;
+    const absl::StatusOr<FileInfo> st = os_->Stat(path);
     const int64_t parsed = f.reader.bytes_parsed(), full = f.reader.full_reads();
-    const bool ok = f.reader.UpdateFromBytes(bytes, known ? static_cast<uint64_t>(st.st_dev) : 0,
-                                             known ? static_cast<uint64_t>(st.st_ino) : 0);
+    const bool ok =
+        f.reader.UpdateFromBytes(bytes, st.ok() ? st->device : 0, st.ok() ? st->inode : 0);
     metrics->bytes_parsed += f.reader.bytes_parsed() - parsed;
     metrics->full_reads += f.reader.full_reads() - full;
     f.taken = ok;
@@ -82,7 +79,7 @@ absl::StatusOr<std::string> RunFiles::ReadFile(const std::string& path) {
     return out;
   }
   ++read_;
-  return Os::Default()->ReadFile(path);
+  return os_->ReadFile(path);
 }
 
 nlohmann::json RunFiles::ReadJson(const std::string& path, std::string* why) {
@@ -91,7 +88,7 @@ nlohmann::json RunFiles::ReadJson(const std::string& path, std::string* why) {
     return out;
   }
   ++read_;
-  absl::StatusOr<std::string> text = Os::Default()->ReadFile(path);
+  absl::StatusOr<std::string> text = os_->ReadFile(path);
   if (!text.ok()) {
     *why = "cannot open";
     return nullptr;

@@ -6,7 +6,7 @@
 // files of hang/ are kept as bytes and the JSON documents the parts read (data/, trace/,
 // compare/, the doctor report, the fingerprint) as diagnose parsed them. A file diagnose did
 // not read (it did not run in this collection, stopped early, or did not parse it) is read
-// here, through core/os.h.
+// here, through the Os given (ReportOptions::os).
 // Thread-compatible: one thread at a time.
 #ifndef TRAINSCOPE_REPORT_RUN_FILES_H_
 #define TRAINSCOPE_REPORT_RUN_FILES_H_
@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/os.h"
 
 namespace trainscope::report {
 
@@ -25,7 +26,8 @@ struct MetricsCache;
 
 class RunFiles {
  public:
-  explicit RunFiles(std::string dir) : dir_(std::move(dir)) {}
+  // `os` (not owned) outlives the RunFiles.
+  RunFiles(std::string dir, Os* os) : dir_(std::move(dir)), os_(os) {}
 
   // diagnose's on_file for this run directory: keeps what a part reads (above) and drops the
   // rest. A metrics file goes to its reader in `metrics` only when that reader has read
@@ -35,7 +37,7 @@ class RunFiles {
   // Forgets what was taken (the end of a collection).
   void Clear();
 
-  // A file's bytes: as diagnose read them, else Os::ReadFile's (and its errors).
+  // A file's bytes: as diagnose read them, else os->ReadFile's (and its errors).
   absl::StatusOr<std::string> ReadFile(const std::string& path);
   // A JSON document (core/json_text.h, kJsonMaxDepth): as diagnose parsed it (handed out once),
   // else read and parsed here; null with *why set ("cannot open", "not valid JSON at byte N")
@@ -48,6 +50,7 @@ class RunFiles {
 
  private:
   const std::string dir_;
+  Os* const os_;
   std::map<std::string, std::string> bytes_;    // by lexically normal path
   std::map<std::string, nlohmann::json> docs_;  // by lexically normal path
   int64_t taken_ = 0, read_ = 0;

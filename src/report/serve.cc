@@ -1,13 +1,13 @@
 // The live report server (serve.h) on cpp-httplib (Debian libcpp-httplib-dev, header-only,
 // included here only). Two exact routes and nothing else: the server never maps a URL onto
-// the file system, which is what rules out path traversal and directory listings.
+// the file system, which is what rules out path traversal and directory listings. The run
+// directory is read through ServeOptions::report.os; the socket is the machine's.
 #include "trainscope/report/serve.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
 
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -20,7 +20,6 @@
 #include "trainscope/core/run_dir.h"
 
 namespace trainscope::report {
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -74,7 +73,7 @@ struct Server::Impl {
   // The run's data, collected again when the run directory changed; null with `error` set
   // when it cannot be collected.
   std::shared_ptr<const Snapshot> Data(std::string* error) {
-    const std::string now = DirStamp(options.run_dir, kServeMaxDepth);
+    const std::string now = DirStamp(options.run_dir, kServeMaxDepth, options.report.os);
     std::lock_guard<std::mutex> lock(mu);
     if (snapshot != nullptr && now == fingerprint && !collector->findings_pending())
       return snapshot;
@@ -154,8 +153,7 @@ struct Server::Impl {
 Server::Server(std::unique_ptr<Impl> impl, int port) : impl_(std::move(impl)), port_(port) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServeOptions& options) {
-  std::error_code ec;
-  if (!fs::is_directory(options.run_dir, ec)) {
+  if (!options.report.os->IsDirectory(options.run_dir)) {
     return absl::NotFoundError(absl::StrCat(options.run_dir, ": no such run directory"));
   }
   if (options.port < 0 || options.port > 65535) {

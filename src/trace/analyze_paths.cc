@@ -1,7 +1,6 @@
 // `trace analyze` over paths, shared by the CLI and the Python module: check and expand the
-// paths, read and analyse one rank at a time, number the unranked traces, combine.
-#include <sys/stat.h>
-
+// paths, read and analyse one rank at a time, number the unranked traces, combine. Every file
+// is looked at and read through AnalyzePathsOptions::os.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -36,11 +35,11 @@ struct FileResult {
 // together (the figures are over all the windows' steps), the temporal breakdown the sum of
 // the windows' (the time between windows is no one's idle time).
 absl::StatusOr<RankResult> AnalyzeWindows(const std::vector<FileResult*>& files,
-                                          const AnalyzeOptions& opt) {
+                                          const AnalyzeOptions& opt, const ReadOptions& read) {
   RankTrace merged;
   std::vector<RankResult> per_window;
   for (const FileResult* f : files) {
-    TS_ASSIGN_OR_RETURN(RankTrace t, ReadRankTrace(f->result.path));
+    TS_ASSIGN_OR_RETURN(RankTrace t, ReadRankTrace(f->result.path, read));
     internal::DropLastStepLikeHta(opt, &t);
     internal::AppendWindow(std::move(t), &merged);
     per_window.push_back(f->result);
@@ -57,7 +56,8 @@ absl::StatusOr<RankResult> AnalyzeWindows(const std::vector<FileResult*>& files,
 // Groups the files by process (internal::ProcessKey), in order of first appearance, and makes
 // each group one rank with its windows listed.
 absl::StatusOr<std::vector<RankResult>> GroupWindows(std::vector<FileResult> files,
-                                                     const AnalyzeOptions& opt) {
+                                                     const AnalyzeOptions& opt,
+                                                     const ReadOptions& read) {
   std::vector<std::vector<FileResult*>> groups;
   std::map<std::string, size_t> group_of;
   for (FileResult& f : files) {
@@ -84,7 +84,7 @@ absl::StatusOr<std::vector<RankResult>> GroupWindows(std::vector<FileResult> fil
     if (g.size() == 1) {
       ranks.push_back(std::move(g[0]->result));
     } else {
-      TS_ASSIGN_OR_RETURN(RankResult r, AnalyzeWindows(g, opt));
+      TS_ASSIGN_OR_RETURN(RankResult r, AnalyzeWindows(g, opt, read));
       ranks.push_back(std::move(r));
     }
     ranks.back().windows = std::move(windows);
@@ -94,12 +94,13 @@ absl::StatusOr<std::vector<RankResult>> GroupWindows(std::vector<FileResult> fil
 
 }  // namespace
 
-absl::Status CheckTracePaths(const std::vector<std::string>& paths) {
+absl::Status CheckTracePaths(const std::vector<std::string>& paths, Os* os) {
   // A trace is a regular file or a directory; anything else (/dev/zero, a FIFO, a socket) is
   // refused from its stat() alone, so a FIFO without a writer cannot block us.
   for (const std::string& p : paths) {
-    struct stat st;
-    if (::stat(p.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;  // expansion says
+    // A missing path: expansion says.
+    if (!os->FileExists(p) || os->IsDirectory(p) || os->IsRegularFile(p)) continue;
+    // Neither (only the real machine has those): core/paths.h names the kind of file.
     TS_RETURN_IF_ERROR(CheckRegularFile(
         p, "traces are read from regular files (.json, .json.gz, .jsonl) or directories"));
   }
@@ -108,14 +109,17 @@ absl::Status CheckTracePaths(const std::vector<std::string>& paths) {
 
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
                                     const AnalyzePathsOptions& options) {
-  TS_RETURN_IF_ERROR(CheckTracePaths(paths));
+  Os* os = options.os;
+  ReadOptions read;
+  read.os = os;
+  TS_RETURN_IF_ERROR(CheckTracePaths(paths, os));
   // An Ascend cluster (ascend_cluster.h) is read apart; its rank folders stay per-rank input.
-  const internal::ClusterPaths cluster_paths = internal::SplitClusterPaths(paths);
+  const internal::ClusterPaths cluster_paths = internal::SplitClusterPaths(paths, os);
   TS_ASSIGN_OR_RETURN(std::optional<internal::ClusterInput> cluster,
-                      internal::ReadClusterPaths(cluster_paths));
+                      internal::ReadClusterPaths(cluster_paths, os));
   std::vector<std::string> files;
   if (!cluster_paths.rest.empty()) {
-    TS_ASSIGN_OR_RETURN(files, ExpandTracePaths(cluster_paths.rest));
+    TS_ASSIGN_OR_RETURN(files, ExpandTracePaths(cluster_paths.rest, os));
   }
   // One rank at a time: read, analyse, keep the result, free the events (memory stays at one
   // rank's event table however many ranks are given).
@@ -129,12 +133,12 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
   std::vector<SkippedFile> skipped;
   for (const std::string& p : files) {
     // Named or found, an execution trace is HTA's companion file, not a mistake: listed.
-    if (std::string schema = internal::ExecutionTraceSchema(p); !schema.empty()) {
+    if (std::string schema = internal::ExecutionTraceSchema(p, os); !schema.empty()) {
       skipped.push_back({p, absl::StrCat(p, ": a PyTorch execution trace (schema ", schema,
                                          "), not a profiler trace")});
       continue;
     }
-    auto t = ReadRankTrace(p);
+    auto t = ReadRankTrace(p, read);
     const bool from_dir = !named.count(p);
     if (!t.ok() && from_dir && absl::IsInvalidArgument(t.status())) {
       skipped.push_back({p, std::string(t.status().message())});
@@ -179,7 +183,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& paths,
     }
   }
   TS_ASSIGN_OR_RETURN(std::vector<RankResult> ranks,
-                      GroupWindows(std::move(results), options.analyze));
+                      GroupWindows(std::move(results), options.analyze, read));
   // Traces without a rank (no distributedInfo, no number in the name): next free numbers.
   int next = 0;
   for (RankResult& r : ranks) {

@@ -2,15 +2,10 @@
 // the two JSON files beside it. The SQLite export is read by ascend_db.cc.
 #include "trace/ascend_rank.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -21,16 +16,20 @@
 #include "trace/ascend_rank_csv.h"
 #include "trace/chrome_reader.h"
 #include "trainscope/core/json_text.h"
-#include "trainscope/core/paths.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/status.h"
 
 namespace trainscope::trace::internal {
 namespace {
 
-// core/paths.h's, under the names this file uses.
-bool AscIsDir(const std::string& p) { return IsDirectory(p); }
-bool AscIsFile(const std::string& p) { return IsRegularFile(p); }
-std::vector<std::string> AscList(const std::string& dir) { return ListNames(dir); }
+// The file system through `os` (ReadOptions::os), under the names this file uses.
+bool AscIsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
+bool AscIsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
+// Sorted names; empty when the folder cannot be read (as core/paths.h's ListNames).
+std::vector<std::string> AscList(Os* os, const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
+  return names.ok() ? *std::move(names) : std::vector<std::string>();
+}
 
 // The SQLite export's main file: ascend_pytorch_profiler_{rank}.db (or without the rank).
 bool IsProfilerDbName(const std::string& n) {
@@ -58,8 +57,8 @@ void NoteUnknownColumns(const std::vector<std::string>& header, const std::set<s
   }
 }
 
-absl::Status ReadOpStatisticCsv(const std::string& path, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path));
+absl::Status ReadOpStatisticCsv(const std::string& path, Os* os, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path, os));
   auto rows = ParseCsv(text);
   if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
   const auto& h = rows[0];
@@ -99,8 +98,8 @@ absl::Status ReadOpStatisticCsv(const std::string& path, RankTrace* t) {
 
 // memory_record.csv (Total Allocated/Reserved(MB)) and npu_module_mem.csv (Total Reserved(MB)):
 // the peaks. operator_memory.csv is per allocation: its rows are counted.
-absl::Status ReadMemoryCsv(const std::string& path, const std::string& file, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path));
+absl::Status ReadMemoryCsv(const std::string& path, const std::string& file, Os* os, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path, os));
   auto rows = ParseCsv(text);
   if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
   const auto& h = rows[0];
@@ -131,8 +130,8 @@ absl::Status ReadMemoryCsv(const std::string& path, const std::string& file, Ran
   return absl::OkStatus();
 }
 
-absl::Status ReadJsonFile(const std::string& path, nlohmann::json* j) {
-  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path));
+absl::Status ReadJsonFile(const std::string& path, Os* os, nlohmann::json* j) {
+  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path, os));
   TS_ASSIGN_OR_RETURN(*j, ParseJsonText(text, kJsonMaxDepth, path));
   if (!j->is_object())
     return absl::InvalidArgumentError(absl::StrCat(path, ": byte 0: not a JSON object"));
@@ -158,16 +157,16 @@ double AicFrequencyMhz(const nlohmann::json& j) {
 
 // PROF_*/device_*/info.json.<n> (not the .done markers) of the msprof raw data beside
 // ASCEND_PROFILER_OUTPUT: the rated AI Core frequency.
-void ReadDeviceInfo(const std::string& parent, const std::string& prof, RankTrace* t) {
+void ReadDeviceInfo(const std::string& parent, const std::string& prof, Os* os, RankTrace* t) {
   AscendRankData* d = AscendData(t);
-  for (const std::string& dev : AscList(parent + "/" + prof)) {
+  for (const std::string& dev : AscList(os, parent + "/" + prof)) {
     const std::string dir = parent + "/" + prof + "/" + dev;
-    if (!absl::StartsWith(dev, "device_") || !AscIsDir(dir)) continue;
-    for (const std::string& n : AscList(dir)) {
+    if (!absl::StartsWith(dev, "device_") || !AscIsDir(os, dir)) continue;
+    for (const std::string& n : AscList(os, dir)) {
       if (!absl::StartsWith(n, "info.json.") || absl::EndsWith(n, "done")) continue;
       const std::string rel = prof + "/" + dev + "/" + n;
       nlohmann::json j;
-      absl::Status s = ReadJsonFile(dir + "/" + n, &j);
+      absl::Status s = ReadJsonFile(dir + "/" + n, os, &j);
       if (!s.ok()) {
         FileError(t, rel, s);
         continue;
@@ -182,15 +181,15 @@ void ReadDeviceInfo(const std::string& parent, const std::string& prof, RankTrac
 
 // profiler_info_{rank}.json ("rank_id") and profiler_metadata.json (ENV_VARIABLES,
 // distributed_args.world_size) beside ASCEND_PROFILER_OUTPUT; PROF_*/ for the device info.
-void ReadInfoFiles(const std::string& parent, RankTrace* t) {
+void ReadInfoFiles(const std::string& parent, Os* os, RankTrace* t) {
   AscendRankData* d = AscendData(t);
-  for (const std::string& n : AscList(parent)) {
+  for (const std::string& n : AscList(os, parent)) {
     const std::string path = parent + "/" + n;
-    if (absl::StartsWith(n, "PROF_") && AscIsDir(path)) {
-      ReadDeviceInfo(parent, n, t);
+    if (absl::StartsWith(n, "PROF_") && AscIsDir(os, path)) {
+      ReadDeviceInfo(parent, n, os, t);
     } else if (absl::StartsWith(n, "profiler_info") && absl::EndsWith(n, ".json")) {
       nlohmann::json j;
-      absl::Status s = ReadJsonFile(path, &j);
+      absl::Status s = ReadJsonFile(path, os, &j);
       if (!s.ok()) {
         FileError(t, n, s);
         continue;
@@ -212,7 +211,7 @@ void ReadInfoFiles(const std::string& parent, RankTrace* t) {
       }
     } else if (n == "profiler_metadata.json") {
       nlohmann::json j;
-      absl::Status s = ReadJsonFile(path, &j);
+      absl::Status s = ReadJsonFile(path, os, &j);
       if (!s.ok()) {
         FileError(t, n, s);
         continue;
@@ -233,19 +232,19 @@ void ReadInfoFiles(const std::string& parent, RankTrace* t) {
 }
 
 // One file of ASCEND_PROFILER_OUTPUT by name; false when this reader does not use it.
-bool ReadOutputFile(const std::string& out_dir, const std::string& n, bool has_device, RankTrace* t,
-                    absl::Status* status) {
+bool ReadOutputFile(const std::string& out_dir, const std::string& n, bool has_device, Os* os,
+                    RankTrace* t, absl::Status* status) {
   const std::string p = out_dir + "/" + n;
   if (n == "kernel_details.csv") {
-    *status = ReadKernelDetailsCsv(p, has_device, t);
+    *status = ReadKernelDetailsCsv(p, has_device, t, os);
   } else if (n == "step_trace_time.csv") {
-    *status = ReadStepTraceCsv(p, t);
+    *status = ReadStepTraceCsv(p, t, os);
   } else if (n == "op_statistic.csv") {
-    *status = ReadOpStatisticCsv(p, t);
+    *status = ReadOpStatisticCsv(p, os, t);
   } else if (n == "memory_record.csv" || n == "npu_module_mem.csv" || n == "operator_memory.csv") {
-    *status = ReadMemoryCsv(p, n, t);
+    *status = ReadMemoryCsv(p, n, os, t);
   } else if (n == "communication.json" || n == "communication_matrix.json") {
-    absl::StatusOr<std::string> text = SlurpFile(p);
+    absl::StatusOr<std::string> text = SlurpFile(p, os);
     const int64_t missing_before = AscendData(t)->comm_missing_keys;
     if (!text.ok()) {
       *status = text.status();
@@ -274,28 +273,29 @@ AscendRankData* AscendData(RankTrace* t) {
   return t->ascend.get();
 }
 
-std::string AscendOutputDir(const std::string& dir) {
-  if (AscIsDir(dir + "/ASCEND_PROFILER_OUTPUT")) return dir + "/ASCEND_PROFILER_OUTPUT";
-  if (AscIsFile(dir + "/trace_view.json") || AscIsFile(dir + "/step_trace_time.csv") ||
-      AscIsFile(dir + "/kernel_details.csv"))
+std::string AscendOutputDir(const std::string& dir, Os* os) {
+  if (AscIsDir(os, dir + "/ASCEND_PROFILER_OUTPUT")) return dir + "/ASCEND_PROFILER_OUTPUT";
+  if (AscIsFile(os, dir + "/trace_view.json") || AscIsFile(os, dir + "/step_trace_time.csv") ||
+      AscIsFile(os, dir + "/kernel_details.csv"))
     return dir;
-  for (const std::string& n : AscList(dir))
-    if (IsProfilerDbName(n) && AscIsFile(dir + "/" + n)) return dir;
+  for (const std::string& n : AscList(os, dir))
+    if (IsProfilerDbName(n) && AscIsFile(os, dir + "/" + n)) return dir;
   return "";
 }
 
 absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
                            const ReadOptions& opt, RankTrace* t) {
   t->format = "ascend";
+  Os* os = opt.os;
   AscendRankData* d = AscendData(t);
   d->export_type = "text";
-  std::vector<std::string> names = AscList(out_dir);
+  std::vector<std::string> names = AscList(os, out_dir);
   bool any = false;
   // trace_view.json first: whether the timeline has the device tasks decides how
   // kernel_details.csv rows are used.
   if (std::find(names.begin(), names.end(), "trace_view.json") != names.end()) {
     const std::string p = out_dir + "/trace_view.json";
-    auto src = OpenByteSource(p);
+    auto src = OpenByteSource(p, os);
     absl::Status s = src.ok() ? ReadChromeTrace(src->get(), p, opt, t) : src.status();
     t->format = "ascend";
     if (s.ok()) {
@@ -309,7 +309,7 @@ absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
                                       [](const Event& e) { return e.flags & kFlagDevice; });
   std::string db, analysis_db;
   for (const std::string& n : names) {
-    if (n == "trace_view.json" || AscIsDir(out_dir + "/" + n)) continue;
+    if (n == "trace_view.json" || AscIsDir(os, out_dir + "/" + n)) continue;
     if (IsProfilerDbName(n)) {
       db = n;
       continue;
@@ -319,7 +319,7 @@ absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
       continue;
     }
     absl::Status s;
-    if (!ReadOutputFile(out_dir, n, has_device, t, &s)) {
+    if (!ReadOutputFile(out_dir, n, has_device, os, t, &s)) {
       if (absl::StartsWith(n, "profiler_info") || n == "profiler_metadata.json") continue;
       d->unknown_files.push_back(n);
       continue;
@@ -353,7 +353,7 @@ absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
     d->unknown_files.push_back(analysis_db);
   }
   const std::string parent = out_dir == dir ? dir + "/.." : dir;
-  ReadInfoFiles(parent, t);
+  ReadInfoFiles(parent, os, t);
   if (!any) {
     std::vector<std::string> why;
     for (const auto& [f, e] : d->file_errors) why.push_back(e);

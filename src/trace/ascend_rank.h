@@ -105,12 +105,14 @@ namespace internal {
 absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
                            const ReadOptions& opt, RankTrace* t);
 // The folder of torch_npu files under `dir` (its ASCEND_PROFILER_OUTPUT, or itself), "" if none.
-std::string AscendOutputDir(const std::string& dir);
-// step_trace_time.csv (or cluster-free StepTraceTime rows) into t->ascend_steps.
-absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t);
+std::string AscendOutputDir(const std::string& dir, Os* os = Os::Default());
+// step_trace_time.csv (or cluster-free StepTraceTime rows) into t->ascend_steps. Reads
+// through `os`, as the next one.
+absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t, Os* os = Os::Default());
 // kernel_details.csv into device events; `timeline_has_device`: trace_view already has the
 // tasks, so the rows are marked kFlagFromCsv (used for per-kernel facts, not the timeline).
-absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_device, RankTrace* t);
+absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_device, RankTrace* t,
+                                  Os* os = Os::Default());
 // communication.json / communication_matrix.json from memory (`name` for messages).
 absl::Status ParseCommunicationJson(const std::string& text, const std::string& name,
                                     AscendRankData* d);

@@ -124,8 +124,8 @@ void AddKernelFacts(const std::string& name, const std::string& type, const std:
   if (d->ai_cpu.size() < 1000) d->ai_cpu.push_back({name, type, dtypes, 1, dur_us, dur_us});
 }
 
-absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path));
+absl::Status ReadStepTraceCsv(const std::string& path, RankTrace* t, Os* os) {
+  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path, os));
   auto rows = ParseCsv(text);
   if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
   const auto& h = rows[0];
@@ -202,8 +202,9 @@ const std::set<std::string>& KernelColumns() {
 }
 }  // namespace
 
-absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_device, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path));
+absl::Status ReadKernelDetailsCsv(const std::string& path, bool timeline_has_device, RankTrace* t,
+                                  Os* os) {
+  TS_ASSIGN_OR_RETURN(std::string text, SlurpFile(path, os));
   auto rows = ParseCsv(text);
   if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": line 1: empty"));
   const auto& h = rows[0];

@@ -15,21 +15,13 @@
 //      one by one, the open element moves to the next window, and a file that ends inside the
 //      array is reported as truncated at its byte offset.
 // Files without newlines (single-line JSON) take the byte-scanner path for every element.
+// Where the bytes come from (a file through an Os, gzip, memory) is byte_source.cc's.
 #include "trace/chrome_reader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
-#include <cerrno>
-#include <condition_variable>
+#include <algorithm>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -44,185 +36,6 @@ namespace {
 
 using simdjson::SUCCESS;
 namespace od = simdjson::ondemand;
-
-class FdSource : public ByteSource {
- public:
-  FdSource(int fd, int64_t size) : fd_(fd), size_(size) {}
-  ~FdSource() override { close(fd_); }
-  int64_t Read(char* dst, size_t n) override {
-    while (true) {
-      ssize_t r = read(fd_, dst, n);
-      if (r >= 0) return r;
-      if (errno != EINTR) {
-        err_ = strerror(errno);
-        return -1;
-      }
-    }
-  }
-  std::string error() const override { return err_; }
-  int64_t size_hint() const override { return size_; }
-
- private:
-  int fd_;
-  int64_t size_;
-  std::string err_;
-};
-
-class GzSource : public ByteSource {
- public:
-  GzSource(gzFile f, int64_t size) : f_(f), size_(size) { gzbuffer(f_, 1 << 20); }
-  ~GzSource() override { gzclose(f_); }
-  int64_t Read(char* dst, size_t n) override {
-    if (n > (1u << 30)) n = 1u << 30;
-    int r = gzread(f_, dst, static_cast<unsigned>(n));
-    if (r < 0) {
-      int code = 0;
-      const char* msg = gzerror(f_, &code);
-      err_ = msg ? msg : "gzip error";
-      return -1;
-    }
-    if (r == 0 && !gzeof(f_)) {
-      int code = 0;
-      const char* msg = gzerror(f_, &code);
-      if (code != Z_OK) {
-        err_ = msg ? msg : "gzip error";
-        return -1;
-      }
-    }
-    return r;
-  }
-  std::string error() const override { return err_; }
-  int64_t size_hint() const override { return size_; }
-
- private:
-  gzFile f_;
-  int64_t size_;
-  std::string err_;
-};
-
-// Runs another source's reads on a thread of its own, up to `depth` blocks ahead of the
-// reader, so that decompression (gzip's inflate and CRC) overlaps the parsing of the window
-// before (the reader asks for a whole window at a time, so the queue holds more than one).
-// Blocks change hands by moving buffers. Data before an error or the end comes first, then
-// the error (or 0), as the inner source would give them.
-class PrefetchSource : public ByteSource {
- public:
-  PrefetchSource(std::unique_ptr<ByteSource> inner, size_t block, size_t depth)
-      : inner_(std::move(inner)), block_(block), depth_(depth), size_(inner_->size_hint()) {
-    thread_ = std::thread([this] { Produce(); });
-  }
-  ~PrefetchSource() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  int64_t Read(char* dst, size_t n) override {
-    size_t done = 0;
-    while (done < n) {
-      if (off_ == cur_.size()) {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (!cur_.empty()) spare_.push_back(std::move(cur_));
-        cur_.clear();
-        off_ = 0;
-        cv_.wait(lock, [this] { return !ready_.empty() || finished_; });
-        if (ready_.empty()) {  // the inner source ended (or failed) after what was delivered
-          if (done > 0) return static_cast<int64_t>(done);
-          if (failed_) {
-            err_ = inner_error_;
-            return -1;
-          }
-          return 0;
-        }
-        cur_ = std::move(ready_.front());
-        ready_.pop_front();
-        lock.unlock();
-        cv_.notify_all();
-      }
-      const size_t k = std::min(n - done, cur_.size() - off_);
-      memcpy(dst + done, cur_.data() + off_, k);
-      off_ += k;
-      done += k;
-    }
-    return static_cast<int64_t>(done);
-  }
-  std::string error() const override { return err_; }
-  int64_t size_hint() const override { return size_; }
-
- private:
-  void Produce() {
-    for (;;) {
-      std::vector<char> buf;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return ready_.size() < depth_ || stop_; });
-        if (stop_) return;
-        if (!spare_.empty()) {
-          buf = std::move(spare_.back());
-          spare_.pop_back();
-        }
-      }
-      buf.resize(block_);
-      size_t len = 0;
-      bool end = false, failed = false;
-      while (len < block_) {
-        const int64_t r = inner_->Read(buf.data() + len, block_ - len);
-        if (r <= 0) {
-          end = true;
-          failed = r < 0;
-          break;
-        }
-        len += static_cast<size_t>(r);
-      }
-      buf.resize(len);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (len > 0) ready_.push_back(std::move(buf));
-        if (end) {
-          finished_ = true;
-          failed_ = failed;
-          if (failed) inner_error_ = inner_->error();
-        }
-      }
-      cv_.notify_all();
-      if (end) return;
-    }
-  }
-
-  const std::unique_ptr<ByteSource> inner_;
-  const size_t block_, depth_;
-  const int64_t size_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  // Guarded by mu_.
-  std::deque<std::vector<char>> ready_;   // filled blocks, in order
-  std::vector<std::vector<char>> spare_;  // emptied blocks to fill again
-  bool finished_ = false, failed_ = false, stop_ = false;
-  std::string inner_error_;
-  // The reader's side.
-  std::vector<char> cur_;
-  size_t off_ = 0;
-  std::string err_;
-};
-
-class MemSource : public ByteSource {
- public:
-  explicit MemSource(std::string_view d) : d_(d) {}
-  int64_t Read(char* dst, size_t n) override {
-    n = std::min(n, d_.size() - off_);
-    memcpy(dst, d_.data() + off_, n);
-    off_ += n;
-    return static_cast<int64_t>(n);
-  }
-  int64_t size_hint() const override { return static_cast<int64_t>(d_.size()); }
-
- private:
-  std::string_view d_;
-  size_t off_ = 0;
-};
 
 inline bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -643,34 +456,6 @@ absl::Status Reader::Run() {
 }
 
 }  // namespace
-
-absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::PermissionDeniedError(absl::StrCat(path, ": ", strerror(e)));
-  }
-  struct stat st;
-  int64_t size = (fstat(fd, &st) == 0) ? st.st_size : 0;
-  unsigned char magic[2] = {0, 0};
-  ssize_t n = pread(fd, magic, 2, 0);
-  if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-    gzFile f = gzdopen(fd, "rb");
-    if (!f) {
-      close(fd);
-      return absl::InternalError(absl::StrCat(path, ": cannot open gzip stream"));
-    }
-    return std::unique_ptr<ByteSource>(
-        new PrefetchSource(std::unique_ptr<ByteSource>(new GzSource(f, 0)), 1 << 20, 8));
-  }
-  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  return std::unique_ptr<ByteSource>(new FdSource(fd, size));
-}
-
-std::unique_ptr<ByteSource> MemoryByteSource(std::string_view data) {
-  return std::make_unique<MemSource>(data);
-}
 
 absl::Status ReadChromeTrace(ByteSource* src, const std::string& name, const ReadOptions& options,
                              RankTrace* out) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "trainscope/core/os.h"
 #include "trainscope/trace/trace.h"
 
 namespace trainscope::trace::internal {
@@ -22,8 +23,11 @@ class ByteSource {
   virtual int64_t size_hint() const { return 0; }
 };
 
-// Opens `path` (gzip detected by its magic bytes). NotFound / PermissionDenied.
-absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path);
+// Opens `path` through `os` (gzip detected by its magic bytes and inflated with zlib, on a
+// thread of its own that reads ahead). NotFound "<path>: no such file" / PermissionDenied.
+// The sources are in byte_source.cc.
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path,
+                                                           Os* os = Os::Default());
 std::unique_ptr<ByteSource> MemoryByteSource(std::string_view data);
 
 // Reads a whole Chrome trace (object form with "traceEvents" or a bare list) from `src` into
@@ -34,9 +38,10 @@ absl::Status ReadChromeTrace(ByteSource* src, const std::string& name, const Rea
 
 // The "schema" of a PyTorch execution trace (ExecutionTraceObserver's JSON, the *_et.json HTA
 // reads beside a Kineto trace: an object with "schema" and "nodes" and no "traceEvents"),
-// sniffed from the first 64 KB of `path` (plain or gzip); "" when it is not one or cannot be
-// read. An execution trace holds operators without times, so it is skipped, not analysed.
-std::string ExecutionTraceSchema(const std::string& path);
+// sniffed from the first 64 KB of `path` (plain or gzip, read through `os`); "" when it is not
+// one or cannot be read. An execution trace holds operators without times, so it is skipped,
+// not analysed.
+std::string ExecutionTraceSchema(const std::string& path, Os* os = Os::Default());
 
 // Marks device events that have no category by their process (torch_npu trace_view.json:
 // "Ascend Hardware", "HCCL", "Communication" processes) and classifies device kinds.

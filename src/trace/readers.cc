@@ -1,15 +1,11 @@
 // Input dispatch (Chrome trace, torch_npu directory or CSVs, phase logs) and the small readers.
-#include <dirent.h>
-#include <sys/stat.h>
-
+// Every file is looked at and read through an Os (ReadOptions::os), so tests can use a FakeOs.
 #include <algorithm>
 #include <cctype>
 #include <climits>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -30,10 +26,14 @@
 namespace trainscope::trace {
 namespace {
 
-// core/paths.h's, under the names this file uses.
-bool IsDir(const std::string& p) { return IsDirectory(p); }
-bool IsFile(const std::string& p) { return IsRegularFile(p); }
-std::vector<std::string> List(const std::string& dir) { return ListNames(dir); }
+// The file system through `os`, under the names this file uses.
+bool IsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
+bool IsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
+// Sorted names; empty when the folder cannot be read (as core/paths.h's ListNames).
+std::vector<std::string> List(Os* os, const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
+  return names.ok() ? *std::move(names) : std::vector<std::string>();
+}
 std::string Base(std::string_view p) { return BaseName(p); }
 
 bool IsTraceFileName(const std::string& n) {
@@ -57,8 +57,8 @@ bool SmallInt(const nlohmann::json& j, const char* key, int* out) {
 
 // trainscope phase log: one JSON object per line, {"step": N, "phases": {"data_wait_ms": ..}}
 // or the phases flat on the line ({"step": N, "forward_ms": ..}); "rank" when present.
-absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(std::string text, internal::SlurpFile(path));
+absl::Status ReadPhaseLog(const std::string& path, Os* os, RankTrace* t) {
+  TS_ASSIGN_OR_RETURN(std::string text, internal::SlurpFile(path, os));
   t->format = "phase-log";
   int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -155,15 +155,15 @@ absl::Status ReadPhaseLog(const std::string& path, RankTrace* t) {
 }
 
 absl::Status ReadChromeFile(const std::string& path, const ReadOptions& opt, RankTrace* t) {
-  TS_ASSIGN_OR_RETURN(auto src, internal::OpenByteSource(path));
+  TS_ASSIGN_OR_RETURN(auto src, internal::OpenByteSource(path, opt.os));
   return internal::ReadChromeTrace(src.get(), path, opt, t);
 }
 
 }  // namespace
 
-std::string internal::ExecutionTraceSchema(const std::string& path) {
-  if (!IsFile(path)) return "";  // a FIFO must not be read twice
-  auto src = internal::OpenByteSource(path);
+std::string internal::ExecutionTraceSchema(const std::string& path, Os* os) {
+  if (!IsFile(os, path)) return "";  // a FIFO must not be read twice
+  auto src = internal::OpenByteSource(path, os);
   if (!src.ok()) return "";
   std::string head(64 << 10, '\0');
   size_t n = 0;
@@ -220,23 +220,24 @@ absl::StatusOr<RankTrace> ParseChromeTrace(std::string_view data, const std::str
 absl::StatusOr<RankTrace> ReadRankTrace(const std::string& path, const ReadOptions& options) {
   RankTrace t;
   t.path = path;
-  if (IsDir(path)) {
-    std::string out_dir = internal::AscendOutputDir(path);
+  Os* os = options.os;
+  if (IsDir(os, path)) {
+    std::string out_dir = internal::AscendOutputDir(path, os);
     if (out_dir.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": a directory without torch_npu profiler output"));
     }
     TS_RETURN_IF_ERROR(internal::ReadAscendDir(path, out_dir, options, &t));
-  } else if (!IsFile(path)) {
+  } else if (!IsFile(os, path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   } else if (absl::EndsWith(path, ".jsonl")) {
-    TS_RETURN_IF_ERROR(ReadPhaseLog(path, &t));
+    TS_RETURN_IF_ERROR(ReadPhaseLog(path, os, &t));
   } else if (absl::EndsWith(path, "step_trace_time.csv")) {
     t.format = "ascend";
-    TS_RETURN_IF_ERROR(internal::ReadStepTraceCsv(path, &t));
+    TS_RETURN_IF_ERROR(internal::ReadStepTraceCsv(path, &t, os));
   } else if (absl::EndsWith(path, "kernel_details.csv")) {
     t.format = "ascend";
-    TS_RETURN_IF_ERROR(internal::ReadKernelDetailsCsv(path, false, &t));
+    TS_RETURN_IF_ERROR(internal::ReadKernelDetailsCsv(path, false, &t, os));
   } else {
     TS_RETURN_IF_ERROR(ReadChromeFile(path, options, &t));
   }
@@ -247,20 +248,20 @@ absl::StatusOr<RankTrace> ReadRankTrace(const std::string& path, const ReadOptio
   return t;
 }
 
-absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths) {
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths,
+                                                          Os* os) {
   std::set<std::string> out;
   for (const std::string& p : paths) {
-    if (IsDir(p)) {
-      if (!internal::AscendOutputDir(p).empty()) {
+    if (IsDir(os, p)) {
+      if (!internal::AscendOutputDir(p, os).empty()) {
         out.insert(p);
         continue;
       }
       // A trainscope run directory (DIR or DIR/train): the per-rank metrics logs only.
       bool run_dir = false;
-      for (const std::string& d :
-           {trainscope::run_dir::Join(p, trainscope::run_dir::kTrain), p}) {
-        if (!IsDir(d)) continue;
-        for (const std::string& n : List(d)) {
+      for (const std::string& d : {trainscope::run_dir::Join(p, trainscope::run_dir::kTrain), p}) {
+        if (!IsDir(os, d)) continue;
+        for (const std::string& n : List(os, d)) {
           if (trainscope::run_dir::IsTrainMetricsName(n)) {
             out.insert(d + "/" + n);
             run_dir = true;
@@ -270,11 +271,11 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
       }
       if (run_dir) continue;
       size_t before = out.size();
-      for (const std::string& n : List(p)) {
+      for (const std::string& n : List(os, p)) {
         std::string full = p + "/" + n;
-        if (IsDir(full) && !internal::AscendOutputDir(full).empty()) {
+        if (IsDir(os, full) && !internal::AscendOutputDir(full, os).empty()) {
           out.insert(full);
-        } else if (IsFile(full) && IsTraceFileName(n)) {
+        } else if (IsFile(os, full) && IsTraceFileName(n)) {
           out.insert(full);
         }
       }
@@ -282,7 +283,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
         return absl::InvalidArgumentError(
             absl::StrCat(p, ": no traces (*.json, *.json.gz, *.jsonl, torch_npu output) in it"));
       }
-    } else if (IsFile(p)) {
+    } else if (IsFile(os, p)) {
       out.insert(p);
     } else {
       return absl::NotFoundError(absl::StrCat(p, ": no such file or directory"));

@@ -111,7 +111,8 @@ absl::StatusOr<DiffReport> Diff(const std::string& a, const std::string& b,
 nlohmann::json ReportToJson(const CheckpointReport& r, bool with_tensors);
 nlohmann::json DiffToJson(const DiffReport& d);
 // The --json document of `ckpt inspect` (with_tensors) and `ckpt verify` (without):
-// {"ok": every report ok, "checkpoints": [ReportToJson(r, with_tensors), ...],
+// {"format": "trainscope.ckpt.report", "version": 1, "ok": every report ok,
+//  "checkpoints": [ReportToJson(r, with_tensors), ...],
 //  "newest_good": {"path", "step"} of NewestGood, or null}.
 nlohmann::json ReportsToJson(const std::vector<CheckpointReport>& reports, bool with_tensors);
 // Text: problems first (one sentence each), then a table fitting 120 columns.

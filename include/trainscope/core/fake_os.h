@@ -42,6 +42,8 @@ class FakeOs : public Os {
   bool IsDirectory(const std::string& path) override { return dirs_.count(path) > 0; }
   bool IsRegularFile(const std::string& path) override { return files_.count(path) > 0; }
   absl::StatusOr<uint64_t> FileSize(const std::string& path) override;
+  // Modification time 0 (a replaced file has a new inode, an appended one a new size).
+  absl::StatusOr<FileInfo> Stat(const std::string& path) override;
   std::map<std::string, std::string> Environment() override { return env_; }
   absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv,
                                 const RunOptions& options) override;

@@ -36,6 +36,18 @@ struct Finding {
   int rank = -1;         // the rank it concerns; -1 for none or all
 };
 
+// A Finding's fixed parts as constants, for a module's table of rules (a constexpr array of
+// rows, each naming the finding it produces); the evidence and where are known only when a
+// row matches: ToFinding.
+struct FindingText {
+  Severity severity;
+  const char* id;
+  const char* title;
+  const char* fix;
+};
+
+Finding ToFinding(const FindingText& text, std::string evidence, std::string where = "");
+
 // {"severity", "id", "title", "evidence", "fix"} plus "where" when not empty and "rank" when
 // >= 0 (the "trainscope.finding" shape, docs/formats.md).
 nlohmann::json FindingToJson(const Finding& finding);

@@ -14,6 +14,8 @@ namespace trainscope::formats {
 inline constexpr char kCheckpoint[] = "trainscope.checkpoint";
 inline constexpr char kCheckpointManifest[] = "trainscope.checkpoint.manifest";
 inline constexpr char kCheckpointRank[] = "trainscope.checkpoint.rank";
+inline constexpr char kCkptDiff[] = "trainscope.ckpt.diff";
+inline constexpr char kCkptReport[] = "trainscope.ckpt.report";
 inline constexpr char kCompare[] = "trainscope.compare";
 inline constexpr char kDataClean[] = "trainscope.data.clean";
 inline constexpr char kDataCompare[] = "trainscope.data.compare";
@@ -58,6 +60,8 @@ inline constexpr Format kFormats[] = {
     {kCheckpoint, 1, "checkpoint meta.json (ckpt)"},
     {kCheckpointManifest, 1, "checkpoint manifest.json: files and hashes (ckpt)"},
     {kCheckpointRank, 1, "a rank's state in a trainer checkpoint (rank<R>.json)"},
+    {kCkptDiff, 1, "ckpt diff --json: two checkpoints, tensor by tensor"},
+    {kCkptReport, 1, "ckpt verify|inspect --json: each checkpoint's state, the newest good one"},
     {kCompare, 1, "compare --json report: two msprobe dumps, op by op"},
     {kDataClean, 1, "data clean --json report"},
     {kDataCompare, 1, "data compare --json report"},

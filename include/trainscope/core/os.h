@@ -17,12 +17,14 @@
 
 namespace trainscope {
 
-// What fstat said of an open file. `device` and `inode` tell a file replaced under the same
-// name (log rotation, a rerun) from the same file grown.
+// What fstat said of an open file (or Os::Stat of a path). `device` and `inode` tell a file
+// replaced under the same name (log rotation, a rerun) from the same file grown.
 struct FileInfo {
   uint64_t size_bytes = 0;
   uint64_t device = 0;
   uint64_t inode = 0;
+  int64_t mtime_ns = 0;       // modification time, ns since the epoch (Os::Stat only)
+  bool is_directory = false;  // (Os::Stat only)
 };
 
 // A file read from its start to its end, a chunk at a time (leveldb's SequentialFile), so
@@ -93,6 +95,9 @@ class Os {
   virtual bool IsRegularFile(const std::string& path) = 0;
   // Size of the file `path` names, symbolic links followed. Errors as ReadFile's.
   virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
+  // stat() of any kind of file (symbolic links followed): size, identity, modification time
+  // and whether it is a directory, from one call. Errors as ReadFile's.
+  virtual absl::StatusOr<FileInfo> Stat(const std::string& path) = 0;
 
   // Monotonic nanoseconds and wall-clock Unix microseconds.
   virtual int64_t MonotonicNs() = 0;

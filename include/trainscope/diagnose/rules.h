@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "trainscope/core/finding.h"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::diagnose {
 
@@ -73,8 +74,9 @@ struct RuleSet {
 // `needs`, severity inherit without finding(), or finding() mixed with run facts.
 absl::StatusOr<RuleSet> ParseRules(const std::string& source, std::string_view text);
 
-// The bundled rules (`path` empty) or a file's. NotFound / InvalidArgument naming the file.
-absl::StatusOr<RuleSet> LoadRules(const std::string& path = "");
+// The bundled rules (`path` empty) or a file's, read through `os` (a FakeOs in tests).
+// NotFound / InvalidArgument naming the file.
+absl::StatusOr<RuleSet> LoadRules(const std::string& path = "", Os* os = Os::Default());
 
 // The text of data/diagnose/rules.json as built in.
 std::string_view BundledRulesText();

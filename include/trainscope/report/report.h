@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainscope/core/os.h"
 
 namespace trainscope::report {
 
@@ -25,6 +26,9 @@ struct ReportOptions {
   bool live = false;      // page polls "data.json" (relative URL) every 2 s and redraws (serve)
   int max_points = 4000;  // per series, for drawing (min/max per bucket); tooltip data exact
   std::string title;      // empty: derived from the run directories
+  // The file system the run directories are listed and read in (a FakeOs in tests; not
+  // owned). Writes (the page itself) are the caller's.
+  Os* os = Os::Default();
 };
 
 // Reads what exists in each run directory (metrics.rank*.jsonl under <run>/train/ per

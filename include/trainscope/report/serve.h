@@ -36,7 +36,9 @@ struct ServeOptions {
   std::string run_dir;
   std::string bind = kDefaultBindAddress;  // a numeric IPv4/IPv6 address or a host name
   int port = kDefaultServePort;            // 0: any free port (Server::port() says which)
-  ReportOptions report;                    // `live` is set by the server
+  // `live` is set by the server; `report.os` is the file system run_dir is read in (the
+  // HTTP socket is always the machine's).
+  ReportOptions report;
 };
 
 class Server {

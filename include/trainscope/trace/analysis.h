@@ -142,11 +142,13 @@ Report CombineRanks(std::vector<RankResult> ranks, const AnalyzeOptions& options
 struct AnalyzePathsOptions {
   AnalyzeOptions analyze;
   bool strict = false;  // bad records in a trace are an error rather than a warning
+  // The file system every path is read through (a FakeOs in tests). Not owned; never null.
+  Os* os = Os::Default();
 };
 
 // InvalidArgument naming the first path that exists and is neither a regular file nor a
-// directory (a FIFO, /dev/zero): checked from stat() alone, so nothing can block.
-absl::Status CheckTracePaths(const std::vector<std::string>& paths);
+// directory (a FIFO, /dev/zero): checked from stat() alone (through `os`), so nothing can block.
+absl::Status CheckTracePaths(const std::vector<std::string>& paths, Os* os = Os::Default());
 
 // `trace analyze` (the CLI and the Python module call this): checks the paths
 // (CheckTracePaths), expands directories (ExpandTracePaths), reads and analyses one rank at a

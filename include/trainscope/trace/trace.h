@@ -28,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "trainscope/core/os.h"
 
 namespace trainscope::trace {
 
@@ -187,6 +188,9 @@ struct ReadOptions {
   bool keep_python_functions = false;  // python_function events are skipped by default
   size_t max_warnings = 20;
   bool progress = true;  // core/progress.h line for big files (when enabled by env/tty)
+  // The file system the readers go through (a FakeOs in tests). Not owned; never null. (A
+  // torch_npu SQLite export is the exception: SQLite opens it by path on the real machine.)
+  Os* os = Os::Default();
 };
 
 // Reads one rank's data. `path` is a Chrome trace (.json/.json.gz), a phase log (.jsonl),
@@ -201,7 +205,9 @@ absl::StatusOr<RankTrace> ParseChromeTrace(std::string_view data, const std::str
 
 // Expands the command line: directories of per-rank traces become their trace files (or stay
 // one entry when they are torch_npu output). Sorted, de-duplicated. NotFound for a missing path.
-absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths);
+// Looks at the file system through `os`.
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths,
+                                                          Os* os = Os::Default());
 
 // Rank from a file or directory name ("rank3", "rank-3", "rank_3", "worker3"); -1 if none.
 int RankFromFileName(std::string_view path);
