@@ -26,7 +26,6 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +36,7 @@
 #include "launch/reaper.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/formats.h"
+#include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
 #include "trainscope/core/run_dir_lock.h"
 #include "trainscope/core/status.h"
@@ -607,10 +607,10 @@ absl::StatusOr<LaunchResult> Job::Finish() {
   }
   result_.hang = AnalyzeHangDumps(plan_.abs_run_dir, std::move(result_.hang));
   result_.total_s = Since();
-  {
-    std::ofstream json(run_dir::Join(result_.run_dir, run_dir::kLaunchJson));
-    json << LaunchResultJson(result_, o_) << "\n";
-  }
+  // The job's result stands even when launch.json cannot be written (a full disk): the
+  // summary on stdout says the same.
+  (void)WriteFileAtomic(run_dir::Join(result_.run_dir, run_dir::kLaunchJson),
+                        LaunchResultJson(result_, o_) + "\n");
   if (!start_error_.ok()) return start_error_;
   if (!exec_failure_.empty()) return absl::NotFoundError(exec_failure_);
   return std::move(result_);
