@@ -43,6 +43,8 @@ def seeds(target):
         out += [b"\x01" + read(f) for f in files("tests/data/trace/ascend/**/step_trace_time.csv")]
         out += [b"\x02" + read(f) for f in files("tests/data/trace/ascend/**/kernel_details.csv")]
         out += [b"\x03" + read(f) for f in files("tests/data/trace/kineto_rank0.pt.trace.json")]
+        # gzip'd traces: the byte source's inflate on SequentialFile chunks (trace/byte_source.cc)
+        out += [b"\x03" + read(f) for f in files("tests/data/trace/**/*.json.gz")]
         return out
     if target == "trace_ascend_fuzzer":  # first byte: the file (fuzz/trace_ascend_fuzzer.cc kNames)
         names = ["kernel_details.csv", "step_trace_time.csv", "op_statistic.csv", "memory_record.csv",
