@@ -161,7 +161,9 @@ bool DocumentFacts(const std::string& path, const json& doc, Facts* global) {
     CollectFingerprintFacts(path, doc, global);
     return true;
   }
-  return !doc.contains("format") && CollectCkptVerifyFacts(path, doc, global);
+  // `ckpt verify --json`: trainscope.ckpt.report since session 13, no format before.
+  return (format == formats::kCkptReport || !doc.contains("format")) &&
+         CollectCkptVerifyFacts(path, doc, global);
 }
 
 // The facts of one metrics series (`run`: those already read from its lines), and the info

@@ -10,13 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/status.h"
 #include "trainscope/core/table.h"
 
 namespace trainscope::train {
 
 nlohmann::json SelftestResultToJson(const SelftestResult& r) {
-  return {{"passed", r.passed},
+  return {{"format", formats::kSelftestTrain},
+          {"version", 1},
+          {"passed", r.passed},
           {"reason", r.reason},
           {"loss_start", r.loss_start},
           {"loss_end", r.loss_end},

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "trainscope/core/env_vars.h"
+#include "trainscope/core/formats.h"
 #include "trainscope/core/json_text.h"
 #include "trainscope/core/os.h"
 #include "trainscope/core/run_dir.h"
@@ -103,7 +104,10 @@ size_t BestSweepRow(const std::vector<WorkerSweepRow>& rows) {
 }
 
 json SweepToJson(const std::vector<WorkerSweepRow>& rows) {
-  json j = {{"sweep", json::array()}, {"best_num_workers", rows[BestSweepRow(rows)].num_workers}};
+  json j = {{"format", formats::kTrainSweep},
+            {"version", 1},
+            {"sweep", json::array()},
+            {"best_num_workers", rows[BestSweepRow(rows)].num_workers}};
   for (const auto& r : rows) {
     j["sweep"].push_back({{"num_workers", r.num_workers},
                           {"step_ms", r.step_ms},
@@ -132,6 +136,8 @@ std::string RenderSweep(const std::vector<WorkerSweepRow>& rows, int steps) {
 json TrainRunJson(const TrainResult& r, const std::string& run_dir,
                   const std::string& config_path) {
   json j = TrainResultToJson(r);
+  j["format"] = formats::kTrainResult;
+  j["version"] = 1;
   j["run_dir"] = run_dir;
   j["config"] = config_path;
   // Linux reports ru_maxrss in kilobytes.

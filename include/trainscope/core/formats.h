@@ -40,13 +40,16 @@ inline constexpr char kReportData[] = "trainscope.report.data";
 inline constexpr char kSelftestComm[] = "trainscope.selftest.comm";
 inline constexpr char kSelftestCommSweep[] = "trainscope.selftest.comm_sweep";
 inline constexpr char kSelftestDevice[] = "trainscope.selftest.device";
+inline constexpr char kSelftestTrain[] = "trainscope.selftest.train";
 inline constexpr char kTopo[] = "trainscope.topo";
 inline constexpr char kTraceAnalysis[] = "trainscope.trace.analysis";
 inline constexpr char kTraceExport[] = "trainscope.trace.export";
 inline constexpr char kTrainConfig[] = "trainscope.train_config";
 inline constexpr char kTrainMetrics[] = "trainscope.train_metrics";
 inline constexpr char kTrainProbe[] = "trainscope.train_probe";
+inline constexpr char kTrainResult[] = "trainscope.train_result";
 inline constexpr char kTrainSummary[] = "trainscope.train_summary";
+inline constexpr char kTrainSweep[] = "trainscope.train_sweep";
 inline constexpr char kTrainWeights[] = "trainscope.train_weights";
 
 struct Format {
@@ -86,13 +89,16 @@ inline constexpr Format kFormats[] = {
     {kSelftestComm, 1, "selftest comm --json"},
     {kSelftestCommSweep, 1, "selftest comm --sweep-env --json"},
     {kSelftestDevice, 1, "selftest device --json"},
+    {kSelftestTrain, 1, "selftest train --json"},
     {kTopo, 1, "topo --json: link matrix and placement"},
     {kTraceAnalysis, 1, "trace analyze --json"},
     {kTraceExport, 1, "trace analyze --export Chrome trace"},
     {kTrainConfig, 1, "train config (train/config.json)"},
     {kTrainMetrics, 1, "train metrics JSONL (train/metrics.rank<R>.jsonl)"},
     {kTrainProbe, 1, "train --probe-batch --json"},
+    {kTrainResult, 1, "train --json: the finished run (train/summary.json's figures and more)"},
     {kTrainSummary, 1, "train summary (train/summary.json)"},
+    {kTrainSweep, 1, "train --sweep-workers --json"},
     {kTrainWeights, 1, "train weights checksum (train/weights.rank<R>.json)"},
 };
 
