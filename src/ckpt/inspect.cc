@@ -29,9 +29,6 @@ using json = nlohmann::json;
 constexpr uint64_t kChunkBytes = 4 << 20;
 constexpr char kIndexName[] = "model.safetensors.index.json";
 
-bool IsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
-bool IsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
-
 std::string Join(const std::string& dir, const std::string& file) {
   return file.empty() ? dir : dir + "/" + file;
 }
@@ -107,14 +104,14 @@ CheckpointReport InspectOurs(const std::string& path, const InspectOptions& o) {
   r.problems = c.problems;
   if (!c.complete) return r;
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    if (IsFile(os, Join(path, f))) AddSafetensors(path, f, o, &r);
+    if (os->IsRegularFile(Join(path, f))) AddSafetensors(path, f, o, &r);
   }
   // Further tensor files (CheckpointData::tensor_files: the trainer's gradient-compression
   // state), in name order.
   std::set<std::string> more;
   absl::StatusOr<std::vector<std::string>> names = os->ListDir(path);
   for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
-    if (IsExtraTensorFileName(name) && IsFile(os, Join(path, name))) more.insert(name);
+    if (IsExtraTensorFileName(name) && os->IsRegularFile(Join(path, name))) more.insert(name);
   }
   for (const std::string& f : more) AddSafetensors(path, f, o, &r);
   return r;
@@ -146,7 +143,7 @@ CheckpointReport InspectSharded(const std::string& dir, const InspectOptions& o)
     shards.insert(it->get<std::string>());
   }
   for (const std::string& shard : shards) {
-    if (!IsFile(os, Join(dir, shard))) {
+    if (!os->IsRegularFile(Join(dir, shard))) {
       r.complete = false;
       r.problems.push_back({Join(dir, shard), "missing: named by the index but absent"});
       continue;
@@ -238,7 +235,7 @@ void CheckDcpStorage(const std::string& dir, const DcpMetadata& meta, Checkpoint
   }
   for (const auto& [file, end_and_name] : need) {
     const std::string p = Join(dir, file);
-    if (!IsFile(os, p)) {
+    if (!os->IsRegularFile(p)) {
       r->complete = false;
       r->problems.push_back({p, absl::StrCat("missing: holds chunks of \"", end_and_name.second,
                                              "\" (named by .metadata) but is absent")});
@@ -346,7 +343,7 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
   Os* os = o.os;
   if (!os->FileExists(path))
     return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
-  if (IsFile(os, path)) {
+  if (os->IsRegularFile(path)) {
     const std::string name = fs::path(path).filename().string();
     const std::string parent = fs::path(path).parent_path().string();
     if (name == kIndexName) return Inspect(parent.empty() ? "." : parent, o);
@@ -360,9 +357,9 @@ absl::StatusOr<CheckpointReport> Inspect(const std::string& path, const InspectO
     if (!h.ok()) r.complete = false;
     return r;
   }
-  if (!IsDir(os, path)) return UnknownFormat(path);
-  if (IsFile(os, Join(path, kIndexName))) return InspectSharded(path, o);
-  if (IsFile(os, Join(path, ".metadata"))) return InspectDcp(path, os);
+  if (!os->IsDirectory(path)) return UnknownFormat(path);
+  if (os->IsRegularFile(Join(path, kIndexName))) return InspectSharded(path, o);
+  if (os->IsRegularFile(Join(path, ".metadata"))) return InspectDcp(path, os);
   if (LooksLikeCheckpoint(path, os)) return InspectOurs(path, o);
   return UnknownFormat(path);
 }
@@ -383,9 +380,9 @@ absl::StatusOr<std::vector<CheckpointReport>> InspectPath(const std::string& pat
   std::vector<CheckpointReport> out;
   Os* os = o.os;
   std::string dir = path;
-  if (IsDir(os, path) && !IsFile(os, Join(path, kIndexName)) &&
-      !IsFile(os, Join(path, ".metadata")) && !LooksLikeCheckpoint(path, os)) {
-    if (IsDir(os, Join(path, run_dir::kCheckpoints))) dir = Join(path, run_dir::kCheckpoints);
+  if (os->IsDirectory(path) && !os->IsRegularFile(Join(path, kIndexName)) &&
+      !os->IsRegularFile(Join(path, ".metadata")) && !LooksLikeCheckpoint(path, os)) {
+    if (os->IsDirectory(Join(path, run_dir::kCheckpoints))) dir = Join(path, run_dir::kCheckpoints);
     std::vector<std::string> dirs = ListCheckpointDirs(dir, os);
     if (!dirs.empty()) {
       std::reverse(dirs.begin(), dirs.end());  // oldest first reads naturally

@@ -110,12 +110,6 @@ absl::StatusOr<std::unique_ptr<FileBytesView>> FakeOs::MapFile(const std::string
   return std::make_unique<FakeBytesView>(e->bytes);
 }
 
-absl::StatusOr<uint64_t> FakeOs::FileSize(const std::string& path) {
-  absl::StatusOr<Entry> e = Find(path);
-  if (!e.ok()) return e.status();
-  return e->bytes->size();
-}
-
 absl::StatusOr<FileInfo> FakeOs::Stat(const std::string& path) {
   if (dirs_.count(path)) {
     FileInfo info;
@@ -125,7 +119,9 @@ absl::StatusOr<FileInfo> FakeOs::Stat(const std::string& path) {
   }
   absl::StatusOr<Entry> e = Find(path);
   if (!e.ok()) return e.status();
-  return FileInfo{e->bytes->size(), 1, e->inode};
+  FileInfo info{e->bytes->size(), 1, e->inode};
+  info.is_regular = true;
+  return info;
 }
 
 void FakeOs::AddProgram(const std::string& program, RunResult result) {

@@ -192,19 +192,6 @@ class RealOs : public Os {
     if (!bytes.ok()) return bytes.status();
     return std::make_unique<StringBytesView>(*std::move(bytes));
   }
-  bool IsDirectory(const std::string& path) override {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-  }
-  bool IsRegularFile(const std::string& path) override {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  }
-  absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
-    return static_cast<uint64_t>(st.st_size);
-  }
   absl::StatusOr<FileInfo> Stat(const std::string& path) override {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
@@ -212,6 +199,7 @@ class RealOs : public Os {
                   static_cast<uint64_t>(st.st_ino)};
     info.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     info.is_directory = S_ISDIR(st.st_mode);
+    info.is_regular = S_ISREG(st.st_mode);
     return info;
   }
   absl::StatusOr<std::string> ReadFile(const std::string& path) override {
@@ -269,6 +257,27 @@ class RealOs : public Os {
 };
 
 }  // namespace
+
+bool Os::IsDirectory(const std::string& path) {
+  absl::StatusOr<FileInfo> info = Stat(path);
+  return info.ok() && info->is_directory;
+}
+
+bool Os::IsRegularFile(const std::string& path) {
+  absl::StatusOr<FileInfo> info = Stat(path);
+  return info.ok() && info->is_regular;
+}
+
+absl::StatusOr<uint64_t> Os::FileSize(const std::string& path) {
+  absl::StatusOr<FileInfo> info = Stat(path);
+  if (!info.ok()) return info.status();
+  return info->size_bytes;
+}
+
+std::vector<std::string> Os::ListNames(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  return names.ok() ? *std::move(names) : std::vector<std::string>();
+}
 
 Os* Os::Default() {
   static Os* os = new RealOs();

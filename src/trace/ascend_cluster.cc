@@ -22,15 +22,6 @@ namespace {
 
 constexpr size_t kMaxProblems = 10;  // per file
 
-// core/paths.h's, under the names this file uses.
-// The file system through `os`, under the names this file uses.
-bool IsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
-bool IsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
-// Sorted names; empty when the folder cannot be read.
-std::vector<std::string> List(Os* os, const std::string& dir) {
-  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
-  return names.ok() ? *std::move(names) : std::vector<std::string>();
-}
 std::string Base(std::string_view p) { return BaseName(p); }
 std::string Parent(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
@@ -46,12 +37,12 @@ bool Slurp(Os* os, const std::string& path, std::string* out) {
 
 // A torch_npu rank folder: *_ascend_pt, or any folder holding ASCEND_PROFILER_OUTPUT/.
 bool IsRankFolder(Os* os, const std::string& dir) {
-  return IsDir(os, dir + "/ASCEND_PROFILER_OUTPUT");
+  return os->IsDirectory(dir + "/ASCEND_PROFILER_OUTPUT");
 }
 bool IsClusterOutput(Os* os, const std::string& dir) {
-  return IsFile(os, dir + "/cluster_step_trace_time.csv") ||
-         IsFile(os, dir + "/cluster_communication.json") ||
-         IsFile(os, dir + "/cluster_communication_matrix.json");
+  return os->IsRegularFile(dir + "/cluster_step_trace_time.csv") ||
+         os->IsRegularFile(dir + "/cluster_communication.json") ||
+         os->IsRegularFile(dir + "/cluster_communication_matrix.json");
 }
 
 void Problem(ClusterFile* f, const std::string& where, const std::string& why) {
@@ -401,14 +392,14 @@ void ParseClusterMatrixJson(std::string_view text, const std::string& name, Clus
 ClusterPaths SplitClusterPaths(const std::vector<std::string>& paths, Os* os) {
   ClusterPaths out;
   for (const std::string& p : paths) {
-    if (IsFile(os, p) && Base(p) == "cluster_step_trace_time.csv") {
+    if (os->IsRegularFile(p) && Base(p) == "cluster_step_trace_time.csv") {
       out.outputs.push_back(Parent(p));
-    } else if (IsDir(os, p) && IsClusterOutput(os, p)) {
+    } else if (os->IsDirectory(p) && IsClusterOutput(os, p)) {
       out.outputs.push_back(p);
-    } else if (IsDir(os, p) && !IsRankFolder(os, p)) {
+    } else if (os->IsDirectory(p) && !IsRankFolder(os, p)) {
       int rank_folders = 0;
-      for (const std::string& n : List(os, p)) rank_folders += IsRankFolder(os, p + "/" + n);
-      const bool has_output = IsDir(os, p + "/cluster_analysis_output") &&
+      for (const std::string& n : os->ListNames(p)) rank_folders += IsRankFolder(os, p + "/" + n);
+      const bool has_output = os->IsDirectory(p + "/cluster_analysis_output") &&
                               IsClusterOutput(os, p + "/cluster_analysis_output");
       if (has_output) {
         out.outputs.push_back(p + "/cluster_analysis_output");
@@ -435,7 +426,7 @@ absl::StatusOr<ClusterInput> ReadClusterOutput(const std::string& dir, Os* os) {
                   {"cluster_communication_matrix.json", ParseClusterMatrixJson}};
   for (const auto& [name, parse] : kFiles) {
     const std::string path = dir + "/" + name;
-    if (IsFile(os, path) && Slurp(os, path, &text)) parse(text, path, &in);
+    if (os->IsRegularFile(path) && Slurp(os, path, &text)) parse(text, path, &in);
   }
   std::sort(in.rows.begin(), in.rows.end(), [](const ClusterRow& a, const ClusterRow& b) {
     return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);
@@ -508,7 +499,7 @@ namespace {
 
 // The rank of a rank folder: profiler_info_<rank>.json (torch_npu), else -1.
 int FolderRank(Os* os, const std::string& dir) {
-  for (const std::string& n : List(os, dir)) {
+  for (const std::string& n : os->ListNames(dir)) {
     int r = -1;
     if (absl::StartsWith(n, "profiler_info_") && absl::EndsWith(n, ".json") &&
         absl::SimpleAtoi(n.substr(14, n.size() - 19), &r) && r >= 0 && r < kMaxRank)
@@ -657,7 +648,7 @@ absl::StatusOr<ClusterInput> ReadRankFolders(const std::string& dir, Os* os) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   std::set<int> seen;
   int next = 0;
-  for (const std::string& n : List(os, dir)) {
+  for (const std::string& n : os->ListNames(dir)) {
     const std::string sub = dir + "/" + n;
     if (!IsRankFolder(os, sub)) continue;
     int rank = FolderRank(os, sub);

@@ -22,15 +22,6 @@
 namespace trainscope::trace::internal {
 namespace {
 
-// The file system through `os` (ReadOptions::os), under the names this file uses.
-bool AscIsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
-bool AscIsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
-// Sorted names; empty when the folder cannot be read (as core/paths.h's ListNames).
-std::vector<std::string> AscList(Os* os, const std::string& dir) {
-  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
-  return names.ok() ? *std::move(names) : std::vector<std::string>();
-}
-
 // The SQLite export's main file: ascend_pytorch_profiler_{rank}.db (or without the rank).
 bool IsProfilerDbName(const std::string& n) {
   return absl::StartsWith(n, "ascend_pytorch_profiler") && absl::EndsWith(n, ".db");
@@ -159,10 +150,10 @@ double AicFrequencyMhz(const nlohmann::json& j) {
 // ASCEND_PROFILER_OUTPUT: the rated AI Core frequency.
 void ReadDeviceInfo(const std::string& parent, const std::string& prof, Os* os, RankTrace* t) {
   AscendRankData* d = AscendData(t);
-  for (const std::string& dev : AscList(os, parent + "/" + prof)) {
+  for (const std::string& dev : os->ListNames(parent + "/" + prof)) {
     const std::string dir = parent + "/" + prof + "/" + dev;
-    if (!absl::StartsWith(dev, "device_") || !AscIsDir(os, dir)) continue;
-    for (const std::string& n : AscList(os, dir)) {
+    if (!absl::StartsWith(dev, "device_") || !os->IsDirectory(dir)) continue;
+    for (const std::string& n : os->ListNames(dir)) {
       if (!absl::StartsWith(n, "info.json.") || absl::EndsWith(n, "done")) continue;
       const std::string rel = prof + "/" + dev + "/" + n;
       nlohmann::json j;
@@ -183,9 +174,9 @@ void ReadDeviceInfo(const std::string& parent, const std::string& prof, Os* os, 
 // distributed_args.world_size) beside ASCEND_PROFILER_OUTPUT; PROF_*/ for the device info.
 void ReadInfoFiles(const std::string& parent, Os* os, RankTrace* t) {
   AscendRankData* d = AscendData(t);
-  for (const std::string& n : AscList(os, parent)) {
+  for (const std::string& n : os->ListNames(parent)) {
     const std::string path = parent + "/" + n;
-    if (absl::StartsWith(n, "PROF_") && AscIsDir(os, path)) {
+    if (absl::StartsWith(n, "PROF_") && os->IsDirectory(path)) {
       ReadDeviceInfo(parent, n, os, t);
     } else if (absl::StartsWith(n, "profiler_info") && absl::EndsWith(n, ".json")) {
       nlohmann::json j;
@@ -274,12 +265,13 @@ AscendRankData* AscendData(RankTrace* t) {
 }
 
 std::string AscendOutputDir(const std::string& dir, Os* os) {
-  if (AscIsDir(os, dir + "/ASCEND_PROFILER_OUTPUT")) return dir + "/ASCEND_PROFILER_OUTPUT";
-  if (AscIsFile(os, dir + "/trace_view.json") || AscIsFile(os, dir + "/step_trace_time.csv") ||
-      AscIsFile(os, dir + "/kernel_details.csv"))
+  if (os->IsDirectory(dir + "/ASCEND_PROFILER_OUTPUT")) return dir + "/ASCEND_PROFILER_OUTPUT";
+  if (os->IsRegularFile(dir + "/trace_view.json") ||
+      os->IsRegularFile(dir + "/step_trace_time.csv") ||
+      os->IsRegularFile(dir + "/kernel_details.csv"))
     return dir;
-  for (const std::string& n : AscList(os, dir))
-    if (IsProfilerDbName(n) && AscIsFile(os, dir + "/" + n)) return dir;
+  for (const std::string& n : os->ListNames(dir))
+    if (IsProfilerDbName(n) && os->IsRegularFile(dir + "/" + n)) return dir;
   return "";
 }
 
@@ -289,7 +281,7 @@ absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
   Os* os = opt.os;
   AscendRankData* d = AscendData(t);
   d->export_type = "text";
-  std::vector<std::string> names = AscList(os, out_dir);
+  std::vector<std::string> names = os->ListNames(out_dir);
   bool any = false;
   // trace_view.json first: whether the timeline has the device tasks decides how
   // kernel_details.csv rows are used.
@@ -309,7 +301,7 @@ absl::Status ReadAscendDir(const std::string& dir, const std::string& out_dir,
                                       [](const Event& e) { return e.flags & kFlagDevice; });
   std::string db, analysis_db;
   for (const std::string& n : names) {
-    if (n == "trace_view.json" || AscIsDir(os, out_dir + "/" + n)) continue;
+    if (n == "trace_view.json" || os->IsDirectory(out_dir + "/" + n)) continue;
     if (IsProfilerDbName(n)) {
       db = n;
       continue;

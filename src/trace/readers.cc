@@ -26,14 +26,6 @@
 namespace trainscope::trace {
 namespace {
 
-// The file system through `os`, under the names this file uses.
-bool IsDir(Os* os, const std::string& p) { return os->IsDirectory(p); }
-bool IsFile(Os* os, const std::string& p) { return os->IsRegularFile(p); }
-// Sorted names; empty when the folder cannot be read (as core/paths.h's ListNames).
-std::vector<std::string> List(Os* os, const std::string& dir) {
-  absl::StatusOr<std::vector<std::string>> names = os->ListDir(dir);
-  return names.ok() ? *std::move(names) : std::vector<std::string>();
-}
 std::string Base(std::string_view p) { return BaseName(p); }
 
 bool IsTraceFileName(const std::string& n) {
@@ -162,7 +154,7 @@ absl::Status ReadChromeFile(const std::string& path, const ReadOptions& opt, Ran
 }  // namespace
 
 std::string internal::ExecutionTraceSchema(const std::string& path, Os* os) {
-  if (!IsFile(os, path)) return "";  // a FIFO must not be read twice
+  if (!os->IsRegularFile(path)) return "";  // a FIFO must not be read twice
   auto src = internal::OpenByteSource(path, os);
   if (!src.ok()) return "";
   std::string head(64 << 10, '\0');
@@ -221,14 +213,14 @@ absl::StatusOr<RankTrace> ReadRankTrace(const std::string& path, const ReadOptio
   RankTrace t;
   t.path = path;
   Os* os = options.os;
-  if (IsDir(os, path)) {
+  if (os->IsDirectory(path)) {
     std::string out_dir = internal::AscendOutputDir(path, os);
     if (out_dir.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": a directory without torch_npu profiler output"));
     }
     TS_RETURN_IF_ERROR(internal::ReadAscendDir(path, out_dir, options, &t));
-  } else if (!IsFile(os, path)) {
+  } else if (!os->IsRegularFile(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   } else if (absl::EndsWith(path, ".jsonl")) {
     TS_RETURN_IF_ERROR(ReadPhaseLog(path, os, &t));
@@ -252,7 +244,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
                                                           Os* os) {
   std::set<std::string> out;
   for (const std::string& p : paths) {
-    if (IsDir(os, p)) {
+    if (os->IsDirectory(p)) {
       if (!internal::AscendOutputDir(p, os).empty()) {
         out.insert(p);
         continue;
@@ -260,8 +252,8 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
       // A trainscope run directory (DIR or DIR/train): the per-rank metrics logs only.
       bool run_dir = false;
       for (const std::string& d : {trainscope::run_dir::Join(p, trainscope::run_dir::kTrain), p}) {
-        if (!IsDir(os, d)) continue;
-        for (const std::string& n : List(os, d)) {
+        if (!os->IsDirectory(d)) continue;
+        for (const std::string& n : os->ListNames(d)) {
           if (trainscope::run_dir::IsTrainMetricsName(n)) {
             out.insert(d + "/" + n);
             run_dir = true;
@@ -271,11 +263,11 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
       }
       if (run_dir) continue;
       size_t before = out.size();
-      for (const std::string& n : List(os, p)) {
+      for (const std::string& n : os->ListNames(p)) {
         std::string full = p + "/" + n;
-        if (IsDir(os, full) && !internal::AscendOutputDir(full, os).empty()) {
+        if (os->IsDirectory(full) && !internal::AscendOutputDir(full, os).empty()) {
           out.insert(full);
-        } else if (IsFile(os, full) && IsTraceFileName(n)) {
+        } else if (os->IsRegularFile(full) && IsTraceFileName(n)) {
           out.insert(full);
         }
       }
@@ -283,7 +275,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
         return absl::InvalidArgumentError(
             absl::StrCat(p, ": no traces (*.json, *.json.gz, *.jsonl, torch_npu output) in it"));
       }
-    } else if (IsFile(os, p)) {
+    } else if (os->IsRegularFile(p)) {
       out.insert(p);
     } else {
       return absl::NotFoundError(absl::StrCat(p, ": no such file or directory"));

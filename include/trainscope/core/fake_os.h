@@ -39,9 +39,6 @@ class FakeOs : public Os {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override;
   absl::StatusOr<std::unique_ptr<FileBytesView>> MapFile(const std::string& path) override;
-  bool IsDirectory(const std::string& path) override { return dirs_.count(path) > 0; }
-  bool IsRegularFile(const std::string& path) override { return files_.count(path) > 0; }
-  absl::StatusOr<uint64_t> FileSize(const std::string& path) override;
   // Modification time 0 (a replaced file has a new inode, an appended one a new size).
   absl::StatusOr<FileInfo> Stat(const std::string& path) override;
   std::map<std::string, std::string> Environment() override { return env_; }

@@ -25,6 +25,7 @@ struct FileInfo {
   uint64_t inode = 0;
   int64_t mtime_ns = 0;       // modification time, ns since the epoch (Os::Stat only)
   bool is_directory = false;  // (Os::Stat only)
+  bool is_regular = false;    // (Os::Stat only)
 };
 
 // A file read from its start to its end, a chunk at a time (leveldb's SequentialFile), so
@@ -90,14 +91,15 @@ class Os {
   // 32 MiB or more (a file that shrinks while mapped is a SIGBUS, as with any mmap reader)
   // and reads anything smaller, or not mappable, into memory. Errors as ReadFile's.
   virtual absl::StatusOr<std::unique_ptr<FileBytesView>> MapFile(const std::string& path) = 0;
-  // stat() (symbolic links followed): a directory / a regular file; false when it fails.
-  virtual bool IsDirectory(const std::string& path) = 0;
-  virtual bool IsRegularFile(const std::string& path) = 0;
-  // Size of the file `path` names, symbolic links followed. Errors as ReadFile's.
-  virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
   // stat() of any kind of file (symbolic links followed): size, identity, modification time
-  // and whether it is a directory, from one call. Errors as ReadFile's.
+  // and its kind, from one call. Errors as ReadFile's.
   virtual absl::StatusOr<FileInfo> Stat(const std::string& path) = 0;
+  // From Stat: a directory / a regular file (false when it fails), and the size.
+  bool IsDirectory(const std::string& path);
+  bool IsRegularFile(const std::string& path);
+  absl::StatusOr<uint64_t> FileSize(const std::string& path);
+  // ListDir's names, or none when the folder cannot be read (a walk that skips it).
+  std::vector<std::string> ListNames(const std::string& dir);
 
   // Monotonic nanoseconds and wall-clock Unix microseconds.
   virtual int64_t MonotonicNs() = 0;
